@@ -1,0 +1,221 @@
+"""Prometheus metrics of one worker process.
+
+Conventions (Prometheus naming guide): base units (seconds, messages), ``_total`` counters, and
+**no per-stream labels** — labels only take values from small fixed sets (``result``, ``reason``).
+Raw per-stream counts are never exported (DESIGN.md §2.6); the event counters below are totals
+over everything the worker consumed, the operational rate an operator needs.
+
+Each :class:`Metrics` owns its own :class:`~prometheus_client.CollectorRegistry`, so several
+workers (or tests) in one process never collide; :meth:`Metrics.exposition` renders it for
+``/metrics`` (see :mod:`agents.web`).
+
+Metric list (documented for operators in ``docs/operations.md``):
+
+=========================================  =========  ===============================================
+name                                       type       meaning
+=========================================  =========  ===============================================
+``stream_dp_events_total{result}``         counter    events consumed; ``result`` ∈ accepted,
+                                                      dead_lettered, late
+``stream_dp_dead_letters_total{reason}``   counter    messages written to the dead-letter topic
+``stream_dp_ticks_released_total``         counter    ticks released by this worker (all its streams)
+``stream_dp_releases_total``               counter    (stream, tick) values published
+``stream_dp_tick_latency_seconds``         histogram  tick end (event time) → release published
+``stream_dp_checkpoint_seconds``           histogram  time to write one checkpoint
+``stream_dp_consumer_lag_messages``        gauge      input messages behind the log end, summed over
+                                                      the worker's assigned partitions
+``stream_dp_ready``                        gauge      1 when state is restored and not rebalancing
+``stream_dp_reconcile_seconds``            histogram  consistency solve time per histogram
+``stream_dp_histograms_published_total``   counter    consistent histograms published (leader only)
+``stream_dp_reconcile_iterations``         gauge      iterations of the last solve
+``stream_dp_reconcile_residual``           gauge      max constraint residual of the last solve
+``stream_dp_reconcile_leader``             gauge      1 while this worker is the reconcile leader
+``stream_dp_reconcile_last_tick``          gauge      last tick with a published histogram
+=========================================  =========  ===============================================
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.process_collector import ProcessCollector
+
+#: The ``result`` label's values of ``stream_dp_events_total``.
+EVENT_RESULTS: Final = ("accepted", "dead_lettered", "late")
+
+#: Buckets (seconds) for tick latency: a tick closes after the allowed lateness, so latencies
+#: range from milliseconds to minutes.
+LATENCY_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+)
+#: Buckets (seconds) for solver and checkpoint durations.
+DURATION_BUCKETS: Final = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+
+#: Longest accepted dead-letter reason label; longer or unexpected text becomes ``other``.
+_MAX_REASON_LEN: Final = 40
+
+
+def _reason_label(reason: str) -> str:
+    """A bounded label value: reasons are short snake_case identifiers chosen by the code."""
+    ok = (
+        0 < len(reason) <= _MAX_REASON_LEN
+        and reason.replace("_", "").isalnum()
+        and reason.isascii()
+        and reason == reason.lower()
+    )
+    return reason if ok else "other"
+
+
+class Metrics:
+    """All metrics of one worker, on a private registry.
+
+    Methods take counts of events/messages (non-negative integers) and durations in seconds.
+    ``process=True`` adds the standard ``process_*`` collectors (CPU seconds, resident memory).
+    """
+
+    def __init__(self, *, process: bool = True) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        if process:
+            ProcessCollector(registry=r)
+        self.events = Counter(
+            "stream_dp_events", "Events consumed, by result.", ["result"], registry=r
+        )
+        for result in EVENT_RESULTS:
+            self.events.labels(result=result)
+        self.dead_letters = Counter(
+            "stream_dp_dead_letters",
+            "Messages written to the dead-letter topic, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.ticks_released = Counter(
+            "stream_dp_ticks_released", "Ticks released by this worker.", registry=r
+        )
+        self.releases = Counter(
+            "stream_dp_releases", "(stream, tick) values published by this worker.", registry=r
+        )
+        self.tick_latency = Histogram(
+            "stream_dp_tick_latency_seconds",
+            "Seconds from a tick's end (event time) to its release being published.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.checkpoint_seconds = Histogram(
+            "stream_dp_checkpoint_seconds",
+            "Seconds to write one checkpoint (state and input offsets).",
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "stream_dp_consumer_lag_messages",
+            "Input messages behind the log end, summed over assigned partitions.",
+            registry=r,
+        )
+        self.ready = Gauge(
+            "stream_dp_ready", "1 when state is restored and not rebalancing.", registry=r
+        )
+        self.reconcile_seconds = Histogram(
+            "stream_dp_reconcile_seconds",
+            "Seconds spent in the consistency solver per published histogram.",
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.histograms_published = Counter(
+            "stream_dp_histograms_published",
+            "Consistent histograms published by this worker as reconcile leader.",
+            registry=r,
+        )
+        self.reconcile_iterations = Gauge(
+            "stream_dp_reconcile_iterations", "Iterations of the last consistency solve.",
+            registry=r,
+        )
+        self.reconcile_residual = Gauge(
+            "stream_dp_reconcile_residual",
+            "Largest constraint residual of the last consistent histogram.",
+            registry=r,
+        )
+        self.reconcile_leader = Gauge(
+            "stream_dp_reconcile_leader", "1 while this worker is the reconcile leader.",
+            registry=r,
+        )
+        self.reconcile_last_tick = Gauge(
+            "stream_dp_reconcile_last_tick", "Last tick with a published consistent histogram.",
+            registry=r,
+        )
+
+    # -- ingest -------------------------------------------------------------------------------
+    def event_accepted(self, n: int = 1) -> None:
+        """``n`` events accepted into their tick."""
+        self.events.labels(result="accepted").inc(_nonneg(n, "n"))
+
+    def event_dead_lettered(self, reason: str, n: int = 1) -> None:
+        """``n`` messages rejected to the dead-letter topic for ``reason`` (snake_case)."""
+        n = _nonneg(n, "n")
+        self.events.labels(result="dead_lettered").inc(n)
+        self.dead_letters.labels(reason=_reason_label(reason)).inc(n)
+
+    def event_late(self, n: int = 1) -> None:
+        """``n`` events arrived after their tick closed (they also go to the dead-letter topic)."""
+        n = _nonneg(n, "n")
+        self.events.labels(result="late").inc(n)
+        self.dead_letters.labels(reason="late").inc(n)
+
+    # -- release ------------------------------------------------------------------------------
+    def tick_released(self, latency_seconds: float, n_streams: int = 0) -> None:
+        """One tick released for ``n_streams`` streams, ``latency_seconds`` after its end."""
+        self.ticks_released.inc()
+        if n_streams:
+            self.releases.inc(_nonneg(n_streams, "n_streams"))
+        self.tick_latency.observe(max(0.0, float(latency_seconds)))
+
+    def checkpoint_written(self, seconds: float) -> None:
+        """One checkpoint written in ``seconds``."""
+        self.checkpoint_seconds.observe(max(0.0, float(seconds)))
+
+    def set_consumer_lag(self, messages: int) -> None:
+        """Total input lag in messages over the assigned partitions."""
+        self.consumer_lag.set(max(0, int(messages)))
+
+    def set_ready(self, ready: bool) -> None:
+        """Readiness as reported by ``/readyz``."""
+        self.ready.set(1 if ready else 0)
+
+    # -- reconcile ----------------------------------------------------------------------------
+    def histogram_published(
+        self, tick: int, seconds: float, iterations: int, residual: float
+    ) -> None:
+        """One consistent histogram for ``tick`` published; solver ran ``seconds``."""
+        self.histograms_published.inc()
+        self.reconcile_seconds.observe(max(0.0, float(seconds)))
+        self.reconcile_iterations.set(int(iterations))
+        self.reconcile_residual.set(float(residual))
+        self.reconcile_last_tick.set(int(tick))
+
+    def set_leader(self, leader: bool) -> None:
+        """Whether this worker currently runs the reconcile side agent."""
+        self.reconcile_leader.set(1 if leader else 0)
+
+    # -- exposition ---------------------------------------------------------------------------
+    def exposition(self) -> bytes:
+        """The registry in the Prometheus text format (``CONTENT_TYPE``)."""
+        return generate_latest(self.registry)
+
+    #: Content type of :meth:`exposition`.
+    CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+
+
+def _nonneg(n: int, name: str) -> int:
+    value = int(n)
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {n!r}")
+    return value

@@ -1,0 +1,556 @@
+"""The reconcile side agent: consistent histograms from the released noisy counts.
+
+Every ``every`` ticks (default: every tick) the agent gathers one tick's releases for the whole
+domain from the counts topic, projects them onto the domain's constraints with
+:func:`stream_dp.consistency.reconcile` weighted by the analytic variances (``stderr²`` from the
+messages), and publishes the result to the histograms topic (key: the domain name), with the
+solver's diagnostics. Consistency is post-processing of released values: it spends no budget.
+
+**One leader per cluster.** Every worker runs a :class:`Reconciler`; they all join one consumer
+group on a dedicated one-partition *leader topic* (nothing is ever written to it). Whoever holds
+partition 0 is the leader: it reads every partition of the counts topic by manual assignment and
+publishes. When the leader stops (graceful stop → LeaveGroup) or its session expires, the group
+rebalances and another worker takes over. Leadership is given up inside the revocation callback,
+before the partition moves, so in a graceful hand-over two leaders never overlap.
+
+**Resuming.** A new leader reads the last published histogram tick for its domain from the
+histograms topic and only publishes later ticks, reading the counts topic from the offsets the
+previous leader committed (consumer group ``<leader group>.offsets``; committed *after* the
+histogram is acknowledged, at the first message of a not-yet-published tick in each partition),
+so no tick is missed. Re-publishing a tick (possible only if a leader died between publishing and
+committing, or in a split brain) yields identical ``tick``, ``tick_end`` and ``nodes``: the counts
+for a tick are bit-identical by the release rule (DESIGN.md §2.5) and the solver is deterministic;
+only ``diagnostics.seconds`` (wall time) may differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from agents.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+HISTOGRAM_SCHEMA: Final = "dp.histograms.v1"
+#: Default name of the one-partition leader-election topic (never written to).
+LEADER_TOPIC: Final = "dp.reconcile.leader"
+#: Default consumer group of the leader election.
+LEADER_GROUP: Final = "stream-dp-reconcile"
+
+
+class DomainLike(Protocol):
+    """What the agent needs of :class:`stream_dp.domain.Domain`: the released nodes, in order."""
+
+    @property
+    def names(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class Release:
+    """The fields of one ``dp.counts.v1`` message the reconciler uses.
+
+    ``tick`` is 1-based; ``tick_end`` in Unix seconds; ``value`` is the released (noisy) decayed
+    count and ``stderr`` its analytic standard error, in counts.
+    """
+
+    stream: str
+    tick: int
+    tick_end: float
+    value: float
+    stderr: float
+
+    @classmethod
+    def from_json(cls, data: bytes | str) -> Release:
+        """Decode a counts message; ``ValueError`` for anything that is not a valid release."""
+        try:
+            obj = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"counts message is not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise ValueError("counts message must be a JSON object")
+        try:
+            stream, tick = obj["stream"], obj["tick"]
+            tick_end, value, stderr = obj["tick_end"], obj["value"], obj["stderr"]
+        except KeyError as exc:
+            raise ValueError(f"counts message lacks field {exc.args[0]!r}") from None
+        if not isinstance(stream, str):
+            raise ValueError("counts message field 'stream' must be a string")
+        if isinstance(tick, bool) or not isinstance(tick, int) or tick < 1:
+            raise ValueError(f"counts message field 'tick' must be an integer >= 1, got {tick!r}")
+        nums = {"tick_end": tick_end, "value": value, "stderr": stderr}
+        for name, v in nums.items():
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise ValueError(f"counts message field {name!r} must be a number, got {v!r}")
+        if not float(stderr) >= 0.0:
+            raise ValueError(f"counts message field 'stderr' must be >= 0, got {stderr!r}")
+        return cls(stream, tick, float(tick_end), float(value), float(stderr))
+
+
+@dataclass(frozen=True)
+class CompleteTick:
+    """All of one tick's releases, in domain order."""
+
+    tick: int
+    tick_end: float
+    noisy: tuple[float, ...]
+    stderr: tuple[float, ...]
+
+
+@dataclass
+class _Pending:
+    tick_end: float = 0.0
+    values: dict[int, tuple[float, float]] = field(default_factory=dict)
+    #: partition -> smallest offset of a message of this tick
+    first_offset: dict[int, int] = field(default_factory=dict)
+
+
+class TickAssembler:
+    """Buffers releases per tick until every node of the domain has one.
+
+    Ticks ``<= after_tick`` and ticks not divisible by ``every`` are ignored. Complete ticks come
+    out in ascending order; an incomplete tick older than a complete one can never complete
+    (every counts partition is written in tick order) and is dropped with a warning.
+    Plain bookkeeping, no I/O: the Kafka loop in :class:`Reconciler` drives it.
+    """
+
+    def __init__(self, names: Sequence[str], *, every: int = 1, after_tick: int = 0) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be an integer >= 1 (ticks), got {every!r}")
+        if after_tick < 0:
+            raise ValueError(f"after_tick must be >= 0, got {after_tick!r}")
+        self.names = tuple(names)
+        if len(set(self.names)) != len(self.names):
+            raise ValueError("names must be distinct")
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.every = every
+        self.after_tick = int(after_tick)
+        self._pending: dict[int, _Pending] = {}
+        self.unknown_streams = 0
+        self.conflicts = 0
+        self.dropped_ticks: list[int] = []
+
+    def wanted(self, tick: int) -> bool:
+        return tick > self.after_tick and tick % self.every == 0
+
+    def add(self, partition: int, offset: int, release: Release) -> None:
+        """Record one release read at ``(partition, offset)`` of the counts topic."""
+        if not self.wanted(release.tick):
+            return
+        idx = self.index.get(release.stream)
+        if idx is None:
+            self.unknown_streams += 1
+            return
+        pending = self._pending.setdefault(release.tick, _Pending())
+        pending.tick_end = max(pending.tick_end, release.tick_end)
+        old = pending.values.get(idx)
+        new = (release.value, release.stderr)
+        if old is not None and old != new:
+            # A re-published tick must be bit-identical (DESIGN.md §2.5); keep the first.
+            self.conflicts += 1
+            log.error(
+                "conflicting re-publication of a release",
+                extra={"stream": release.stream, "tick": release.tick},
+            )
+        elif old is None:
+            pending.values[idx] = new
+        prev = pending.first_offset.get(partition)
+        if prev is None or offset < prev:
+            pending.first_offset[partition] = offset
+
+    def pop_complete(self) -> list[CompleteTick]:
+        """Every tick that now has all nodes, ascending; afterwards ``after_tick`` is the last."""
+        n = len(self.names)
+        done = sorted(t for t, p in self._pending.items() if len(p.values) == n)
+        out: list[CompleteTick] = []
+        for t in done:
+            for stale in sorted(s for s in self._pending if s < t):
+                self.dropped_ticks.append(stale)
+                log.warning("dropping an incomplete tick older than a complete one",
+                            extra={"tick": stale, "complete_tick": t})
+                del self._pending[stale]
+            p = self._pending.pop(t)
+            out.append(
+                CompleteTick(
+                    tick=t,
+                    tick_end=p.tick_end,
+                    noisy=tuple(p.values[i][0] for i in range(n)),
+                    stderr=tuple(p.values[i][1] for i in range(n)),
+                )
+            )
+            self.after_tick = t
+        return out
+
+    def resume_offsets(self, positions: Mapping[int, int]) -> dict[int, int]:
+        """Per partition, where a successor must start reading so that no pending tick is lost.
+
+        ``positions`` are the consumer's next offsets; a partition holding messages of a pending
+        tick resumes at the first of them.
+        """
+        out = dict(positions)
+        for p in self._pending.values():
+            for part, off in p.first_offset.items():
+                if part in out:
+                    out[part] = min(out[part], off)
+        return out
+
+    @property
+    def pending_ticks(self) -> list[int]:
+        return sorted(self._pending)
+
+
+SolveFn = Callable[[Any, Sequence[float], Sequence[float]], Any]
+
+
+def _default_solve() -> SolveFn:
+    from stream_dp.consistency import reconcile
+
+    solve: SolveFn = reconcile
+    return solve
+
+
+def histogram_message(
+    names: Sequence[str], tick: CompleteTick, result: Any
+) -> dict[str, Any]:
+    """The ``dp.histograms.v1`` value for one solved tick (docs/CONTRACTS.md).
+
+    ``result`` is a :class:`stream_dp.consistency.ReconcileResult`. Each node's ``stderr`` is the
+    analytic standard error of its *noisy* release; the consistent value's error is no larger
+    (a variance-weighted projection is the best linear unbiased estimate).
+    """
+    values = [float(v) for v in result.values]
+    if len(values) != len(names):
+        raise ValueError(f"solver returned {len(values)} values for {len(names)} nodes")
+    return {
+        "tick": tick.tick,
+        "tick_end": tick.tick_end,
+        "nodes": [
+            {"stream": name, "value": v, "noisy": x, "stderr": s}
+            for name, v, x, s in zip(names, values, tick.noisy, tick.stderr, strict=True)
+        ],
+        "consistent": True,
+        "diagnostics": {
+            "iterations": int(result.iterations),
+            "residual": float(result.residual),
+            "seconds": float(result.seconds),
+        },
+        "schema": HISTOGRAM_SCHEMA,
+    }
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """Compact, deterministic JSON (floats as shortest round-trip ``repr``)."""
+    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+
+
+class _LeaderListener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, owner: Reconciler) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.owner._step_down()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        if any(tp.partition == 0 for tp in assigned):
+            self.owner._step_up()
+
+
+async def ensure_leader_topic(bootstrap: str, topic: str = LEADER_TOPIC) -> None:
+    """Create the one-partition leader topic if it does not exist (idempotent)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        if topic in existing:
+            return
+        with contextlib.suppress(TopicAlreadyExistsError):
+            await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
+    finally:
+        await admin.close()
+
+
+@dataclass(frozen=True)
+class ReconcilerConfig:
+    """Where the reconciler reads, writes and elects.
+
+    ``every`` is in ticks (publish ticks divisible by it); timeouts in milliseconds.
+    """
+
+    bootstrap: str
+    counts_topic: str = "dp.counts.v1"
+    histograms_topic: str = "dp.histograms.v1"
+    leader_topic: str = LEADER_TOPIC
+    leader_group: str = LEADER_GROUP
+    domain_name: str = "default"
+    every: int = 1
+    client_id: str = "stream-dp-reconcile"
+    #: Static membership id for the election (a restarted worker takes its old place at once).
+    instance_id: str | None = None
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 1_000
+    poll_ms: int = 200
+
+    def __post_init__(self) -> None:
+        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
+            raise ValueError(f"every must be an integer >= 1 (ticks), got {self.every!r}")
+        if not self.bootstrap:
+            raise ValueError("bootstrap must be a non-empty 'host:port[,host:port]' string")
+        if not self.domain_name:
+            raise ValueError("domain_name must be non-empty (it keys the histograms)")
+
+
+class Reconciler:
+    """The side agent of one worker; publishes only while it is the cluster's leader.
+
+    ``on_histogram`` (optional) is awaited with each published message (the demo shows them).
+    Run with ``await reconciler.run(stop_event)``; it returns after ``stop_event`` is set,
+    having left the election group.
+    """
+
+    def __init__(
+        self,
+        config: ReconcilerConfig,
+        domain: DomainLike,
+        *,
+        metrics: Metrics | None = None,
+        solve: SolveFn | None = None,
+        on_histogram: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    ) -> None:
+        self.config = config
+        self.domain = domain
+        self.names: tuple[str, ...] = tuple(domain.names)
+        self.metrics = metrics
+        self._solve = solve
+        self.on_histogram = on_histogram
+        self._lead_task: asyncio.Task[None] | None = None
+        self.is_leader = False
+        self.published = 0
+        self.last_tick = 0
+        self.solve_seconds: list[float] = []
+
+    # -- leadership ---------------------------------------------------------------------------
+    def _step_up(self) -> None:
+        if self._lead_task is None or self._lead_task.done():
+            log.info("became reconcile leader", extra={"domain": self.config.domain_name})
+            self.is_leader = True
+            if self.metrics:
+                self.metrics.set_leader(True)
+            self._lead_task = asyncio.get_running_loop().create_task(self._lead())
+
+    async def _step_down(self) -> None:
+        task, self._lead_task = self._lead_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            log.info("gave up reconcile leadership", extra={"domain": self.config.domain_name})
+        self.is_leader = False
+        if self.metrics:
+            self.metrics.set_leader(False)
+
+    async def run(self, stop_event: asyncio.Event) -> None:
+        """Join the election and serve until ``stop_event`` is set."""
+        cfg = self.config
+        await ensure_leader_topic(cfg.bootstrap, cfg.leader_topic)
+        election = AIOKafkaConsumer(
+            bootstrap_servers=cfg.bootstrap,
+            group_id=cfg.leader_group,
+            group_instance_id=cfg.instance_id,
+            client_id=f"{cfg.client_id}-election",
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            session_timeout_ms=cfg.session_timeout_ms,
+            heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+        )
+        election.subscribe([cfg.leader_topic], listener=_LeaderListener(self))
+        await election.start()
+        try:
+            while not stop_event.is_set():
+                # Nothing is written to the leader topic; polling keeps membership alive and
+                # surfaces a crashed leading task.
+                await election.getmany(timeout_ms=cfg.poll_ms)
+                task = self._lead_task
+                if task is not None and task.done():
+                    exc = task.exception()
+                    log.error("reconcile leader loop failed; restarting it",
+                              exc_info=exc)
+                    self._lead_task = None
+                    await asyncio.sleep(1.0)
+                    self._step_up()
+        finally:
+            await self._step_down()
+            await election.stop()  # leaves the group: another worker takes over at once
+
+    # -- the leader's work --------------------------------------------------------------------
+    async def last_published_tick(self) -> int:
+        """Largest tick of a histogram for this domain on the histograms topic (0 if none)."""
+        cfg = self.config
+        key = cfg.domain_name.encode()
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=cfg.bootstrap, client_id=f"{cfg.client_id}-resume",
+            enable_auto_commit=False, group_id=None,
+        )
+        await consumer.start()
+        try:
+            parts = await _partitions(consumer, cfg.histograms_topic)
+            if not parts:
+                return 0
+            tps = [TopicPartition(cfg.histograms_topic, p) for p in parts]
+            consumer.assign(tps)
+            begin = await consumer.beginning_offsets(tps)
+            end = await consumer.end_offsets(tps)
+            best = 0
+            for tp in tps:
+                found, window, hi = False, 16, end[tp]
+                while not found and hi > begin[tp]:
+                    lo = max(begin[tp], hi - window)
+                    for rec in await _read_range(consumer, tp, lo, hi):
+                        if rec.key == key and rec.value is not None:
+                            with contextlib.suppress(ValueError, KeyError, TypeError):
+                                best = max(best, int(json.loads(rec.value)["tick"]))
+                                found = True
+                    hi, window = lo, window * 8
+            return best
+        finally:
+            await consumer.stop()
+
+    def _solver(self) -> SolveFn:
+        if self._solve is None:
+            self._solve = _default_solve()
+        return self._solve
+
+    async def _lead(self) -> None:
+        cfg = self.config
+        after = await self.last_published_tick()
+        # Continue at the next multiple of `every`.
+        self.last_tick = after
+        assembler = TickAssembler(self.names, every=cfg.every, after_tick=after)
+        log.info("reconcile leader resuming", extra={"after_tick": after})
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=cfg.bootstrap,
+            group_id=f"{cfg.leader_group}.offsets",
+            client_id=f"{cfg.client_id}-counts",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            max_poll_records=10_000,
+        )
+        producer = AIOKafkaProducer(
+            bootstrap_servers=cfg.bootstrap, client_id=f"{cfg.client_id}-out", acks="all",
+            enable_idempotence=True, linger_ms=0,
+        )
+        await consumer.start()
+        await producer.start()
+        try:
+            tps = await self._assign_counts(consumer)
+            last_refresh = time.monotonic()
+            while True:
+                batches = await consumer.getmany(timeout_ms=cfg.poll_ms)
+                for tp, records in batches.items():
+                    for rec in records:
+                        self._add(assembler, tp.partition, rec)
+                complete = assembler.pop_complete()
+                for tick in complete:
+                    await self._publish(producer, tick)
+                if complete:
+                    positions = {tp.partition: await consumer.position(tp) for tp in tps}
+                    offsets = assembler.resume_offsets(positions)
+                    await consumer.commit(
+                        {TopicPartition(cfg.counts_topic, p): o for p, o in offsets.items()}
+                    )
+                if time.monotonic() - last_refresh > 30.0:  # partitions added to counts topic
+                    last_refresh = time.monotonic()
+                    parts = await _partitions(consumer, cfg.counts_topic)
+                    if len(parts) != len(tps):
+                        tps = await self._assign_counts(consumer)
+        finally:
+            await producer.stop()
+            await consumer.stop()
+
+    async def _assign_counts(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
+        cfg = self.config
+        parts: list[int] = []
+        for _ in range(100):
+            parts = await _partitions(consumer, cfg.counts_topic)
+            if parts:
+                break
+            await asyncio.sleep(0.2)
+        if not parts:
+            raise RuntimeError(f"topic {cfg.counts_topic!r} not found; run 'stream-dp topics create'")
+        tps = [TopicPartition(cfg.counts_topic, p) for p in parts]
+        consumer.assign(tps)
+        for tp in tps:
+            committed = await consumer.committed(tp)
+            if committed is None:
+                await consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, committed)
+        return tps
+
+    def _add(self, assembler: TickAssembler, partition: int, rec: ConsumerRecord[Any, Any]) -> None:
+        if rec.value is None:
+            return
+        try:
+            release = Release.from_json(rec.value)
+        except ValueError as exc:
+            log.warning("skipping an invalid counts message",
+                        extra={"partition": partition, "offset": rec.offset, "error": str(exc)})
+            return
+        assembler.add(partition, rec.offset, release)
+
+    async def _publish(self, producer: AIOKafkaProducer, tick: CompleteTick) -> None:
+        cfg = self.config
+        variances = [s * s for s in tick.stderr]
+        solve = self._solver()
+        result = await asyncio.to_thread(solve, self.domain, list(tick.noisy), variances)
+        message = histogram_message(self.names, tick, result)
+        await producer.send_and_wait(
+            cfg.histograms_topic, encode(message), key=cfg.domain_name.encode(),
+            timestamp_ms=int(tick.tick_end * 1000),
+        )
+        self.published += 1
+        self.last_tick = tick.tick
+        seconds = float(result.seconds)
+        self.solve_seconds.append(seconds)
+        if self.metrics:
+            self.metrics.histogram_published(
+                tick.tick, seconds, int(result.iterations), float(result.residual)
+            )
+        log.info(
+            "histogram published",
+            extra={"tick": tick.tick, "nodes": len(self.names), "solve_seconds": seconds,
+                   "iterations": int(result.iterations), "residual": float(result.residual)},
+        )
+        if self.on_histogram is not None:
+            await self.on_histogram(message)
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
+    topics = await consumer.topics()  # refreshes metadata
+    if topic not in topics:
+        return []
+    return sorted(consumer.partitions_for_topic(topic) or ())
+
+
+async def _read_range(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, lo: int, hi: int
+) -> list[ConsumerRecord[Any, Any]]:
+    """Records of ``tp`` with offsets in ``[lo, hi)`` (the partition must be assigned)."""
+    consumer.seek(tp, lo)
+    out: list[ConsumerRecord[Any, Any]] = []
+    deadline = time.monotonic() + 30.0
+    while await consumer.position(tp) < hi and time.monotonic() < deadline:
+        batch = await consumer.getmany(tp, timeout_ms=500)
+        out.extend(r for r in batch.get(tp, []) if r.offset < hi)
+    return out
