@@ -309,6 +309,26 @@ class ReconcilerConfig:
         if not self.domain_name:
             raise ValueError("domain_name must be non-empty (it keys the histograms)")
 
+    @classmethod
+    def from_settings(cls, settings: Any, domain_name: str, **changes: Any) -> ReconcilerConfig:
+        """The configuration for an :class:`agents.config.Settings` and the domain's name.
+
+        The election group is ``<app_id>.reconcile``; static membership uses ``worker_id``.
+        """
+        values: dict[str, Any] = {
+            "bootstrap": settings.bootstrap,
+            "counts_topic": settings.counts_topic,
+            "histograms_topic": settings.histograms_topic,
+            "leader_group": f"{settings.app_id}.reconcile",
+            "domain_name": domain_name,
+            "every": settings.reconcile_every,
+            "client_id": f"{settings.app_id}-reconcile-{settings.worker_id}",
+            "session_timeout_ms": int(settings.session_timeout_s * 1000),
+            "heartbeat_interval_ms": max(100, int(settings.session_timeout_s * 1000) // 10),
+        }
+        values.update(changes)
+        return cls(**values)
+
 
 class Reconciler:
     """The side agent of one worker; publishes only while it is the cluster's leader.

@@ -1,0 +1,196 @@
+"""``stream-dp broker start|stop|status``: the embedded development broker (noida-db)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HELP = "start or stop the embedded development broker"
+
+DESCRIPTION = """\
+Start, stop or inspect the embedded Kafka-protocol development broker (noida-db, installed with
+the 'service' extra) on 127.0.0.1. It is for development, the demo and the tests; production
+deployments use Apache Kafka or Redpanda (see deploy/).
+
+'start' runs the broker in the background and returns once it accepts connections, recording
+its process id, host and port in DATA_DIR/broker.pid; with --foreground it stays attached and
+stops the broker on Ctrl-C / SIGTERM. 'stop' sends SIGTERM (then SIGKILL after --timeout
+seconds) to the broker's process group and removes the pid file. 'status' prints the state and
+exits 0 if the broker runs, 3 if it does not.
+
+The data directory defaults to $STREAM_DP_BROKER_DIR, else $XDG_DATA_HOME/stream-dp/broker
+(~/.local/share/stream-dp/broker). The default port 9092 matches the worker's default
+STREAM_DP_BOOTSTRAP=127.0.0.1:9092.
+
+examples:
+  stream-dp broker start                       # background, 127.0.0.1:9092
+  stream-dp broker start --port 19092 --data-dir /tmp/dev-broker
+  stream-dp broker status --data-dir /tmp/dev-broker
+  stream-dp broker stop --data-dir /tmp/dev-broker
+  stream-dp broker start --foreground          # Ctrl-C stops it
+"""
+
+PID_FILE = "broker.pid"
+
+
+def default_data_dir() -> Path:
+    """``$STREAM_DP_BROKER_DIR``, else ``$XDG_DATA_HOME/stream-dp/broker``."""
+    explicit = os.environ.get("STREAM_DP_BROKER_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "stream-dp" / "broker"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("start", "stop", "status"), help="what to do")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="broker data directory (default: see above)")
+    parser.add_argument("--port", type=int, default=9092, help="Kafka port (default 9092)")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--foreground", action="store_true",
+                        help="'start': stay attached; Ctrl-C / SIGTERM stops the broker")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="seconds to wait for start-up or shutdown (default 30)")
+
+
+def read_pid_file(data_dir: Path) -> dict[str, Any] | None:
+    """The recorded broker ``{"pid", "host", "port"}``, or ``None``."""
+    try:
+        info = json.loads((data_dir / PID_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not isinstance(info.get("pid"), int):
+        return None
+    return info
+
+
+def _is_broker_process(pid: int) -> bool:
+    """Alive and really a noida-db process (guards against pid reuse)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True  # no /proc (not Linux): trust the pid file
+    return b"noida-db" in cmdline
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _start(args: argparse.Namespace, data_dir: Path) -> int:
+    from agents.embedded_broker import EmbeddedBroker
+
+    info = read_pid_file(data_dir)
+    if info and _is_broker_process(info["pid"]):
+        print(f"broker already running: pid {info['pid']} on {info['host']}:{info['port']}")
+        return 0 if not args.foreground else 1
+    if _listening(args.host, args.port):
+        print(f"port {args.host}:{args.port} is already in use", file=sys.stderr)
+        return 1
+    broker = EmbeddedBroker(port=args.port, data_dir=data_dir, host=args.host)
+    broker.start(timeout=args.timeout)
+    proc = broker.proc
+    assert proc is not None
+    pid_path = data_dir / PID_FILE
+    pid_path.write_text(
+        json.dumps({"pid": proc.pid, "host": args.host, "port": args.port}), encoding="utf-8"
+    )
+    print(f"broker running on {broker.bootstrap} (pid {proc.pid}, data {data_dir})")
+    print(f"  export STREAM_DP_BOOTSTRAP={broker.bootstrap}")
+    if not args.foreground:
+        print(f"  stop it with: stream-dp broker stop --data-dir {data_dir}")
+        return 0
+    stopping = False
+
+    def _on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        sys.stdout.flush()
+        while not stopping and proc.poll() is None:
+            time.sleep(0.2)
+    finally:
+        broker.stop(timeout=args.timeout)
+        with contextlib.suppress(FileNotFoundError):
+            pid_path.unlink()
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    print("broker stopped")
+    return 0
+
+
+def stop_broker(data_dir: Path, timeout: float = 30.0) -> bool:
+    """Stop the broker recorded in ``data_dir``; ``True`` if one was running."""
+    info = read_pid_file(data_dir)
+    pid_path = data_dir / PID_FILE
+    if not info or not _is_broker_process(info["pid"]):
+        with contextlib.suppress(FileNotFoundError):
+            pid_path.unlink()
+        return False
+    pid = info["pid"]
+    # The broker leads its own process group (EmbeddedBroker starts it in a new session).
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _is_broker_process(pid):
+        _reap(pid)
+        time.sleep(0.1)
+    if _is_broker_process(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        while _is_broker_process(pid) and time.monotonic() < deadline + 5:
+            _reap(pid)
+            time.sleep(0.1)
+    with contextlib.suppress(FileNotFoundError):
+        pid_path.unlink()
+    return True
+
+
+def _reap(pid: int) -> None:
+    """Collect a zombie if the broker happens to be our own child."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def run(args: argparse.Namespace) -> int:
+    data_dir: Path = (args.data_dir or default_data_dir()).expanduser().resolve()
+    if args.action == "start":
+        data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            return _start(args, data_dir)
+        except RuntimeError as exc:
+            print(f"stream-dp broker: {exc}", file=sys.stderr)
+            return 1
+    if args.action == "stop":
+        if stop_broker(data_dir, args.timeout):
+            print("broker stopped")
+        else:
+            print(f"no broker running for {data_dir}")
+        return 0
+    info = read_pid_file(data_dir)
+    if info and _is_broker_process(info["pid"]):
+        up = _listening(info["host"], info["port"])
+        state = "running" if up else "starting (port not yet open)"
+        print(f"broker {state}: pid {info['pid']} on {info['host']}:{info['port']} ({data_dir})")
+        return 0
+    print(f"no broker running for {data_dir}")
+    return 3

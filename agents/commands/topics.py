@@ -1,0 +1,123 @@
+"""``stream-dp topics create|list``: the service's topics, with explicit partition counts."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+HELP = "create the service's topics with explicit partitions"
+
+DESCRIPTION = """\
+Create every topic the service uses, with the partition counts and configs from the settings
+(defaults < TOML file < STREAM_DP_* environment variables; see docs/configuration.md), plus the
+one-partition leader-election topic of the reconcile side agent. Existing topics are kept; an
+existing topic whose partition count differs from the settings is an error (ingest checkpoints
+and shard assignment are tied to it). Brokers' auto-create defaults differ, so create topics
+before the first worker starts. 'list' shows the topics with their partition counts.
+
+examples:
+  stream-dp topics create                                   # broker from STREAM_DP_BOOTSTRAP
+  stream-dp topics create --bootstrap 127.0.0.1:19092 --partitions 16
+  STREAM_DP_REPLICATION_FACTOR=3 stream-dp topics create --config prod.toml
+  stream-dp topics list --bootstrap 127.0.0.1:19092
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=("create", "list"), help="what to do")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="settings TOML file (default: $STREAM_DP_CONFIG)")
+    parser.add_argument("--bootstrap", default=None,
+                        help="Kafka bootstrap servers (default: settings / STREAM_DP_BOOTSTRAP)")
+    parser.add_argument("--partitions", type=int, default=None,
+                        help="partitions of the events, counts and partials topics and shards "
+                             "(default: the settings')")
+    parser.add_argument("--replication-factor", type=int, default=None,
+                        help="replication factor (default: settings, 1)")
+
+
+def _settings(args: argparse.Namespace) -> object:
+    import math
+    import time
+
+    from agents.config import Settings
+
+    overrides: dict[str, object] = {}
+    if args.bootstrap:
+        overrides["bootstrap"] = args.bootstrap
+    if args.partitions is not None:
+        n = args.partitions
+        overrides.update(events_partitions=n, counts_partitions=n, shards=n)
+    if args.replication_factor is not None:
+        overrides["replication_factor"] = args.replication_factor
+    try:
+        return Settings.load(args.config, **overrides)
+    except ValueError as exc:
+        if "origin" not in str(exc):
+            raise
+    # Creating topics does not need the tick origin; any value passes validation.
+    return Settings.load(args.config, origin=float(math.floor(time.time())), **overrides)
+
+
+async def create_topics(settings: object) -> list[str]:
+    """Create the missing service topics and the reconcile leader topic; return created names."""
+    from agents.reconcile import LEADER_TOPIC, ensure_leader_topic
+    from agents.topics import ensure_topics
+
+    bootstrap: str = settings.bootstrap  # type: ignore[attr-defined]
+    created = await ensure_topics(bootstrap, settings)  # type: ignore[arg-type]
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        had_leader = LEADER_TOPIC in set(await admin.list_topics())
+    finally:
+        await admin.close()
+    if not had_leader:
+        await ensure_leader_topic(bootstrap, LEADER_TOPIC)
+        created.append(LEADER_TOPIC)
+    return created
+
+
+async def list_topics(bootstrap: str) -> list[tuple[str, int]]:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        names = sorted(n for n in await admin.list_topics() if not n.startswith("__"))
+        described = await admin.describe_topics(names) if names else []
+        return sorted((d["topic"], len(d["partitions"])) for d in described)
+    finally:
+        await admin.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = _settings(args)
+    except ValueError as exc:
+        print(f"stream-dp topics: {exc}", file=sys.stderr)
+        return 2
+    bootstrap: str = settings.bootstrap  # type: ignore[attr-defined]
+    try:
+        if args.action == "list":
+            for name, parts in asyncio.run(list_topics(bootstrap)):
+                print(f"{name}\t{parts}")
+            return 0
+        created = asyncio.run(create_topics(settings))
+    except ValueError as exc:
+        print(f"stream-dp topics: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # connection errors: say what failed, no traceback
+        print(f"stream-dp topics: cannot reach {bootstrap}: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        return 1
+    if created:
+        for name in created:
+            print(f"created {name}")
+    else:
+        print("all topics exist")
+    return 0
