@@ -1,0 +1,160 @@
+"""The noise secret: loading it safely, hiding it from logs, and stable 64-bit stream ids.
+
+The secret key decides every noise sample (DESIGN.md §2.4–2.6): whoever knows it can subtract the
+noise. It is read from a file or an environment variable, never from the command line, and never
+appears in a ``repr``, a log line or an exception message (not even a prefix of it).
+
+Accepted encodings (file content or environment value):
+
+* **hex**: the text, with surrounding ASCII whitespace removed, consists only of an even number
+  of hexadecimal digits → the decoded bytes (``openssl rand -hex 32`` gives a 32-byte key);
+* **raw**: anything else → the bytes themselves, minus one trailing newline (``\\n`` or ``\\r\\n``).
+
+After decoding the key must have at least 16 bytes (128 bits); 32 random bytes are recommended.
+
+>>> sk = SecretKey(bytes(range(32)))
+>>> sk
+SecretKey(<hidden, 32 bytes>)
+>>> stream_id("shop/berlin") == stream_id("shop/berlin")
+True
+>>> 0 <= stream_id("shop/berlin") < 2**64
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["DEFAULT_KEY_ENV", "MIN_KEY_BYTES", "SecretKey", "load_key", "stream_id", "stream_ids"]
+
+#: Environment variable read by :func:`load_key` when no path is given.
+DEFAULT_KEY_ENV = "STREAM_DP_KEY"
+#: Minimum key length in bytes after decoding.
+MIN_KEY_BYTES = 16
+
+_HEX = re.compile(rb"\A(?:[0-9a-fA-F]{2})+\Z")
+_WHITESPACE = b" \t\r\n\v\f"
+
+
+class SecretKey:
+    """A noise secret whose ``repr``/``str`` never reveal it; ``bytes(sk)`` gives the key.
+
+    Equality compares in constant time. Not picklable on purpose (a checkpoint must never carry
+    the key: ``CounterBank.to_bytes`` stores state only).
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: bytes | bytearray | SecretKey) -> None:
+        raw = bytes(key) if not isinstance(key, SecretKey) else key.reveal()
+        if len(raw) < MIN_KEY_BYTES:
+            raise ValueError(
+                f"key must be at least {MIN_KEY_BYTES} bytes after decoding, got {len(raw)} bytes"
+            )
+        self._key = raw
+
+    def reveal(self) -> bytes:
+        """The key bytes (for key derivation only; never log them)."""
+        return self._key
+
+    def __bytes__(self) -> bytes:
+        return self._key
+
+    def __len__(self) -> int:
+        return len(self._key)
+
+    def __repr__(self) -> str:
+        return f"SecretKey(<hidden, {len(self._key)} bytes>)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SecretKey):
+            return NotImplemented
+        import hmac
+
+        return hmac.compare_digest(self._key, other._key)
+
+    def __hash__(self) -> int:
+        return hash(hashlib.blake2b(self._key, digest_size=8, person=b"sdp-keyhash").digest())
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("SecretKey cannot be pickled (the noise key is never serialised)")
+
+    def __format__(self, spec: str) -> str:
+        return format(repr(self), spec)
+
+
+def _decode(content: bytes, source: str) -> bytes:
+    stripped = content.strip(_WHITESPACE)
+    if _HEX.match(stripped):
+        key = bytes.fromhex(stripped.decode("ascii"))
+    else:
+        key = content
+        if key.endswith(b"\r\n"):
+            key = key[:-2]
+        elif key.endswith(b"\n"):
+            key = key[:-1]
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(
+            f"key from {source} must be at least {MIN_KEY_BYTES} bytes after decoding "
+            f"(hex or raw), got {len(key)} bytes"
+        )
+    return key
+
+
+def load_key(path: str | os.PathLike[str] | None = None, env: str = DEFAULT_KEY_ENV) -> bytes:
+    """Read the noise secret from ``path`` (a file) or, if ``path`` is None, from ``$env``.
+
+    Returns the decoded key bytes (≥ 16). Raises ``ValueError`` if the file or variable is
+    missing, unreadable or too short; messages name the source, never the content.
+    """
+    if path is not None:
+        p = Path(path)
+        try:
+            content = p.read_bytes()
+        except OSError as exc:
+            raise ValueError(
+                f"key file {str(p)!r} cannot be read ({type(exc).__name__}); "
+                f"path must name a readable file holding a key of >= {MIN_KEY_BYTES} bytes"
+            ) from None
+        return _decode(content, f"file {str(p)!r}")
+    value = os.environ.get(env)
+    if value is None or value == "":
+        raise ValueError(
+            f"no noise key: environment variable {env} is not set (or pass a key file path); "
+            f"it must hold >= {MIN_KEY_BYTES} bytes, e.g. the output of 'openssl rand -hex 32'"
+        )
+    return _decode(os.fsencode(value), f"environment variable {env}")
+
+
+def stream_id(name: str) -> int:
+    """Stable 64-bit id of a stream name: BLAKE2b-64 of its UTF-8 bytes (personalised).
+
+    The id, not the position in a bank, keys the noise, so a stream's noise does not depend on
+    partitioning or on which other streams share its bank.
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"name must be a str, got {type(name).__name__}")
+    digest = hashlib.blake2b(name.encode("utf-8"), digest_size=8, person=b"stream-dp/sid").digest()
+    return int.from_bytes(digest, "little")
+
+
+def stream_ids(names: Iterable[str]) -> NDArray[np.uint64]:
+    """:func:`stream_id` of every name as a uint64 array; ``ValueError`` on duplicate ids.
+
+    Two distinct names colliding on 64 bits (probability about n²/2⁶⁵) would share their noise,
+    so it is refused rather than silently accepted.
+    """
+    ids = [stream_id(n) for n in names]
+    arr = np.array(ids, dtype=np.uint64)
+    if len(set(ids)) != len(ids):
+        raise ValueError("names must be distinct and their 64-bit stream ids must not collide")
+    return arr
