@@ -102,7 +102,7 @@ class BlockPRF:
             blk[:, 0] = ids
             np.bitwise_or(np.uint64(int(node) << 16), ctr, out=blk[:, 1])
             nbytes = 16 * n
-            written = self._enc.update_into(memoryview(blk).cast("B"), self._out)
+            written = self._enc.update_into(blk.data.cast("B"), self._out.data)
             if written != nbytes:  # pragma: no cover - ECB on whole blocks never buffers
                 raise RuntimeError("AES-ECB returned a partial block")
             return self._out[:nbytes].view("<u8").reshape(n, 2).astype(np.uint64, copy=True)
