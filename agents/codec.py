@@ -1,0 +1,197 @@
+"""Wire formats: decode and validate events, encode counts and dead letters, JSON Schemas.
+
+The JSON Schemas in ``agents/schemas/`` (shipped with the package) are the published contract;
+:func:`schema` loads one and :func:`validate` checks a message against it with ``jsonschema``.
+The hot path (:func:`decode_event`) is a hand-written check equivalent to
+``dp.events.v1.json`` (a unit test runs both on the same inputs), because ``jsonschema`` costs
+tens of microseconds per message.
+
+Rejection reasons (the ``reason`` of ``dp.events.dlq``):
+
+| reason | cause |
+|---|---|
+| ``oversize`` | message larger than ``max_message_bytes`` |
+| ``malformed_json`` | not UTF-8 JSON |
+| ``invalid_schema`` | not an object, ``key`` not a non-empty string, ``ts``/``value`` not numbers |
+| ``ts_not_finite`` | ``ts`` NaN or infinite |
+| ``value_not_finite`` | ``value`` NaN or infinite |
+| ``negative_value`` | ``value`` < 0 |
+| ``value_out_of_range`` | ``value`` > ``max_event_value`` |
+| ``unknown_key`` | key not declared in the domain (never creates a stream) |
+| ``before_origin`` | ``ts`` before the start of tick 1 |
+| ``future`` | ``ts`` more than ``max_future_skew_s`` ahead of the wall clock |
+| ``too_old`` | ``ts`` more than ``max_event_age_s`` behind the wall clock (if enabled) |
+| ``late`` | ``ts`` in a tick already closed by the watermark |
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+__all__ = [
+    "REASONS",
+    "Event",
+    "Rejection",
+    "count_message",
+    "decode_event",
+    "dlq_message",
+    "encode",
+    "schema",
+    "validate",
+]
+
+REASONS = (
+    "oversize",
+    "malformed_json",
+    "invalid_schema",
+    "ts_not_finite",
+    "value_not_finite",
+    "negative_value",
+    "value_out_of_range",
+    "unknown_key",
+    "before_origin",
+    "future",
+    "too_old",
+    "late",
+)
+
+_RAW_LIMIT = 4096
+_loads = json.loads
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A decoded, validated event: ``key``, event time ``ts`` (Unix s), ``value`` (≥ 0, finite)."""
+
+    key: str
+    ts: float
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a message was rejected: one of :data:`REASONS`, plus a human-readable detail."""
+
+    reason: str
+    detail: str
+
+
+def decode_event(raw: bytes | None, max_bytes: int, max_value: float) -> Event | Rejection:
+    """Decode one ``dp.events.v1`` message value; never raises on bad input.
+
+    ``value`` defaults to 1; it must be finite, ≥ 0 and ≤ ``max_value`` (clamping to the cap is
+    the ingest stage's job, so that the clamped amount can be counted in a metric).
+    """
+    if raw is None:
+        return Rejection("malformed_json", "empty message value")
+    if len(raw) > max_bytes:
+        return Rejection("oversize", f"{len(raw)} bytes > max_message_bytes={max_bytes}")
+    try:
+        obj = _loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return Rejection("malformed_json", str(exc)[:200])
+    except RecursionError:
+        return Rejection("malformed_json", "nesting too deep")
+    if type(obj) is not dict:
+        return Rejection("invalid_schema", f"expected a JSON object, got {type(obj).__name__}")
+    key = obj.get("key")
+    if type(key) is not str or not key or len(key) > 1024:
+        return Rejection("invalid_schema", "key must be a non-empty string of at most 1024 chars")
+    ts = obj.get("ts")
+    tt = type(ts)
+    if tt is not float and tt is not int:
+        return Rejection("invalid_schema", "ts must be a number (Unix seconds)")
+    try:
+        ts = float(ts)  # type: ignore[arg-type]
+    except OverflowError:
+        return Rejection("ts_not_finite", "ts does not fit a float")
+    if not math.isfinite(ts):
+        return Rejection("ts_not_finite", f"ts={ts!r}")
+    value = obj.get("value", 1.0)
+    tv = type(value)
+    if tv is not float and tv is not int:
+        return Rejection("invalid_schema", "value must be a number")
+    try:
+        value = float(value)
+    except OverflowError:
+        return Rejection("value_out_of_range", "value does not fit a float")
+    if not math.isfinite(value):
+        return Rejection("value_not_finite", f"value={value!r}")
+    if value < 0.0:
+        return Rejection("negative_value", f"value={value!r} < 0")
+    if value > max_value:
+        return Rejection("value_out_of_range", f"value={value!r} > max_event_value={max_value!r}")
+    return Event(key, ts, value)
+
+
+def encode(obj: Any) -> bytes:
+    """Compact UTF-8 JSON; floats use ``repr`` (shortest round-trip), so re-encoding the same
+    value gives the same bytes. NaN/inf are refused (``ValueError``)."""
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def count_message(
+    *,
+    stream: str,
+    tick: int,
+    tick_start: float,
+    tick_end: float,
+    value: float,
+    stderr: float,
+    strategy: str,
+    p: float,
+    privacy: dict[str, Any],
+    cap: float,
+    horizon: int,
+) -> dict[str, Any]:
+    """One ``dp.counts.v1`` value (a subscriber needs nothing else to interpret it)."""
+    return {
+        "stream": stream,
+        "tick": int(tick),
+        "tick_start": float(tick_start),
+        "tick_end": float(tick_end),
+        "value": float(value),
+        "stderr": float(stderr),
+        "strategy": strategy,
+        "p": float(p),
+        "privacy": privacy,
+        "cap": float(cap),
+        "horizon": int(horizon),
+        "schema": "dp.counts.v1",
+    }
+
+
+def dlq_message(
+    rejection: Rejection, raw: bytes | None, topic: str, partition: int, offset: int
+) -> dict[str, Any]:
+    """One ``dp.events.dlq`` value: reason, detail, origin and the (truncated) raw bytes."""
+    text = (raw or b"")[:_RAW_LIMIT].decode("utf-8", errors="replace")
+    return {
+        "reason": rejection.reason,
+        "detail": rejection.detail[:1000],
+        "topic": topic,
+        "partition": int(partition),
+        "offset": int(offset),
+        "raw": text[:_RAW_LIMIT],
+        "schema": "dp.events.dlq",
+    }
+
+
+@cache
+def schema(name: str) -> dict[str, Any]:
+    """The JSON Schema ``agents/schemas/<name>.json`` (e.g. ``"dp.counts.v1"``)."""
+    text = resources.files("agents").joinpath("schemas", f"{name}.json").read_text("utf-8")
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def validate(name: str, obj: Any) -> None:
+    """Raise ``jsonschema.ValidationError`` unless ``obj`` matches schema ``name``."""
+    import jsonschema  # type: ignore[import-untyped]
+
+    jsonschema.validate(obj, schema(name), cls=jsonschema.Draft202012Validator)

@@ -1,0 +1,116 @@
+"""The service's topics: names, partition counts, configs, and :func:`ensure_topics`.
+
+| topic (default name) | partitions | key | cleanup | who reads it |
+|---|---|---|---|---|
+| ``dp.events.v1`` | ``events_partitions`` | event key | delete | ingest stage |
+| ``dp.counts.v1`` | ``counts_partitions`` | stream name | delete | users, reconcile agent |
+| ``dp.histograms.v1`` | ``histograms_partitions`` | domain name | delete | users, dashboard |
+| ``dp.events.dlq`` | ``dlq_partitions`` | original key | delete | operators |
+| ``dp.partials.v1`` (internal) | ``shards`` | tick | delete, short retention | release stage only |
+| ``dp.checkpoints.ingest.v1`` (internal) | ``events_partitions`` | chunk id | compact | ingest stage only |
+| ``dp.checkpoints.release.v1`` (internal) | ``shards`` | chunk id | compact | release stage only |
+
+Partition counts are explicit (broker auto-create defaults differ); :func:`ensure_topics` creates
+missing topics and raises ``ValueError`` if an existing one has a different partition count,
+because ingest checkpoints and shard assignment are tied to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents.config import Settings
+
+__all__ = [
+    "COUNTS",
+    "DLQ",
+    "EVENTS",
+    "HISTOGRAMS",
+    "INGEST_CHECKPOINTS",
+    "PARTIALS",
+    "RELEASE_CHECKPOINTS",
+    "TopicSpec",
+    "ensure_topics",
+    "topic_specs",
+]
+
+EVENTS = "dp.events.v1"
+COUNTS = "dp.counts.v1"
+HISTOGRAMS = "dp.histograms.v1"
+DLQ = "dp.events.dlq"
+PARTIALS = "dp.partials.v1"
+INGEST_CHECKPOINTS = "dp.checkpoints.ingest.v1"
+RELEASE_CHECKPOINTS = "dp.checkpoints.release.v1"
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic to create: name, partitions, replication and broker configs."""
+
+    name: str
+    partitions: int
+    replication: int
+    configs: tuple[tuple[str, str], ...] = ()
+    internal: bool = False
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    """Every topic the service uses, with its partition count and configs."""
+    rf = settings.replication_factor
+    compact = (("cleanup.policy", "compact"), ("min.compaction.lag.ms", "60000"))
+    return [
+        TopicSpec(settings.events_topic, settings.events_partitions, rf),
+        TopicSpec(settings.counts_topic, settings.counts_partitions, rf),
+        TopicSpec(settings.histograms_topic, settings.histograms_partitions, rf),
+        TopicSpec(settings.dlq_topic, settings.dlq_partitions, rf),
+        TopicSpec(
+            settings.partials_topic,
+            settings.shards,
+            rf,
+            (("retention.ms", str(settings.partials_retention_s * 1000)),),
+            internal=True,
+        ),
+        TopicSpec(settings.ingest_checkpoints_topic, settings.events_partitions, rf, compact, True),
+        TopicSpec(settings.release_checkpoints_topic, settings.shards, rf, compact, True),
+    ]
+
+
+async def ensure_topics(bootstrap: str, settings: Settings, timeout_s: float = 30.0) -> list[str]:
+    """Create the missing topics of :func:`topic_specs`; return the names created.
+
+    Raises ``ValueError`` if an existing topic's partition count differs from the settings.
+    """
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-untyped]
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    await admin.start()
+    try:
+        specs = topic_specs(settings)
+        existing = set(await admin.list_topics())
+        missing = [s for s in specs if s.name not in existing]
+        if missing:
+            await admin.create_topics(
+                [
+                    NewTopic(
+                        s.name,
+                        num_partitions=s.partitions,
+                        replication_factor=s.replication,
+                        topic_configs=dict(s.configs),
+                    )
+                    for s in missing
+                ],
+                timeout_ms=int(timeout_s * 1000),
+            )
+        present = [s for s in specs if s.name in existing]
+        if present:
+            described = await admin.describe_topics([s.name for s in present])
+            counts = {d["topic"]: len(d["partitions"]) for d in described}
+            for s in present:
+                if counts.get(s.name, s.partitions) != s.partitions:
+                    raise ValueError(
+                        f"topic {s.name!r} has {counts[s.name]} partitions but the settings "
+                        f"ask for {s.partitions}; fix the settings or recreate the topic"
+                    )
+        return [s.name for s in missing]
+    finally:
+        await admin.close()

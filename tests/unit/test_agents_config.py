@@ -1,0 +1,101 @@
+"""Settings: precedence, validation, secrets kept out of repr, generated docs current."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import agents.config as config
+from agents.config import DomainSpec, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_defaults_need_origin() -> None:
+    with pytest.raises(ValueError, match="origin"):
+        Settings.load(env={})
+    s = Settings.load(env={"STREAM_DP_ORIGIN": "1000"})
+    assert s.origin == 1000.0 and s.strategy == "auto" and s.web_host == "127.0.0.1"
+
+
+def test_precedence_toml_then_env(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(
+        'origin = 5.0\ntick_seconds = 30\ndomain_file = "d.toml"\nshards = 3\n', encoding="utf-8"
+    )
+    s = Settings.load(tmp_path / "s.toml", env={"STREAM_DP_SHARDS": "4"})
+    assert s.tick_seconds == 30.0 and s.shards == 4 and s.origin == 5.0
+    assert s.domain_file == str(tmp_path / "d.toml")
+    s2 = Settings.load(env={"STREAM_DP_CONFIG": str(tmp_path / "s.toml")})
+    assert s2.shards == 3
+
+
+def test_unknown_toml_key_and_bad_values_name_the_setting(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text("origin = 1.0\ntick_secs = 3\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="tick_secs"):
+        Settings.load(tmp_path / "s.toml", env={})
+    base = {"STREAM_DP_ORIGIN": "1"}
+    for var, value, name in [
+        ("STREAM_DP_P", "1.5", "p"),
+        ("STREAM_DP_P", "nan", "p"),
+        ("STREAM_DP_SHARDS", "0", "shards"),
+        ("STREAM_DP_SHARDS", "two", "shards"),
+        ("STREAM_DP_TICK_SECONDS", "-1", "tick_seconds"),
+        ("STREAM_DP_EPSILON", "inf", "epsilon"),
+        ("STREAM_DP_STRATEGY", "magic", "strategy"),
+        ("STREAM_DP_PRIVACY_MODEL", "approx", "privacy_model"),
+        ("STREAM_DP_WEB_PORT", "70000", "web_port"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            Settings.load(env={**base, var: value})
+
+
+def test_secret_never_in_repr(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "correct-horse-battery-staple-123"
+    monkeypatch.setenv("STREAM_DP_KEY", secret)
+    s = Settings.load(env={"STREAM_DP_ORIGIN": "1", "STREAM_DP_KEY": secret})
+    assert secret not in repr(s) and secret not in str(s)
+    assert not hasattr(s, "key")
+
+
+def test_privacy_and_tick_bounds() -> None:
+    s = Settings.load(env={"STREAM_DP_ORIGIN": "100", "STREAM_DP_TICK_SECONDS": "10"})
+    assert s.tick_bounds(1) == (100.0, 110.0) and s.tick_bounds(3) == (120.0, 130.0)
+    assert s.privacy.as_dict() == {"model": "pure", "epsilon": 1.0}
+    z = s.replace(privacy_model="zcdp", rho=0.25)
+    assert z.privacy.as_dict() == {"model": "zcdp", "rho": 0.25}
+
+
+def test_docstring_table_and_docs_file_are_current() -> None:
+    table = config.settings_table()
+    assert config.__doc__ is not None and table in config.__doc__
+    doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert doc == config.configuration_markdown(), "run: python -m agents.config"
+    for name in Settings.__dataclass_fields__:
+        assert f"`STREAM_DP_{name.upper()}`" in table
+
+
+def test_domain_spec_parsing_and_errors() -> None:
+    flat = DomainSpec.from_toml('name = "x"\nkind = "flat"\nstreams = ["a", "b"]\n')
+    assert flat.streams == ("a", "b")
+    h = DomainSpec.from_toml('kind = "hierarchy"\npaths = ["a/b", "a/c"]\nroot = "r"\n')
+    assert h.paths == ("a/b", "a/c") and h.root == "r" and h.name == "domain"
+    g = DomainSpec.from_toml('kind = "grid"\n[attributes]\nx = ["1", "2"]\ny = ["a"]\n')
+    assert g.attributes == (("x", ("1", "2")), ("y", ("a",)))
+    for bad, word in [
+        ('kind = "tree"\n', "kind"),
+        ('kind = "flat"\nstreams = []\n', "streams"),
+        ('kind = "flat"\nstreams = ["a"]\nextra = 1\n', "extra"),
+        ('kind = "grid"\n[attributes]\nx = []\n', "x"),
+    ]:
+        with pytest.raises(ValueError, match=word):
+            DomainSpec.from_toml(bad)
+
+
+def test_example_files_parse() -> None:
+    s = Settings.load(ROOT / "examples" / "stream-dp.toml", env={})
+    assert Path(s.domain_file) == ROOT / "examples" / "domain.toml"
+    spec = DomainSpec.from_toml(Path(s.domain_file).read_text(encoding="utf-8"))
+    assert spec.kind == "hierarchy" and len(spec.paths) == 7
+    grid = DomainSpec.from_toml((ROOT / "examples" / "domain-grid.toml").read_text("utf-8"))
+    assert grid.kind == "grid"
