@@ -1,0 +1,177 @@
+"""Consistent release of one tick's noisy values over a :class:`~stream_dp.domain.Domain`.
+
+:func:`reconcile` picks the solver for the domain's constraint structure:
+
+* flat, no groups: nothing to do (values returned unchanged);
+* hierarchy, no groups: the exact two-pass GLS tree solver (one pass, exact);
+* grid: the FGMC projection of each attribute's 3-level tree, alternated (seed 002 + seed 000);
+* any extra constraint groups: the approximation method of seed 000 over all sub-problems.
+
+All projections are GLS projections in the metric of the noise variances, so the result is the
+optimal consistent release ``x + Σ Mᵀ (M Σ Mᵀ)⁺ (0 − M x)``; see
+:mod:`stream_dp.consistency.approx` for why the alternation must use that metric.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from stream_dp.consistency.approx import (
+    GridTreeBlock,
+    GroupBlock,
+    SubProblem,
+    TreeBlock,
+    approximate,
+)
+from stream_dp.consistency.tree import TreePlan, nonnegative_bfs
+
+if TYPE_CHECKING:  # stream_dp.domain imports this package (the tree plan); avoid the cycle
+    from stream_dp.domain import Domain
+
+Float64Array = NDArray[np.float64]
+Int64Array = NDArray[np.int64]
+
+__all__ = ["ReconcileResult", "reconcile"]
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    """One tick's consistent release.
+
+    ``values``: one per domain node, domain order (value units); ``iterations``: full cycles of
+    the approximation method (1 for an exact single solve, 0 when there is nothing to do);
+    ``residual``: ``‖M x‖₂`` of the returned values; ``seconds``: wall time; ``consistent``: the
+    returned values satisfy every constraint to within ``tol`` (``residual ≤ tol``);
+    ``converged``: the stopping rule was met before ``max_iter``.
+    """
+
+    values: Float64Array
+    iterations: int
+    residual: float
+    seconds: float
+    consistent: bool
+    converged: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class _Solver:
+    order: Int64Array | None  # solver position -> domain index; None = identity
+    subproblems: list[SubProblem]
+    plan: TreePlan | None  # BFS-ordered plan (hierarchy), for non-negative post-processing
+
+
+_SOLVERS: weakref.WeakKeyDictionary[Domain, _Solver] = weakref.WeakKeyDictionary()  # per domain
+
+
+def _solver(domain: Domain) -> _Solver:
+    cached = _SOLVERS.get(domain)
+    if cached is not None:
+        return cached
+    order: Int64Array | None = None
+    position: Int64Array | None = None
+    subs: list[SubProblem] = []
+    plan: TreePlan | None = None
+    if domain.kind == "hierarchy":
+        assert domain.parent is not None
+        base = TreePlan(domain.parent)
+        par = domain.parent
+        if base.is_bfs_ordered:
+            plan = base
+        else:
+            order, position = base.order, base.position
+            p_sorted = par[order]
+            plan = TreePlan(np.where(p_sorted >= 0, position[np.maximum(p_sorted, 0)], -1))
+        subs.append(TreeBlock(plan))
+    elif domain.kind == "grid":
+        shape = domain.cell_shape
+        off = 1
+        cells = 1 + sum(shape)
+        for i, ni in enumerate(shape):
+            subs.append(GridTreeBlock(shape, i, 0, off, cells))
+            off += ni
+    for g in domain.groups:
+        rows = g.rows if position is None else position[g.rows]
+        subs.append(GroupBlock(g.matrix, rows))
+    solver = _Solver(order, subs, plan)
+    _SOLVERS[domain] = solver
+    return solver
+
+
+def reconcile(
+    domain: Domain,
+    noisy: ArrayLike,
+    variances: ArrayLike | None = None,
+    *,
+    nonnegative: bool = False,
+    tol: float = 1e-6,
+    max_iter: int = 1000,
+) -> ReconcileResult:
+    """Optimal consistent values for one tick's noisy releases over ``domain``.
+
+    ``noisy``: shape ``(len(domain),)``, domain order, finite. ``variances``: noise variance of
+    each release (``None``: all equal; scalar; or shape ``(len(domain),)``), finite and > 0.
+    ``tol``: stop the approximation method when the mean absolute change of one cycle is below
+    ``tol`` (value units), and the bound on ``residual`` for ``consistent``. ``nonnegative``:
+    post-process for dashboards (hierarchies stay exactly consistent; with a grid or groups
+    negative values are clipped and ``consistent`` reports whether the constraints still hold).
+    """
+    start = time.perf_counter()
+    n = len(domain)
+    x = np.asarray(noisy, dtype=np.float64)
+    if x.shape != (n,):
+        raise ValueError(f"noisy must have shape ({n},) for this domain, got {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("noisy must hold finite numbers (no NaN or inf)")
+    if variances is None:
+        v = np.ones(n)
+    else:
+        va = np.asarray(variances, dtype=np.float64)
+        if va.shape not in ((), (n,)):
+            raise ValueError(f"variances must be a scalar or have shape ({n},), got {va.shape}")
+        v = np.broadcast_to(va, (n,))
+        if not (np.all(np.isfinite(v)) and np.all(v > 0)):
+            raise ValueError("variances must be finite and > 0 (noise variance of each release)")
+    if not (math.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
+    if max_iter < 1:
+        raise ValueError(f"max_iter must be ≥ 1, got {max_iter!r}")
+    solver = _solver(domain)
+    xs = x if solver.order is None else x[solver.order]
+    vs = v if solver.order is None else v[solver.order]
+    if solver.subproblems:
+        res = approximate(xs, vs, solver.subproblems, tol=tol, max_iter=max_iter)
+        values, iterations, residual, converged = (
+            res.values,
+            res.iterations,
+            res.residual,
+            res.converged,
+        )
+    else:
+        values, iterations, residual, converged = xs.astype(np.float64, copy=True), 0, 0.0, True
+    if nonnegative:
+        if solver.plan is not None and len(solver.subproblems) == 1:
+            nonnegative_bfs(solver.plan, values)
+        else:
+            np.maximum(values, 0.0, out=values)
+        if solver.subproblems:
+            prepared = [s.prepare(vs) for s in solver.subproblems]
+            residual = math.sqrt(sum(p.residual_sq(values) for p in prepared))
+    if solver.order is not None:
+        out = np.empty_like(values)
+        out[solver.order] = values
+        values = out
+    return ReconcileResult(
+        values=values,
+        iterations=iterations,
+        residual=residual,
+        seconds=time.perf_counter() - start,
+        consistent=residual <= tol,
+        converged=converged,
+    )

@@ -1,0 +1,536 @@
+"""Declared streams: a flat list, a hierarchy (forest), or a multi-attribute grid.
+
+A :class:`Domain` lists every released node (one stream each) in a fixed order, says which
+nodes one event feeds (:meth:`Domain.nodes_for_event`, :attr:`Domain.touches`), and carries the
+linear constraints the true values satisfy at every tick, for the consistency engine
+(:mod:`stream_dp.consistency`). Domains are immutable and validated on construction.
+
+Kinds:
+
+* ``flat`` — independent streams, no constraints (unless extra groups are declared);
+* ``hierarchy`` — a forest given by a parent array; ``parent value = Σ children`` at every
+  internal node. Events name a **leaf** and feed the leaf and all its ancestors;
+* ``grid`` — k attributes with their categories (seed 002): nodes ``total``, one node
+  ``attr=cat`` per category (attributes in declaration order), and one cell per combination,
+  ``a1=c1|a2=c2|…`` (declaration order, last attribute varying fastest). Constraints: for every
+  attribute, ``total = Σ its categories`` and each category = Σ of its cells (k 3-level trees).
+  Events name a cell (attributes in any order) and feed the total, one category per attribute
+  and the cell: ``touches = k + 2``.
+
+Extra constraint groups (:class:`ConstraintGroup`, any kind): ``matrix @ values[row] = 0`` for
+every row of node indices, rows pairwise disjoint (e.g. seed 000's per-day package constraints
+``B v_t = 0`` across the items' leaves of day t). They must hold for the true values; declaring
+constraints implied by the others (e.g. the same package constraint on every interval node,
+not only on the leaves) does not change the optimum and can make the solver converge much faster.
+
+Domain file format (TOML; :meth:`Domain.from_file` reads the ``[domain]`` table if present,
+else the top level; :meth:`Domain.from_toml` takes that table as a dict)::
+
+    [domain]
+    name = "shops"                    # optional, default "default"
+    kind = "hierarchy"                # "flat" | "hierarchy" | "grid"
+
+    # kind = "flat"
+    streams = ["a", "b", "c"]
+
+    # kind = "hierarchy", either from paths (internal nodes and the root are added) ...
+    paths = ["eu/fr/paris", "eu/fr/lyon", "eu/de/berlin"]
+    sep = "/"                         # optional, default "/"
+    root = "all"                      # optional, default "all"; "" for no common root (forest)
+    # ... or from explicit parents ("" = a root):
+    # streams = ["all", "eu", "us"]
+    # parents = ["", "all", "all"]
+
+    # kind = "grid"
+    [domain.attributes]               # declaration order is the attribute order
+    region = ["north", "south"]
+    product = ["a", "b", "c"]
+
+    # optional extra constraint groups, any kind
+    [[domain.constraints]]
+    name = "packages"
+    matrix = [[1, -5, 3, 4, 0], [-1, -1, 1, 0, 2]]
+    rows = [["cola/d1", "burger/d1", "wings/d1", "fries/d1", "nuggets/d1"]]
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import ArrayLike, NDArray
+
+from stream_dp.consistency.tree import TreePlan, validate_parent
+
+Float64Array = NDArray[np.float64]
+Int64Array = NDArray[np.int64]
+Kind = Literal["flat", "hierarchy", "grid"]
+
+__all__ = ["ConstraintGroup", "Domain", "Kind"]
+
+_KINDS = ("flat", "hierarchy", "grid")
+_TOTAL = "total"
+
+
+@dataclass(frozen=True, eq=False)
+class ConstraintGroup:
+    """``matrix @ values[rows[g]] = 0`` for every row ``g`` (node indices, pairwise disjoint).
+
+    ``matrix``: shape ``(r, c)``, finite; ``rows``: shape ``(G, c)``, int64 node indices.
+    """
+
+    name: str
+    matrix: Float64Array
+    rows: Int64Array
+
+    def __post_init__(self) -> None:
+        m = np.array(self.matrix, dtype=np.float64)
+        if m.ndim != 2 or m.size == 0 or not np.all(np.isfinite(m)):
+            raise ValueError(
+                f"constraint group {self.name!r}: matrix must be a finite, non-empty 2-D array"
+            )
+        r = np.array(self.rows)
+        if r.ndim != 2 or r.shape[1] != m.shape[1] or r.shape[0] == 0:
+            raise ValueError(
+                f"constraint group {self.name!r}: rows must have shape (groups ≥ 1, {m.shape[1]}), got {r.shape}"
+            )
+        r = r.astype(np.int64)
+        flat = r.reshape(-1)
+        if np.unique(flat).size != flat.size:
+            raise ValueError(
+                f"constraint group {self.name!r}: rows must use pairwise disjoint nodes"
+            )
+        m.setflags(write=False)
+        r.setflags(write=False)
+        object.__setattr__(self, "matrix", m)
+        object.__setattr__(self, "rows", r)
+
+
+def _check_names(names: Sequence[str], what: str = "names") -> tuple[str, ...]:
+    out = tuple(names)
+    if not out:
+        raise ValueError(f"a domain needs at least one stream: {what} is empty")
+    for i, s in enumerate(out):
+        if not isinstance(s, str) or not s:
+            raise ValueError(f"{what}[{i}] must be a non-empty string, got {s!r}")
+    if len(set(out)) != len(out):
+        seen: set[str] = set()
+        dup = next(s for s in out if s in seen or seen.add(s))  # type: ignore[func-returns-value]
+        raise ValueError(f"duplicate stream name in {what}: {dup!r}")
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Domain:
+    """The declared streams of one service (see the module docstring for the kinds).
+
+    Use the constructors (:meth:`flat`, :meth:`from_paths`, :meth:`from_parent`, :meth:`grid`,
+    :meth:`from_toml`, :meth:`from_file`) rather than the raw fields.
+    """
+
+    kind: Kind
+    names: tuple[str, ...]
+    parent: Int64Array | None = None
+    attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    groups: tuple[ConstraintGroup, ...] = ()
+    name: str = "default"
+    _index: dict[str, int] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"kind must be one of {', '.join(_KINDS)}; got {self.kind!r}")
+        names = _check_names(self.names)
+        object.__setattr__(self, "names", names)
+        n = len(names)
+        if self.kind == "hierarchy":
+            if self.parent is None:
+                raise ValueError("a hierarchy needs a parent array")
+            par = validate_parent(self.parent).copy()
+            if par.size != n:
+                raise ValueError(f"parent must have one entry per name ({n}), got {par.size}")
+            TreePlan(par)  # raises ValueError on cycles
+            par.setflags(write=False)
+            object.__setattr__(self, "parent", par)
+        elif self.parent is not None:
+            raise ValueError(f"a {self.kind} domain has no parent array")
+        if self.kind == "grid":
+            if not self.attributes:
+                raise ValueError("a grid needs at least one attribute")
+            expected = (
+                1
+                + sum(len(c) for _, c in self.attributes)
+                + math.prod(len(c) for _, c in self.attributes)
+            )
+            if expected != n:
+                raise ValueError(
+                    f"a grid with these attributes has {expected} nodes, got {n} names"
+                )
+        for g in self.groups:
+            if g.rows.size and (g.rows.min() < 0 or g.rows.max() >= n):
+                raise ValueError(f"constraint group {g.name!r}: node index outside [0, {n - 1}]")
+        object.__setattr__(self, "_index", {s: i for i, s in enumerate(names)})
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def flat(cls, names: Sequence[str], *, name: str = "default") -> Domain:
+        """Independent streams, in the given order."""
+        return cls("flat", tuple(names), name=name)
+
+    @classmethod
+    def from_parent(
+        cls, names: Sequence[str], parent: ArrayLike, *, name: str = "default"
+    ) -> Domain:
+        """A forest: ``parent[i]`` is the index of node i's parent, ``-1`` for a root."""
+        return cls("hierarchy", tuple(names), np.asarray(parent), name=name)
+
+    @classmethod
+    def from_paths(
+        cls,
+        paths: Sequence[str],
+        sep: str = "/",
+        root: str | None = "all",
+        *,
+        name: str = "default",
+    ) -> Domain:
+        """A hierarchy from leaf paths like ``"eu/fr/paris"``; internal nodes are added.
+
+        Node names are the path prefixes (``"eu"``, ``"eu/fr"``, ``"eu/fr/paris"``); ``root``
+        names a common root above the top-level nodes (``None`` or ``""``: a forest). Nodes are
+        ordered breadth-first (root first), children in order of first appearance.
+        """
+        if not sep:
+            raise ValueError("sep must be a non-empty string")
+        if not paths:
+            raise ValueError("a domain needs at least one stream: paths is empty")
+        index: dict[str, int] = {}
+        names: list[str] = []
+        parents: list[int] = []
+        top = -1
+        if root:
+            index[root] = 0
+            names.append(root)
+            parents.append(-1)
+            top = 0
+        seen_paths: set[str] = set()
+        for i, path in enumerate(paths):
+            if not isinstance(path, str) or not path:
+                raise ValueError(f"paths[{i}] must be a non-empty string, got {path!r}")
+            if path in seen_paths:
+                raise ValueError(f"duplicate path: {path!r}")
+            seen_paths.add(path)
+            parts = path.split(sep)
+            if any(not p for p in parts):
+                raise ValueError(f"paths[{i}] = {path!r} has an empty component (sep {sep!r})")
+            up = top
+            prefix = ""
+            for depth, part in enumerate(parts):
+                prefix = part if depth == 0 else prefix + sep + part
+                j = index.get(prefix)
+                if j is None:
+                    if prefix == root:
+                        raise ValueError(f"path {path!r} collides with the root name {root!r}")
+                    j = len(names)
+                    index[prefix] = j
+                    names.append(prefix)
+                    parents.append(up)
+                elif parents[j] != up:  # pragma: no cover - prefixes are unique per parent
+                    raise ValueError(f"path {path!r} is inconsistent with earlier paths")
+                up = j
+        par = np.asarray(parents, dtype=np.int64)
+        plan = TreePlan(par)
+        pos = plan.position
+        new_par = np.where(par[plan.order] >= 0, pos[np.maximum(par[plan.order], 0)], -1)
+        return cls("hierarchy", tuple(names[i] for i in plan.order), new_par, name=name)
+
+    @classmethod
+    def grid(cls, attributes: Mapping[str, Sequence[str]], *, name: str = "default") -> Domain:
+        """Attribute grid (seed 002): ``total``, ``attr=cat`` per category, then the cells."""
+        if not attributes:
+            raise ValueError("a grid needs at least one attribute: attributes is empty")
+        attrs: list[tuple[str, tuple[str, ...]]] = []
+        for a, cats in attributes.items():
+            if not isinstance(a, str) or not a or "=" in a or "|" in a:
+                raise ValueError(
+                    f"attribute name must be a non-empty string without '=' or '|', got {a!r}"
+                )
+            if isinstance(cats, str):
+                raise ValueError(f"categories of {a!r} must be a list of strings, got a string")
+            cs = _check_names(list(cats), what=f"categories of {a!r}")
+            for c in cs:
+                if "=" in c or "|" in c:
+                    raise ValueError(f"category {c!r} of {a!r} must not contain '=' or '|'")
+            attrs.append((a, cs))
+        names = [_TOTAL]
+        for a, cs in attrs:
+            names += [f"{a}={c}" for c in cs]
+        cells: list[str] = [""]
+        for i, (a, cs) in enumerate(attrs):
+            labels = [f"{a}={c}" for c in cs]
+            cells = [f"{p}|{lab}" if i else lab for p in cells for lab in labels]
+        names += cells
+        return cls("grid", tuple(names), attributes=tuple(attrs), name=name)
+
+    def with_constraints(
+        self, group_name: str, matrix: ArrayLike, rows: Sequence[Sequence[str | int]]
+    ) -> Domain:
+        """A copy with one more constraint group; ``rows`` name nodes (or give indices)."""
+        idx = (
+            np.array(
+                [[self._node(r) if isinstance(r, str) else int(r) for r in row] for row in rows],
+                dtype=np.int64,
+            )
+            if rows
+            else np.zeros((0, np.shape(matrix)[-1]), dtype=np.int64)
+        )
+        group = ConstraintGroup(group_name, np.asarray(matrix, dtype=np.float64), idx)
+        return Domain(
+            self.kind, self.names, self.parent, self.attributes, (*self.groups, group), self.name
+        )
+
+    @classmethod
+    def from_toml(cls, section: Mapping[str, Any]) -> Domain:
+        """Build from a domain file's table (format in the module docstring)."""
+        known = {
+            "name",
+            "kind",
+            "streams",
+            "paths",
+            "sep",
+            "root",
+            "parents",
+            "attributes",
+            "constraints",
+        }
+        unknown = set(section) - known
+        if unknown:
+            raise ValueError(
+                f"unknown domain keys: {', '.join(sorted(unknown))} (allowed: {', '.join(sorted(known))})"
+            )
+        kind = section.get("kind")
+        name = str(section.get("name", "default"))
+        if kind == "flat":
+            dom = cls.flat(_str_list(section, "streams"), name=name)
+        elif kind == "hierarchy":
+            if "paths" in section:
+                root = section.get("root", "all")
+                dom = cls.from_paths(
+                    _str_list(section, "paths"),
+                    sep=str(section.get("sep", "/")),
+                    root=str(root) or None,
+                    name=name,
+                )
+            else:
+                streams = _str_list(section, "streams")
+                parents = [str(p) for p in section.get("parents", [])]
+                if len(parents) != len(streams):
+                    raise ValueError(
+                        "hierarchy: parents must list one parent name per stream ('' for a root)"
+                    )
+                pos = {s: i for i, s in enumerate(streams)}
+                try:
+                    par = [pos[p] if p else -1 for p in parents]
+                except KeyError as e:
+                    raise ValueError(f"hierarchy: unknown parent {e.args[0]!r}") from None
+                dom = cls.from_parent(streams, par, name=name)
+        elif kind == "grid":
+            attrs = section.get("attributes")
+            if not isinstance(attrs, Mapping):
+                raise ValueError("grid: [attributes] must be a table {attribute = [categories]}")
+            dom = cls.grid(attrs, name=name)
+        else:
+            raise ValueError(f"kind must be one of {', '.join(_KINDS)}; got {kind!r}")
+        for i, c in enumerate(section.get("constraints", [])):
+            if not isinstance(c, Mapping) or "matrix" not in c or "rows" not in c:
+                raise ValueError(f"constraints[{i}] must be a table with 'matrix' and 'rows'")
+            dom = dom.with_constraints(str(c.get("name", f"group{i}")), c["matrix"], c["rows"])
+        return dom
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Domain:
+        """Read a TOML domain file (its ``[domain]`` table if present, else the top level)."""
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+        section = data.get("domain", data)
+        if not isinstance(section, Mapping):
+            raise ValueError("[domain] must be a table")
+        return cls.from_toml(section)
+
+    # ------------------------------------------------------------------ queries
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def size(self) -> int:
+        """Number of released nodes (streams)."""
+        return len(self.names)
+
+    def index(self, stream: str) -> int:
+        """Position of a node name; ``KeyError`` if undeclared."""
+        return self._node(stream)
+
+    def _node(self, stream: str) -> int:
+        try:
+            return self._index[stream]
+        except KeyError:
+            raise KeyError(f"undeclared stream {stream!r}") from None
+
+    @cached_property
+    def cell_shape(self) -> tuple[int, ...]:
+        """Grid only: number of categories per attribute (declaration order)."""
+        return tuple(len(c) for _, c in self.attributes)
+
+    @cached_property
+    def _category_index(self) -> dict[str, tuple[int, dict[str, int]]]:
+        return {
+            a: (i, {c: j for j, c in enumerate(cs)}) for i, (a, cs) in enumerate(self.attributes)
+        }
+
+    @cached_property
+    def _plan(self) -> TreePlan:
+        assert self.parent is not None
+        return TreePlan(self.parent)
+
+    @cached_property
+    def _is_leaf(self) -> NDArray[np.bool_]:
+        assert self.parent is not None
+        has_child = np.zeros(self.size, dtype=bool)
+        has_child[self.parent[self.parent >= 0]] = True
+        return ~has_child
+
+    @cached_property
+    def touches(self) -> int:
+        """Nodes one event feeds (the accountant multiplies the per-node budget by this).
+
+        flat: 1; hierarchy: the number of levels (longest root-to-leaf path); grid: k + 2.
+        """
+        if self.kind == "hierarchy":
+            return self._plan.depth
+        if self.kind == "grid":
+            return len(self.attributes) + 2
+        return 1
+
+    def nodes_for_event(self, key: str) -> Int64Array:
+        """Indices of the nodes one event with this key feeds (``KeyError`` if undeclared).
+
+        flat: the stream itself; hierarchy: the leaf and its ancestors (leaf first; an internal
+        node is not a valid event key); grid: total, one category per attribute (declaration
+        order), then the cell. Grid keys are ``a1=c1|a2=c2|…`` with the attributes in any order.
+        """
+        if self.kind == "grid":
+            return self._grid_nodes(key)
+        i = self._node(key)
+        if self.kind == "flat":
+            return np.array([i], dtype=np.int64)
+        assert self.parent is not None
+        if not self._is_leaf[i]:
+            raise KeyError(f"stream {key!r} is an internal node; events must name a leaf")
+        path = [i]
+        while self.parent[path[-1]] >= 0:
+            path.append(int(self.parent[path[-1]]))
+        return np.array(path, dtype=np.int64)
+
+    def _grid_nodes(self, key: str) -> Int64Array:
+        cats = self._category_index
+        coords = [-1] * len(self.attributes)
+        for part in key.split("|"):
+            a, eq, c = part.partition("=")
+            if not eq or a not in cats:
+                raise KeyError(f"undeclared grid cell {key!r}: unknown attribute in {part!r}")
+            i, lookup = cats[a]
+            if coords[i] != -1:
+                raise KeyError(f"undeclared grid cell {key!r}: attribute {a!r} given twice")
+            j = lookup.get(c)
+            if j is None:
+                raise KeyError(f"undeclared grid cell {key!r}: unknown category {c!r} of {a!r}")
+            coords[i] = j
+        if -1 in coords:
+            raise KeyError(f"undeclared grid cell {key!r}: every attribute needs a category")
+        out = np.empty(len(coords) + 2, dtype=np.int64)
+        out[0] = 0
+        off = 1
+        for i, (_, cs) in enumerate(self.attributes):
+            out[1 + i] = off + coords[i]
+            off += len(cs)
+        out[-1] = off + int(np.ravel_multi_index(tuple(coords), self.cell_shape))
+        return out
+
+    @cached_property
+    def n_constraints(self) -> int:
+        """Number of (linearly independent for trees/grids) constraint rows ``M x = 0``."""
+        return int(self.constraint_matrix().shape[0])
+
+    def constraint_matrix(self) -> sp.csr_matrix:
+        """Sparse ``M`` with ``M x = 0`` for the true values (oracle and residual checks).
+
+        hierarchy: one row per internal node; grid: ``total − Σ categories`` for the first
+        attribute only (the others' are implied by the category rows) and one row per category;
+        then the rows of every constraint group.
+        """
+        n = self.size
+        rows: list[Int64Array] = []
+        cols: list[Int64Array] = []
+        vals: list[Float64Array] = []
+        m = 0
+        if self.kind == "hierarchy":
+            assert self.parent is not None
+            child = np.flatnonzero(self.parent >= 0)
+            internal = np.flatnonzero(~self._is_leaf)
+            row_of = np.full(n, -1, dtype=np.int64)
+            row_of[internal] = np.arange(internal.size)
+            rows += [row_of[internal], row_of[self.parent[child]]]
+            cols += [internal, child]
+            vals += [np.ones(internal.size), -np.ones(child.size)]
+            m = internal.size
+        elif self.kind == "grid":
+            shape = self.cell_shape
+            n0 = shape[0]
+            rows += [np.zeros(1 + n0, dtype=np.int64)]
+            cols += [np.arange(1 + n0, dtype=np.int64)]
+            vals += [np.r_[1.0, -np.ones(n0)]]
+            m = 1
+            cell_off = 1 + sum(shape)
+            cell_ids = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+            off = 1
+            for i, ni in enumerate(shape):
+                cat = np.broadcast_to(
+                    np.arange(ni, dtype=np.int64).reshape(
+                        [ni if a == i else 1 for a in range(len(shape))]
+                    ),
+                    shape,
+                ).reshape(-1)
+                rows += [m + np.arange(ni, dtype=np.int64), m + cat]
+                cols += [off + np.arange(ni, dtype=np.int64), cell_off + cell_ids.reshape(-1)]
+                vals += [np.ones(ni), -np.ones(cell_ids.size)]
+                m += ni
+                off += ni
+        for g in self.groups:
+            r, c = g.matrix.shape
+            G = g.rows.shape[0]
+            rr = m + (np.arange(G)[:, None, None] * r + np.arange(r)[None, :, None])
+            rr = np.broadcast_to(rr, (G, r, c))
+            cc = np.broadcast_to(g.rows[:, None, :], (G, r, c))
+            vv = np.broadcast_to(g.matrix[None, :, :], (G, r, c))
+            keep = vv != 0
+            rows.append(rr[keep])
+            cols.append(cc[keep])
+            vals.append(vv[keep])
+            m += G * r
+        if not rows:
+            return sp.csr_matrix((0, n))
+        return sp.csr_matrix(
+            (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(m, n)
+        )
+
+
+def _str_list(section: Mapping[str, Any], key: str) -> list[str]:
+    value = section.get(key)
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise ValueError(f"{key} must be a list of strings")
+    return value
