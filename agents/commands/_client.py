@@ -1,0 +1,72 @@
+"""Shared plumbing of the users' commands (``tail``, ``replay``, ``simulate --to-topic``).
+
+Broker address and topic names follow the worker's settings variables (``agents.config``):
+``--bootstrap`` beats ``STREAM_DP_BOOTSTRAP`` beats ``127.0.0.1:9092``; topic defaults come from
+``STREAM_DP_EVENTS_TOPIC`` / ``STREAM_DP_COUNTS_TOPIC`` / ``STREAM_DP_HISTOGRAMS_TOPIC`` or the
+contract names (docs/CONTRACTS.md). Only user-facing topics are ever read here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BOOTSTRAP_ENV = "STREAM_DP_BOOTSTRAP"
+
+#: setting name -> (environment variable, contract default)
+TOPIC_DEFAULTS: dict[str, tuple[str, str]] = {
+    "events": ("STREAM_DP_EVENTS_TOPIC", "dp.events.v1"),
+    "counts": ("STREAM_DP_COUNTS_TOPIC", "dp.counts.v1"),
+    "histograms": ("STREAM_DP_HISTOGRAMS_TOPIC", "dp.histograms.v1"),
+}
+
+
+def default_topic(kind: str) -> str:
+    """The topic name for ``kind`` (events, counts, histograms) from the environment or contract."""
+    var, default = TOPIC_DEFAULTS[kind]
+    return os.environ.get(var) or default
+
+
+def bootstrap_from(value: str | None) -> str:
+    """``--bootstrap`` if given, else ``STREAM_DP_BOOTSTRAP``, else ``127.0.0.1:9092``."""
+    return value or os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+
+
+def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT[,...]",
+        help=f"Kafka bootstrap servers (default: ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})",
+    )
+
+
+class TopicMissingError(RuntimeError):
+    """The topic does not exist on the broker."""
+
+
+async def topic_partitions(
+    consumer: AIOKafkaConsumer, topic: str, timeout_s: float = 10.0
+) -> list[TopicPartition]:
+    """The partitions of ``topic`` (sorted); :class:`TopicMissingError` if it does not exist."""
+    import asyncio
+
+    from aiokafka import TopicPartition
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        topics = await consumer.topics()
+        parts = consumer.partitions_for_topic(topic) if topic in topics else None
+        if parts:
+            return [TopicPartition(topic, p) for p in sorted(parts)]
+        if loop.time() > deadline:
+            raise TopicMissingError(
+                f"topic {topic!r} does not exist on the broker (create the service's topics with "
+                "'stream-dp topics', or pass --topic)"
+            )
+        await asyncio.sleep(0.2)

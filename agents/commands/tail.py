@@ -1,0 +1,269 @@
+"""``stream-dp tail``: subscribe to the released counts or the consistent histograms.
+
+Reads ``dp.counts.v1`` (one message per released (stream, tick)) or ``dp.histograms.v1`` (one
+consistent histogram per reconciled tick) with a group-less consumer (nothing is committed, any
+number of tails can run) and prints a table or the messages as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+from agents.commands._client import (
+    TopicMissingError,
+    add_bootstrap_argument,
+    bootstrap_from,
+    default_topic,
+    topic_partitions,
+)
+
+HELP = "subscribe to released counts or consistent histograms"
+
+DESCRIPTION = """\
+Print released DP counts (default) or consistent histograms as they are published.
+
+  counts       dp.counts.v1: one line per (stream, tick) with the noisy decayed count, its
+               analytic standard error, strategy, decay p and privacy parameters
+  histograms   dp.histograms.v1: per reconciled tick, every node's consistent value, the noisy
+               release it came from and its standard error, as an indented tree
+
+Where to start: live (default: only messages published from now on), --from-beginning (the
+whole retained topic) or --from-tick N (from the beginning, showing ticks >= N).
+Output: a table (default) or --json (each message as one JSON line, exactly as published).
+--prefix P keeps streams whose name starts with P (for histograms: nodes).
+For scripts: --max-messages N stops after N printed messages; --timeout S stops after S seconds
+without a new message (exit status 0 either way).
+
+The broker comes from --bootstrap, else $STREAM_DP_BOOTSTRAP (the worker's variable), else
+127.0.0.1:9092; topic names from --topic or $STREAM_DP_COUNTS_TOPIC / $STREAM_DP_HISTOGRAMS_TOPIC.
+
+Examples:
+  stream-dp tail                                   # live counts, as a table
+  stream-dp tail counts --prefix www/ --json       # live counts of the www/ subtree, JSON lines
+  stream-dp tail counts --from-tick 100 --max-messages 50
+  stream-dp tail histograms --from-beginning --timeout 5 --json | jq .diagnostics
+  STREAM_DP_BOOTSTRAP=kafka-1:9092 stream-dp tail histograms
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "what", nargs="?", choices=("counts", "histograms"), default="counts",
+        help="which output to follow (default: counts)",
+    )
+    add_bootstrap_argument(parser)
+    parser.add_argument("--topic", help="topic name (default from the environment or contract)")
+    parser.add_argument("--json", action="store_true", help="print each message as one JSON line")
+    parser.add_argument("--prefix", default="", help="only streams/nodes starting with PREFIX")
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument("--from-beginning", action="store_true", help="read the whole topic")
+    start.add_argument(
+        "--from-tick", type=int, metavar="N", help="read from the beginning, show ticks >= N"
+    )
+    parser.add_argument(
+        "--max-messages", type=int, metavar="N", help="exit after printing N messages"
+    )
+    parser.add_argument(
+        "--timeout", type=float, metavar="S", help="exit after S seconds without a new message"
+    )
+
+
+# ---------------------------------------------------------------------------------- formatting
+def _iso(ts: Any) -> str:
+    try:
+        return datetime.fromtimestamp(float(ts), UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (TypeError, ValueError, OverflowError):
+        return "?"
+
+
+def privacy_text(privacy: Any) -> str:
+    """``ε=1`` or ``ρ=0.5`` from the message's privacy object."""
+    if isinstance(privacy, dict):
+        if privacy.get("model") == "pure":
+            return f"ε={privacy.get('epsilon', '?'):g}" if isinstance(
+                privacy.get("epsilon"), int | float) else "ε=?"
+        if privacy.get("model") == "zcdp":
+            return f"ρ={privacy.get('rho', '?'):g}" if isinstance(
+                privacy.get("rho"), int | float) else "ρ=?"
+    return "?"
+
+
+def _num(x: Any, fmt: str = ".3f") -> str:
+    return format(x, fmt) if isinstance(x, int | float) and not isinstance(x, bool) else "?"
+
+
+COUNTS_HEADER = (
+    f"{'TICK':>7}  {'TICK END (UTC)':19}  {'STREAM':30}  {'VALUE':>12}  {'±STDERR':>9}  "
+    f"{'STRATEGY':11}  {'p':>6}  PRIVACY"
+)
+
+
+def format_count_row(msg: dict[str, Any]) -> str:
+    """One table row for a ``dp.counts.v1`` message."""
+    stream = str(msg.get("stream", "?"))
+    if len(stream) > 30:
+        stream = "…" + stream[-29:]
+    return (
+        f"{msg.get('tick', '?'):>7}  {_iso(msg.get('tick_end')):19}  {stream:30}  "
+        f"{_num(msg.get('value')):>12}  {_num(msg.get('stderr')):>9}  "
+        f"{msg.get('strategy', '?')!s:11}  {_num(msg.get('p'), 'g'):>6}  "
+        f"{privacy_text(msg.get('privacy'))}"
+    )
+
+
+def _depth(name: str) -> int:
+    if "|" in name:
+        return name.count("|") + 1  # grid cell: after total (0) and marginals (1)
+    if "=" in name:
+        return 1
+    return name.count("/") + (0 if name in ("all", "total") else 1)
+
+
+def format_histogram(msg: dict[str, Any], prefix: str = "") -> str:
+    """A block for a ``dp.histograms.v1`` message: a header line and one indented node per line."""
+    diag = msg.get("diagnostics") or {}
+    nodes = [n for n in msg.get("nodes") or () if str(n.get("stream", "")).startswith(prefix)]
+    lines = [
+        f"tick {msg.get('tick', '?')} (ends {_iso(msg.get('tick_end'))} UTC): {len(nodes)} nodes, "
+        f"{'consistent' if msg.get('consistent') else 'NOT consistent'}, "
+        f"{diag.get('iterations', '?')} iterations, residual {_num(diag.get('residual'), '.2e')}, "
+        f"{_num(diag.get('seconds'), '.4f')} s"
+    ]
+    for node in nodes:
+        name = str(node.get("stream", "?"))
+        indent = "  " * min(_depth(name), 6)
+        lines.append(
+            f"  {indent}{name:<{max(40 - len(indent), 10)}} {_num(node.get('value')):>12}"
+            f"  (noisy {_num(node.get('noisy'))} ± {_num(node.get('stderr'))})"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------- consuming
+class _Printer:
+    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
+        self.args = args
+        self.out = out
+        self.printed = 0
+        self.header_done = False
+
+    def wants(self, msg: dict[str, Any]) -> bool:
+        if self.args.from_tick is not None:
+            tick = msg.get("tick")
+            if not isinstance(tick, int) or tick < self.args.from_tick:
+                return False
+        if self.args.what == "counts":
+            return str(msg.get("stream", "")).startswith(self.args.prefix)
+        if self.args.prefix:
+            return any(
+                str(n.get("stream", "")).startswith(self.args.prefix)
+                for n in msg.get("nodes") or ()
+            )
+        return True
+
+    def show(self, raw: bytes) -> None:
+        try:
+            msg = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            print(f"(skipping a message that is not JSON: {raw[:60]!r})", file=sys.stderr)
+            return
+        if not isinstance(msg, dict) or not self.wants(msg):
+            return
+        if self.args.json:
+            if self.args.what == "histograms" and self.args.prefix:
+                msg = {**msg, "nodes": [n for n in msg.get("nodes") or ()
+                                        if str(n.get("stream", "")).startswith(self.args.prefix)]}
+                line = json.dumps(msg, separators=(",", ":"))
+            else:
+                line = raw.decode()
+            print(line, file=self.out)
+        elif self.args.what == "counts":
+            if not self.header_done:
+                print(COUNTS_HEADER, file=self.out)
+                self.header_done = True
+            print(format_count_row(msg), file=self.out)
+        else:
+            print(format_histogram(msg, self.args.prefix), file=self.out)
+        self.out.flush()
+        self.printed += 1
+
+    @property
+    def done(self) -> bool:
+        return self.args.max_messages is not None and self.printed >= self.args.max_messages
+
+
+async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None = None) -> int:
+    """Consume and print per ``args`` until a limit, ``stop`` or a signal; returns exit status."""
+    from aiokafka import AIOKafkaConsumer
+
+    topic = args.topic or default_topic(args.what)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_from(args.bootstrap),
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="latest",
+        isolation_level="read_committed",
+    )
+    await consumer.start()
+    printer = _Printer(args, out)
+    loop = asyncio.get_running_loop()
+    try:
+        tps = await topic_partitions(consumer, topic)
+        consumer.assign(tps)
+        if args.from_beginning or args.from_tick is not None:
+            await consumer.seek_to_beginning(*tps)
+        else:
+            await consumer.seek_to_end(*tps)
+            for tp in tps:  # resolve the live position now, before anything new is published
+                await consumer.position(tp)
+        last_message = loop.time()
+        while not printer.done and not (stop is not None and stop.is_set()):
+            batch = await consumer.getmany(timeout_ms=200, max_records=500)
+            records = sorted(
+                (m for msgs in batch.values() for m in msgs), key=lambda m: (m.timestamp, m.offset)
+            )
+            for m in records:
+                if m.value is not None:
+                    printer.show(m.value)
+                if printer.done:
+                    break
+            if records:
+                last_message = loop.time()
+            elif args.timeout is not None and loop.time() - last_message >= args.timeout:
+                break
+    finally:
+        await consumer.stop()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_messages is not None and args.max_messages < 1:
+        print("stream-dp tail: --max-messages must be ≥ 1", file=sys.stderr)
+        return 2
+    if args.timeout is not None and not args.timeout > 0:
+        print("stream-dp tail: --timeout must be > 0 seconds", file=sys.stderr)
+        return 2
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await tail(args, sys.stdout, stop)
+
+    try:
+        return asyncio.run(main())
+    except TopicMissingError as exc:
+        print(f"stream-dp tail: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `stream-dp tail | head`
+        with contextlib.suppress(OSError):
+            sys.stdout.close()
+        return 0

@@ -1,0 +1,224 @@
+"""Event log files: the formats ``stream-dp simulate`` writes and ``stream-dp replay`` reads.
+
+Two formats, one event per line, in event-time order (replay does not require order, but a log
+out of order makes the worker's watermark drop the stragglers as late):
+
+* **CSV** with a header line naming the columns ``ts``, ``key`` and optionally ``value`` (any
+  order; other columns are ignored). ``ts`` is the event time, either Unix seconds (``1704067200.25``)
+  or ISO 8601 (``2024-01-01T00:00:00.250Z``; a time without offset is read as UTC). ``key`` is the
+  declared event key (a leaf stream or grid cell). ``value`` is the event's contribution (default 1;
+  the worker clamps it to the contribution cap).
+* **JSON lines** (``.jsonl`` / ``.ndjson``): ``{"key": str, "ts": number | ISO 8601 string,
+  "value": number}`` with ``value`` optional (default 1). Blank lines are skipped.
+
+Everything here is pure Python (no Kafka), so the simulators and tests can use it directly.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Literal
+
+LogFormat = Literal["csv", "jsonl"]
+
+_FORMATS_BY_SUFFIX: dict[str, LogFormat] = {
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One input event: ``key`` (declared event key), ``ts`` (event time, Unix seconds),
+    ``value`` (contribution before clamping; counts use 1)."""
+
+    key: str
+    ts: float
+    value: float = 1.0
+
+    def to_message(self) -> dict[str, object]:
+        """The ``dp.events.v1`` message value (see docs/CONTRACTS.md)."""
+        return {"key": self.key, "ts": self.ts, "value": self.value}
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """An event read from a log with its position: ``number`` counts data records from 1,
+    ``end_offset`` is the byte offset just after its line (where a resumed read continues)."""
+
+    number: int
+    end_offset: int
+    event: Event
+
+
+class LogFormatError(ValueError):
+    """A malformed log line; the message names the file, line number and problem."""
+
+
+def detect_format(path: str | Path, explicit: str | None = None) -> LogFormat:
+    """The log format from ``explicit`` (``"csv"``/``"jsonl"``) or the file suffix."""
+    if explicit is not None:
+        if explicit not in ("csv", "jsonl"):
+            raise ValueError(f"format must be 'csv' or 'jsonl', got {explicit!r}")
+        return explicit  # type: ignore[return-value]
+    suffix = Path(path).suffix.lower()
+    if suffix not in _FORMATS_BY_SUFFIX:
+        raise ValueError(
+            f"cannot tell the format of {str(path)!r} from its suffix; "
+            "use .csv, .jsonl or .ndjson, or pass --format csv|jsonl"
+        )
+    return _FORMATS_BY_SUFFIX[suffix]
+
+
+def parse_ts(raw: object) -> float:
+    """Event time in Unix seconds from a number, a numeric string or an ISO 8601 string."""
+    if isinstance(raw, bool):
+        raise ValueError(f"ts must be Unix seconds or ISO 8601, got {raw!r}")
+    if isinstance(raw, int | float):
+        ts = float(raw)
+    elif isinstance(raw, str):
+        text = raw.strip()
+        try:
+            ts = float(text)
+        except ValueError:
+            try:
+                parsed = datetime.fromisoformat(text)
+            except ValueError:
+                raise ValueError(f"ts must be Unix seconds or ISO 8601, got {raw!r}") from None
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=UTC)
+            ts = parsed.timestamp()
+    else:
+        raise ValueError(f"ts must be Unix seconds or ISO 8601, got {raw!r}")
+    if not math.isfinite(ts):
+        raise ValueError(f"ts must be finite, got {raw!r}")
+    return ts
+
+
+def _parse_value(raw: object) -> float:
+    if raw is None or raw == "":
+        return 1.0
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise ValueError(f"value must be a number, got {raw!r}")
+    value = float(raw)
+    if not math.isfinite(value):
+        raise ValueError(f"value must be finite, got {raw!r}")
+    return value
+
+
+def _parse_key(raw: object) -> str:
+    if not isinstance(raw, str) or not raw:
+        raise ValueError(f"key must be a non-empty string, got {raw!r}")
+    return raw
+
+
+def read_log(
+    path: str | Path,
+    fmt: LogFormat | None = None,
+    *,
+    start_offset: int = 0,
+    start_number: int = 0,
+) -> Iterator[LogRecord]:
+    """Yield the log's events with their record numbers and byte offsets.
+
+    ``start_offset``/``start_number`` resume after an earlier read (values from the last
+    :class:`LogRecord` consumed); the CSV header is always read from the start of the file.
+    Raises :class:`LogFormatError` naming the line for a malformed record.
+    """
+    path = Path(path)
+    fmt = fmt or detect_format(path)
+    with open(path, "rb") as fh:
+        columns: dict[str, int] = {}
+        line_no = 0
+        if fmt == "csv":
+            header = fh.readline()
+            line_no = 1
+            names = next(csv.reader([header.decode("utf-8-sig")]), [])
+            columns = {name.strip().lower(): i for i, name in enumerate(names)}
+            missing = {"ts", "key"} - columns.keys()
+            if missing:
+                raise LogFormatError(
+                    f"{path}:1: CSV header must name columns ts and key (optional value); "
+                    f"missing {sorted(missing)}, got {names!r}"
+                )
+        offset = fh.tell()
+        if start_offset > offset:
+            fh.seek(start_offset)
+            offset = start_offset
+            line_no = -1  # unknown after a seek; messages then cite the record number
+        number = start_number
+        for raw_line in fh:
+            offset += len(raw_line)
+            if line_no >= 0:
+                line_no += 1
+            text = raw_line.decode("utf-8").strip()
+            if not text:
+                continue
+            number += 1
+            where = f"{path}:{line_no}" if line_no >= 0 else f"{path}: record {number}"
+            try:
+                event = (
+                    _parse_csv_line(text, columns) if fmt == "csv" else _parse_json_line(text)
+                )
+            except (ValueError, KeyError, TypeError) as exc:
+                raise LogFormatError(f"{where}: {exc}") from None
+            yield LogRecord(number=number, end_offset=offset, event=event)
+
+
+def _parse_csv_line(text: str, columns: dict[str, int]) -> Event:
+    row = next(csv.reader([text]))
+    def cell(name: str) -> str | None:
+        i = columns.get(name)
+        return row[i] if i is not None and i < len(row) else None
+
+    ts_raw, key_raw = cell("ts"), cell("key")
+    if ts_raw is None or key_raw is None:
+        raise ValueError(f"expected columns ts and key, got {len(row)} cells")
+    return Event(key=_parse_key(key_raw), ts=parse_ts(ts_raw), value=_parse_value(cell("value")))
+
+
+def _parse_json_line(text: str) -> Event:
+    obj = json.loads(text)
+    if not isinstance(obj, dict):
+        raise ValueError("each JSON line must be an object with key, ts and optional value")
+    return Event(
+        key=_parse_key(obj.get("key")), ts=parse_ts(obj.get("ts")), value=_parse_value(obj.get("value"))
+    )
+
+
+def format_event(event: Event, fmt: LogFormat) -> str:
+    """One log line (with newline). Times are written with millisecond precision."""
+    value = f"{event.value:g}" if event.value != int(event.value) else str(int(event.value))
+    if fmt == "csv":
+        key = event.key
+        if any(c in key for c in ',"\n\r'):
+            buf = io.StringIO()
+            csv.writer(buf, lineterminator="").writerow([key])
+            key = buf.getvalue()
+        return f"{event.ts:.3f},{key},{value}\n"
+    return f'{{"key":{json.dumps(event.key)},"ts":{event.ts:.3f},"value":{value}}}\n'
+
+
+def write_log(events: Iterable[Event], out: IO[str], fmt: LogFormat) -> int:
+    """Write ``events`` (with a header for CSV) to ``out``; returns the number written."""
+    if fmt == "csv":
+        out.write("ts,key,value\n")
+    n = 0
+    lines: list[str] = []
+    for event in events:
+        lines.append(format_event(event, fmt))
+        if len(lines) >= 4096:
+            out.write("".join(lines))
+            n += len(lines)
+            lines.clear()
+    out.write("".join(lines))
+    return n + len(lines)
