@@ -1,8 +1,10 @@
 """``stream-dp replay LOG``: replay a CSV / JSON-lines event log into the events topic.
 
 Each log record becomes one ``dp.events.v1`` message (key = event key, value =
-``{"key", "ts", "value"}``, Kafka timestamp = event time), so the worker buckets it into the same
-tick as the original event. Delivery is resumable and exactly-once in effect:
+``{"key", "ts", "value"}``), so the worker buckets it into the same tick as the original event.
+The Kafka record timestamp is the time of sending, not the event time: brokers delete segments by
+record timestamp (``retention.ms``), so old event times would make the broker drop a replayed log
+before the worker reads it. The event time travels in the value, where the worker reads it. Delivery is resumable and exactly-once in effect:
 
 * an idempotent producer (``acks=all``) delivers each run's records in order per partition;
 * a **state file** records the last acknowledged record (number and byte offset), the
@@ -310,7 +312,6 @@ async def send_events(
                 topic,
                 value=encode_event(event),
                 key=event.key.encode(),
-                timestamp_ms=round(event.ts * 1000),
                 headers=headers,
             )
             pending.append((record, fut))

@@ -1,0 +1,192 @@
+"""`stream-dp replay` end to end against the real (embedded) broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from agents.commands.replay import HEADER, ReplayState, state_path
+from simulators.logfile import read_log
+from tests.integration._users import ROOT, create_topic, read_all, stream_dp
+
+pytestmark = pytest.mark.integration
+
+KEY_A = "a" * 64  # hex, 32 bytes
+KEY_B = "b" * 64
+
+
+def _log_events(path: Path) -> Counter[tuple[str, float, float]]:
+    return Counter((r.event.key, r.event.ts, r.event.value) for r in read_log(path))
+
+
+def _topic_events(bootstrap: str, topic: str) -> Counter[tuple[str, float, float]]:
+    out: Counter[tuple[str, float, float]] = Counter()
+    for m in read_all(bootstrap, topic):
+        v = m.json()
+        assert m.key == v["key"].encode()
+        # the record timestamp is the sending time (old event times would fall to retention)
+        assert m.timestamp > 1_700_000_000_000 and m.timestamp > v["ts"] * 1000
+        out[(v["key"], v["ts"], v["value"])] += 1
+    return out
+
+
+def test_replay_csv_sends_every_event_once_keeping_event_time(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    create_topic(kafka_broker, unique_name)
+    log = tmp_path / "sales.csv"
+    stream_dp("simulate", "restaurant", "--seed", "5", "--ticks", "15", "--out", str(log), check=True)
+    proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                     env={"STREAM_DP_KEY": KEY_A}, check=True)
+    assert "bit for bit" in proc.stdout
+    expected = _log_events(log)
+    assert sum(expected.values()) > 500
+    assert _topic_events(kafka_broker, unique_name) == expected
+    state = ReplayState.load(state_path(log, None))
+    assert state is not None and state.complete and state.records_acked == sum(expected.values())
+    assert KEY_A not in state_path(log, None).read_text()  # fingerprint only, never the key
+
+    again = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                      check=True)
+    assert "already replayed completely" in again.stdout
+    assert _topic_events(kafka_broker, unique_name) == expected  # nothing sent twice
+
+
+def test_replay_jsonl_with_iso_times_and_default_value(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    create_topic(kafka_broker, unique_name, partitions=1)
+    log = tmp_path / "events.jsonl"
+    log.write_text(
+        '{"key": "www/news", "ts": "2024-01-01T00:00:00.250Z"}\n'
+        "\n"
+        '{"key": "api/v1", "ts": 1704067201.5, "value": 3}\n'
+        '{"key": "www/news", "ts": "2024-01-01T00:00:02"}\n',
+        encoding="utf-8",
+    )
+    stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+              "--state-dir", str(tmp_path / "state"), check=True)
+    got = [m.json() for m in sorted(read_all(kafka_broker, unique_name), key=lambda m: m.offset)]
+    assert got == [
+        {"key": "www/news", "ts": 1704067200.25, "value": 1.0},
+        {"key": "api/v1", "ts": 1704067201.5, "value": 3.0},
+        {"key": "www/news", "ts": 1704067202.0, "value": 1.0},
+    ]
+    assert not (tmp_path / "events.jsonl.replay.json").exists()
+    assert list((tmp_path / "state").glob("events.jsonl-*.replay.json"))
+
+
+def test_replay_resumes_after_kill_9_without_duplicates_or_loss(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    create_topic(kafka_broker, unique_name)
+    log = tmp_path / "net.csv"
+    # 2 000+ events over 40 s of event time; at --speed 8 the first run needs ~5 s
+    stream_dp("simulate", "nettrace", "--seed", "1", "--ticks", "40", "--rate", "60",
+              "--out", str(log), check=True)
+    spath = state_path(log, None)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "stream_dp.cli", "replay", str(log), "--bootstrap", kafka_broker,
+         "--topic", unique_name, "--speed", "8", "--chunk", "50", "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            state = ReplayState.load(spath) if spath.exists() else None
+            if state is not None and state.records_acked >= 300:
+                break
+            assert child.poll() is None, child.communicate()
+            time.sleep(0.05)
+        else:
+            pytest.fail("replay made no progress")
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    state = ReplayState.load(spath)
+    assert state is not None and not state.complete
+    expected = _log_events(log)
+    assert 0 < state.records_acked < sum(expected.values())
+
+    proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                     check=True)
+    assert "resuming" in proc.stdout
+    assert _topic_events(kafka_broker, unique_name) == expected
+
+
+def test_resume_skips_records_delivered_after_the_last_checkpoint(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """A crash between delivery and the state write: the headers in the topic prevent resends."""
+    create_topic(kafka_broker, unique_name)
+    log = tmp_path / "census.csv"
+    stream_dp("simulate", "census", "--seed", "2", "--ticks", "10", "--out", str(log), check=True)
+    stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name, check=True)
+    expected = _log_events(log)
+    before = read_all(kafka_broker, unique_name)
+    assert all(any(h == HEADER for h, _ in m.headers) for m in before)
+
+    # Rewind the state as if the process died right after sending, before recording: every
+    # record after #100 was delivered but is not acknowledged in the state file.
+    spath = state_path(log, None)
+    data = json.loads(spath.read_text())
+    rec100 = next(r for r in read_log(log) if r.number == 100)
+    data.update(records_acked=100, byte_offset=rec100.end_offset, complete=False, delivered=[],
+                scan_from={str(p): 0 for p in range(3)})
+    spath.write_text(json.dumps(data))
+
+    proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                     check=True)
+    assert f"{sum(expected.values()) - 100} later records already delivered" in proc.stdout
+    assert "0 sent" in proc.stdout
+    assert _topic_events(kafka_broker, unique_name) == expected
+
+
+def test_key_fingerprint_same_key_reproduces_other_key_warns(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    create_topic(kafka_broker, unique_name, partitions=1)
+    log = tmp_path / "small.csv"
+    log.write_text("ts,key\n1704067200,item1\n1704067201,item2\n", encoding="utf-8")
+    args = ("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name, "--restart")
+    first = stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
+    assert "fingerprint" in first.stdout and "WARNING" not in first.stdout
+    same = stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
+    assert "same noise key" in same.stdout and "bit for bit" in same.stdout
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY_B)
+    other = stream_dp(*args, "--key-file", str(key_file), env={"STREAM_DP_KEY": KEY_A}, check=True)
+    assert "WARNING" in other.stdout and "spent AGAIN" in other.stdout
+    assert KEY_A not in first.stdout + same.stdout + other.stdout + other.stderr
+    assert len(read_all(kafka_broker, unique_name)) == 6  # three full replays
+
+
+def test_bad_line_names_its_line_and_keeps_what_came_before(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    create_topic(kafka_broker, unique_name, partitions=1)
+    log = tmp_path / "bad.csv"
+    log.write_text("key,ts,value\nitem1,1704067200,1\nitem2,1704067201,1\nitem3,yesterday,1\n"
+                   "item4,1704067203,1\n", encoding="utf-8")
+    proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name)
+    assert proc.returncode == 2
+    assert "bad.csv:4:" in proc.stderr and "ts must be" in proc.stderr
+    assert [m.json()["key"] for m in read_all(kafka_broker, unique_name)] == ["item1", "item2"]
+    state = ReplayState.load(state_path(log, None))
+    assert state is not None and state.records_acked == 2 and not state.complete
+
+
+def test_missing_topic_is_a_clear_error(kafka_broker: str, unique_name: str, tmp_path: Path) -> None:
+    log = tmp_path / "x.csv"
+    log.write_text("ts,key\n1704067200,item1\n", encoding="utf-8")
+    proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name)
+    assert proc.returncode == 1
+    assert "does not exist" in proc.stderr
