@@ -39,6 +39,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from agents.codec import encode
 from agents.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -221,7 +222,7 @@ def _default_solve() -> SolveFn:
 
 
 def histogram_message(
-    names: Sequence[str], tick: CompleteTick, result: Any
+    names: Sequence[str], tick: CompleteTick, result: Any, domain_name: str | None = None
 ) -> dict[str, Any]:
     """The ``dp.histograms.v1`` value for one solved tick (docs/CONTRACTS.md).
 
@@ -232,14 +233,14 @@ def histogram_message(
     values = [float(v) for v in result.values]
     if len(values) != len(names):
         raise ValueError(f"solver returned {len(values)} values for {len(names)} nodes")
-    return {
+    message: dict[str, Any] = {
         "tick": tick.tick,
         "tick_end": tick.tick_end,
         "nodes": [
             {"stream": name, "value": v, "noisy": x, "stderr": s}
             for name, v, x, s in zip(names, values, tick.noisy, tick.stderr, strict=True)
         ],
-        "consistent": True,
+        "consistent": bool(getattr(result, "consistent", True)),
         "diagnostics": {
             "iterations": int(result.iterations),
             "residual": float(result.residual),
@@ -247,11 +248,9 @@ def histogram_message(
         },
         "schema": HISTOGRAM_SCHEMA,
     }
-
-
-def encode(message: Mapping[str, Any]) -> bytes:
-    """Compact, deterministic JSON (floats as shortest round-trip ``repr``)."""
-    return json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+    if domain_name is not None:
+        message["domain"] = domain_name
+    return message
 
 
 class _LeaderListener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -533,12 +532,18 @@ class Reconciler:
         cfg = self.config
         variances = [s * s for s in tick.stderr]
         solve = self._solver()
-        result = await asyncio.to_thread(solve, self.domain, list(tick.noisy), variances)
-        message = histogram_message(self.names, tick, result)
+        try:
+            result = await asyncio.to_thread(solve, self.domain, list(tick.noisy), variances)
+        except ValueError as exc:  # e.g. a zero variance: skip the tick, never crash the leader
+            log.error("cannot reconcile tick; no histogram for it",
+                      extra={"tick": tick.tick, "error": str(exc)})
+            self.last_tick = tick.tick
+            return
+        message = histogram_message(self.names, tick, result, cfg.domain_name)
         await producer.send_and_wait(
-            cfg.histograms_topic, encode(message), key=cfg.domain_name.encode(),
-            timestamp_ms=int(tick.tick_end * 1000),
-        )
+            cfg.histograms_topic, encode(message), key=cfg.domain_name.encode()
+        )  # broker timestamp = publish time: event-time stamps of a replayed old log would
+        # fall outside time-based retention at once
         self.published += 1
         self.last_tick = tick.tick
         seconds = float(result.seconds)
