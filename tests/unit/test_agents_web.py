@@ -55,7 +55,7 @@ async def test_healthz(served: tuple[WebServer, Metrics, Flag]) -> None:
 async def test_readyz_follows_readiness_and_sets_gauge(
     served: tuple[WebServer, Metrics, Flag],
 ) -> None:
-    server, metrics, ready = served
+    server, _, ready = served
     status, _, body = await _get(server.url + "/readyz")
     assert status == 503 and "false" in body
     ready.value = True
