@@ -1,0 +1,174 @@
+"""Exact arithmetic behind the samplers: rigorous brackets of exp(−γ) and lazy comparisons.
+
+A uniform real ``U ∈ [0, 1)`` is represented lazily by its binary expansion: a prefix ``a`` of
+``k`` bits says ``U ∈ [a/2^k, (a+1)/2^k)``; more bits can always be appended. Deciding
+``U < exp(−γ)`` exactly (a Bernoulli(exp(−γ)) draw) only needs enough bits of ``U`` and a tight
+enough bracket ``lo ≤ 2^P·exp(−γ) ≤ hi`` computed here with integer/rational arithmetic only.
+
+Fast path (vectorised, in the samplers): compare the prefix with a float64 value of exp(−γ)
+widened by a relative margin ``2**FLOAT_MARGIN_LOG2`` (default 2^-40, i.e. thousands of times the
+float rounding error of the few operations involved, see the sampler modules). Whenever the prefix
+interval and the widened interval overlap, the comparison is *ambiguous* and is settled here,
+exactly, with more bits. The answer is the same real-number comparison either way, so the
+margin only changes speed, never the sample (a test checks bit-identical samples under a huge
+margin).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from fractions import Fraction
+from functools import lru_cache
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+#: log2 of the relative error margin granted to the float64 fast path (tests may raise it).
+FLOAT_MARGIN_LOG2 = -40
+#: Absolute margin on -ln(W) in the geometric fast path (tests may raise it).
+LOG_MARGIN = 2.0**-30
+
+#: Refinement channels (one independent bit sequence per comparison kind and draw).
+CHANNEL_LAPLACE_ACCEPT = 1
+CHANNEL_LAPLACE_GEOMETRIC = 2
+CHANNEL_GAUSS_ACCEPT = 3
+
+
+class DrawSource(Protocol):
+    """Per-element pseudo-random blocks with per-element draw counters.
+
+    ``draw(idx)`` returns ``(words, counters)``: one 128-bit block per element of ``idx`` as an
+    ``(m, 2)`` uint64 array, and the counter value each block was drawn at (then advanced).
+    ``refine(i, counter, channel, round)`` returns 128 further bits (a Python int) for element
+    ``i``'s block drawn at ``counter``: an independent sequence per ``(channel, round)``, used
+    only by the exact paths, so the main counters never depend on the fast path's margin.
+    """
+
+    def draw(self, idx: NDArray[np.intp]) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]: ...
+
+    def refine(self, i: int, counter: int, channel: int, round_: int) -> int: ...
+
+
+def _exp_neg_series(f: Fraction, prec: int) -> tuple[int, int]:
+    """Bracket of 2^prec·exp(−f) for 0 ≤ f ≤ 1 from the alternating Taylor series.
+
+    Terms f^i/i! are non-increasing in magnitude for f ≤ 1, so consecutive partial sums bracket
+    the limit; we stop when the next term is below 2^-(prec+4).
+    """
+    if not 0 <= f <= 1:
+        raise ValueError("f must be in [0, 1]")
+    s_prev = Fraction(1)
+    term = Fraction(1)
+    i = 0
+    eps = Fraction(1, 1 << (prec + 4))
+    while True:
+        i += 1
+        term = term * f / i
+        s_next = s_prev - term if i % 2 == 1 else s_prev + term
+        if term <= eps:
+            low, high = (s_next, s_prev) if s_next <= s_prev else (s_prev, s_next)
+            scale = 1 << prec
+            lo = (low.numerator * scale) // low.denominator
+            hi = -((-high.numerator * scale) // high.denominator)
+            return lo, hi
+        s_prev = s_next
+
+
+@lru_cache(maxsize=64)
+def _exp_neg_one(prec: int) -> tuple[int, int]:
+    return _exp_neg_series(Fraction(1), prec)
+
+
+def exp_neg_bracket(gamma: Fraction, prec: int) -> tuple[int, int]:
+    """Integers ``lo ≤ 2^prec·exp(−γ) ≤ hi`` (γ ≥ 0 rational), with ``hi − lo`` a few units."""
+    if gamma < 0:
+        raise ValueError("gamma must be >= 0")
+    # exp(−γ) < 2^-prec as soon as γ > prec·ln 2; 0.7 > ln 2.
+    if gamma > Fraction(7 * prec + 10, 10):
+        return 0, 1
+    n = gamma.numerator // gamma.denominator
+    f = gamma - n
+    guard = 2 * max(n, 1).bit_length() + 24
+    p = prec + guard
+    lo_f, hi_f = _exp_neg_series(f, p)
+    lo, hi = lo_f, hi_f
+    if n:
+        lo1, hi1 = _exp_neg_one(p)
+        # power by squaring, rounding lo down and hi up at every step
+        plo, phi = 1 << p, 1 << p
+        blo, bhi = lo1, hi1
+        m = n
+        while m:
+            if m & 1:
+                plo = (plo * blo) >> p
+                phi = -((-phi * bhi) >> p)
+            m >>= 1
+            if m:
+                blo = (blo * blo) >> p
+                bhi = -((-bhi * bhi) >> p)
+        lo = (lo * plo) >> p
+        hi = -((-hi * phi) >> p)
+    return lo >> guard, -((-hi) >> guard)
+
+
+def uniform_below_exp(
+    a: int, k: int, gamma: Fraction, more: Callable[[int], int]
+) -> bool:
+    """Exactly decide ``U < exp(−γ)`` for ``U ∈ [a/2^k, (a+1)/2^k)`` uniform.
+
+    ``more(r)`` returns the ``r``-th further 128 bits of ``U`` (r = 0, 1, …), appended below the
+    prefix. Terminates with probability 1 (each round is ambiguous with probability ≈ 2^-12).
+    """
+    r = 0
+    while True:
+        prec = k + 16
+        lo, hi = exp_neg_bracket(gamma, prec)
+        if (a + 1) << 16 <= lo:
+            return True
+        if a << 16 >= hi:
+            return False
+        a = (a << 128) | more(r)
+        k += 128
+        r += 1
+
+
+def geometric_exact(a: int, k: int, more: Callable[[int], int]) -> int:
+    """Exactly ``V = floor(−ln W) = #{v ≥ 1 : W < e^-v}`` for ``W ∈ [a/2^k, (a+1)/2^k)`` uniform.
+
+    Bits of ``W`` are appended with ``more`` as needed; the prefix grows consistently across the
+    successive comparisons (they all refer to the same real ``W``).
+    """
+    v = 0
+    r = 0
+    while True:
+        gamma = Fraction(v + 1)
+        while True:
+            prec = k + 16
+            lo, hi = exp_neg_bracket(gamma, prec)
+            if (a + 1) << 16 <= lo:
+                below = True
+                break
+            if a << 16 >= hi:
+                below = False
+                break
+            a = (a << 128) | more(r)
+            k += 128
+            r += 1
+        if not below:
+            return v
+        v += 1
+
+
+def fraction_of_float(x: float) -> Fraction:
+    """The exact dyadic rational value of a float (no rounding)."""
+    return Fraction(x)
+
+
+def margin() -> float:
+    """Current relative margin for float fast paths."""
+    return float(2.0**FLOAT_MARGIN_LOG2)
+
+
+def as_intp(idx: NDArray[np.integer]) -> NDArray[np.intp]:
+    return np.asarray(idx, dtype=np.intp)
