@@ -232,10 +232,10 @@ class Domain:
             prefix = ""
             for depth, part in enumerate(parts):
                 prefix = part if depth == 0 else prefix + sep + part
+                if prefix == root:
+                    raise ValueError(f"path {path!r} collides with the root name {root!r}")
                 j = index.get(prefix)
                 if j is None:
-                    if prefix == root:
-                        raise ValueError(f"path {path!r} collides with the root name {root!r}")
                     j = len(names)
                     index[prefix] = j
                     names.append(prefix)
@@ -267,6 +267,11 @@ class Domain:
                 if "=" in c or "|" in c:
                     raise ValueError(f"category {c!r} of {a!r} must not contain '=' or '|'")
             attrs.append((a, cs))
+        if len(attrs) < 2:
+            raise ValueError(
+                "a grid needs at least 2 attributes (its cells would repeat the categories); "
+                "use a hierarchy for a single attribute"
+            )
         names = [_TOTAL]
         for a, cs in attrs:
             names += [f"{a}={c}" for c in cs]

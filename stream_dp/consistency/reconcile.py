@@ -48,7 +48,8 @@ class ReconcileResult:
     ``values``: one per domain node, domain order (value units); ``iterations``: full cycles of
     the approximation method (1 for an exact single solve, 0 when there is nothing to do);
     ``residual``: ``‖M x‖₂`` of the returned values; ``seconds``: wall time; ``consistent``: the
-    returned values satisfy every constraint to within ``tol`` (``residual ≤ tol``);
+    returned values satisfy every constraint to within ``tol`` (``residual ≤ tol``, or to
+    rounding: ``residual ≤ 1e-9·(1 + max|x|)``);
     ``converged``: the stopping rule was met before ``max_iter``.
     """
 
@@ -172,6 +173,6 @@ def reconcile(
         iterations=iterations,
         residual=residual,
         seconds=time.perf_counter() - start,
-        consistent=residual <= tol,
+        consistent=residual <= max(tol, 1e-9 * (1.0 + float(np.max(np.abs(values))))),
         converged=converged,
     )
