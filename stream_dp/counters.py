@@ -1,0 +1,300 @@
+"""Decayed DP counters: :class:`CounterBank` (S streams as NumPy arrays) and :class:`DecayedCounter`.
+
+A bank holds one mechanism (strategy, decay ``p``, horizon, budget, cap) and the state of S
+declared streams; :meth:`CounterBank.step` takes one tick's per-stream counts and returns the
+release of every stream — a few vector operations, no Python loop over streams. Every stream
+releases at every tick (zeros included): the schedule never depends on the data.
+
+Noise is keyed by ``(secret, mechanism tag, stream id, node)`` (:class:`stream_dp.noise.KeyedNoise`),
+so restoring a checkpoint (:meth:`CounterBank.to_bytes` / :meth:`CounterBank.from_bytes`) and
+replaying the same counts reproduces bit-identical releases. The key is never serialised.
+
+Units: counts are per tick and per stream, each event already clamped to ``cap``; ``epsilon`` is
+per event, per stream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from stream_dp.budget import Privacy, PureDP, privacy_from_dict
+from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
+
+__all__ = ["DEFAULT_HORIZON", "CounterBank", "DecayedCounter"]
+
+#: Horizon (ticks per epoch) used by :class:`DecayedCounter` when none is given.
+DEFAULT_HORIZON = 2**16 - 1
+
+_MAGIC = b"SDPBANK1"
+_DIGEST = 32
+
+
+def _check_key(key: object) -> bytes:
+    from stream_dp.noise.keys import MIN_KEY_BYTES, SecretKey
+
+    if isinstance(key, SecretKey):
+        return key.reveal()
+    if not isinstance(key, (bytes, bytearray)) or len(key) < MIN_KEY_BYTES:
+        kind = (
+            type(key).__name__ if not isinstance(key, (bytes, bytearray)) else f"{len(key)} bytes"
+        )
+        raise ValueError(
+            f"key must be bytes of length ≥ {MIN_KEY_BYTES} (the noise secret, see "
+            f"stream_dp.noise.load_key), got {kind}"
+        )
+    return bytes(key)
+
+
+def _check_names(stream_names: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(stream_names, str) or not isinstance(stream_names, Sequence):
+        raise ValueError("stream_names must be a sequence of distinct non-empty strings")
+    names = tuple(stream_names)
+    if any(not isinstance(n, str) or not n for n in names):
+        raise ValueError("stream_names must be a sequence of distinct non-empty strings")
+    if len(set(names)) != len(names):
+        raise ValueError("stream_names must be distinct (duplicates given)")
+    return names
+
+
+def _make_noise(key: bytes, tag: str, names: tuple[str, ...]) -> BoundNoise:
+    from stream_dp.noise import KeyedNoise, stream_ids  # type: ignore[attr-defined]
+
+    noise: BoundNoise = KeyedNoise(key, tag, stream_ids(names))
+    return noise
+
+
+class CounterBank:
+    """The state of S streams under one mechanism; one :meth:`step` per tick.
+
+    >>> from stream_dp.strategies import make_mechanism
+    >>> bank = CounterBank(make_mechanism("dmfda", 0.9, 63, PureDP(1.0)), ["a", "b"], b"k" * 32)
+    >>> bank.step([3, 0]).shape, bank.tick
+    ((2,), 1)
+    """
+
+    def __init__(self, mechanism: Mechanism, stream_names: Sequence[str], key: bytes) -> None:
+        if not isinstance(mechanism, Mechanism):
+            raise ValueError(
+                f"mechanism must be a stream_dp Mechanism, got {type(mechanism).__name__}"
+            )
+        self._names = _check_names(stream_names)
+        self._mechanism = mechanism
+        self._noise = _make_noise(_check_key(key), mechanism.tag, self._names)
+        self._state: State = mechanism.new_state(len(self._names))
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def mechanism(self) -> Mechanism:
+        """The configured mechanism (strategy, p, horizon, privacy, cap)."""
+        return self._mechanism
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Stream names, in the order of the count and release arrays."""
+        return self._names
+
+    @property
+    def n_streams(self) -> int:
+        """Number of streams S."""
+        return len(self._names)
+
+    @property
+    def tick(self) -> int:
+        """Number of ticks released so far (the last release is for this tick; 0 = none)."""
+        return int(self._state["tick"])
+
+    @property
+    def releases(self) -> Float64Array:
+        """A copy of the last release of every stream (zeros before the first tick)."""
+        rel = self._state.get("release")
+        if rel is None:  # pragma: no cover - every built-in mechanism keeps its release
+            return np.zeros(self.n_streams, dtype=np.float64)
+        return np.array(rel, dtype=np.float64, copy=True)
+
+    @property
+    def stderr(self) -> float:
+        """Analytic standard error of the last release (same for every stream; NaN before tick 1)."""
+        if self.tick == 0:
+            return math.nan
+        return math.sqrt(self._mechanism.variance(self.tick))
+
+    # ------------------------------------------------------------------ stepping
+    def step(self, counts: ArrayLike) -> Float64Array:
+        """Advance all streams by one tick; ``counts``: shape (S,), finite, ≥ 0 (per-tick sums).
+
+        Raises ``ValueError`` (state unchanged) for a wrong shape, NaN/inf or negative counts, or
+        counts beyond the mechanism's numeric range.
+        """
+        arr = np.asarray(counts, dtype=np.float64)
+        if arr.shape != (self.n_streams,):
+            raise ValueError(
+                f"counts must have shape ({self.n_streams},) (one count per stream), got {arr.shape}"
+            )
+        if not np.all(np.isfinite(arr)):
+            raise ValueError("counts must be finite numbers ≥ 0 (NaN or inf given)")
+        if arr.size and float(arr.min()) < 0.0:
+            raise ValueError("counts must be finite numbers ≥ 0 (a negative count given)")
+        return self._mechanism.step(self._state, arr, self._noise)
+
+    # ------------------------------------------------------------------ serialisation
+    def _config(self) -> dict[str, Any]:
+        m = self._mechanism
+        privacy = getattr(m, "privacy", None)
+        if privacy is None:  # pragma: no cover - every registered mechanism carries its budget
+            raise ValueError("mechanism has no privacy attribute; cannot serialise")
+        return {
+            "strategy": m.name,
+            "p": m.p,
+            "horizon": m.horizon,
+            "cap": m.cap,
+            "privacy": privacy.as_dict(),
+        }
+
+    def to_bytes(self) -> bytes:
+        """Mechanism config, stream names and state as bytes (never the key), with a checksum."""
+        arrays = []
+        blobs = []
+        for name in sorted(self._state):
+            a = np.ascontiguousarray(self._state[name])
+            le = a.astype(a.dtype.newbyteorder("<"), copy=False)
+            arrays.append({"name": name, "dtype": le.dtype.str, "shape": list(a.shape)})
+            blobs.append(le.tobytes())
+        header = json.dumps(
+            {
+                "version": 1,
+                "mechanism": self._config(),
+                "streams": list(self._names),
+                "arrays": arrays,
+            },
+            ensure_ascii=False,
+            allow_nan=False,
+        ).encode("utf-8")
+        body = _MAGIC + struct.pack("<Q", len(header)) + header + b"".join(blobs)
+        return body + hashlib.blake2b(body, digest_size=_DIGEST).digest()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, key: bytes) -> CounterBank:
+        """Restore a bank written by :meth:`to_bytes`; ``key`` is the same noise secret."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise ValueError("data must be bytes written by CounterBank.to_bytes")
+        raw = bytes(data)
+        if len(raw) < len(_MAGIC) + 8 + _DIGEST or not raw.startswith(_MAGIC):
+            raise ValueError("data is not a CounterBank checkpoint (bad magic or too short)")
+        body, digest = raw[:-_DIGEST], raw[-_DIGEST:]
+        if hashlib.blake2b(body, digest_size=_DIGEST).digest() != digest:
+            raise ValueError("data is corrupt: CounterBank checkpoint checksum mismatch")
+        (hlen,) = struct.unpack_from("<Q", body, len(_MAGIC))
+        start = len(_MAGIC) + 8
+        header = json.loads(body[start : start + hlen].decode("utf-8"))
+        if header.get("version") != 1:
+            raise ValueError(
+                f"unsupported CounterBank checkpoint version {header.get('version')!r}"
+            )
+        from stream_dp.strategies import make_mechanism
+
+        cfg = header["mechanism"]
+        mech = make_mechanism(
+            cfg["strategy"], cfg["p"], cfg["horizon"], privacy_from_dict(cfg["privacy"]), cfg["cap"]
+        )
+        bank = cls(mech, header["streams"], key)
+        offset = start + hlen
+        state: State = {}
+        for spec in header["arrays"]:
+            dtype = np.dtype(spec["dtype"])
+            shape = tuple(int(x) for x in spec["shape"])
+            size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            if offset + size > len(body):
+                raise ValueError("data is truncated: CounterBank checkpoint arrays incomplete")
+            arr = np.frombuffer(body, dtype=dtype, count=size // dtype.itemsize, offset=offset)
+            state[spec["name"]] = arr.reshape(shape).astype(dtype.newbyteorder("="), copy=True)
+            offset += size
+        if offset != len(body):
+            raise ValueError("data is corrupt: trailing bytes after the CounterBank arrays")
+        fresh = bank._state
+        if set(state) != set(fresh):
+            raise ValueError(f"checkpoint arrays {sorted(state)} do not match {sorted(fresh)}")
+        for name, arr in state.items():
+            if arr.ndim != fresh[name].ndim or (arr.ndim and arr.shape[-1] != bank.n_streams):
+                raise ValueError(
+                    f"checkpoint array {name!r} has shape {arr.shape}, wrong for the bank"
+                )
+        bank._state = state
+        return bank
+
+
+class DecayedCounter:
+    """One stream's DP decayed count: ``update(count)`` returns the release for that tick.
+
+    ``p`` ∈ (0, 1] decay per tick; ``epsilon`` per event (pure DP); ``strategy`` a registered name
+    or ``"auto"``; ``horizon`` ticks per epoch; ``key`` the noise secret (bytes, ≥ 16);
+    ``cap`` bounds one event's contribution; ``name`` the stream name (keys its noise).
+
+    >>> c = DecayedCounter(p=0.9, epsilon=1.0, strategy="naive", key=b"k" * 32)
+    >>> isinstance(c.update(2), float), c.tick
+    (True, 1)
+    """
+
+    def __init__(
+        self,
+        p: float,
+        epsilon: float,
+        strategy: str = "auto",
+        horizon: int = DEFAULT_HORIZON,
+        key: bytes | None = None,
+        cap: float = 1.0,
+        name: str = "counter",
+    ) -> None:
+        from stream_dp.strategies import make_mechanism
+
+        key_bytes = _check_key(key)
+        privacy: Privacy = PureDP(epsilon)
+        mech = make_mechanism(strategy, p, horizon, privacy, cap)
+        self._bank = CounterBank(mech, [name], key_bytes)
+
+    @property
+    def bank(self) -> CounterBank:
+        """The one-stream bank underneath."""
+        return self._bank
+
+    @property
+    def strategy(self) -> str:
+        """The resolved strategy name (never ``"auto"``)."""
+        return self._bank.mechanism.name
+
+    @property
+    def tick(self) -> int:
+        """Ticks released so far."""
+        return self._bank.tick
+
+    @property
+    def stderr(self) -> float:
+        """Analytic standard error of the last release."""
+        return self._bank.stderr
+
+    def update(self, count: float) -> float:
+        """Add one tick with ``count`` (finite, ≥ 0) and return that tick's release."""
+        if isinstance(count, bool) or not isinstance(count, (int, float, np.integer, np.floating)):
+            raise ValueError(f"count must be a finite number ≥ 0, got {count!r}")
+        return float(self._bank.step(np.array([float(count)]))[0])
+
+    def to_bytes(self) -> bytes:
+        """Checkpoint (no key)."""
+        return self._bank.to_bytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, key: bytes) -> DecayedCounter:
+        """Restore a counter written by :meth:`to_bytes`."""
+        bank = CounterBank.from_bytes(data, key)
+        if bank.n_streams != 1:
+            raise ValueError("data holds a bank of several streams, not a DecayedCounter")
+        obj = cls.__new__(cls)
+        obj._bank = bank
+        return obj

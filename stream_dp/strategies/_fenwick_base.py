@@ -1,0 +1,294 @@
+"""The Fenwick-tree release mechanism shared by ``dm``, ``dmfda`` and ``fenwick-opt``.
+
+A strategy supplies per-node weights ``a_k > 0`` (``k = 1..n`` in an epoch of ``n`` ticks; the
+diagonal ``Λ`` of paper 004). At tick ``τ`` of the epoch the mechanism measures the single new
+node ``τ``::
+
+    y_τ = round_to_grid(a_τ · S_τ / g) + Z_τ,   Z_τ ~ discrete Laplace(scale = Δ / (ε g))
+
+in grid units, and releases ``s = p^τ · carry + Σ_{k on query path of τ} p^(τ−k) · g·y_k / a_k``,
+i.e. exactly ``B Λ⁻¹ (g·round(ΛLD/g) + g·z)`` (eq. 18), from the noisy measurements only.
+
+**Per-tick cost.** Two arrays of shape ``(levels, S)`` (stream axis last): ``S[i]`` = true sum of
+the newest node of level ``i``, ``R[i]`` = reconstructed release at that node. The new node needs
+``S_τ = D_τ + Σ_{i < level(τ)} p^(2^i) S[i]`` (amortised two vector operations) and the release
+is ``R_τ = Ŝ_τ + p^lowbit(τ) · R[level(τ − lowbit τ)]`` (one), so a tick is O(S) work with no
+Python loop over streams.
+
+**Grid and sensitivity.** ``g`` is the largest power of two ``≤ cap / (2·levels) / 2**17``.
+Each measured coordinate an event touches gets a slack of 2 grid units: one for rounding and one
+covering float64 evaluation error of ``a·S`` (relative error < 2**-47 while ``|a·S/g| < 2**46``,
+which :meth:`step` enforces by raising ``ValueError`` with the state unchanged). The L1 sensitivity
+is the exact ``max_j Σ_{k on update path of j} (cap·a_k·p^(k−j) + 2g)`` — at most
+``cap·(1 + 2**-17)`` for weights with column sums ≤ 1. Range: node values up to
+``2**46·g`` (about 8·10⁶ caps for 20 levels) per stream.
+
+**Epochs.** For ``p < 1`` every epoch has ``horizon`` ticks; at the roll the last release is carried
+(``s ← p^τ·s_last``, post-processing). For ``p = 1`` epochs double (Chan–Shi–Song's hybrid
+mechanism): epoch ``e`` has ``B·2^e`` ticks with ``B`` the smallest power of two ≥ ``horizon``, so the
+carried value is the epoch's single root node and the error stays polylogarithmic in ``t``.
+Epoch lengths stop doubling at ``max(B, 2**24)`` ticks (bounded memory for the per-epoch weights);
+beyond ≈ 2**24·2 ticks the carried variance grows by one root-node variance per epoch.
+
+Noise node ids are the global tick numbers (one node measured per tick), unique per stream.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+from stream_dp.budget import Privacy
+from stream_dp.fenwick import column_sums, levels_for, query_sums
+from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
+from stream_dp.noise.grid import choose_grid
+from stream_dp.strategies._common import (
+    RESOLUTION_BITS,
+    check_cap,
+    check_horizon,
+    check_p,
+    check_pure,
+    discrete_laplace_variance,
+)
+
+#: Largest |a·S / g| accepted in a measurement (float64 evaluation error < 1/2 grid unit).
+MAX_MEASURED_UNITS = float(2**46)
+#: Slack per measured coordinate an event touches, in grid units (rounding + float evaluation).
+SLACK_UNITS = 2.0
+#: Epoch lengths for p = 1 stop doubling here (unless the first epoch is already longer).
+MAX_DOUBLING_EPOCH = 1 << 24
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """Everything fixed for an epoch of ``n`` ticks (same for every stream)."""
+
+    n: int
+    levels: int
+    grid: float
+    max_colsum: float
+    sensitivity: float
+    scale_units: float
+    unit_variance: float
+    ppow: tuple[float, ...]
+
+    @property
+    def measurement_variance(self) -> float:
+        """Variance of one noisy measurement ``g·y_k`` (value units², before dividing by a_k)."""
+        return self.grid * self.grid * self.unit_variance
+
+
+class FenwickMechanism(Mechanism):
+    """Fenwick strategy with per-node weights supplied by a subclass (see module docstring)."""
+
+    def __init__(self, p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> None:
+        self.p = check_p(p)
+        self.horizon = check_horizon(horizon)
+        self.cap = check_cap(cap)
+        self.privacy = check_pure(privacy, self.name)
+        self.epsilon = self.privacy.epsilon
+        self._plans: dict[int, EpochPlan] = {}
+        self._weights_cache: dict[int, Float64Array] = {}
+        self._curves: dict[int, Float64Array] = {}
+        self._base = 1 << (self.horizon - 1).bit_length()  # smallest power of two ≥ horizon
+        self._max_epoch = max(self._base, MAX_DOUBLING_EPOCH)
+
+    # ------------------------------------------------------------------ strategy hooks
+    @abstractmethod
+    def _compute_weights(self, n: int) -> Float64Array:
+        """Weights ``a_1..a_n`` (all > 0) for an epoch of ``n`` ticks."""
+
+    def weights(self, n: int) -> Float64Array:
+        """Cached, read-only weights of an epoch of ``n`` ticks (the diagonal Λ)."""
+        w = self._weights_cache.get(n)
+        if w is None:
+            w = np.ascontiguousarray(self._compute_weights(n), dtype=np.float64)
+            if w.shape != (n,) or not np.all(np.isfinite(w)) or not np.all(w > 0):
+                raise AssertionError(f"{self.name}: weights must be {n} finite values > 0")
+            w.setflags(write=False)
+            self._weights_cache[n] = w
+        return w
+
+    # ------------------------------------------------------------------ epochs and plans
+    def epoch_of(self, t: int) -> tuple[int, int, int]:
+        """``(epoch index, ticks before the epoch, epoch length)`` for global tick ``t ≥ 1``."""
+        if t < 1:
+            raise ValueError(f"t must be an integer ≥ 1, got {t!r}")
+        if self.p < 1.0:
+            e = (t - 1) // self.horizon
+            return e, e * self.horizon, self.horizon
+        b = self._base
+        q = (t - 1) // b + 1
+        e = q.bit_length() - 1
+        n = b << e
+        if n <= self._max_epoch:
+            return e, b * ((1 << e) - 1), n
+        # Doubling stopped: epochs of fixed length after the last doubled one.
+        e_cap = (self._max_epoch // b).bit_length() - 1
+        start_fixed = b * ((1 << (e_cap + 1)) - 1)
+        k = (t - 1 - start_fixed) // self._max_epoch
+        return e_cap + 1 + k, start_fixed + k * self._max_epoch, self._max_epoch
+
+    def plan(self, n: int) -> EpochPlan:
+        """Grid, exact sensitivity and noise scale for an epoch of ``n`` ticks (cached)."""
+        cached = self._plans.get(n)
+        if cached is not None:
+            return cached
+        levels = levels_for(n)
+        grid = choose_grid(self.cap / (SLACK_UNITS * levels), resolution_bits=RESOLUTION_BITS)
+        sums, lengths = column_sums(self.weights(n), self.p)
+        sens = float(np.max(self.cap * sums + SLACK_UNITS * grid * lengths))
+        scale = sens / (self.epsilon * grid)
+        plan = EpochPlan(
+            n=n,
+            levels=levels,
+            grid=grid,
+            max_colsum=float(np.max(sums)),
+            sensitivity=sens,
+            scale_units=scale,
+            unit_variance=discrete_laplace_variance(scale),
+            ppow=tuple(self.p ** (1 << i) for i in range(levels)),
+        )
+        self._plans[n] = plan
+        return plan
+
+    def curve(self, n: int) -> Float64Array:
+        """Release variance within one epoch of ``n`` ticks, carry excluded: ``τ = 1..n``."""
+        c = self._curves.get(n)
+        if c is None:
+            plan = self.plan(n)
+            c = plan.measurement_variance * query_sums(self.weights(n), self.p, 2.0)
+            c.setflags(write=False)
+            self._curves[n] = c
+        return c
+
+    # ------------------------------------------------------------------ Mechanism API
+    def new_state(self, n_streams: int) -> State:
+        if (
+            isinstance(n_streams, bool)
+            or not isinstance(n_streams, (int, np.integer))
+            or n_streams < 0
+        ):
+            raise ValueError(f"n_streams must be an integer ≥ 0, got {n_streams!r}")
+        levels = self.plan(self.epoch_of(1)[2]).levels
+        return {
+            "tick": np.array(0, dtype=np.int64),
+            "S": np.zeros((levels, n_streams), dtype=np.float64),
+            "R": np.zeros((levels, n_streams), dtype=np.float64),
+            "carry": np.zeros(n_streams, dtype=np.float64),
+            "release": np.zeros(n_streams, dtype=np.float64),
+        }
+
+    def step(self, state: State, counts: Float64Array, noise: BoundNoise) -> Float64Array:
+        t = int(state["tick"]) + 1
+        _, start, n = self.epoch_of(t)
+        tau = t - start
+        plan = self.plan(n)
+        w = self.weights(n)
+        S = state["S"]
+        R = state["R"]
+        roll = tau == 1 and t > 1
+        if roll and S.shape[0] != plan.levels:
+            S = np.zeros((plan.levels, S.shape[1]), dtype=np.float64)
+            R = np.zeros_like(S)
+        ell = (tau & -tau).bit_length() - 1
+        s_new = np.array(counts, dtype=np.float64, copy=True)
+        for i in range(ell):
+            s_new += plan.ppow[i] * S[i]
+        a = float(w[tau - 1])
+        units = s_new * (a / plan.grid)
+        if units.size and float(np.max(np.abs(units))) >= MAX_MEASURED_UNITS:
+            raise ValueError(
+                f"counts too large for {self.name}: a node value reached "
+                f"{float(np.max(np.abs(units))) * plan.grid / a:.6g}, above the mechanism's range "
+                f"{MAX_MEASURED_UNITS * plan.grid / a:.6g} (cap={self.cap}); state unchanged"
+            )
+        y = np.rint(units).astype(np.int64)
+        y += noise.discrete_laplace(t, plan.scale_units)
+        est = y.astype(np.float64)
+        est *= plan.grid / a
+        low = 1 << ell
+        if tau != low:
+            upper = tau - low
+            est += plan.ppow[ell] * R[((upper & -upper).bit_length() - 1)]
+        carry = np.asarray(state["release"] if roll else state["carry"], dtype=np.float64)
+        release = est + (self.p**tau) * carry if t > tau else est.copy()
+        # Commit (nothing above mutated the state).
+        if roll:
+            state["carry"] = np.array(carry, dtype=np.float64, copy=True)
+            state["S"], state["R"] = S, R
+        S[ell] = s_new
+        R[ell] = est
+        state["release"] = release
+        state["tick"] = np.array(t, dtype=np.int64)
+        return release.copy()
+
+    def _carry_variance(self, epoch: int) -> float:
+        """Variance of the value carried into ``epoch`` (the last release of the previous one)."""
+        var = 0.0
+        t = 0
+        for _ in range(epoch):
+            _, _, n = self.epoch_of(t + 1)
+            plan = self.plan(n)
+            end = plan.measurement_variance * self._end_factor(n)
+            var = end + (self.p ** (2 * n)) * var
+            t += n
+        return var
+
+    def _end_factor(self, n: int) -> float:
+        return float(self.curve(n)[n - 1] / self.plan(n).measurement_variance)
+
+    def variance(self, t: int) -> float:
+        e, start, n = self.epoch_of(t)
+        tau = t - start
+        v = float(self.curve(n)[tau - 1])
+        if e > 0:
+            v += (self.p ** (2 * tau)) * self._carry_variance(e)
+        return v
+
+    def mse_curve(self, horizon: int) -> Float64Array:
+        out = np.empty(horizon, dtype=np.float64)
+        done = 0
+        carry = 0.0
+        while done < horizon:
+            _, _, n = self.epoch_of(done + 1)
+            m = min(n, horizon - done)
+            c = self.curve(n)
+            tau = np.arange(1, m + 1, dtype=np.float64)
+            out[done : done + m] = c[:m] + np.power(self.p, 2.0 * tau) * carry
+            carry = float(c[n - 1]) + (self.p ** (2 * n)) * carry
+            done += m
+        return out
+
+    def sensitivity(self) -> float:
+        return self.plan(self.epoch_of(1)[2]).sensitivity
+
+    def rounding_bound(self) -> float:
+        """Bound on the grid-rounding bias of any release (p < 1: all ticks; p = 1: first 2**40)."""
+
+        def epoch_bound(n: int) -> tuple[float, float]:
+            g = self.plan(n).grid
+            r = 0.5 * g * query_sums(self.weights(n), self.p, 1.0)
+            return float(np.max(r)), float(r[n - 1])
+
+        if self.p < 1.0:
+            worst, end = epoch_bound(self.horizon)
+            pn = self.p**self.horizon
+            return worst + (end / (1.0 - pn) if pn < 1.0 else math.inf)
+        total = 0.0
+        worst_all = 0.0
+        t = 0
+        while t < (1 << 40):
+            _, _, n = self.epoch_of(t + 1)
+            worst, end = epoch_bound(n)
+            worst_all = max(worst_all, total + worst)
+            total += end
+            t += n
+            if n == self._max_epoch:
+                epochs_left = ((1 << 40) - t) // n + 1
+                worst_all = max(worst_all, total + epochs_left * end + worst)
+                break
+        return worst_all
