@@ -11,7 +11,8 @@ Neither the key nor its file's contents are stored in :class:`Settings`, logged,
 ``repr``; :meth:`Settings.noise_key` reads it when the worker starts.
 
 The **domain file** (TOML, ``domain_file``) declares every released stream; its format is in
-``docs/configuration.md`` (example: ``examples/domain.toml``) and :func:`load_domain` parses it.
+``docs/configuration.md`` (example: ``examples/domain.toml``); :func:`load_domain` reads it with
+:meth:`stream_dp.domain.Domain.from_file`.
 
 Tick ``n`` (1-based) covers event times ``[origin + (n−1)·tick_seconds, origin + n·tick_seconds)``.
 
@@ -81,9 +82,9 @@ from pathlib import Path
 from typing import Any
 
 from stream_dp.budget import ZCDP, Privacy, PureDP
+from stream_dp.domain import Domain
 
 __all__ = [
-    "DomainSpec",
     "Settings",
     "configuration_markdown",
     "load_domain",
@@ -357,7 +358,7 @@ class Settings:
 
     def noise_key(self) -> bytes:
         """The secret noise key, from ``key_file`` or the variable ``STREAM_DP_KEY``. Never log it."""
-        from stream_dp.noise import load_key  # type: ignore[attr-defined]
+        from stream_dp.noise.keys import load_key
 
         key: bytes = load_key(self.key_file or None, env="STREAM_DP_KEY")
         return key
@@ -422,85 +423,18 @@ def settings_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True)
-class DomainSpec:
-    """The parsed domain file: its name, kind and the constructor arguments for ``Domain``."""
-
-    name: str
-    kind: str
-    streams: tuple[str, ...] = ()
-    paths: tuple[str, ...] = ()
-    root: str = "all"
-    sep: str = "/"
-    attributes: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-    @classmethod
-    def from_toml(cls, text: str) -> DomainSpec:
-        """Parse the domain TOML (format in docs/configuration.md); ``ValueError`` if invalid."""
-        data = tomllib.loads(text)
-        allowed = {"name", "kind", "streams", "paths", "root", "sep", "attributes"}
-        unknown = sorted(set(data) - allowed)
-        if unknown:
-            raise ValueError(f"unknown keys in domain file: {', '.join(unknown)}")
-        name = data.get("name", "domain")
-        kind = data.get("kind")
-        if not isinstance(name, str) or not name:
-            raise ValueError("domain name must be a non-empty string")
-        if kind == "flat":
-            streams = data.get("streams")
-            if not isinstance(streams, list) or not streams or not all(
-                isinstance(s, str) and s for s in streams
-            ):
-                raise ValueError("a flat domain needs `streams`: a non-empty list of names")
-            return cls(name=name, kind=kind, streams=tuple(streams))
-        if kind == "hierarchy":
-            paths = data.get("paths")
-            if not isinstance(paths, list) or not paths or not all(
-                isinstance(s, str) and s for s in paths
-            ):
-                raise ValueError("a hierarchy domain needs `paths`: a non-empty list of leaf paths")
-            root = data.get("root", "all")
-            sep = data.get("sep", "/")
-            if not isinstance(root, str) or not root or not isinstance(sep, str) or not sep:
-                raise ValueError("`root` and `sep` must be non-empty strings")
-            return cls(name=name, kind=kind, paths=tuple(paths), root=root, sep=sep)
-        if kind == "grid":
-            attrs = data.get("attributes")
-            if not isinstance(attrs, dict) or not attrs:
-                raise ValueError("a grid domain needs an `[attributes]` table: name = [categories]")
-            items: list[tuple[str, tuple[str, ...]]] = []
-            for attr, cats in attrs.items():
-                if not isinstance(cats, list) or not cats or not all(
-                    isinstance(c, str) and c for c in cats
-                ):
-                    raise ValueError(f"attribute {attr!r} needs a non-empty list of categories")
-                items.append((attr, tuple(cats)))
-            return cls(name=name, kind=kind, attributes=tuple(items))
-        raise ValueError(f"domain kind must be 'flat', 'hierarchy' or 'grid', got {kind!r}")
-
-    def build(self) -> Any:
-        """The :class:`stream_dp.domain.Domain` this spec declares."""
-        from stream_dp.domain import Domain  # type: ignore[import-not-found]
-
-        if self.kind == "flat":
-            return Domain.flat(list(self.streams))
-        if self.kind == "hierarchy":
-            return Domain.from_paths(list(self.paths), sep=self.sep, root=self.root)
-        return Domain.grid({a: list(c) for a, c in self.attributes})
-
-
-def load_domain(path: str | os.PathLike[str]) -> tuple[DomainSpec, Any]:
-    """Read a domain file: its :class:`DomainSpec` and the built ``stream_dp.domain.Domain``."""
-    spec = DomainSpec.from_toml(Path(path).read_text(encoding="utf-8"))
-    return spec, spec.build()
+def load_domain(path: str | os.PathLike[str]) -> Domain:
+    """Read a domain file (format in docs/configuration.md): :meth:`Domain.from_file`."""
+    return Domain.from_file(Path(path))
 
 
 _DOMAIN_FORMAT = """\
 ## The domain file
 
-The domain file (TOML, setting `domain_file`) declares every released stream up front; the
-release schedule never depends on the data, and an event whose key is not declared goes to the
-dead-letter topic (reason `unknown_key`), never creating a stream. Three kinds:
+The domain file (TOML, setting `domain_file`, read by `stream_dp.domain.Domain.from_file`)
+declares every released stream up front; the release schedule never depends on the data, and an
+event whose key is not declared goes to the dead-letter topic (reason `unknown_key`), never
+creating a stream. Keys go at the top level or in a `[domain]` table. Three kinds:
 
 ```toml
 # flat: independent streams; an event's key is a stream name.
@@ -514,15 +448,18 @@ streams = ["paris", "berlin", "rome"]
 # An event's key is a leaf path and feeds the leaf and all its ancestors.
 name = "sales"
 kind = "hierarchy"
-root = "all"        # name of the root node (default "all")
+root = "all"        # name of the root node (default "all"; "" for a forest)
 sep = "/"           # path separator (default "/")
 paths = ["eu/fr/paris", "eu/fr/lyon", "eu/de/berlin", "us/ny/nyc"]
+# or explicit parents instead of paths ("" = a root):
+# streams = ["all", "eu", "us"]
+# parents = ["", "all", "all"]
 ```
 
 ```toml
 # grid: attributes with categories; nodes are `total`, every `attr=cat` marginal and every
-# cell `a1=c1|a2=c2`. An event's key is a cell name and feeds the total, one category per
-# attribute and the cell.
+# cell `a1=c1|a2=c2`. An event's key is a cell name (attributes in any order) and feeds the
+# total, one category per attribute and the cell.
 name = "census"
 kind = "grid"
 [attributes]
@@ -530,8 +467,12 @@ region = ["north", "south"]
 age = ["young", "old"]
 ```
 
+Optional extra linear constraint groups for the consistency engine (any kind):
+`[[constraints]]` tables with `name`, `matrix` (rows of coefficients) and `rows` (lists of node
+names); see the docstring of `stream_dp.domain`.
+
 Privacy: each released node spends `epsilon` (or `rho`) per event; an event feeding `h` nodes
-(hierarchy depth + 1, or attributes + 2 for a grid) spends `h` times that (see `stream-dp plan`).
+(hierarchy depth, or attributes + 2 for a grid: `Domain.touches`) spends `h` times that.
 """
 
 _INTRO = """\

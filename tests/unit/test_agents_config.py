@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import agents.config as config
-from agents.config import DomainSpec, Settings
+from agents.config import Settings, load_domain
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,27 +75,13 @@ def test_docstring_table_and_docs_file_are_current() -> None:
         assert f"`STREAM_DP_{name.upper()}`" in table
 
 
-def test_domain_spec_parsing_and_errors() -> None:
-    flat = DomainSpec.from_toml('name = "x"\nkind = "flat"\nstreams = ["a", "b"]\n')
-    assert flat.streams == ("a", "b")
-    h = DomainSpec.from_toml('kind = "hierarchy"\npaths = ["a/b", "a/c"]\nroot = "r"\n')
-    assert h.paths == ("a/b", "a/c") and h.root == "r" and h.name == "domain"
-    g = DomainSpec.from_toml('kind = "grid"\n[attributes]\nx = ["1", "2"]\ny = ["a"]\n')
-    assert g.attributes == (("x", ("1", "2")), ("y", ("a",)))
-    for bad, word in [
-        ('kind = "tree"\n', "kind"),
-        ('kind = "flat"\nstreams = []\n', "streams"),
-        ('kind = "flat"\nstreams = ["a"]\nextra = 1\n', "extra"),
-        ('kind = "grid"\n[attributes]\nx = []\n', "x"),
-    ]:
-        with pytest.raises(ValueError, match=word):
-            DomainSpec.from_toml(bad)
-
-
 def test_example_files_parse() -> None:
     s = Settings.load(ROOT / "examples" / "stream-dp.toml", env={})
     assert Path(s.domain_file) == ROOT / "examples" / "domain.toml"
-    spec = DomainSpec.from_toml(Path(s.domain_file).read_text(encoding="utf-8"))
-    assert spec.kind == "hierarchy" and len(spec.paths) == 7
-    grid = DomainSpec.from_toml((ROOT / "examples" / "domain-grid.toml").read_text("utf-8"))
-    assert grid.kind == "grid"
+    dom = load_domain(s.domain_file)
+    assert dom.kind == "hierarchy" and dom.size == 7 + 2 + 4 + 1
+    assert list(dom.nodes_for_event("eu/fr/paris")) == [
+        dom.index("eu/fr/paris"), dom.index("eu/fr"), dom.index("eu"), dom.index("all")
+    ]
+    grid = load_domain(ROOT / "examples" / "domain-grid.toml")
+    assert grid.kind == "grid" and grid.size == 1 + 7 + 12

@@ -1,0 +1,262 @@
+"""Ingest stage state for one events partition (pure: no I/O; the pipeline does the Kafka part).
+
+For each record, in offset order: decode and validate (:func:`agents.codec.decode_event`),
+reject undeclared keys, timestamps out of range and late events (→ dead letters), clamp the
+value to ``cap`` and add it to every node the event feeds, in the bucket of its tick. When the
+partition's watermark passes a tick's end (:class:`agents.ticks.PartitionClock`), the tick's
+bucket is split by release shard and handed over as one *partial* per shard — for **every**
+shard, even empty ones, so the release schedule never depends on the data.
+
+The state (offset, clock, open buckets) round-trips through :meth:`IngestState.to_bytes` so that
+a restarted worker resumes exactly where the last committed checkpoint left off.
+
+Node routing (:class:`Router`): a stream belongs to shard ``crc32(name) mod shards`` — stable
+across processes and releases (Python's ``hash`` is salted per process, so it is not used).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.codec import Event, Rejection, decode_event
+from agents.config import Settings
+from agents.ticks import PartitionClock
+
+__all__ = ["IngestState", "Partial", "Router", "shard_of"]
+
+
+def shard_of(stream: str, shards: int) -> int:
+    """The release shard of ``stream``: ``crc32(UTF-8 name) mod shards``."""
+    return zlib.crc32(stream.encode("utf-8")) % shards
+
+
+class Router:
+    """Maps event keys to nodes and nodes to (shard, index within the shard).
+
+    ``domain`` is a :class:`stream_dp.domain.Domain`; shard ``s`` releases the nodes
+    ``shard_nodes[s]`` (global indices, in domain order).
+    """
+
+    def __init__(self, domain: Any, shards: int) -> None:
+        self.domain = domain
+        self.shards = shards
+        names: Sequence[str] = domain.names
+        self.node_shard = [shard_of(n, shards) for n in names]
+        self.shard_nodes: list[list[int]] = [[] for _ in range(shards)]
+        self.local_index = [0] * len(names)
+        for i, s in enumerate(self.node_shard):
+            self.local_index[i] = len(self.shard_nodes[s])
+            self.shard_nodes[s].append(i)
+        self._cache: dict[str, tuple[int, ...] | None] = {}
+
+    def shard_names(self, shard: int) -> list[str]:
+        names: Sequence[str] = self.domain.names
+        return [names[i] for i in self.shard_nodes[shard]]
+
+    def nodes(self, key: str) -> tuple[int, ...] | None:
+        """Global node indices an event with ``key`` feeds, or ``None`` if undeclared."""
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        try:
+            found: tuple[int, ...] | None = tuple(int(i) for i in self.domain.nodes_for_event(key))
+        except KeyError:
+            found = None
+        if len(self._cache) < 1_000_000:
+            self._cache[key] = found
+        return found
+
+
+@dataclass(frozen=True)
+class Partial:
+    """Raw per-node counts of one tick from one events partition for one release shard.
+
+    INTERNAL ONLY (raw counts): ``idx`` are indices within the shard, ``counts`` their sums.
+    """
+
+    tick: int
+    source: int
+    shard: int
+    idx: tuple[int, ...]
+    counts: tuple[float, ...]
+    closed_at: float
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {"tick": self.tick, "src": self.source, "shard": self.shard, "idx": self.idx,
+             "counts": self.counts, "closed_at": self.closed_at},
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Partial:
+        d = json.loads(raw)
+        return cls(
+            int(d["tick"]), int(d["src"]), int(d["shard"]), tuple(int(i) for i in d["idx"]),
+            tuple(float(c) for c in d["counts"]), float(d["closed_at"]),
+        )
+
+
+@dataclass
+class IngestOutput:
+    """What processing produced since the last commit: dead letters and closed ticks' partials."""
+
+    dead_letters: list[tuple[bytes | None, Rejection, bytes | None, int]] = field(
+        default_factory=list
+    )
+    partials: list[Partial] = field(default_factory=list)
+    accepted: int = 0
+    clamped: int = 0
+    late: int = 0
+    ticks_closed: int = 0
+
+    def clear(self) -> None:
+        self.dead_letters.clear()
+        self.partials.clear()
+        self.accepted = self.clamped = self.late = self.ticks_closed = 0
+
+
+class IngestState:
+    """Offset, clock and open tick buckets of one events partition (see module docstring)."""
+
+    def __init__(
+        self, settings: Settings, router: Router, partition: int, wall: float, offset: int = -1
+    ) -> None:
+        self.settings = settings
+        self.router = router
+        self.partition = partition
+        #: next offset to process; -1 = not known yet (no checkpoint: start per events_start)
+        self.offset = offset
+        self.seq = 0
+        self.clock = PartitionClock(
+            origin=settings.origin,
+            tick_seconds=settings.tick_seconds,
+            lateness=settings.allowed_lateness_s,
+            idle_timeout=settings.idle_timeout_s,
+            wall=wall,
+        )
+        #: tick -> {global node index: sum of clamped values}
+        self.buckets: dict[int, dict[int, float]] = {}
+        self.out = IngestOutput()
+        self.dirty = False
+
+    # ------------------------------------------------------------------ processing
+    def process(self, offset: int, key: bytes | None, value: bytes | None, wall: float,
+                unix_now: float) -> None:
+        """Process one record at ``offset`` (records below :attr:`offset` are skipped)."""
+        if offset < self.offset:
+            return
+        self.offset = offset + 1
+        self.dirty = True
+        s = self.settings
+        got = decode_event(value, s.max_message_bytes, s.max_event_value)
+        if isinstance(got, Rejection):
+            self.out.dead_letters.append((key, got, value, offset))
+            return
+        ev: Event = got
+        nodes = self.router.nodes(ev.key)
+        if nodes is None:
+            self.out.dead_letters.append(
+                (key, Rejection("unknown_key", f"key {ev.key[:200]!r} is not declared"), value, offset)
+            )
+            return
+        ts = ev.ts
+        if ts < s.origin:
+            self.out.dead_letters.append(
+                (key, Rejection("before_origin", f"ts={ts!r} < origin={s.origin!r}"), value, offset)
+            )
+            return
+        if ts > unix_now + s.max_future_skew_s:
+            self.out.dead_letters.append(
+                (key, Rejection("future", f"ts={ts!r} is more than {s.max_future_skew_s:g} s "
+                                          "ahead of the wall clock"), value, offset)
+            )
+            return
+        if s.max_event_age_s > 0 and ts < unix_now - s.max_event_age_s:
+            self.out.dead_letters.append(
+                (key, Rejection("too_old", f"ts={ts!r} is more than {s.max_event_age_s:g} s old"),
+                 value, offset)
+            )
+            return
+        tick = self.clock.tick_of(ts)
+        if tick < self.clock.next_tick:
+            self.out.late += 1
+            self.out.dead_letters.append(
+                (key, Rejection("late", f"tick {tick} already closed (next open tick "
+                                        f"{self.clock.next_tick})"), value, offset)
+            )
+            return
+        v = ev.value
+        if v > s.cap:
+            v = s.cap
+            self.out.clamped += 1
+        bucket = self.buckets.get(tick)
+        if bucket is None:
+            bucket = self.buckets[tick] = {}
+        for n in nodes:
+            bucket[n] = bucket.get(n, 0.0) + v
+        self.clock.observe(ts, wall)
+        self.out.accepted += 1
+
+    def close_ticks(self, wall: float, unix_now: float, max_ticks: int = 10_000) -> int:
+        """Close every tick the watermark allows (at most ``max_ticks``); return how many."""
+        last = min(self.clock.closable_through(wall), self.clock.next_tick - 1 + max_ticks)
+        first = self.clock.next_tick
+        if last < first:
+            return 0
+        router = self.router
+        for tick in range(first, last + 1):
+            bucket = self.buckets.pop(tick, {})
+            per_shard: list[list[tuple[int, float]]] = [[] for _ in range(router.shards)]
+            for n in sorted(bucket):
+                per_shard[router.node_shard[n]].append((router.local_index[n], bucket[n]))
+            for shard, items in enumerate(per_shard):
+                self.out.partials.append(
+                    Partial(tick, self.partition, shard, tuple(i for i, _ in items),
+                            tuple(c for _, c in items), unix_now)
+                )
+        self.clock.close_through(last, wall=wall)
+        self.out.ticks_closed += last - first + 1
+        self.dirty = True
+        return last - first + 1
+
+    # ------------------------------------------------------------------ checkpoint
+    def to_bytes(self) -> bytes:
+        """Offset, clock and open buckets (JSON; floats round-trip exactly)."""
+        return json.dumps(
+            {
+                "v": 1,
+                "partition": self.partition,
+                "offset": self.offset,
+                "clock": self.clock.to_dict(),
+                "buckets": {
+                    str(t): [sorted(b), [b[n] for n in sorted(b)]] for t, b in self.buckets.items()
+                },
+            },
+            separators=(",", ":"),
+            allow_nan=False,
+        ).encode()
+
+    def restore(self, data: bytes, seq: int, wall: float) -> None:
+        d = json.loads(data)
+        if d.get("v") != 1 or d.get("partition") != self.partition:
+            raise ValueError("ingest checkpoint of another version or partition")
+        s = self.settings
+        self.offset = int(d["offset"])
+        self.seq = seq
+        self.clock = PartitionClock.from_dict(
+            d["clock"], origin=s.origin, tick_seconds=s.tick_seconds,
+            lateness=s.allowed_lateness_s, idle_timeout=s.idle_timeout_s, wall=wall,
+        )
+        self.buckets = {
+            int(t): {int(n): float(c) for n, c in zip(b[0], b[1], strict=True)}
+            for t, b in d["buckets"].items()
+        }
+        if not all(math.isfinite(c) for b in self.buckets.values() for c in b.values()):
+            raise ValueError("ingest checkpoint holds non-finite counts")

@@ -1,0 +1,629 @@
+"""The worker pipeline: events → ticks → noisy releases, with an exactly-once effect.
+
+Two stages run in every worker; each is a consumer group, so partitions (and with them state)
+spread over the workers of a deployment:
+
+1. **Ingest** (group ``<app_id>.ingest``, one state per events partition,
+   :class:`agents.ingest.IngestState`): decode, validate, clamp, bucket by tick on event time with
+   a watermark and an idle timeout. At every tick close it emits to **every** release shard one
+   *partial* (the partition's raw per-node sums for that tick, possibly empty) on the internal
+   topic ``dp.partials.v1``, partition = shard. Rejected records go to ``dp.events.dlq``.
+2. **Release** (group ``<app_id>.release``, one state per shard, :class:`agents.release.ReleaseState`):
+   when tick ``n``'s partials from all events partitions are in, sum them in partition order,
+   step the shard's :class:`~stream_dp.counters.CounterBank` over **every** declared stream
+   of the shard (zeros included) and publish one ``dp.counts.v1`` message per stream.
+
+Why a re-partition stage: an event feeds several released nodes (leaf and ancestors, or total,
+marginals and cell) that live in different shards; the root is fed by every event. The partials
+topic carries raw per-tick counts: it is internal, read only by the release stage inside
+transactions, short-lived (``partials_retention_s``), and documented as the single exception in
+``docs/configuration.md`` ("Internal topics and raw counts").
+
+**Exactly-once effect.** Every stage partition has its own transactional producer
+(``transactional.id = <app_id>.<stage>.<partition>``). One Kafka transaction holds, atomically,
+the outputs (partials and dead letters, or counts), the stage partition's checkpoint (in a
+compacted checkpoint topic, partition = stage partition, :mod:`agents.checkpoints`) and the
+consumed input offsets (``send_offsets_to_transaction``; the offsets are also inside the
+checkpoint, which is what a restarted worker seeks to). A new owner of a partition first
+initialises that partition's transactional id — which fences the previous owner (a ``kill -9``'d
+zombie or a worker that lost the partition in a rebalance) and aborts its open transaction —
+then reads the newest committed checkpoint (``read_committed``) and seeks to its offsets. So
+each tick's partial and each release is committed exactly once; everything downstream reads
+``read_committed``. Even a ``read_uncommitted`` reader only ever sees bit-identical copies of a
+``(stream, tick)``: partials are summed in a fixed order and the noise is keyed by
+``(secret, stream, node)``.
+
+**Why aiokafka directly and not faust agents.** faust's own exactly-once mode has open bugs
+around rebalances (see NOTES) and does not give control over seeks, per-partition transactions
+and checkpoint restore order; both stages therefore run as plain asyncio tasks on aiokafka
+consumers/producers, which the ``stream-dp worker`` command hosts next to the web server and the
+reconcile agent (:mod:`agents.reconcile`). Workers use static membership
+(``group.instance.id = worker_id``) so a restarted worker takes its own place at once, and send
+an explicit LeaveGroup on graceful shutdown (aiokafka skips it for static members) so the others
+take over its partitions.
+
+Entry points: :func:`run_worker` (used by ``stream-dp worker``), :class:`Worker` (readiness
+flags), and ``python -m agents.pipeline`` (settings from the environment; used by the tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import signal
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Protocol
+
+from agents.checkpoints import chunk_messages, read_latest
+from agents.codec import dlq_message, encode
+from agents.config import Settings, load_domain
+from agents.ingest import IngestState, Partial, Router
+from agents.release import Release, ReleaseState
+
+__all__ = ["Metrics", "NullMetrics", "Release", "Worker", "run_worker"]
+
+log = logging.getLogger("stream_dp.pipeline")
+
+OnRelease = Callable[[Release], Awaitable[None] | None]
+
+
+class Metrics(Protocol):
+    """What the pipeline reports (implemented by :class:`agents.metrics.Metrics`).
+
+    Counts are non-negative integers, durations seconds. Never per-stream values.
+    """
+
+    def event_accepted(self, n: int = 1) -> None: ...
+    def event_dead_lettered(self, reason: str, n: int = 1) -> None: ...
+    def event_late(self, n: int = 1) -> None: ...
+    def tick_released(self, latency_seconds: float, n_streams: int = 0) -> None: ...
+    def checkpoint_written(self, seconds: float) -> None: ...
+    def set_consumer_lag(self, messages: int) -> None: ...
+    def set_ready(self, ready: bool) -> None: ...
+
+
+class NullMetrics:
+    """Metrics that record nothing."""
+
+    def event_accepted(self, n: int = 1) -> None:
+        pass
+
+    def event_dead_lettered(self, reason: str, n: int = 1) -> None:
+        pass
+
+    def event_late(self, n: int = 1) -> None:
+        pass
+
+    def tick_released(self, latency_seconds: float, n_streams: int = 0) -> None:
+        pass
+
+    def checkpoint_written(self, seconds: float) -> None:
+        pass
+
+    def set_consumer_lag(self, messages: int) -> None:
+        pass
+
+    def set_ready(self, ready: bool) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------- Kafka plumbing
+def _kafka() -> Any:
+    import aiokafka  # type: ignore[import-untyped]
+
+    return aiokafka
+
+
+def _listener(stage: _Stage) -> Any:
+    """A rebalance listener forwarding to ``stage`` (aiokafka awaits these coroutines)."""
+    from aiokafka.abc import ConsumerRebalanceListener  # type: ignore[import-untyped]
+
+    class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+        async def on_partitions_revoked(self, revoked: Iterable[Any]) -> None:
+            await stage.revoked(list(revoked))
+
+        async def on_partitions_assigned(self, assigned: Iterable[Any]) -> None:
+            await stage.assigned(list(assigned))
+
+    return _Listener()
+
+
+async def _leave_group(bootstrap: str, group: str, member_id: str) -> None:
+    """Send LeaveGroup for a static member (aiokafka does not), so others take over at once."""
+    if not member_id:
+        return
+    from aiokafka.client import AIOKafkaClient, CoordinationType  # type: ignore[import-untyped]
+    from aiokafka.protocol.group import LeaveGroupRequest  # type: ignore[import-untyped]
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    try:
+        await client.bootstrap()
+        node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+        await client.send(node, LeaveGroupRequest(group, member_id))
+    except Exception as exc:  # best effort: the group rebalances when this worker returns
+        log.warning("LeaveGroup for %s failed: %s", group, type(exc).__name__)
+    finally:
+        await client.close()
+
+
+class _Stage:
+    """Common machinery: group consumer, per-partition transactional producers, restore."""
+
+    name = "stage"
+
+    def __init__(self, worker: Worker, topic: str, group: str, ckpt_topic: str) -> None:
+        self.w = worker
+        self.s = worker.settings
+        self.topic = topic
+        self.group = group
+        self.ckpt_topic = ckpt_topic
+        self.lock = asyncio.Lock()
+        self.states: dict[int, Any] = {}
+        self.producers: dict[int, Any] = {}
+        self.last_commit: dict[int, float] = {}
+        self.restoring = True
+        self.consumer: Any = None
+        self.reader: Any = None
+        self.member_id = ""
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        k = _kafka()
+        s = self.s
+        session_ms = int(s.session_timeout_s * 1000)
+        self.reader = k.AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap,
+            isolation_level="read_committed",
+            enable_auto_commit=False,
+            client_id=f"{s.app_id}-{self.name}-ckpt-{s.worker_id}",
+            fetch_max_bytes=64 * 1024 * 1024,
+            max_partition_fetch_bytes=16 * 1024 * 1024,
+        )
+        await self.reader.start()
+        self.consumer = k.AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap,
+            group_id=self.group,
+            group_instance_id=s.worker_id,
+            client_id=f"{s.app_id}-{self.name}-{s.worker_id}",
+            enable_auto_commit=False,
+            isolation_level="read_committed",
+            auto_offset_reset="earliest",
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=max(100, session_ms // 10),
+            rebalance_timeout_ms=max(session_ms, 30000),
+            max_poll_records=s.max_batch,
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+        )
+        self.consumer.subscribe([self.topic], listener=_listener(self))
+        await self.consumer.start()
+
+    async def stop(self) -> None:
+        async with self.lock:
+            with contextlib.suppress(Exception):
+                await self.flush_all()
+            for p in list(self.states):
+                await self._drop(p)
+        coord = getattr(self.consumer, "_coordinator", None)
+        self.member_id = str(getattr(coord, "member_id", "") or "")
+        if self.consumer is not None:
+            with contextlib.suppress(Exception):
+                await self.consumer.stop()
+        if self.reader is not None:
+            with contextlib.suppress(Exception):
+                await self.reader.stop()
+        await _leave_group(self.s.bootstrap, self.group, self.member_id)
+
+    async def flush_all(self) -> None:
+        """Commit pending work of every partition (graceful shutdown)."""
+
+    # -- rebalance ------------------------------------------------------------------------
+    async def revoked(self, tps: list[Any]) -> None:
+        self.restoring = True
+        self.w._update_ready()
+        async with self.lock:
+            for tp in tps:
+                await self._drop(tp.partition)
+
+    async def assigned(self, tps: list[Any]) -> None:
+        async with self.lock:
+            for tp in sorted(tps, key=lambda t: t.partition):
+                if tp.partition not in self.states:
+                    await self._restore(tp)
+            self.restoring = False
+        self.w._update_ready()
+        log.info(
+            "%s: assigned partitions %s", self.name, sorted(tp.partition for tp in tps)
+        )
+
+    async def _drop(self, p: int) -> None:
+        self.states.pop(p, None)
+        prod = self.producers.pop(p, None)
+        if prod is not None:
+            with contextlib.suppress(Exception):
+                await prod.stop()
+
+    async def _producer(self, p: int) -> Any:
+        k = _kafka()
+        s = self.s
+        prod = k.AIOKafkaProducer(
+            bootstrap_servers=s.bootstrap,
+            transactional_id=f"{s.app_id}.{self.name}.{p}",
+            transaction_timeout_ms=int(s.transaction_timeout_s * 1000),
+            client_id=f"{s.app_id}-{self.name}-{p}-{s.worker_id}",
+            linger_ms=5,
+            max_batch_size=1024 * 1024,
+            max_request_size=16 * 1024 * 1024,
+        )
+        await prod.start()
+        # Initialise the transactional id: fences the previous owner and aborts its open
+        # transaction, so the checkpoint read below sees every committed write.
+        await prod.begin_transaction()
+        await prod.abort_transaction()
+        return prod
+
+    async def _restore(self, tp: Any) -> None:
+        p = tp.partition
+        t0 = time.monotonic()
+        prod = await self._producer(p)
+        self.producers[p] = prod
+        ck = await read_latest(self.reader, self.ckpt_topic, p)
+        state = self.new_state(p)
+        if ck is not None:
+            self.restore_state(state, ck.payload, ck.seq)
+        if state.offset >= 0:
+            self.consumer.seek(tp, state.offset)
+        else:
+            await self.seek_fresh(tp)
+            state.offset = await self.consumer.position(tp)
+        self.states[p] = state
+        self.last_commit[p] = time.monotonic()
+        log.info(
+            "%s partition %d restored (checkpoint seq %s, offset %d) in %.3f s",
+            self.name, p, ck.seq if ck else None, state.offset, time.monotonic() - t0,
+        )
+
+    async def _recover(self, p: int, exc: BaseException) -> None:
+        """A commit failed (e.g. fenced): drop the partition's state, restore it if still ours."""
+        log.warning("%s partition %d: commit failed (%s); restoring from checkpoint",
+                    self.name, p, type(exc).__name__)
+        await self._drop(p)
+        tp = _kafka().TopicPartition(self.topic, p)
+        if tp in self.consumer.assignment():
+            try:
+                await self._restore(tp)
+            except Exception as exc2:
+                log.error("%s partition %d: restore failed: %s", self.name, p, exc2)
+
+    async def _send_checkpoint(self, prod: Any, p: int, state: Any) -> None:
+        state.seq += 1
+        for key, value, headers in chunk_messages(
+            state.seq, state.to_bytes(), self.s.checkpoint_chunk_bytes
+        ):
+            await prod.send(self.ckpt_topic, value, key=key, partition=p, headers=headers)
+        tp = _kafka().TopicPartition(self.topic, p)
+        await prod.send_offsets_to_transaction({tp: state.offset}, self.group)
+
+    # -- to implement ----------------------------------------------------------------------
+    def new_state(self, p: int) -> Any:
+        raise NotImplementedError
+
+    def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
+        raise NotImplementedError
+
+    async def seek_fresh(self, tp: Any) -> None:
+        await self.consumer.seek_to_beginning(tp)
+
+    async def handle(self, batch: dict[Any, list[Any]]) -> None:
+        raise NotImplementedError
+
+    # -- main loop ----------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                batch = await self.consumer.getmany(timeout_ms=100, max_records=self.s.max_batch)
+            except Exception as exc:
+                if stop.is_set():
+                    break
+                log.warning("%s: fetch failed: %s", self.name, exc)
+                await asyncio.sleep(0.5)
+                continue
+            async with self.lock:
+                await self.handle(batch)
+
+
+class IngestStage(_Stage):
+    name = "ingest"
+
+    def new_state(self, p: int) -> IngestState:
+        return IngestState(self.s, self.w.router, p, wall=time.monotonic())
+
+    def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
+        state.restore(payload, seq, wall=time.monotonic())
+
+    async def seek_fresh(self, tp: Any) -> None:
+        if self.s.events_start == "latest":
+            await self.consumer.seek_to_end(tp)
+        else:
+            await self.consumer.seek_to_beginning(tp)
+
+    async def handle(self, batch: dict[Any, list[Any]]) -> None:
+        unix_now = time.time()
+        wall = time.monotonic()
+        for tp, records in batch.items():
+            state = self.states.get(tp.partition)
+            if state is None:
+                continue  # revoked meanwhile
+            for r in records:
+                state.process(r.offset, r.key, r.value, wall, unix_now)
+        lag = 0
+        jobs = []
+        for p, state in list(self.states.items()):
+            tp = _kafka().TopicPartition(self.topic, p)
+            hw = self.consumer.highwater(tp)
+            if hw is not None and state.offset >= 0:
+                lag += max(0, hw - state.offset)
+            closed = state.close_ticks(wall, unix_now)
+            out = state.out
+            due = wall - self.last_commit.get(p, 0.0) >= self.s.commit_interval_s
+            if closed or len(out.dead_letters) >= 10_000 or (state.dirty and due):
+                jobs.append(self._commit(p, state))
+        self.w.metrics.set_consumer_lag(lag)
+        if jobs:
+            await asyncio.gather(*jobs)
+
+    async def flush_all(self) -> None:
+        await asyncio.gather(
+            *(self._commit(p, st) for p, st in list(self.states.items()) if st.dirty)
+        )
+
+    async def _commit(self, p: int, state: IngestState) -> None:
+        prod = self.producers.get(p)
+        if prod is None:
+            return
+        s = self.s
+        out = state.out
+        t0 = time.monotonic()
+        try:
+            await prod.begin_transaction()
+            for key, rej, raw, offset in out.dead_letters:
+                msg = dlq_message(rej, raw, s.events_topic, p, offset)
+                await prod.send(s.dlq_topic, encode(msg), key=key)
+            for part in out.partials:
+                await prod.send(
+                    s.partials_topic, part.encode(), key=str(part.tick).encode(),
+                    partition=part.shard,
+                )
+            await self._send_checkpoint(prod, p, state)
+            await prod.commit_transaction()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await prod.abort_transaction()
+            await self._recover(p, exc)
+            return
+        m = self.w.metrics
+        m.checkpoint_written(time.monotonic() - t0)
+        if out.accepted:
+            m.event_accepted(out.accepted)
+        if out.late:
+            m.event_late(out.late)
+        reasons: dict[str, int] = {}
+        for _, rej, _, _ in out.dead_letters:
+            if rej.reason != "late":
+                reasons[rej.reason] = reasons.get(rej.reason, 0) + 1
+        for reason, n in reasons.items():
+            m.event_dead_lettered(reason, n)
+        self.w.stats["accepted"] += out.accepted
+        self.w.stats["clamped"] += out.clamped
+        self.w.stats["dead_letters"] += len(out.dead_letters)
+        self.w.stats["partition_ticks_closed"] += out.ticks_closed
+        out.clear()
+        state.dirty = False
+        self.last_commit[p] = time.monotonic()
+
+
+class ReleaseStage(_Stage):
+    name = "release"
+
+    def new_state(self, p: int) -> ReleaseState:
+        return ReleaseState(self.s, self.w.router, p, self.w.new_bank(p))
+
+    def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
+        state.restore(payload, seq, self.w.key)
+
+    async def handle(self, batch: dict[Any, list[Any]]) -> None:
+        for tp, records in batch.items():
+            state = self.states.get(tp.partition)
+            if state is None:
+                continue
+            for r in records:
+                try:
+                    partial = Partial.decode(r.value)
+                except (ValueError, KeyError, TypeError) as exc:
+                    log.error("release shard %d: undecodable partial at offset %d: %s",
+                              tp.partition, r.offset, type(exc).__name__)
+                    state.offset = max(state.offset, r.offset + 1)
+                    continue
+                state.add(r.offset, partial)
+        jobs = []
+        wall = time.monotonic()
+        for p, state in list(self.states.items()):
+            due = wall - self.last_commit.get(p, 0.0) >= self.s.commit_interval_s
+            if state.ready() or (state.dirty and due):
+                jobs.append(self._commit(p, state))
+        if jobs:
+            await asyncio.gather(*jobs)
+
+    async def _commit(self, p: int, state: ReleaseState) -> None:
+        prod = self.producers.get(p)
+        if prod is None:
+            return
+        s = self.s
+        t0 = time.monotonic()
+        releases: list[Release] = []
+        try:
+            while state.ready():
+                releases.append(state.step())
+            await prod.begin_transaction()
+            for rel in releases:
+                for key, value in rel.messages(s, self.w.privacy):
+                    await prod.send(s.counts_topic, value, key=key)
+            await self._send_checkpoint(prod, p, state)
+            await prod.commit_transaction()
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await prod.abort_transaction()
+            await self._recover(p, exc)
+            return
+        now = time.time()
+        m = self.w.metrics
+        m.checkpoint_written(time.monotonic() - t0)
+        state.dirty = False
+        self.last_commit[p] = time.monotonic()
+        for rel in releases:
+            m.tick_released(now - rel.tick_end, len(rel.streams))
+            self.w.stats["shard_ticks_released"] += 1
+            self.w.latencies.append(now - rel.closed_at)
+            if self.w.on_release is not None:
+                try:
+                    res = self.w.on_release(rel)
+                    if inspect.isawaitable(res):
+                        await res
+                except Exception:
+                    log.exception("on_release callback failed")
+
+
+class Worker:
+    """One worker process: the ingest and release stages, readiness and counters.
+
+    ``ready`` is True once both stages have restored the state of every partition assigned to
+    them, and False while a rebalance is in progress. ``stats`` holds operational totals (never
+    raw counts). ``on_release`` is called after each committed shard-tick release.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        metrics: Metrics | None = None,
+        on_release: OnRelease | None = None,
+        key: bytes | None = None,
+        domain: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics: Metrics = metrics if metrics is not None else NullMetrics()
+        self.on_release = on_release
+        self.key = key if key is not None else settings.noise_key()
+        self.domain = domain if domain is not None else load_domain(settings.domain_file)
+        self.router = Router(self.domain, settings.shards)
+        self.privacy: dict[str, Any] = dict(settings.privacy.as_dict())
+        self.ingest = IngestStage(
+            self, settings.events_topic, settings.ingest_group, settings.ingest_checkpoints_topic
+        )
+        self.release = ReleaseStage(
+            self, settings.partials_topic, settings.release_group,
+            settings.release_checkpoints_topic,
+        )
+        self.stats: dict[str, int] = {
+            "accepted": 0, "clamped": 0, "dead_letters": 0, "partition_ticks_closed": 0,
+            "shard_ticks_released": 0,
+        }
+        #: seconds from the last source partition closing a tick to its release being committed
+        self.latencies: list[float] = []
+        self._ready = False
+        self._mechanism: Any = None
+
+    @property
+    def ready(self) -> bool:
+        """State restored for all assigned partitions of both stages, not rebalancing."""
+        return self._ready
+
+    def _update_ready(self) -> None:
+        ready = not self.ingest.restoring and not self.release.restoring
+        if ready != self._ready:
+            self._ready = ready
+            self.metrics.set_ready(ready)
+
+    def mechanism(self) -> Any:
+        if self._mechanism is None:
+            from stream_dp.strategies import make_mechanism
+
+            s = self.settings
+            self._mechanism = make_mechanism(s.strategy, s.p, s.horizon, s.privacy, s.cap)
+        return self._mechanism
+
+    def new_bank(self, shard: int) -> Any:
+        from stream_dp.counters import CounterBank
+
+        names = self.router.shard_names(shard)
+        if not names:
+            return None
+        return CounterBank(self.mechanism(), names, self.key)
+
+    async def run(self, stop_event: asyncio.Event | None = None) -> None:
+        stop = stop_event if stop_event is not None else asyncio.Event()
+        self.mechanism()  # fail fast on bad strategy settings
+        await self.ingest.start()
+        await self.release.start()
+        tasks = [
+            asyncio.create_task(self.ingest.run(stop), name="stream-dp-ingest"),
+            asyncio.create_task(self.release.run(stop), name="stream-dp-release"),
+        ]
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if t is not stopper and t.exception() is not None:
+                    raise t.exception()  # type: ignore[misc]
+        finally:
+            stop.set()
+            for t in tasks:
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(t, timeout=10)
+            stopper.cancel()
+            self._ready = False
+            self.metrics.set_ready(False)
+            await self.ingest.stop()
+            await self.release.stop()
+
+
+async def run_worker(
+    settings: Settings,
+    *,
+    on_release: OnRelease | None = None,
+    stop_event: asyncio.Event | None = None,
+    metrics: Metrics | None = None,
+    worker: Worker | None = None,
+) -> Worker:
+    """Run a worker until ``stop_event`` is set (or a stage fails); returns the worker.
+
+    Pass a pre-built ``worker`` to read its ``ready`` flag from elsewhere (web server).
+    """
+    w = worker or Worker(settings, metrics=metrics, on_release=on_release)
+    await w.run(stop_event)
+    return w
+
+
+def main() -> int:  # pragma: no cover - exercised by the integration tests as a subprocess
+    """``python -m agents.pipeline``: settings from the environment; SIGTERM/SIGINT stop."""
+    settings = Settings.load()
+    logging.basicConfig(
+        level=settings.log_level.upper().replace("WARN", "WARNING").replace("WARNINGING", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+    async def _main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await run_worker(settings, stop_event=stop)
+
+    asyncio.run(_main())
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

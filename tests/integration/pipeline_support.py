@@ -1,0 +1,244 @@
+"""Helpers for the pipeline integration tests (tests/integration/test_pipeline_*.py).
+
+Settings with per-test topic names, an events producer, a read-to-end consumer, the offline
+exact decayed-count oracle, and worker subprocesses (``python -m agents.pipeline``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agents.config import Settings
+from agents.topics import ensure_topics
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY_HEX = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+
+def hierarchy_paths(a: int, b: int, c: int) -> list[str]:
+    """Leaf paths of a 3-level hierarchy with a*b*c leaves (plus internal nodes and a root)."""
+    return [f"r{i}/s{j}/l{k}" for i in range(a) for j in range(b) for k in range(c)]
+
+
+def write_domain(path: Path, paths: Sequence[str], extra_flat: Sequence[str] = ()) -> Path:
+    lines = ['name = "test"', 'kind = "hierarchy"', 'root = "all"',
+             "paths = [" + ", ".join(json.dumps(p) for p in paths) + "]"]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def make_settings(bootstrap: str, tmp: Path, name: str, paths: Sequence[str], **kw: Any) -> Settings:
+    domain = write_domain(tmp / "domain.toml", paths)
+    key_file = tmp / "key.hex"
+    key_file.write_text(KEY_HEX, encoding="utf-8")
+    base: dict[str, Any] = {
+        "bootstrap": bootstrap,
+        "app_id": name,
+        "worker_id": "w0",
+        "events_topic": f"{name}.events",
+        "counts_topic": f"{name}.counts",
+        "histograms_topic": f"{name}.histograms",
+        "dlq_topic": f"{name}.dlq",
+        "partials_topic": f"{name}.partials",
+        "ingest_checkpoints_topic": f"{name}.ckpt.ingest",
+        "release_checkpoints_topic": f"{name}.ckpt.release",
+        "events_partitions": 4,
+        "shards": 3,
+        "counts_partitions": 2,
+        "domain_file": str(domain),
+        "key_file": str(key_file),
+        "tick_seconds": 2.0,
+        "origin": 1_700_000_000.0,
+        "allowed_lateness_s": 0.5,
+        "idle_timeout_s": 0.5,
+        "max_future_skew_s": 1e9,
+        "p": 0.9,
+        "strategy": "naive",
+        "horizon": 255,
+        "epsilon": 1.0,
+        "session_timeout_s": 6.0,
+        "transaction_timeout_s": 10.0,
+        "commit_interval_s": 0.5,
+    }
+    base.update(kw)
+    return Settings(**base)
+
+
+def settings_env(s: Settings) -> dict[str, str]:
+    """The environment that makes ``Settings.load()`` in a subprocess return ``s``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
+    for name in Settings.__dataclass_fields__:
+        env["STREAM_DP_" + name.upper()] = str(getattr(s, name))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+async def create_topics(s: Settings) -> None:
+    await ensure_topics(s.bootstrap, s)
+
+
+async def produce(s: Settings, messages: Iterable[tuple[bytes | None, bytes | None]]) -> int:
+    """Produce ``(key, value)`` messages to the events topic (default partitioner by key)."""
+    from aiokafka import AIOKafkaProducer
+
+    prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=20, max_batch_size=1 << 20,
+                            max_request_size=1 << 22)
+    await prod.start()
+    n = 0
+    try:
+        for key, value in messages:
+            await prod.send(s.events_topic, value, key=key)
+            n += 1
+        await prod.flush()
+    finally:
+        await prod.stop()
+    return n
+
+
+def event_bytes(key: str, ts: float, value: float | None = None) -> tuple[bytes, bytes]:
+    body: dict[str, Any] = {"key": key, "ts": ts}
+    if value is not None:
+        body["value"] = value
+    return key.encode(), json.dumps(body).encode()
+
+
+async def read_topic(
+    bootstrap: str, topic: str, *, committed: bool = True, timeout_s: float = 60.0
+) -> list[Any]:
+    """Every record currently in ``topic`` (all partitions), up to the end offsets."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    c = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        isolation_level="read_committed" if committed else "read_uncommitted",
+        enable_auto_commit=False,
+        fetch_max_bytes=64 << 20,
+        max_partition_fetch_bytes=16 << 20,
+    )
+    await c.start()
+    try:
+        await c.topics()
+        parts = c.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        if not tps:
+            return []
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        end = await c.end_offsets(tps)
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        async def behind() -> bool:
+            for tp in tps:
+                if await c.position(tp) < end[tp]:
+                    return True
+            return False
+
+        while await behind():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} took more than {timeout_s} s")
+            batch = await c.getmany(timeout_ms=500, max_records=100000)
+            for tp, recs in batch.items():
+                out.extend(r for r in recs if r.offset < end[tp])
+        return out
+    finally:
+        await c.stop()
+
+
+async def released(s: Settings, *, committed: bool = True) -> dict[tuple[str, int], list[bytes]]:
+    """``(stream, tick) -> [raw message values]`` of the counts topic."""
+    out: dict[tuple[str, int], list[bytes]] = defaultdict(list)
+    for r in await read_topic(s.bootstrap, s.counts_topic, committed=committed):
+        m = json.loads(r.value)
+        out[(m["stream"], m["tick"])].append(r.value)
+    return out
+
+
+async def wait_for_ticks(
+    s: Settings, n_streams: int, last_tick: int, timeout_s: float, poll_s: float = 1.0
+) -> dict[tuple[str, int], list[bytes]]:
+    """Poll the counts topic until every stream released ticks 1..last_tick."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = await released(s)
+        have = sum(1 for (_, t) in got if t <= last_tick)
+        if have >= n_streams * last_tick:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"only {have} of {n_streams * last_tick} (stream, tick) releases after {timeout_s} s"
+            )
+        await asyncio.sleep(poll_s)
+
+
+def exact_decayed(
+    domain: Any, events: Iterable[tuple[str, float, float]], s: Settings, last_tick: int
+) -> dict[tuple[str, int], float]:
+    """The offline oracle: ``s_t = p·s_{t-1} + D_t`` per node, events clamped to ``cap``."""
+    counts: dict[int, dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for key, ts, value in events:
+        t = math.floor((ts - s.origin) / s.tick_seconds) + 1
+        for n in domain.nodes_for_event(key):
+            counts[int(n)][t] += min(value, s.cap)
+    out: dict[tuple[str, int], float] = {}
+    for i, name in enumerate(domain.names):
+        acc = 0.0
+        for t in range(1, last_tick + 1):
+            acc = s.p * acc + counts[i].get(t, 0.0)
+            out[(name, t)] = acc
+    return out
+
+
+class WorkerProcess:
+    """A worker subprocess running ``python -m agents.pipeline`` with settings in its env."""
+
+    def __init__(self, s: Settings, worker_id: str, log_dir: Path) -> None:
+        self.settings = s.replace(worker_id=worker_id)
+        self.worker_id = worker_id
+        self.log_path = log_dir / f"worker-{worker_id}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agents.pipeline"],
+            env=settings_env(self.settings), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout: float = 30.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        return self.proc.returncode
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self.terminate()
