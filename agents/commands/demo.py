@@ -1,0 +1,542 @@
+"""``stream-dp demo``: broker, topics, worker, reconciler and live traffic in one command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import atexit
+import contextlib
+import json
+import math
+import os
+import random
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+HELP = "run broker, worker, reconciler and simulator; show live releases"
+
+DESCRIPTION = """\
+One command for the whole service on this machine: it starts the embedded Kafka-protocol broker
+(noida-db) on a free port of 127.0.0.1, creates the topics, starts a worker (ingest, release,
+reconcile side agent, web server with the live dashboard) as a child process, feeds it live
+synthetic web traffic over a small site hierarchy, and shows each tick's releases in the
+terminal: every stream's released value ± its analytic standard error, and the consistent
+(reconciled) value. Raw counts are never shown: the service never sees them outside a worker.
+
+It runs until Ctrl-C / SIGTERM, or for --duration seconds, then stops the simulator, the worker
+(which leaves its consumer groups) and the broker, and removes the temporary data directory
+(keep it with --data-dir). No process is left behind. The dashboard URL is printed at start.
+
+--offline runs the library-only simulation instead (no broker, no Kafka): the exact decayed
+counts of a synthetic stream next to their private releases, for each strategy.
+
+examples:
+  stream-dp demo                          # until Ctrl-C; open the printed dashboard URL
+  stream-dp demo --duration 60 --epsilon 0.5 --p 0.95
+  stream-dp demo --tick-seconds 2 --rate 200 --data-dir /tmp/demo   # keep logs and topics
+  stream-dp demo --offline
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, default=None,
+                        help="stop after this many seconds (default: run until Ctrl-C)")
+    parser.add_argument("--tick-seconds", type=float, default=1.0,
+                        help="tick length in seconds (default 1)")
+    parser.add_argument("--rate", type=float, default=60.0,
+                        help="simulated events per tick over all streams (default 60)")
+    parser.add_argument("--epsilon", type=float, default=1.0,
+                        help="pure-DP epsilon per event, per released stream (default 1)")
+    parser.add_argument("--p", type=float, default=0.9, help="decay per tick, (0, 1] (default 0.9)")
+    parser.add_argument("--strategy", default="auto", help="release strategy (default auto)")
+    parser.add_argument("--seed", type=int, default=0, help="simulator seed (default 0)")
+    parser.add_argument("--web-port", type=int, default=0,
+                        help="dashboard / metrics port on 127.0.0.1 (default: a free port)")
+    parser.add_argument("--broker-port", type=int, default=0,
+                        help="broker port on 127.0.0.1 (default: a free port)")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help="keep broker data, settings and logs here (default: a temporary "
+                             "directory, removed on exit)")
+    parser.add_argument("--no-table", action="store_true",
+                        help="do not draw the live table (logs only)")
+    parser.add_argument("--offline", action="store_true",
+                        help="run the library-only offline simulation, without a broker")
+
+
+# --------------------------------------------------------------------------- child processes
+class Children:
+    """Child processes, each leading its own process group; all are killed on exit.
+
+    ``atexit`` and the signal handlers call :meth:`kill_all`, so a demo that ends by an exception,
+    Ctrl-C or SIGTERM leaves nothing behind.
+    """
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        atexit.register(self.kill_all)
+
+    def spawn(self, cmd: list[str], *, log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int | None:
+        """SIGTERM the process group, wait ``timeout`` s, then SIGKILL."""
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        # Anything the child left in its group goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return proc.returncode
+
+    def kill_all(self) -> None:
+        for proc in reversed(self.procs):
+            self.stop(proc, timeout=10.0)
+        self.procs.clear()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the child gets SIGTERM if the demo dies, even by SIGKILL."""
+    import ctypes
+
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+# --------------------------------------------------------------------------- traffic
+#: Site hierarchy of the built-in generator (used when the simulators package is absent).
+FALLBACK_PATHS = (
+    "www/home", "www/news", "www/shop", "api/v1", "api/v2", "cdn/img", "cdn/js",
+)
+
+
+@dataclass(frozen=True)
+class DemoEvent:
+    key: str
+    ts: float
+    value: float = 1.0
+
+
+class Traffic:
+    """Live events in event-time order: H6's web-traffic simulator, else a built-in one."""
+
+    def __init__(self, origin: float, tick_seconds: float, rate: float, seed: int,
+                 ticks: int) -> None:
+        self.origin, self.tick_seconds, self.rate, self.seed = origin, tick_seconds, rate, seed
+        self.ticks = ticks
+        self._sim: Any = None
+        try:
+            from simulators.base import TimeAxis
+            from simulators.web_traffic import WebTraffic
+
+            axis = TimeAxis(ticks=ticks, tick_seconds=tick_seconds, start=origin)
+            self._sim = WebTraffic(axis, seed, rate=rate)
+        except (ImportError, ValueError, TypeError):
+            self._sim = None
+
+    @property
+    def source(self) -> str:
+        return "simulators.web_traffic" if self._sim is not None else "built-in generator"
+
+    def domain_toml(self) -> str:
+        if self._sim is not None:
+            text: str = self._sim.domain().to_toml()
+            return text
+        paths = ", ".join(json.dumps(p) for p in FALLBACK_PATHS)
+        return f'name = "demo-site"\nkind = "hierarchy"\nroot = "all"\nsep = "/"\npaths = [{paths}]\n'
+
+    def events(self) -> Iterator[DemoEvent]:
+        if self._sim is not None:
+            for ev in self._sim.events():
+                yield DemoEvent(ev.key, ev.ts, ev.value)
+            return
+        rng = random.Random(self.seed)
+        weights = [1.0 / (i + 1) for i in range(len(FALLBACK_PATHS))]
+        t = self.origin
+        end = self.origin + self.ticks * self.tick_seconds
+        mean_gap = self.tick_seconds / self.rate
+        while t < end:
+            t += rng.expovariate(1.0 / mean_gap)
+            key = rng.choices(FALLBACK_PATHS, weights)[0]
+            yield DemoEvent(key, round(t, 3))
+
+
+# --------------------------------------------------------------------------- live table
+@dataclass
+class Board:
+    """What the terminal shows: the latest tick's releases and consistent values."""
+
+    names: tuple[str, ...] = ()
+    strategy: str = "?"
+    counts: dict[int, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    shown_tick: int = 0
+    histograms: int = 0
+    released_ticks: int = 0
+
+    def add_count(self, msg: dict[str, Any]) -> int | None:
+        """Record a release; returns its tick when that tick is complete for the domain."""
+        tick = int(msg["tick"])
+        self.strategy = str(msg.get("strategy", self.strategy))
+        row = self.counts.setdefault(tick, {})
+        row[str(msg["stream"])] = (float(msg["value"]), float(msg["stderr"]))
+        for old in [t for t in self.counts if t < tick - 20]:
+            del self.counts[old]
+        if self.names and len(row) == len(self.names):
+            self.released_ticks = max(self.released_ticks, tick)
+            return tick
+        return None
+
+
+def _depth(name: str, names: tuple[str, ...]) -> int:
+    return 0 if name == names[0] else name.count("/") + 1
+
+
+def render(board: Board, tick: int, hist: dict[str, Any] | None, header: str) -> str:
+    """The table for ``tick``: stream, released ± stderr, consistent value."""
+    lines = [header, ""]
+    lines.append(f"tick {tick}" + ("" if hist else "   (consistent histogram pending)"))
+    lines.append(f"{'stream':<24} {'released':>10} {'± stderr':>9}   {'consistent':>10}")
+    lines.append("-" * 58)
+    if hist is not None:
+        rows = [(n["stream"], n["noisy"], n["stderr"], n["value"]) for n in hist["nodes"]]
+    else:
+        row = board.counts.get(tick, {})
+        rows = [(s, *row[s], None) for s in board.names if s in row]
+    for stream, value, stderr, consistent in rows:
+        label = ("  " * _depth(stream, board.names) + stream)[:24]
+        cons = f"{consistent:10.1f}" if consistent is not None else f"{'…':>10}"
+        lines.append(f"{label:<24} {value:10.1f} {'±':>2}{stderr:7.1f}   {cons}")
+    if hist is not None:
+        d = hist["diagnostics"]
+        lines.append("")
+        lines.append(
+            f"reconciled in {d['seconds'] * 1000:.2f} ms, {d['iterations']} iteration(s), "
+            f"residual {d['residual']:.1e}"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- the demo
+class Demo:
+    def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
+        self.args = args
+        self.out = out
+        self.children = Children()
+        self.tmp: str | None = None
+        if args.data_dir is None:
+            self.tmp = tempfile.mkdtemp(prefix="stream-dp-demo-")
+            self.data_dir = Path(self.tmp)
+        else:
+            self.data_dir = args.data_dir.expanduser().resolve()
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.broker: Any = None
+        self.worker: subprocess.Popen[bytes] | None = None
+        self.stop_event: asyncio.Event | None = None
+        self.tty = out.isatty() and not args.no_table
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    # -- set-up -------------------------------------------------------------------------------
+    def _files(self, bootstrap: str, web_port: int) -> tuple[Path, float, Traffic]:
+        a = self.args
+        tick = float(a.tick_seconds)
+        origin = float(math.floor(time.time() / tick) * tick) if tick >= 1 else float(
+            math.floor(time.time()))
+        ticks = int(max(3600.0, (a.duration or 86_400.0) / tick + 10))
+        traffic = Traffic(origin, tick, a.rate, a.seed, ticks)
+        key_path = self.data_dir / "noise.key"
+        if not key_path.exists():
+            fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_hex(32) + "\n")
+        (self.data_dir / "domain.toml").write_text(traffic.domain_toml(), encoding="utf-8")
+        settings = {
+            "bootstrap": bootstrap,
+            "app_id": "stream-dp-demo",
+            "worker_id": "demo-worker",
+            "domain_file": "domain.toml",
+            "key_file": "noise.key",
+            "origin": origin,
+            "tick_seconds": tick,
+            "allowed_lateness_s": min(1.0, tick / 2),
+            "idle_timeout_s": max(2.0, 2 * tick),
+            "p": float(a.p),
+            "epsilon": float(a.epsilon),
+            "strategy": a.strategy,
+            "events_partitions": 2,
+            "shards": 2,
+            "counts_partitions": 2,
+            "web_port": web_port,
+            "session_timeout_s": 6.0,
+            "log_level": "info",
+        }
+        lines = ["# Settings written by 'stream-dp demo' (see docs/configuration.md)."]
+        for k, v in settings.items():
+            lines.append(f"{k} = {json.dumps(v)}")
+        path = self.data_dir / "stream-dp.toml"
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return path, origin, traffic
+
+    def start(self) -> tuple[Any, Traffic]:
+        from agents.config import Settings
+        from agents.embedded_broker import EmbeddedBroker, free_port
+
+        a = self.args
+        self.say("starting the embedded broker (noida-db) …")
+        self.broker = EmbeddedBroker(port=a.broker_port or None,
+                                     data_dir=self.data_dir / "broker").start()
+        web_port = a.web_port or free_port()
+        settings_path, _, traffic = self._files(self.broker.bootstrap, web_port)
+        settings = Settings.load(settings_path, env={})
+        from agents.commands.topics import create_topics
+
+        asyncio.run(create_topics(settings))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
+        env["STREAM_DP_CONFIG"] = str(settings_path)
+        env["PYTHONUNBUFFERED"] = "1"
+        self.worker = self.children.spawn(
+            [sys.executable, "-m", "stream_dp.cli", "worker"],
+            log_path=self.data_dir / "worker.log", env=env,
+        )
+        self.say(f"broker     {self.broker.bootstrap}   (data in {self.data_dir})")
+        self.say(f"worker     pid {self.worker.pid}, logs {self.data_dir / 'worker.log'}")
+        self.say(f"dashboard  http://127.0.0.1:{web_port}/dashboard/")
+        self.say(f"metrics    http://127.0.0.1:{web_port}/metrics")
+        self.say(f"traffic    {traffic.source}, ~{a.rate:g} events per {a.tick_seconds:g} s tick")
+        self.say("stop with Ctrl-C" + (f" (or after {a.duration:g} s)" if a.duration else ""))
+        self.say("")
+        return settings, traffic
+
+    # -- live part ----------------------------------------------------------------------------
+    async def live(self, settings: Any, traffic: Traffic) -> int:
+        self.stop_event = stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(sig, stop.set)
+        from agents.config import load_domain
+
+        domain = load_domain(settings.domain_file)
+        board = Board(names=tuple(domain.names))
+        tasks = [
+            asyncio.ensure_future(self._feed(settings, traffic, stop)),
+            asyncio.ensure_future(self._watch(settings, board, stop)),
+            asyncio.ensure_future(self._guard(stop)),
+        ]
+        rc = 0
+        try:
+            if self.args.duration:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.args.duration)
+            else:
+                await stop.wait()
+        finally:
+            stop.set()
+            for t in tasks:
+                t.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+        for r in results:
+            if isinstance(r, Exception) and not isinstance(r, asyncio.CancelledError):
+                self.say(f"demo: {type(r).__name__}: {r}")
+                rc = 1
+        if self.worker is not None and self.worker.poll() is not None:
+            rc = 1
+        self.say("")
+        self.say(f"released ticks: {board.released_ticks}, consistent histograms: "
+                 f"{board.histograms}")
+        return rc
+
+    async def _guard(self, stop: asyncio.Event) -> None:
+        """Stop the demo if the worker dies."""
+        while not stop.is_set():
+            if self.worker is not None and self.worker.poll() is not None:
+                self.say(f"demo: the worker exited with {self.worker.returncode}; last log lines:")
+                self.say(_tail(self.data_dir / "worker.log", 15))
+                stop.set()
+                return
+            await asyncio.sleep(0.5)
+
+    async def _feed(self, settings: Any, traffic: Traffic, stop: asyncio.Event) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        from agents.codec import encode
+
+        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=20)
+        await producer.start()
+        try:
+            for ev in traffic.events():
+                if stop.is_set():
+                    return
+                delay = ev.ts - time.time()
+                if delay > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), delay)
+                    if stop.is_set():
+                        return
+                await producer.send(
+                    settings.events_topic,
+                    encode({"key": ev.key, "ts": ev.ts, "value": ev.value}),
+                    key=ev.key.encode(),
+                )
+        finally:
+            await producer.stop()
+
+    async def _watch(self, settings: Any, board: Board, stop: asyncio.Event) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        consumer = AIOKafkaConsumer(
+            settings.counts_topic, settings.histograms_topic,
+            bootstrap_servers=settings.bootstrap, group_id=None,
+            auto_offset_reset="earliest", enable_auto_commit=False,
+            isolation_level="read_committed",
+        )
+        await consumer.start()
+        header = (f"stream-dp demo · ε = {self.args.epsilon:g} per event per stream · "
+                  f"p = {self.args.p:g} · tick {self.args.tick_seconds:g} s")
+        waiting_since: dict[int, float] = {}
+        try:
+            while not stop.is_set():
+                batches = await consumer.getmany(timeout_ms=300)
+                for tp, records in batches.items():
+                    for rec in records:
+                        try:
+                            msg = json.loads(rec.value)
+                        except (TypeError, ValueError):
+                            continue
+                        if tp.topic == settings.histograms_topic:
+                            board.histograms += 1
+                            tick = int(msg["tick"])
+                            if tick > board.shown_tick:
+                                board.shown_tick = tick
+                                self._show(render(board, tick, msg,
+                                                  f"{header} · strategy {board.strategy}"))
+                        else:
+                            done = board.add_count(msg)
+                            if done is not None:
+                                waiting_since.setdefault(done, time.monotonic())
+                # No histogram within 3 ticks: show the releases alone.
+                now = time.monotonic()
+                for tick, since in sorted(waiting_since.items()):
+                    if tick <= board.shown_tick:
+                        del waiting_since[tick]
+                    elif now - since > 3 * self.args.tick_seconds:
+                        board.shown_tick = tick
+                        self._show(render(board, tick, None,
+                                          f"{header} · strategy {board.strategy}"))
+                        del waiting_since[tick]
+        finally:
+            await consumer.stop()
+
+    def _show(self, table: str) -> None:
+        if self.args.no_table:
+            return
+        if self.tty:
+            self.out.write("\x1b[H\x1b[2J" + table + "\n\n(Ctrl-C to stop)\n")
+            self.out.flush()
+        else:
+            self.say(table + "\n")
+
+    # -- tear-down ----------------------------------------------------------------------------
+    def close(self) -> None:
+        if self.worker is not None:
+            rc = self.children.stop(self.worker, timeout=30.0)
+            if rc not in (0, None, -signal.SIGTERM):
+                self.say(f"worker exited with {rc}; see {self.data_dir / 'worker.log'}")
+        self.children.kill_all()
+        if self.broker is not None:
+            self.broker.stop()
+            self.broker = None
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+        else:
+            self.say(f"data kept in {self.data_dir}")
+
+
+def _tail(path: Path, n: int) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def _offline(args: argparse.Namespace) -> int:
+    import inspect
+
+    from stream_dp.commands.demo_offline import run_offline_demo
+
+    params = inspect.signature(run_offline_demo).parameters
+    candidates = {"seed": args.seed, "epsilon": args.epsilon, "p": args.p,
+                  "strategy": args.strategy, "out": sys.stdout}
+    kwargs = {k: v for k, v in candidates.items() if k in params}
+    result = run_offline_demo(**kwargs)
+    return result if isinstance(result, int) else 0
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if args.duration is not None and not args.duration > 0:
+        raise ValueError(f"--duration must be > 0 seconds, got {args.duration}")
+    if not args.tick_seconds > 0 or round(args.tick_seconds * 1000) != args.tick_seconds * 1000:
+        raise ValueError(f"--tick-seconds must be a positive whole number of milliseconds, got "
+                         f"{args.tick_seconds}")
+    if not args.rate > 0:
+        raise ValueError(f"--rate must be > 0 events per tick, got {args.rate}")
+    if not args.epsilon > 0 or not math.isfinite(args.epsilon):
+        raise ValueError(f"--epsilon must be a finite number > 0, got {args.epsilon}")
+    if not 0 < args.p <= 1:
+        raise ValueError(f"--p must be in (0, 1], got {args.p}")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        _validate(args)
+    except ValueError as exc:
+        print(f"stream-dp demo: {exc}", file=sys.stderr)
+        return 2
+    if args.offline:
+        return _offline(args)
+    demo = Demo(args, sys.stdout)
+    # SIGTERM before the live loop installs its handlers must still clean up.
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        settings, traffic = demo.start()
+        return asyncio.run(demo.live(settings, traffic))
+    except KeyboardInterrupt:
+        return 0
+    except RuntimeError as exc:
+        print(f"stream-dp demo: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            demo.close()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

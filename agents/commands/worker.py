@@ -1,0 +1,211 @@
+"""``stream-dp worker``: one production worker (pipeline + reconcile side agent + web server)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+HELP = "run a production worker (broker and settings from env)"
+
+DESCRIPTION = """\
+Run one worker of the service: it consumes the events topic, releases the noisy decayed counts of
+its share of the declared streams at every tick (exactly-once effect through checkpoints), takes
+part in the reconcile leader election (one worker per cluster publishes the consistent
+histograms), and serves /healthz, /readyz, /metrics and the live dashboard (/dashboard/) on
+STREAM_DP_WEB_HOST:STREAM_DP_WEB_PORT (127.0.0.1:6066 by default).
+
+Settings come from built-in defaults < the TOML file (--config or STREAM_DP_CONFIG) <
+STREAM_DP_* environment variables < the options below; every setting is listed in
+docs/configuration.md. The noise key comes from STREAM_DP_KEY_FILE or STREAM_DP_KEY and is never
+logged. Logs are JSON lines on stderr.
+
+Start as many workers as you like with the same STREAM_DP_APP_ID and a distinct, stable
+STREAM_DP_WORKER_ID each (e.g. the StatefulSet pod name); Kafka partitions spread the streams
+over them. SIGTERM or SIGINT stops the worker gracefully: it finishes the current batch, leaves
+the consumer groups (partitions move to the other workers at once) and exits 0.
+
+examples:
+  STREAM_DP_BOOTSTRAP=kafka-0:9092 STREAM_DP_KEY_FILE=/run/secrets/dp-key \\
+      STREAM_DP_ORIGIN=1767225600 stream-dp worker --config /etc/stream-dp/stream-dp.toml
+  stream-dp worker --config examples/stream-dp.toml --web-port 6067 --worker-id w2
+  stream-dp worker --config examples/stream-dp.toml --no-reconcile   # never lead reconciliation
+"""
+
+log = logging.getLogger("agents.worker")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, default=None,
+                        help="settings TOML file (default: $STREAM_DP_CONFIG)")
+    parser.add_argument("--bootstrap", default=None, help="overrides STREAM_DP_BOOTSTRAP")
+    parser.add_argument("--worker-id", default=None, help="overrides STREAM_DP_WORKER_ID")
+    parser.add_argument("--web-host", default=None, help="overrides STREAM_DP_WEB_HOST")
+    parser.add_argument("--web-port", type=int, default=None,
+                        help="overrides STREAM_DP_WEB_PORT (0 picks a free port)")
+    parser.add_argument("--log-level", default=None,
+                        help="overrides STREAM_DP_LOG_LEVEL (debug, info, warning, error)")
+    parser.add_argument("--plain-logs", action="store_true",
+                        help="human-readable log lines instead of JSON (development)")
+    parser.add_argument("--no-web", action="store_true", help="do not start the web server")
+    parser.add_argument("--no-reconcile", action="store_true",
+                        help="do not take part in the reconcile leader election")
+    parser.add_argument("--no-dashboard", action="store_true",
+                        help="serve health and metrics only, without the dashboard")
+
+
+def load_settings(args: argparse.Namespace) -> Any:
+    """Settings from defaults < TOML < environment < command-line options."""
+    from agents.config import Settings
+
+    overrides: dict[str, Any] = {}
+    for opt, name in (("bootstrap", "bootstrap"), ("worker_id", "worker_id"),
+                      ("web_host", "web_host"), ("web_port", "web_port"),
+                      ("log_level", "log_level")):
+        value = getattr(args, opt, None)
+        if value is not None:
+            overrides[name] = value
+    return Settings.load(args.config, **overrides)
+
+
+async def serve(
+    settings: Any,
+    *,
+    stop_event: asyncio.Event,
+    web: bool = True,
+    reconcile: bool = True,
+    dashboard: bool = True,
+    pipeline: bool = True,
+    on_release: Callable[[Any], Any] | None = None,
+    on_histogram: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    started: Callable[[Any], None] | None = None,
+) -> int:
+    """Run the worker's parts until ``stop_event`` is set or one of them fails.
+
+    Returns 0 after a requested stop, 1 if a part failed. ``started`` is called with the web
+    server (or ``None``) once everything is up.
+    """
+    from agents.config import load_domain
+    from agents.metrics import Metrics
+    from agents.reconcile import Reconciler, ReconcilerConfig
+
+    metrics = Metrics()
+    domain = load_domain(settings.domain_file)
+    worker: Any = None
+    if pipeline:
+        from agents.pipeline import Worker
+
+        worker = Worker(settings, metrics=metrics, on_release=on_release, domain=domain)
+
+    def ready() -> bool:
+        """/readyz: state restored for every assigned partition, not rebalancing, not stopping."""
+        if stop_event.is_set():
+            return False
+        return True if worker is None else bool(worker.ready)
+
+    server = None
+    if web:
+        from agents.web import WebServer, make_app
+
+        app = make_app(metrics, ready, settings=settings, dashboard=dashboard)
+        server = await WebServer(app, settings.web_host, settings.web_port).start()
+
+    tasks: dict[str, asyncio.Task[Any]] = {}
+    if worker is not None:
+        from agents.pipeline import run_worker
+
+        tasks["pipeline"] = asyncio.ensure_future(
+            run_worker(settings, stop_event=stop_event, worker=worker)
+        )
+    if reconcile:
+        reconciler = Reconciler(
+            ReconcilerConfig.from_settings(settings, domain.name, instance_id=None),
+            domain, metrics=metrics, on_histogram=on_histogram,
+        )
+        tasks["reconcile"] = asyncio.ensure_future(reconciler.run(stop_event))
+    log.info("worker started", extra={"worker_id": settings.worker_id, "domain": domain.name,
+                                      "streams": len(domain.names)})
+    if started is not None:
+        started(server)
+    stopper = asyncio.ensure_future(stop_event.wait())
+    rc = 0
+    try:
+        pending: set[asyncio.Future[Any]] = {stopper, *tasks.values()}
+        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for name, task in tasks.items():
+            if task in done and not stop_event.is_set():
+                exc = task.exception()
+                if exc is not None:
+                    log.error("worker part failed; stopping", extra={"part": name},
+                              exc_info=exc)
+                else:
+                    log.error("worker part ended unexpectedly; stopping", extra={"part": name})
+                rc = 1
+    finally:
+        stop_event.set()
+        metrics.set_ready(False)
+        for name, task in tasks.items():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout=30.0)
+            except TimeoutError:
+                log.error("worker part did not stop in 30 s; cancelling", extra={"part": name})
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if rc == 0:
+                    log.exception("worker part failed while stopping", extra={"part": name})
+                rc = 1
+        stopper.cancel()
+        if server is not None:
+            await server.stop()
+    log.info("worker stopped", extra={"exit_code": rc})
+    return rc
+
+
+async def _main(settings: Any, args: argparse.Namespace) -> int:
+    stop_event = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop_event.set)
+
+    def started(server: Any) -> None:
+        if server is not None:
+            log.info("serving", extra={"url": server.url, "metrics": server.url + "/metrics"})
+
+    try:
+        return await serve(
+            settings, stop_event=stop_event, web=not args.no_web,
+            reconcile=not args.no_reconcile, dashboard=not args.no_dashboard, started=started,
+        )
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agents.logs import configure_logging, register_secret
+
+    try:
+        settings = load_settings(args)
+    except (ValueError, OSError) as exc:
+        print(f"stream-dp worker: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log_level, json_lines=not args.plain_logs)
+    try:
+        register_secret(settings.noise_key())
+    except (ValueError, OSError) as exc:
+        log.error("cannot load the noise key", extra={"error": str(exc)})
+        return 2
+    try:
+        return asyncio.run(_main(settings, args))
+    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
+        return 130
