@@ -1,0 +1,314 @@
+"""The live dashboard: an aiohttp sub-application fed by the counts and histogram topics.
+
+It holds no DP logic: it subscribes (group-less aiokafka consumer, from the latest offsets) to the
+user-facing topics ``dp.counts.v1`` and ``dp.histograms.v1`` only, keeps the last
+``history`` ticks of every stream and the latest consistent histogram in memory, and pushes them
+to browsers as server-sent events. The page and its JavaScript/SVG chart are static files shipped
+in the package (``agents/dashboard/static/``; no CDN).
+
+Routes (relative to the mount point, ``/dashboard/`` in the worker):
+
+* ``GET /`` — the page; ``GET /static/...`` — its assets;
+* ``GET /events[?prefix=P]`` — SSE: ``snapshot`` (everything held, once), then ``counts`` (a
+  batch of ``[stream, tick, tick_end, value, stderr]`` rows) and ``histogram`` (a
+  ``dp.histograms.v1`` message) as they arrive, and ``status`` (consumer state); only streams
+  starting with ``P`` when given;
+* ``GET /api/snapshot[?prefix=P]`` — the same snapshot as JSON (for scripts and tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR: Final = Path(__file__).with_name("static")
+DEFAULT_HISTORY: Final = 600
+_HEARTBEAT_S: Final = 15.0
+
+
+@dataclass
+class StreamSeries:
+    """The recent releases of one stream: rows ``[tick, tick_end, value, stderr]`` by tick."""
+
+    meta: dict[str, Any]
+    points: deque[list[float]]
+
+    def add(self, tick: int, row: list[float]) -> None:
+        pts = self.points
+        if pts and tick <= pts[-1][0]:
+            # a re-published (bit-identical) tick, or out of order across partitions
+            for i in range(len(pts) - 1, -1, -1):
+                if pts[i][0] == tick:
+                    pts[i] = row
+                    return
+                if pts[i][0] < tick:
+                    pts.insert(i + 1, row)
+                    if pts.maxlen is not None and len(pts) > pts.maxlen:
+                        pts.popleft()
+                    return
+            pts.appendleft(row)
+            return
+        pts.append(row)
+
+
+@dataclass
+class DashboardState:
+    """What the dashboard holds: series per stream, the latest histogram, the subscribers."""
+
+    history: int = DEFAULT_HISTORY
+    series: dict[str, StreamSeries] = field(default_factory=dict)
+    histogram: dict[str, Any] | None = None
+    subscribers: set[asyncio.Queue[tuple[str, Any] | None]] = field(default_factory=set)
+    connected: bool = False
+    error: str = ""
+    messages: int = 0
+    started: float = field(default_factory=time.time)
+
+    def add_counts(self, messages: list[dict[str, Any]]) -> list[list[Any]]:
+        """Store ``dp.counts.v1`` messages; return the rows to broadcast."""
+        rows: list[list[Any]] = []
+        for msg in messages:
+            try:
+                stream = str(msg["stream"])
+                tick = int(msg["tick"])
+                row = [tick, float(msg["tick_end"]), float(msg["value"]), float(msg["stderr"])]
+            except (KeyError, TypeError, ValueError):
+                continue
+            s = self.series.get(stream)
+            if s is None:
+                meta = {k: msg.get(k) for k in ("strategy", "p", "privacy", "cap", "horizon")}
+                s = self.series[stream] = StreamSeries(meta, deque(maxlen=self.history))
+            s.add(tick, row)
+            rows.append([stream, *row])
+        self.messages += len(messages)
+        return rows
+
+    def snapshot(self, prefix: str = "") -> dict[str, Any]:
+        return {
+            "streams": {
+                name: {"meta": s.meta, "points": list(s.points)}
+                for name, s in sorted(self.series.items())
+                if name.startswith(prefix)
+            },
+            "histogram": self.histogram,
+            "status": self.status(),
+        }
+
+    def status(self) -> dict[str, Any]:
+        return {"connected": self.connected, "error": self.error, "messages": self.messages}
+
+    def broadcast(self, kind: str, payload: Any) -> None:
+        for q in list(self.subscribers):
+            if q.qsize() > 1000:  # a stalled browser: drop it rather than grow without bound
+                self.subscribers.discard(q)
+                q.put_nowait(None)
+                continue
+            q.put_nowait((kind, payload))
+
+
+@dataclass(frozen=True)
+class DashboardConfig:
+    """Where the dashboard reads from: broker, topic names, ticks of history kept per stream."""
+
+    bootstrap: str
+    counts_topic: str = "dp.counts.v1"
+    histograms_topic: str = "dp.histograms.v1"
+    history: int = DEFAULT_HISTORY
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap:
+            raise ValueError("bootstrap must be a non-empty host:port list")
+        if not 1 <= self.history <= 100_000:
+            raise ValueError(f"history must be in [1, 100000] ticks, got {self.history}")
+
+    @classmethod
+    def from_settings(cls, settings: Any, history: int = DEFAULT_HISTORY) -> DashboardConfig:
+        """From ``agents.config.Settings`` (or anything with the same attribute names)."""
+        return cls(
+            bootstrap=settings.bootstrap,
+            counts_topic=settings.counts_topic,
+            histograms_topic=settings.histograms_topic,
+            history=history,
+        )
+
+
+STATE_KEY: Final = web.AppKey("dashboard_state", DashboardState)
+CONFIG_KEY: Final = web.AppKey("dashboard_config", DashboardConfig)
+
+
+# ---------------------------------------------------------------------------------- consumer
+async def _consume(config: DashboardConfig, state: DashboardState) -> None:
+    """Follow both topics from their latest offsets until cancelled; reconnects on errors."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    topics = (config.counts_topic, config.histograms_topic)
+    while True:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=config.bootstrap, group_id=None, enable_auto_commit=False,
+            auto_offset_reset="latest", isolation_level="read_committed",
+        )
+        try:
+            await consumer.start()
+            tps: list[TopicPartition] = []
+            while not tps:
+                await consumer.topics()
+                for topic in topics:
+                    tps += [TopicPartition(topic, p)
+                            for p in sorted(consumer.partitions_for_topic(topic) or ())]
+                if len(tps) and all(consumer.partitions_for_topic(t) for t in topics):
+                    break
+                tps = []
+                state.error = f"waiting for topics {', '.join(topics)}"
+                await asyncio.sleep(1.0)
+            consumer.assign(tps)
+            await consumer.seek_to_end(*tps)
+            for tp in tps:
+                await consumer.position(tp)
+            state.connected, state.error = True, ""
+            state.broadcast("status", state.status())
+            while True:
+                batch = await consumer.getmany(timeout_ms=500, max_records=5000)
+                counts: list[dict[str, Any]] = []
+                for tp, records in batch.items():
+                    for rec in records:
+                        try:
+                            msg = json.loads(rec.value) if rec.value is not None else None
+                        except ValueError:
+                            continue
+                        if not isinstance(msg, dict):
+                            continue
+                        if tp.topic == config.counts_topic:
+                            counts.append(msg)
+                        elif _newer_histogram(state.histogram, msg):
+                            state.histogram = msg
+                            state.messages += 1
+                            state.broadcast("histogram", msg)
+                if counts:
+                    rows = state.add_counts(counts)
+                    if rows:
+                        state.broadcast("counts", rows)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # broker gone, etc.: show it and retry
+            state.connected, state.error = False, f"{type(exc).__name__}: {exc}"
+            state.broadcast("status", state.status())
+            log.warning("dashboard consumer error; retrying", extra={"error": state.error})
+            await asyncio.sleep(2.0)
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+
+
+def _newer_histogram(current: dict[str, Any] | None, msg: dict[str, Any]) -> bool:
+    if not isinstance(msg.get("nodes"), list):
+        return False
+    if current is None:
+        return True
+    try:
+        return int(msg["tick"]) >= int(current["tick"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+async def _consumer_ctx(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(_consume(app[CONFIG_KEY], app[STATE_KEY]), name="dashboard-consumer")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def _on_shutdown(app: web.Application) -> None:
+    state = app[STATE_KEY]
+    for q in list(state.subscribers):
+        q.put_nowait(None)  # end every open SSE response so shutdown does not wait for them
+
+
+# ---------------------------------------------------------------------------------- handlers
+async def _index(request: web.Request) -> web.StreamResponse:
+    if not request.path.endswith("/"):
+        raise web.HTTPFound(request.path + "/")  # the page uses relative URLs
+    return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+async def _snapshot(request: web.Request) -> web.Response:
+    prefix = request.query.get("prefix", "")
+    return web.json_response(request.app[STATE_KEY].snapshot(prefix))
+
+
+def _sse(kind: str, payload: Any) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(payload, separators=(',', ':'))}\n\n".encode()
+
+
+async def _events(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE_KEY]
+    prefix = request.query.get("prefix", "")
+    resp = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    await resp.prepare(request)
+    queue: asyncio.Queue[tuple[str, Any] | None] = asyncio.Queue()
+    state.subscribers.add(queue)
+    try:
+        await resp.write(b"retry: 2000\n\n" + _sse("snapshot", state.snapshot(prefix)))
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), timeout=_HEARTBEAT_S)
+            except TimeoutError:
+                await resp.write(b": keep-alive\n\n")
+                continue
+            if item is None:
+                break
+            kind, payload = item
+            if kind == "counts" and prefix:
+                payload = [r for r in payload if r[0].startswith(prefix)]
+                if not payload:
+                    continue
+            await resp.write(_sse(kind, payload))
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass
+    finally:
+        state.subscribers.discard(queue)
+    return resp
+
+
+def make_dashboard_app(
+    settings: Any = None, *, config: DashboardConfig | None = None
+) -> web.Application:
+    """The dashboard sub-application.
+
+    ``settings``: an ``agents.config.Settings`` (broker and topic names); or pass ``config``
+    directly (standalone use, tests). With neither, settings are loaded from the environment.
+    """
+    if config is None:
+        if settings is None:
+            from agents.config import Settings
+
+            settings = Settings.load()
+        config = DashboardConfig.from_settings(settings)
+    app = web.Application()
+    app[CONFIG_KEY] = config
+    app[STATE_KEY] = DashboardState(history=config.history)
+    app.router.add_get("/", _index)
+    app.router.add_get("/events", _events)
+    app.router.add_get("/api/snapshot", _snapshot)
+    app.router.add_static("/static/", STATIC_DIR, append_version=False)
+    app.cleanup_ctx.append(_consumer_ctx)
+    app.on_shutdown.append(_on_shutdown)
+    return app

@@ -1,0 +1,187 @@
+"""The live dashboard in real headless Chromium, fed with new ticks through the real broker.
+
+Chromium is Debian's (/usr/bin/chromium, installed by scripts/test), driven by playwright-python
+without `playwright install`. The screenshot goes to test-artifacts/dashboard.png.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+LEAVES = ["www/home", "www/news", "www/shop", "api/v1", "api/v2"]
+NODES = ["all", "www", "api", *LEAVES]
+P, EPS, ORIGIN, TICK_S = 0.9, 1.0, 1_704_067_200.0, 60.0
+
+
+def _counts_message(stream: str, tick: int, value: float, stderr: float) -> dict[str, Any]:
+    return {
+        "stream": stream, "tick": tick, "tick_start": ORIGIN + (tick - 1) * TICK_S,
+        "tick_end": ORIGIN + tick * TICK_S, "value": value, "stderr": stderr,
+        "strategy": "naive", "p": P, "privacy": {"model": "pure", "epsilon": EPS}, "cap": 1.0,
+        "horizon": 4095, "schema": "dp.counts.v1",
+    }
+
+
+class FakeRelease:
+    """Contract-shaped releases of a small hierarchy (deterministic values, not DP output)."""
+
+    def __init__(self) -> None:
+        self.s = {n: 0.0 for n in LEAVES}
+
+    def tick(self, t: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        stderr = math.sqrt(2 / (EPS**2 * (1 - P**2)))
+        for i, leaf in enumerate(LEAVES):
+            arrivals = 5 + 4 * math.sin(t / 3 + i) + (12 if i == 1 and 8 <= t <= 12 else 0)
+            self.s[leaf] = P * self.s[leaf] + arrivals
+        true = dict(self.s)
+        true["www"] = sum(v for k, v in self.s.items() if k.startswith("www/"))
+        true["api"] = sum(v for k, v in self.s.items() if k.startswith("api/"))
+        true["all"] = true["www"] + true["api"]
+        noisy = {n: true[n] + 3 * math.sin(7 * t + 13 * j) for j, n in enumerate(NODES)}
+        counts = [_counts_message(n, t, noisy[n], stderr) for n in NODES]
+        hist = {
+            "tick": t, "tick_end": ORIGIN + t * TICK_S, "consistent": True,
+            "nodes": [{"stream": n, "value": true[n], "noisy": noisy[n], "stderr": stderr}
+                      for n in NODES],
+            "diagnostics": {"iterations": 1, "residual": 0.0, "seconds": 0.0004},
+            "schema": "dp.histograms.v1",
+        }
+        return counts, hist
+
+
+async def _create_topics(bootstrap: str, names: list[str]) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(n, 2, 1) for n in names])
+    finally:
+        await admin.close()
+
+
+@pytest.fixture()
+async def dashboard(kafka_broker: str, unique_name: str) -> AsyncIterator[tuple[str, str, str]]:
+    """A standalone dashboard on a free port; yields (url, counts topic, histograms topic)."""
+    from aiohttp import ClientSession, web
+
+    from agents.dashboard import DashboardConfig, make_dashboard_app
+    from agents.embedded_broker import free_port
+
+    counts, hists = f"{unique_name}-counts", f"{unique_name}-hist"
+    await _create_topics(kafka_broker, [counts, hists])
+    app = make_dashboard_app(config=DashboardConfig(kafka_broker, counts, hists))
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        async with ClientSession() as http:
+            for _ in range(200):  # until the consumer sits at the topics' ends
+                async with http.get(url + "api/snapshot") as resp:
+                    if (await resp.json())["status"]["connected"]:
+                        break
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail("dashboard consumer never connected")
+        yield url, counts, hists
+    finally:
+        await runner.cleanup()
+
+
+async def _publish(bootstrap: str, counts_topic: str, hist_topic: str, fake: FakeRelease,
+                   ticks: range) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        for t in ticks:
+            counts, hist = fake.tick(t)
+            for m in counts:
+                await producer.send(counts_topic, json.dumps(m).encode(), key=m["stream"].encode())
+            await producer.send_and_wait(hist_topic, json.dumps(hist).encode(), key=b"web")
+    finally:
+        await producer.stop()
+
+
+async def test_dashboard_chart_updates_with_new_ticks(
+    dashboard: tuple[str, str, str], kafka_broker: str
+) -> None:
+    from playwright.async_api import async_playwright
+
+    url, counts_topic, hist_topic = dashboard
+    fake = FakeRelease()
+    ARTIFACTS.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        async with async_playwright() as pw:
+            # an empty --user-data-dir, passed the way playwright requires
+            browser = await pw.chromium.launch_persistent_context(
+                profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                viewport={"width": 1400, "height": 900},
+            )
+            try:
+                page = await browser.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(url)
+                await page.wait_for_function(
+                    "document.getElementById('status').textContent.includes('connected')"
+                    " || document.getElementById('status').dataset.state === 'live'"
+                )
+
+                await _publish(kafka_broker, counts_topic, hist_topic, fake, range(1, 6))
+                chart = page.locator('.chart[data-stream="all"]')
+                await page.wait_for_function(
+                    "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick === '5'"
+                )
+                assert await chart.get_attribute("data-points") == "5"
+                path_before = await chart.locator("path.line").get_attribute("d")
+                band_before = await chart.locator("polygon.band").get_attribute("points")
+
+                await _publish(kafka_broker, counts_topic, hist_topic, fake, range(6, 21))
+                await page.wait_for_function(
+                    "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick === '20'"
+                )
+                assert await chart.get_attribute("data-points") == "20"
+                path_after = await chart.locator("path.line").get_attribute("d")
+                assert path_after != path_before
+                assert path_after is not None and path_after.count("L") == 19  # one vertex per tick
+                band_after = await chart.locator("polygon.band").get_attribute("points")
+                assert band_after is not None and band_before is not None
+                assert len(band_after.split()) == 40  # ±stderr band: 20 upper + 20 lower vertices
+                assert "tick 20" in (await chart.locator(".latest").inner_text())
+
+                await page.wait_for_function(
+                    "document.getElementById('histogram').dataset.tick === '20'"
+                )
+                rows = page.locator("#histogram .hist-row")
+                assert await rows.count() == len(NODES)
+                assert "consistent" in await page.locator("#hist-meta").inner_text()
+                # four default charts (shortest names first), each with 20 points
+                assert await page.locator(".chart").count() == 4
+                await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+                assert errors == []
+            finally:
+                await browser.close()
+    assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
