@@ -133,8 +133,10 @@ def uniform_below_exp(
         r += 1
 
 
-def geometric_exact(a: int, k: int, more: Callable[[int], int]) -> int:
-    """Exactly ``V = floor(−ln W) = #{v ≥ 1 : W < e^-v}`` for ``W ∈ [a/2^k, (a+1)/2^k)`` uniform.
+def geometric_exact(a: int, k: int, rate: Fraction, more: Callable[[int], int]) -> int:
+    """Exactly ``V = #{v ≥ 1 : W < exp(−v·rate)}`` for ``W ∈ [a/2^k, (a+1)/2^k)`` uniform.
+
+    ``V`` is geometric: ``P(V ≥ v) = exp(−v·rate)`` (``rate > 0`` rational).
 
     Bits of ``W`` are appended with ``more`` as needed; the prefix grows consistently across the
     successive comparisons (they all refer to the same real ``W``).
@@ -142,7 +144,7 @@ def geometric_exact(a: int, k: int, more: Callable[[int], int]) -> int:
     v = 0
     r = 0
     while True:
-        gamma = Fraction(v + 1)
+        gamma = rate * (v + 1)
         while True:
             prec = k + 16
             lo, hi = exp_neg_bracket(gamma, prec)

@@ -59,7 +59,7 @@ class BlockPRF:
     Instances are not thread-safe (they reuse buffers); a lock guards concurrent use anyway.
     """
 
-    __slots__ = ("_enc", "_in", "_lock", "_out", "_secret", "tag")
+    __slots__ = ("_enc", "_in", "_lock", "_secret", "tag")
 
     def __init__(self, secret: bytes | SecretKey, tag: str) -> None:
         self._secret = SecretKey(secret)
@@ -67,7 +67,6 @@ class BlockPRF:
         key = derive_aes_key(self._secret, tag)
         self._enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
         self._in: NDArray[np.uint64] = np.empty((0, 2), dtype="<u8")
-        self._out: NDArray[np.uint8] = np.empty(0, dtype=np.uint8)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -97,15 +96,15 @@ class BlockPRF:
         with self._lock:
             if self._in.shape[0] < n:
                 self._in = np.empty((n, 2), dtype="<u8")
-                self._out = np.empty(16 * n + 16, dtype=np.uint8)
             blk = self._in[:n]
             blk[:, 0] = ids
             np.bitwise_or(np.uint64(int(node) << 16), ctr, out=blk[:, 1])
-            nbytes = 16 * n
-            written = self._enc.update_into(blk.data.cast("B"), self._out.data)
-            if written != nbytes:  # pragma: no cover - ECB on whole blocks never buffers
+            out = np.empty(2 * n + 2, dtype="<u8")  # fresh: the caller keeps the result
+            written = self._enc.update_into(blk.data.cast("B"), out.data.cast("B"))
+            if written != 16 * n:  # pragma: no cover - ECB on whole blocks never buffers
                 raise RuntimeError("AES-ECB returned a partial block")
-            return self._out[:nbytes].view("<u8").reshape(n, 2).astype(np.uint64, copy=True)
+            words: NDArray[np.uint64] = out[: 2 * n].reshape(n, 2).view(np.uint64)
+            return words
 
     def block_int(self, stream_id: int, node: int, counter: int) -> int:
         """One block as a 128-bit Python int (``w0 + 2**64 * w1``), for the rare exact paths."""
