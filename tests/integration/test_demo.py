@@ -1,0 +1,116 @@
+"""`stream-dp demo` as a user runs it: shows live releases, exits 0, leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CLI = [sys.executable, "-m", "stream_dp.cli"]
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Live processes whose command line or environment mentions ``text`` (a unique path)."""
+    found = []
+    needle = text.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            if re.search(r"^State:\s+Z", status, re.M):
+                continue  # a zombie is already dead
+            blob = (entry / "cmdline").read_bytes() + (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in blob:
+            found.append(f"{entry.name}: {(entry / 'cmdline').read_bytes()!r}")
+    return found
+
+
+def check_output(out: str) -> None:
+    assert re.search(r"dashboard\s+http://127\.0\.0\.1:\d+/dashboard/", out)
+    ticks = [int(t) for t in re.findall(r"^tick (\d+)", out, re.M)]
+    assert len(ticks) >= 2, out[-3000:]
+    assert ticks == sorted(ticks)
+    # A table row: stream, released value ± stderr, consistent value.
+    rows = re.findall(r"^\s*(\S+)\s+(-?\d+\.\d)\s+±\s+(\d+\.\d)\s+(-?\d+\.\d)$", out, re.M)
+    assert {r[0] for r in rows} >= {"all"}
+    assert "reconciled in" in out
+
+
+def test_demo_with_duration_shows_releases_and_exits_cleanly(tmp_path: Path) -> None:
+    data = tmp_path / "demo"
+    proc = subprocess.run(
+        [*CLI, "demo", "--duration", "15", "--data-dir", str(data)],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    check_output(proc.stdout)
+    assert processes_mentioning(str(data)) == []
+    worker_pid = int(re.search(r"worker\s+pid (\d+)", proc.stdout).group(1))  # type: ignore[union-attr]
+    assert not Path(f"/proc/{worker_pid}").exists() or "Z" in Path(
+        f"/proc/{worker_pid}/status").read_text().split("State:")[1][:5]
+    # The worker logged JSON lines and never the noise key.
+    key = (data / "noise.key").read_text().strip()
+    log_text = (data / "worker.log").read_text()
+    assert key not in log_text
+    assert '"msg": "worker stopped"' in log_text
+
+
+def test_demo_stops_on_ctrl_c(tmp_path: Path) -> None:
+    data = tmp_path / "demo"
+    out_path = tmp_path / "out.txt"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen([*CLI, "demo", "--data-dir", str(data)], stdout=out,
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(re.findall(r"^tick \d+", out_path.read_text(), re.M)) < 2:
+            assert proc.poll() is None, out_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, out_path.read_text()[-3000:]
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(90) == 0, out_path.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    check_output(out_path.read_text())
+    assert processes_mentioning(str(data)) == []
+
+
+def test_demo_temporary_data_removed_on_sigterm(tmp_path: Path) -> None:
+    out_path = tmp_path / "out.txt"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen([*CLI, "demo"], stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "dashboard" not in out_path.read_text():
+            assert proc.poll() is None, out_path.read_text()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        data = re.search(r"data in (\S+)\)", out_path.read_text()).group(1)  # type: ignore[union-attr]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(90) == 0, out_path.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not Path(data).exists()
+    assert processes_mentioning(data) == []
+
+
+def test_demo_rejects_bad_options() -> None:
+    proc = subprocess.run([*CLI, "demo", "--p", "1.5"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert "--p must be in (0, 1]" in proc.stderr
