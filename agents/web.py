@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from aiohttp import web
 
@@ -25,9 +24,17 @@ from agents.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
+
+
+class ReadyProbe(Protocol):
+    """``/readyz``'s source: True once state is restored and no rebalance is in progress."""
+
+    def __call__(self) -> bool: ...
+
+
 #: Application keys (aiohttp's typed app storage).
 METRICS_KEY: Final = web.AppKey("metrics", Metrics)
-READY_KEY: Final = web.AppKey("ready", Callable[[], bool])  # type: ignore[arg-type]
+READY_KEY: Final = web.AppKey("ready", ReadyProbe)
 
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 6066
@@ -84,7 +91,7 @@ def load_dashboard(settings: Any) -> web.Application | None:
 
 def make_app(
     metrics: Metrics,
-    ready: Callable[[], bool],
+    ready: ReadyProbe,
     *,
     settings: Any = None,
     dashboard: bool = True,

@@ -381,7 +381,7 @@ class Demo:
             await asyncio.sleep(0.5)
 
     async def _feed(self, settings: Any, traffic: Traffic, stop: asyncio.Event) -> None:
-        from aiokafka import AIOKafkaProducer
+        from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 
         from agents.codec import encode
 
@@ -485,10 +485,10 @@ def _tail(path: Path, n: int) -> str:
 
 
 def _offline(args: argparse.Namespace) -> int:
+    import importlib
     import inspect
 
-    from stream_dp.commands.demo_offline import run_offline_demo
-
+    run_offline_demo = importlib.import_module("stream_dp.commands.demo_offline").run_offline_demo
     params = inspect.signature(run_offline_demo).parameters
     candidates = {"seed": args.seed, "epsilon": args.epsilon, "p": args.p,
                   "strategy": args.strategy, "out": sys.stdout}

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 HELP = "create the service's topics with explicit partitions"
 
@@ -44,7 +45,7 @@ def _settings(args: argparse.Namespace) -> object:
 
     from agents.config import Settings
 
-    overrides: dict[str, object] = {}
+    overrides: dict[str, Any] = {}
     if args.bootstrap:
         overrides["bootstrap"] = args.bootstrap
     if args.partitions is not None:
@@ -68,7 +69,7 @@ async def create_topics(settings: object) -> list[str]:
 
     bootstrap: str = settings.bootstrap  # type: ignore[attr-defined]
     created = await ensure_topics(bootstrap, settings)  # type: ignore[arg-type]
-    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()

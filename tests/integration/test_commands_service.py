@@ -144,7 +144,7 @@ def _worker_env(tmp_path: Path, bootstrap: str, name: str, web_port: int) -> dic
 
 def _http(url: str) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:  # noqa: S310 - loopback test server
+        with urllib.request.urlopen(url, timeout=5) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
