@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -174,8 +175,16 @@ async def serve(
 async def _main(settings: Any, args: argparse.Namespace) -> int:
     stop_event = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop_event.is_set():  # a second Ctrl-C / SIGTERM: do not wait for the graceful stop
+            log.warning("second stop signal: exiting at once")
+            os._exit(130)
+        log.info("stop signal received; stopping gracefully")
+        stop_event.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop_event.set)
+        loop.add_signal_handler(sig, on_signal)
 
     def started(server: Any) -> None:
         if server is not None:
