@@ -65,7 +65,7 @@ def _check_names(stream_names: Sequence[str]) -> tuple[str, ...]:
 
 
 def _make_noise(key: bytes, tag: str, names: tuple[str, ...]) -> BoundNoise:
-    from stream_dp.noise import KeyedNoise, stream_ids  # type: ignore[attr-defined]
+    from stream_dp.noise import KeyedNoise, stream_ids
 
     noise: BoundNoise = KeyedNoise(key, tag, stream_ids(names))
     return noise
@@ -163,7 +163,7 @@ class CounterBank:
         arrays = []
         blobs = []
         for name in sorted(self._state):
-            a = np.ascontiguousarray(self._state[name])
+            a = np.asarray(self._state[name])
             le = a.astype(a.dtype.newbyteorder("<"), copy=False)
             arrays.append({"name": name, "dtype": le.dtype.str, "shape": list(a.shape)})
             blobs.append(le.tobytes())

@@ -66,7 +66,7 @@ def column_norms(n: int, p: float, rows: int | None = None) -> Float64Array:
     """``c_j = ‖B(:, j)‖²`` over rows ``t ≤ rows`` (default ``n``): ``Σ_{d < min(lowbit j, rows−j+1)} p^(2d)``."""
     r = n if rows is None else rows
     j = np.arange(1, n + 1, dtype=np.int64)
-    count = np.clip(np.minimum(j & -j, r - j + 1), 0, None).astype(np.float64)
+    count: Float64Array = np.clip(np.minimum(j & -j, r - j + 1), 0, None).astype(np.float64)
     if p == 1.0:
         return count
     p2 = p * p
