@@ -1,0 +1,180 @@
+"""Users' path end to end with real `stream-dp worker` processes on the real broker.
+
+simulate -> log file -> replay -> worker -> counts topic -> tail. Two fresh deployments fed the
+same log with the same noise key publish bit-identical releases (DESIGN.md §2.5: a replay
+reproduces, it does not spend budget again); a third with another key publishes different ones,
+and replay warns about it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.config import Settings
+from agents.topics import ensure_topics
+from stream_dp.domain import Domain
+from tests.integration._users import ROOT, stream_dp
+from tests.integration.pipeline_support import (
+    exact_decayed,
+    released,
+    settings_env,
+    wait_for_ticks,
+)
+
+pytestmark = pytest.mark.integration
+
+KEY_1 = "1f" * 32
+KEY_2 = "2e" * 32
+TICKS = 12
+
+
+def _settings(bootstrap: str, tmp: Path, name: str, key_hex: str, epsilon: float) -> Settings:
+    key_file = tmp / f"{name}.key"
+    key_file.write_text(key_hex, encoding="utf-8")
+    loaded = Settings.load(tmp / "stream-dp.toml", env={})  # written by `simulate --settings-out`
+    return loaded.replace(
+        bootstrap=bootstrap, app_id=name, worker_id=f"{name}-w0",
+        events_topic=f"{name}.events", counts_topic=f"{name}.counts",
+        histograms_topic=f"{name}.histograms", dlq_topic=f"{name}.dlq",
+        partials_topic=f"{name}.partials", ingest_checkpoints_topic=f"{name}.ckpt.ingest",
+        release_checkpoints_topic=f"{name}.ckpt.release",
+        events_partitions=2, shards=2, counts_partitions=2,
+        key_file=str(key_file), epsilon=epsilon, strategy="naive", horizon=255,
+        allowed_lateness_s=0.5, idle_timeout_s=0.5, max_future_skew_s=1e9,
+        session_timeout_s=6.0, transaction_timeout_s=10.0, commit_interval_s=0.5,
+    )
+
+
+@contextlib.contextmanager
+def _worker(s: Settings, log_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    asyncio.run(ensure_topics(s.bootstrap, s))
+    with open(log_dir / f"{s.app_id}.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stream_dp.cli", "worker", "--no-web"],
+            env=settings_env(s), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+
+def _replay(log: Path, s: Settings, *extra: str) -> subprocess.CompletedProcess[str]:
+    return stream_dp("replay", str(log), "--bootstrap", s.bootstrap, "--topic", s.events_topic,
+                     "--key-file", s.key_file, *extra, check=True)
+
+
+def _run(s: Settings, log: Path, tmp: Path, n_streams: int, *extra: str) -> tuple[
+        dict[tuple[str, int], list[bytes]], str]:
+    with _worker(s, tmp) as proc:
+        out = _replay(log, s, *extra).stdout
+        got = asyncio.run(wait_for_ticks(s, n_streams, TICKS, timeout_s=120, poll_s=0.5))
+        assert proc.poll() is None, (tmp / f"{s.app_id}.log").read_text()[-3000:]
+    return got, out
+
+
+def test_same_key_replay_reproduces_releases_bit_for_bit(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "web.csv"
+    stream_dp("simulate", "searchlogs", "--seed", "11", "--ticks", str(TICKS), "--tick-seconds",
+              "2", "--rate", "40", "--out", str(log), "--domain-out", str(tmp_path / "domain.toml"),
+              "--settings-out", str(tmp_path / "stream-dp.toml"), check=True)
+    domain = Domain.from_file(tmp_path / "domain.toml")
+    n = len(domain.names)
+
+    a = _settings(kafka_broker, tmp_path, f"{unique_name}-a", KEY_1, epsilon=1.0)
+    first, out_a = _run(a, log, tmp_path, n)
+    assert "fingerprint" in out_a
+
+    # the same log, the same key, a fresh deployment
+    b = _settings(kafka_broker, tmp_path, f"{unique_name}-b", KEY_1, epsilon=1.0)
+    second, out_b = _run(b, log, tmp_path, n, "--restart")
+    assert "same noise key" in out_b and "bit for bit" in out_b
+
+    keys = [(name, t) for name in domain.names for t in range(1, TICKS + 1)]
+    for k in keys:
+        assert len(set(first[k])) == 1 and len(set(second[k])) == 1  # duplicates identical
+        assert first[k][0] == second[k][0], k  # the very same bytes: value, stderr, everything
+
+    # the releases are noisy decayed counts of this log (not, say, all zeros)
+    events = [(r["key"], float(r["ts"]), float(r["value"])) for r in _csv_rows(log)]
+    exact = exact_decayed(domain, events, a, TICKS)
+    values = {k: json.loads(first[k][0])["value"] for k in keys}
+    assert sum(exact.values()) > 100
+    assert values != exact
+
+    # another key: other releases, and replay says the budget is spent again
+    c = _settings(kafka_broker, tmp_path, f"{unique_name}-c", KEY_2, epsilon=1.0)
+    third, out_c = _run(c, log, tmp_path, n, "--restart")
+    assert "WARNING" in out_c and "spent AGAIN" in out_c
+    differ = sum(json.loads(third[k][0])["value"] != values[k] for k in keys)
+    assert differ > 0.9 * len(keys)
+
+    # tail reads the released counts back, filtered by prefix and tick
+    tail = stream_dp("tail", "counts", "--bootstrap", kafka_broker, "--topic", a.counts_topic,
+                     "--from-tick", str(TICKS), "--prefix", "www/", "--json", "--timeout", "3",
+                     check=True)
+    lines = [json.loads(x) for x in tail.stdout.splitlines()]
+    www = [name for name in domain.names if name.startswith("www/")]
+    assert sorted(m["stream"] for m in lines if m["tick"] == TICKS) == sorted(www)
+    assert all(m["tick"] >= TICKS and m["stream"].startswith("www/") for m in lines)
+    for m in lines:
+        if m["tick"] == TICKS:
+            assert json.dumps(m, separators=(",", ":")).encode() == first[(m["stream"], TICKS)][0] \
+                or m == json.loads(first[(m["stream"], TICKS)][0])
+
+
+def _csv_rows(path: Path) -> list[dict[str, Any]]:
+    import csv
+
+    with open(path, encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_released_with_huge_epsilon_equal_the_simulators_truth(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """simulate -> replay -> worker: with ε = 10⁴ the releases are the simulator's exact counts."""
+    log = tmp_path / "sales.jsonl"
+    stream_dp("simulate", "restaurant", "--seed", "4", "--ticks", str(TICKS), "--tick-seconds",
+              "2", "--out", str(log), "--domain-out", str(tmp_path / "domain.toml"),
+              "--settings-out", str(tmp_path / "stream-dp.toml"), check=True)
+    domain = Domain.from_file(tmp_path / "domain.toml")
+    s = _settings(kafka_broker, tmp_path, f"{unique_name}-x", KEY_1, epsilon=1e4)
+    got, _ = _run(s, log, tmp_path, len(domain.names))
+
+    from simulators.base import TimeAxis
+    from simulators.restaurant import CONSTRAINTS, RestaurantSales
+
+    sim = RestaurantSales(TimeAxis(TICKS, 2.0), seed=4)
+    truth = list(sim.tick_counts())
+    for i, name in enumerate(domain.names):
+        acc = 0.0
+        for t in range(1, TICKS + 1):
+            acc = s.p * acc + float(truth[t - 1][i])
+            value = json.loads(got[(name, t)][0])["value"]
+            assert abs(value - acc) < 5e-3, (name, t, value, acc)  # noise sd ≈ 3e-4
+    # the package constraints hold for the released decayed values too (linear, exact here)
+    for t in range(1, TICKS + 1):
+        v = [json.loads(got[(name, t)][0])["value"] for name in domain.names]
+        assert all(abs(sum(c * x for c, x in zip(row, v, strict=True))) < 1e-2 for row in CONSTRAINTS)
+    assert len(asyncio.run(released(s))) >= len(domain.names) * TICKS
