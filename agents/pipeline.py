@@ -365,6 +365,8 @@ class IngestStage(_Stage):
             hw = self.consumer.highwater(tp)
             if hw is not None and state.offset >= 0:
                 lag += max(0, hw - state.offset)
+            if hw is None or state.offset < hw:
+                state.clock.busy(wall)  # a backlog is not silence: no idle advance
             closed = state.close_ticks(wall, unix_now)
             out = state.out
             due = wall - self.last_commit.get(p, 0.0) >= self.s.commit_interval_s

@@ -92,6 +92,14 @@ class PartitionClock:
         self.last_ts = self.event_time
         self.last_wall = wall
 
+    def busy(self, wall: float) -> None:
+        """The partition still has unread records at wall time ``wall``: it is not idle.
+
+        Idleness means *silence* (the consumer is caught up), not a slow or starved consumer
+        working through a backlog; this restarts the idle timer without moving event time.
+        """
+        self.last_wall = wall
+
     def current_event_time(self, wall: float) -> float:
         """Event time at wall time ``wall``, including the idle-timeout advance (no mutation)."""
         idle = wall - self.last_wall

@@ -105,3 +105,11 @@ def test_invalid_parameters_raise() -> None:
                      ({"idle_timeout": math.inf}, "idle_timeout")]:
         with pytest.raises(ValueError, match=name):
             clock(**kw)
+
+
+def test_busy_partition_is_not_idle() -> None:
+    c = clock(wall=0.0)
+    c.observe(4.0, wall=0.0)
+    c.busy(9.0)  # records still unread at wall 9: no idle advance
+    assert c.current_event_time(9.0) == 4.0
+    assert c.current_event_time(14.0) == 4.0 + 5.0  # silent since the backlog cleared

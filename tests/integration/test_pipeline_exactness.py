@@ -1,0 +1,102 @@
+"""Exactness: a fixed 100 000-event log over a 149-node, 3-level hierarchy.
+
+With an enormous ε every released (stream, tick) equals the offline exact decayed count up to
+the mechanism's documented rounding bound (plus a negligible noise allowance); with ε = 1 the
+mean squared error over all releases is within 10% of the analytic expectation. Both runs read
+the same events topic with different application ids (consumer groups) in one test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents.codec import validate
+from agents.config import load_domain
+from agents.pipeline import Worker
+from tests.integration import pipeline_support as ps
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
+
+N_EVENTS = 100_000
+N_TICKS = 100
+
+
+def synthetic_log(origin: float, tick: float, leaves: list[str]) -> list[tuple[str, float, float]]:
+    rng = np.random.default_rng(20261122)
+    ts = np.sort(rng.uniform(origin, origin + N_TICKS * tick, N_EVENTS))
+    # skewed popularity; values mostly 1, some fractional, some above the cap (clamped)
+    weights = rng.zipf(1.3, len(leaves)).astype(float)
+    keys = rng.choice(len(leaves), N_EVENTS, p=weights / weights.sum())
+    values = rng.choice([1.0, 0.5, 0.25, 3.0], N_EVENTS, p=[0.7, 0.1, 0.1, 0.1])
+    return [(leaves[k], float(t), float(v)) for k, t, v in zip(keys, ts, values, strict=True)]
+
+
+async def test_exact_with_huge_epsilon_and_mse_with_epsilon_one(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    leaves = ps.hierarchy_paths(4, 4, 8)  # 128 leaves + 16 + 4 + 1 = 149 nodes
+    exact_s = ps.make_settings(
+        kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4, p=0.5, tick_seconds=1.0,
+        strategy="auto",
+    )
+    noisy_s = exact_s.replace(
+        app_id=unique_name + "-eps1", epsilon=1.0,
+        counts_topic=f"{unique_name}.counts1", dlq_topic=f"{unique_name}.dlq1",
+        partials_topic=f"{unique_name}.partials1",
+        ingest_checkpoints_topic=f"{unique_name}.ckpt1.ingest",
+        release_checkpoints_topic=f"{unique_name}.ckpt1.release",
+    )
+    await ps.create_topics(exact_s)
+    await ps.create_topics(noisy_s)
+    domain = load_domain(exact_s.domain_file)
+    assert domain.size == 149
+    log = synthetic_log(exact_s.origin, exact_s.tick_seconds, leaves)
+    await ps.produce(exact_s, (ps.event_bytes(k, t, v) for k, t, v in log))
+
+    stop = asyncio.Event()
+    workers = [Worker(exact_s), Worker(noisy_s)]
+    tasks = [asyncio.create_task(w.run(stop)) for w in workers]
+    try:
+        got_exact = await ps.wait_for_ticks(exact_s, domain.size, N_TICKS, timeout_s=200)
+        got_noisy = await ps.wait_for_ticks(noisy_s, domain.size, N_TICKS, timeout_s=200)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    assert workers[0].stats["accepted"] == N_EVENTS
+    assert workers[0].stats["dead_letters"] == 0
+
+    exact = ps.exact_decayed(domain, log, exact_s, N_TICKS)
+    mech = workers[0].mechanism()
+    bound = mech.rounding_bound()
+    worst = 0.0
+    for key, want in exact.items():
+        copies = got_exact[key]
+        assert len(set(copies)) == 1, f"{key}: differing copies"
+        msg = json.loads(copies[0])
+        # enormous ε: the noise is ~1e-4 per release; allow 12 standard errors of it on top
+        err = abs(msg["value"] - want)
+        assert err <= bound + 12 * msg["stderr"] + 1e-9 * abs(want), (key, msg["value"], want)
+        worst = max(worst, err)
+    first = json.loads(got_exact[("all", 1)][0])
+    validate("dp.counts.v1", first)
+    assert first["privacy"] == {"model": "pure", "epsilon": 1e4}
+    assert first["tick_start"] == exact_s.origin and first["tick_end"] == exact_s.origin + 1.0
+    print(f"worst |release - exact| = {worst:.3g} (rounding bound {bound:.3g})")
+
+    # ε = 1: empirical MSE vs the analytic expectation over all 14 900 releases
+    mech1 = workers[1].mechanism()
+    sq, expected = [], []
+    for (stream, tick), want in exact.items():
+        msg = json.loads(got_noisy[(stream, tick)][0])
+        assert msg["stderr"] == pytest.approx(math.sqrt(mech1.variance(tick)), rel=1e-12)
+        sq.append((msg["value"] - want) ** 2)
+        expected.append(msg["stderr"] ** 2)
+    ratio = float(np.mean(sq) / np.mean(expected))
+    print(f"eps=1: empirical MSE / analytic = {ratio:.4f} over {len(sq)} releases")
+    assert abs(ratio - 1.0) <= 0.10
