@@ -29,6 +29,9 @@ FLOAT_MARGIN_LOG2 = -40
 #: Absolute margin on -ln(W) in the geometric fast path (tests may raise it).
 LOG_MARGIN = 2.0**-30
 
+#: Number of comparisons settled by the exact paths so far (diagnostics and tests).
+exact_calls = 0
+
 #: Refinement channels (one independent bit sequence per comparison kind and draw).
 CHANNEL_LAPLACE_ACCEPT = 1
 CHANNEL_LAPLACE_GEOMETRIC = 2
@@ -120,6 +123,8 @@ def uniform_below_exp(
     ``more(r)`` returns the ``r``-th further 128 bits of ``U`` (r = 0, 1, …), appended below the
     prefix. Terminates with probability 1 (each round is ambiguous with probability ≈ 2^-12).
     """
+    global exact_calls
+    exact_calls += 1
     r = 0
     while True:
         prec = k + 16
@@ -141,6 +146,8 @@ def geometric_exact(a: int, k: int, rate: Fraction, more: Callable[[int], int]) 
     Bits of ``W`` are appended with ``more`` as needed; the prefix grows consistently across the
     successive comparisons (they all refer to the same real ``W``).
     """
+    global exact_calls
+    exact_calls += 1
     v = 0
     r = 0
     while True:
