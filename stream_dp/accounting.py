@@ -95,7 +95,9 @@ class Accountant:
     @property
     def total(self) -> Privacy:
         """Budget one event spends over all the nodes it feeds: ``h × per_node``."""
-        return self.per_node if self.nodes_touched == 1 else self.per_node.scaled(self.nodes_touched)
+        return (
+            self.per_node if self.nodes_touched == 1 else self.per_node.scaled(self.nodes_touched)
+        )
 
     @property
     def sensitivity(self) -> float:
@@ -157,7 +159,9 @@ class Accountant:
             f"(values are clamped to [0, {_fmt(self.cap)}])"
         )
         if isinstance(self.per_node, PureDP):
-            lines.append(f"count sensitivity:       L1 = {_fmt(self.sensitivity)} per tick (cap × h)")
+            lines.append(
+                f"count sensitivity:       L1 = {_fmt(self.sensitivity)} per tick (cap × h)"
+            )
         else:
             lines.append(
                 f"count sensitivity:       L1 = {_fmt(self.sensitivity)}, "

@@ -159,7 +159,10 @@ class ZCDP:
 
         def eps_at(alpha: float) -> float:
             am1 = alpha - 1.0
-            return alpha * rho + (log_inv_delta + am1 * math.log1p(-1.0 / alpha) - math.log(alpha)) / am1
+            return (
+                alpha * rho
+                + (log_inv_delta + am1 * math.log1p(-1.0 / alpha) - math.log(alpha)) / am1
+            )
 
         # ε(α) is convex-ish and unimodal on (1, ∞); golden-section search on log(α − 1).
         lo, hi = math.log(1e-9), math.log(1e9)

@@ -115,9 +115,7 @@ def exp_neg_bracket(gamma: Fraction, prec: int) -> tuple[int, int]:
     return lo >> guard, -((-hi) >> guard)
 
 
-def uniform_below_exp(
-    a: int, k: int, gamma: Fraction, more: Callable[[int], int]
-) -> bool:
+def uniform_below_exp(a: int, k: int, gamma: Fraction, more: Callable[[int], int]) -> bool:
     """Exactly decide ``U < exp(−γ)`` for ``U ∈ [a/2^k, (a+1)/2^k)`` uniform.
 
     ``more(r)`` returns the ``r``-th further 128 bits of ``U`` (r = 0, 1, …), appended below the

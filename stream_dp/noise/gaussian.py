@@ -125,8 +125,6 @@ def gaussian_core(
     return out
 
 
-def sample_discrete_gaussian(
-    source: _exact.DrawSource, n: int, sigma: float
-) -> NDArray[np.int64]:
+def sample_discrete_gaussian(source: _exact.DrawSource, n: int, sigma: float) -> NDArray[np.int64]:
     """``n`` exact discrete Gaussian samples (one per element ``0..n-1`` of ``source``)."""
     return gaussian_core(source, np.arange(n, dtype=np.intp), sigma)

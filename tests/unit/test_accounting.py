@@ -98,5 +98,7 @@ def test_summary_zcdp_shows_implied_approx_dp() -> None:
     lines = acc.summary(delta=1e-6)
     assert "total per event:         ρ = 0.5 (= 4 × 0.125, composition)" in lines
     eps = ZCDP(0.5).to_approx_dp(1e-6)
-    assert any(line.startswith(f"implied (ε, δ)-DP:       ε = {eps:.6g} at δ = 1e-06") for line in lines)
+    assert any(
+        line.startswith(f"implied (ε, δ)-DP:       ε = {eps:.6g} at δ = 1e-06") for line in lines
+    )
     assert lines[-1] == "count sensitivity:       L1 = 4, L2 = 2 per tick (cap × h, cap × √h)"

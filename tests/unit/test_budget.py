@@ -46,9 +46,7 @@ def test_composition_within_model_exact() -> None:
     assert sum([ZCDP(0.5), ZCDP(0.5)]) == ZCDP(1.0)
 
 
-@pytest.mark.parametrize(
-    ("a", "b"), [(PureDP(1.0), ZCDP(0.5)), (ZCDP(0.5), PureDP(1.0))]
-)
+@pytest.mark.parametrize(("a", "b"), [(PureDP(1.0), ZCDP(0.5)), (ZCDP(0.5), PureDP(1.0))])
 def test_mixing_models_raises_type_error(a: object, b: object) -> None:
     with pytest.raises(TypeError, match="cannot compose"):
         _ = a + b  # type: ignore[operator]

@@ -17,11 +17,12 @@ from scipy import stats
 from stream_dp.noise import (
     KeyedNoise,
     NoiseExhaustedError,
+    _exact,
     discrete_gaussian_variance,
     discrete_laplace_variance,
+    laplace,
     stream_ids,
 )
-from stream_dp.noise import _exact, laplace
 from stream_dp.noise.keyed import _Draws
 from stream_dp.noise.prf import MAX_DRAWS
 
