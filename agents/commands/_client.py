@@ -50,7 +50,7 @@ class TopicMissingError(RuntimeError):
 
 
 async def topic_partitions(
-    consumer: AIOKafkaConsumer, topic: str, timeout_s: float = 10.0
+    consumer: AIOKafkaConsumer, topic: str, timeout_s: float = 5.0
 ) -> list[TopicPartition]:
     """The partitions of ``topic`` (sorted); :class:`TopicMissingError` if it does not exist."""
     import asyncio

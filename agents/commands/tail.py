@@ -223,6 +223,9 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
             await consumer.seek_to_end(*tps)
             for tp in tps:  # resolve the live position now, before anything new is published
                 await consumer.position(tp)
+        where = "from the beginning" if args.from_beginning or args.from_tick else "live"
+        print(f"stream-dp tail: following {topic} ({len(tps)} partitions) {where}; "
+              "Ctrl-C stops", file=sys.stderr, flush=True)
         last_message = loop.time()
         while not printer.done and not (stop is not None and stop.is_set()):
             batch = await consumer.getmany(timeout_ms=200, max_records=500)
