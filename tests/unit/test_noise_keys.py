@@ -1,0 +1,151 @@
+"""Key loading and secrecy: the key never appears in reprs, logs or exception text."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stream_dp.noise import KeyedNoise, SecretKey, load_key, stream_id, stream_ids
+from stream_dp.noise.prf import BlockPRF
+
+HEX_KEY = "c0ffee" + "5ec2e7" * 9 + "ab"  # 62 hex digits = 31 bytes
+RAW_KEY = "Sup3rSecretPassphrase!-x"  # 24 bytes, not hex
+
+
+def _fragments(secret: bytes) -> list[str]:
+    """Renderings of the secret that must never leak."""
+    frags = [secret.hex(), secret.hex().upper(), repr(secret), secret[:8].hex()]
+    try:
+        frags.append(secret.decode())
+        frags.append(secret.decode()[:12])
+    except UnicodeDecodeError:
+        pass
+    return frags
+
+
+def _assert_no_leak(text: str, secret: bytes) -> None:
+    for frag in _fragments(secret):
+        assert frag not in text, f"key material leaked: {text!r}"
+
+
+def test_load_hex_key_from_file(tmp_path: Path) -> None:
+    p = tmp_path / "key"
+    p.write_text(f"  {HEX_KEY}\n")
+    assert load_key(p) == bytes.fromhex(HEX_KEY)
+    assert load_key(str(p)) == bytes.fromhex(HEX_KEY)
+
+
+def test_load_raw_key_from_file(tmp_path: Path) -> None:
+    p = tmp_path / "key"
+    p.write_bytes(RAW_KEY.encode() + b"\r\n")
+    assert load_key(p) == RAW_KEY.encode()
+    binary = bytes(range(256))[::7] + b"\n\n"
+    p.write_bytes(binary)
+    assert load_key(p) == binary[:-1]  # exactly one trailing newline is dropped
+
+
+def test_load_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAM_DP_KEY", HEX_KEY)
+    assert load_key() == bytes.fromhex(HEX_KEY)
+    monkeypatch.setenv("MY_KEY", RAW_KEY)
+    assert load_key(env="MY_KEY") == RAW_KEY.encode()
+
+
+def test_missing_sources_raise_value_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("STREAM_DP_KEY", raising=False)
+    with pytest.raises(ValueError, match="STREAM_DP_KEY is not set"):
+        load_key()
+    monkeypatch.setenv("STREAM_DP_KEY", "")
+    with pytest.raises(ValueError, match="STREAM_DP_KEY is not set"):
+        load_key()
+    with pytest.raises(ValueError, match="cannot be read"):
+        load_key(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("short", ["abcdef0123", "0123456789abcdef0123456789abcd", "tooShort!"])
+def test_short_key_rejected_without_echo(
+    short: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    p = tmp_path / "k"
+    p.write_text(short)
+    with pytest.raises(ValueError, match="at least 16 bytes") as err:
+        load_key(p)
+    assert short not in str(err.value) and short[:6] not in str(err.value)
+    monkeypatch.setenv("STREAM_DP_KEY", short)
+    with pytest.raises(ValueError, match="at least 16 bytes") as err:
+        load_key()
+    assert short not in str(err.value) and short[:6] not in str(err.value)
+    with pytest.raises(ValueError) as err:
+        SecretKey(short.encode()[:15])
+    assert short[:6] not in str(err.value)
+
+
+def test_secret_key_never_shows_the_key(caplog: pytest.LogCaptureFixture) -> None:
+    secret = bytes.fromhex(HEX_KEY)
+    sk = SecretKey(secret)
+    texts = [repr(sk), str(sk), f"{sk}", f"{sk!r}", format(sk, ">60")]
+    noise = KeyedNoise(sk, "tag", np.arange(3, dtype=np.uint64))
+    prf = BlockPRF(secret, "tag")
+    texts += [repr(noise), str(noise), repr(prf), repr(vars(noise).get("_key"))]
+    with caplog.at_level(logging.DEBUG):
+        logging.getLogger("stream_dp.test").info("key=%s noise=%r prf=%s", sk, noise, prf)
+        logging.getLogger("stream_dp.test").info("key %r", sk)
+    texts.append(caplog.text)
+    for text in texts:
+        _assert_no_leak(text, secret)
+    assert repr(sk) == "SecretKey(<hidden, 31 bytes>)"
+    assert bytes(sk) == secret and sk.reveal() == secret and len(sk) == 31
+
+
+def test_secret_key_refuses_pickling_and_compares_in_constant_time() -> None:
+    sk = SecretKey(bytes.fromhex(HEX_KEY))
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(sk)
+    with pytest.raises(TypeError):
+        pickle.dumps(KeyedNoise(sk, "t", np.arange(2, dtype=np.uint64)))
+    assert sk == SecretKey(bytes.fromhex(HEX_KEY))
+    assert sk != SecretKey(b"x" * 29)
+    assert hash(sk) == hash(SecretKey(bytes.fromhex(HEX_KEY)))
+
+
+def test_errors_from_noise_do_not_contain_the_key() -> None:
+    secret = bytes.fromhex(HEX_KEY)
+    kn = KeyedNoise(secret, "t", np.arange(3, dtype=np.uint64))
+    for call in (
+        lambda: kn.discrete_laplace(-1, 1.0),
+        lambda: kn.discrete_laplace(1, float("nan")),
+        lambda: kn.discrete_gaussian(1, 0.0),
+        lambda: KeyedNoise(secret, 5, [1]),  # type: ignore[arg-type]
+        lambda: KeyedNoise(secret[:10], "t", [1]),
+    ):
+        with pytest.raises(ValueError) as err:
+            call()
+        _assert_no_leak(str(err.value) + repr(err.value), secret)
+
+
+def test_stream_id_is_stable_blake2b() -> None:
+    import hashlib
+
+    digest = hashlib.blake2b(b"shop/berlin", digest_size=8, person=b"stream-dp/sid").digest()
+    assert stream_id("shop/berlin") == int.from_bytes(digest, "little")
+    # pinned value: changing it would change every stream's noise (and break replays)
+    assert stream_id("shop/berlin") == int.from_bytes(digest, "little") == _PINNED_BERLIN
+    assert stream_id("a") != stream_id("b")
+    assert stream_id("é") == stream_id("\u00e9")
+    with pytest.raises(ValueError, match="name must be a str"):
+        stream_id(b"bytes")  # type: ignore[arg-type]
+
+
+def test_stream_ids_vector_and_duplicates() -> None:
+    ids = stream_ids(["a", "b", "c"])
+    assert ids.dtype == np.uint64
+    assert ids.tolist() == [stream_id("a"), stream_id("b"), stream_id("c")]
+    with pytest.raises(ValueError, match="distinct"):
+        stream_ids(["a", "b", "a"])
+
+
+_PINNED_BERLIN = 4168224657181820521
