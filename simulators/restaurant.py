@@ -25,20 +25,22 @@ ITEMS: tuple[str, ...] = ("item1", "item2", "item3", "item4", "item5")
 #: Paper 000's package constraint matrix: ``B @ counts == 0`` every tick.
 CONSTRAINTS = np.array([[1, -5, 3, 4, 0], [-1, -1, 1, 0, 2]], dtype=np.int64)
 
-#: Items (rows) per package (columns); ``CONSTRAINTS @ PACKAGES == 0``.
+#: Items (rows) per package (columns): the Hilbert basis of ``{v ≥ 0 integer : B v = 0}``, i.e.
+#: the minimal combos from which every constraint-satisfying day can be assembled.
+#: ``CONSTRAINTS @ PACKAGES == 0``.
 PACKAGES = np.array(
     [
-        [1, 2, 1, 5],
-        [2, 1, 1, 1],
-        [3, 1, 0, 0],
-        [0, 0, 1, 0],
-        [0, 1, 1, 3],
+        [1, 2, 1, 5, 0, 0, 0],
+        [2, 1, 1, 1, 2, 3, 4],
+        [3, 1, 0, 0, 2, 1, 0],
+        [0, 0, 1, 0, 1, 3, 5],
+        [0, 1, 1, 3, 0, 1, 2],
     ],
     dtype=np.int64,
 )
 
 #: Mean orders per day of each package on an average weekday.
-PACKAGE_RATES = np.array([6.0, 9.0, 4.0, 2.0])
+PACKAGE_RATES = np.array([6.0, 9.0, 4.0, 2.0, 3.0, 1.5, 0.5])
 
 #: Demand multiplier by day of week (Monday first).
 WEEKLY = np.array([0.8, 0.85, 0.9, 1.0, 1.3, 1.5, 1.2])
