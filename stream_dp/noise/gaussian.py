@@ -19,7 +19,8 @@ block. The fast path computes γ in float64 (``|Y| < 2^52`` is exact; ``σ²/t``
 carry a relative error ≤ 2^-51, which makes the absolute error of γ at most
 ``(γ + sqrt(2γ))·2^-49``), then ``exp(−γ)`` (a few ulp). It decides only when the prefix
 interval ``[a, a + 2^-53)`` lies outside ``exp(−γ)·(1 ± m)`` widened by 2^-1000, with
-``m = 2**FLOAT_MARGIN_LOG2 · (1 + γ + sqrt(2γ))`` (default 2^-40·…: 2^9 times the error bound).
+``m = 2**FLOAT_MARGIN_LOG2 · 2(1 + γ) ≥ 2**FLOAT_MARGIN_LOG2 · (1 + γ + sqrt(2γ))`` (default
+2^-40·…: over 2^9 times the error bound).
 Everything else (|Y| ≥ 2^52, a prefix near the threshold, p underflowing) goes to
 :func:`stream_dp.noise._exact.uniform_below_exp`, which appends more bits of the same ``A``
 (independent refinement channel) and compares against rigorous rational brackets of exp(−γ)
@@ -82,47 +83,74 @@ def discrete_gaussian_variance(sigma: float) -> float:
     return float(np.sum(w * k * k) / np.sum(w))
 
 
+_CHUNK = 1 << 16
+
+
 def gaussian_core(
     source: _exact.DrawSource, idx: NDArray[np.intp], sigma: float
 ) -> NDArray[np.int64]:
-    """Discrete Gaussian with parameter ``sigma`` for the elements ``idx`` of ``source``."""
+    """Discrete Gaussian with parameter ``sigma`` for the elements ``idx`` of ``source``.
+
+    Works in chunks of 2^16 elements; every pass re-draws only the rejected elements.
+    """
     s = validate_sigma(sigma)
     n = idx.shape[0]
     out = np.zeros(n, dtype=np.int64)
     t = math.floor(s) + 1
-    s2_exact = Fraction(s) ** 2
-    s2 = s * s
-    q = s2 / t
-    two_s2 = 2.0 * s2
+    consts = (t, Fraction(s) ** 2, s * s / t, 2.0 * s * s)
     pending = np.arange(n, dtype=np.intp)
     while pending.size:
-        sub = idx[pending]
-        y = laplace_core(source, sub, t, 0)
-        words, ctrs = source.draw(sub)
-        a = (words[:, 0] >> np.uint64(11)).astype(np.float64) * _TWO53
-        ay = np.abs(y)
-        big = ay >= 2**52
-        d = ay.astype(np.float64) - q
-        gamma = d * d / two_s2
-        p = np.exp(-gamma)
-        m = 2.0**_exact.FLOAT_MARGIN_LOG2 * (1.0 + gamma + np.sqrt(2.0 * gamma))
-        acc = (a + _TWO53 <= p * (1.0 - m) - _TINY) & ~big
-        rej = (a >= p * (1.0 + m) + _TINY) & ~big
-        accepted = acc.copy()
-        for e in np.flatnonzero(~acc & ~rej).tolist():
-            i = int(sub[e])
-            ctr = int(ctrs[e])
-            yy = abs(int(y[e]))
-            gamma_exact = (yy - s2_exact / t) ** 2 / (2 * s2_exact)
-
-            def more(r: int, i: int = i, ctr: int = ctr) -> int:
-                return source.refine(i, ctr, _exact.CHANNEL_GAUSS_ACCEPT, r)
-
-            if _exact.uniform_below_exp(int(words[e, 0]) >> 11, 53, gamma_exact, more):
-                accepted[e] = True
-        out[pending[accepted]] = y[accepted]
-        pending = pending[~accepted]
+        rejected = []
+        for start in range(0, pending.size, _CHUNK):
+            part = pending[start : start + _CHUNK]
+            accepted, y = _attempt(source, idx[part], consts)
+            out[part[accepted]] = y[accepted]
+            rejected.append(part[~accepted])
+        pending = np.concatenate(rejected)
     return out
+
+
+def _attempt(
+    source: _exact.DrawSource,
+    sub: NDArray[np.intp],
+    consts: tuple[int, Fraction, float, float],
+) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
+    """One attempt of CKS Alg. 3 for the elements ``sub``: (accepted mask, values)."""
+    t, s2_exact, q, two_s2 = consts
+    y = laplace_core(source, sub, t, 0)
+    words, ctrs = source.draw(sub)
+    a = (words[:, 0] >> np.uint64(11)).astype(np.float64)
+    a *= _TWO53
+    ay = np.abs(y)
+    big = ay >= 2**52
+    gamma = ay.astype(np.float64)
+    gamma -= q
+    gamma *= gamma
+    gamma /= two_s2
+    p = np.exp(-gamma)
+    # relative margin 2^FLOAT_MARGIN_LOG2 · (1 + γ + sqrt(2γ)) ≤ 2^FLOAT_MARGIN_LOG2 · 2(1 + γ)
+    gamma += 1.0
+    gamma *= 2.0 ** (_exact.FLOAT_MARGIN_LOG2 + 1)
+    gamma *= p  # absolute margin
+    gamma += _TINY
+    acc = a + _TWO53 <= p - gamma
+    rej = a >= p + gamma
+    if big.any():
+        acc &= ~big
+        rej &= ~big
+    accepted = acc
+    for e in np.flatnonzero(~(acc | rej)).tolist():
+        i = int(sub[e])
+        ctr = int(ctrs[e])
+        yy = abs(int(y[e]))
+        gamma_exact = (yy - s2_exact / t) ** 2 / (2 * s2_exact)
+
+        def more(r: int, i: int = i, ctr: int = ctr) -> int:
+            return source.refine(i, ctr, _exact.CHANNEL_GAUSS_ACCEPT, r)
+
+        if _exact.uniform_below_exp(int(words[e, 0]) >> 11, 53, gamma_exact, more):
+            accepted[e] = True
+    return accepted, y
 
 
 def sample_discrete_gaussian(source: _exact.DrawSource, n: int, sigma: float) -> NDArray[np.int64]:
