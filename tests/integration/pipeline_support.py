@@ -219,6 +219,18 @@ class WorkerProcess:
         log.close()
         return self
 
+    async def wait_log(self, text: str, timeout_s: float = 60.0, count: int = 1) -> None:
+        """Wait until the worker's log holds ``text`` at least ``count`` times."""
+        deadline = time.monotonic() + timeout_s
+        while self.log_path.read_text(errors="replace").count(text) < count:
+            if time.monotonic() > deadline or not self.alive():
+                raise TimeoutError(f"worker {self.worker_id}: no {text!r} in its log")
+            await asyncio.sleep(0.2)
+
+    def starts(self) -> int:
+        return self.log_path.read_text(errors="replace").count("release: assigned") if (
+            self.log_path.exists()) else 0
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
