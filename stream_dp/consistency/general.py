@@ -13,6 +13,8 @@ Methods:
   the paper's general solution;
 * ``"sparse-lsqr"``: one sparse least-squares solve, ``scipy.sparse.linalg.lsqr`` (minimum-norm
   solution of ``M' d = r``), tolerances near machine precision;
+* ``"dense-normal"``: ``M⁺ = Mᵀ (M Mᵀ)⁻¹`` (seed 000, property 1) with a dense Cholesky
+  factorisation of ``M Mᵀ``, O(m³) (requires full row rank);
 * ``"sparse-normal"``: sparse LU of the normal matrix ``M' M'ᵀ`` (requires full row rank).
 """
 
@@ -21,12 +23,13 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+import scipy.linalg as sla
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 from numpy.typing import ArrayLike, NDArray
 
 Float64Array = NDArray[np.float64]
-Method = Literal["auto", "dense", "sparse-lsqr", "sparse-normal"]
+Method = Literal["auto", "dense", "dense-normal", "sparse-lsqr", "sparse-normal"]
 
 __all__ = ["general_solution", "weighted_general_solution"]
 
@@ -73,6 +76,10 @@ def general_solution(
     if method == "dense":
         dense = mat.toarray() if sp.issparse(mat) else np.asarray(mat)  # type: ignore[attr-defined]
         d = np.linalg.lstsq(dense, r, rcond=None)[0]
+    elif method == "dense-normal":
+        dense = mat.toarray() if sp.issparse(mat) else np.asarray(mat)  # type: ignore[attr-defined]
+        factor = sla.cho_factor(dense @ dense.T)
+        d = dense.T @ sla.cho_solve(factor, r)
     elif method == "sparse-lsqr":
         A = sp.csr_matrix(mat)
         d = spla.lsqr(A, r, atol=1e-15, btol=1e-15, conlim=1e12, iter_lim=100 * max(A.shape))[0]
@@ -82,7 +89,7 @@ def general_solution(
         d = A.T @ spla.splu(normal).solve(r)
     else:
         raise ValueError(
-            f"method must be one of auto, dense, sparse-lsqr, sparse-normal; got {method!r}"
+            f"method must be one of auto, dense, dense-normal, sparse-lsqr, sparse-normal; got {method!r}"
         )
     return np.asarray(xx + d, dtype=np.float64)
 

@@ -11,6 +11,7 @@ from stream_dp.consistency import (
     reconcile,
     weighted_general_solution,
 )
+from stream_dp.consistency.reconcile import lift_rows
 from stream_dp.consistency.restaurant import (
     PACKAGES,
     RESTAURANT_B,
@@ -69,20 +70,34 @@ def restaurant_domain(days: int, fanout: int) -> tuple[Domain, np.ndarray]:
     return dom.with_constraints("packages", RESTAURANT_B, rows), parent
 
 
-def test_domain_reconcile_restaurant_equals_general_solution() -> None:
-    rng = np.random.default_rng(3)
-    days = 16
+@pytest.mark.parametrize("days", [16, 21])
+@pytest.mark.parametrize("lift", [True, False])
+def test_domain_reconcile_restaurant_equals_general_solution(days: int, lift: bool) -> None:
+    rng = np.random.default_rng(3 + days)
     dom, _ = restaurant_domain(days, 2)
     n = len(dom)
     truth = restaurant_truth(rng.integers(0, 30, size=(days, 3)))
     assert np.max(np.abs(dom.constraint_matrix() @ truth)) == 0
     x = truth + rng.laplace(0, 5, size=n)
-    v = rng.uniform(0.5, 5, size=n)
-    res = reconcile(dom, x, v, tol=1e-12, max_iter=100000)
     M = dom.constraint_matrix().toarray()
-    ref = weighted_general_solution(M, np.zeros(M.shape[0]), x, v)
-    assert np.max(np.abs(res.values - ref)) / np.abs(ref).max() < 1e-6
-    assert res.consistent and res.iterations > 1
+    for v in (None, rng.uniform(0.5, 5, size=n)):
+        res = reconcile(dom, x, v, tol=1e-12, max_iter=100000, lift=lift)
+        ref = weighted_general_solution(M, np.zeros(M.shape[0]), x, np.ones(n) if v is None else v)
+        assert np.max(np.abs(res.values - ref)) / np.abs(ref).max() < 1e-6
+        assert res.consistent and res.converged and res.iterations > 1
+        if lift and v is None:
+            assert res.iterations == 2  # exact after one cycle, confirmed by the second
+
+
+def test_lift_rows() -> None:
+    # two trees r1 -> (a1, b1), r2 -> (a2, b2); rows (a1, a2), (b1, b2) lift to (r1, r2)
+    parent = np.array([-1, 0, 0, -1, 3, 3])
+    rows = np.array([[1, 4], [2, 5]])
+    np.testing.assert_array_equal(lift_rows(parent, rows), [[0, 3]])
+    # a missing sibling row blocks the lift
+    assert lift_rows(parent, rows[:1]).shape == (0, 2)
+    # roots do not lift further
+    assert lift_rows(parent, np.array([[0, 3]])).shape == (0, 2)
 
 
 def test_restaurant_mse_drops() -> None:
