@@ -138,20 +138,18 @@ def column_sums(weights: Float64Array, p: float) -> tuple[Float64Array, Int64Arr
     """
     w = np.asarray(weights, dtype=np.float64)
     n = w.shape[0]
-    cols = np.arange(1, n + 1, dtype=np.int64)
     sums = w.copy()
     lengths = np.ones(n, dtype=np.int64)
-    cur = cols.copy()
-    active = np.ones(n, dtype=bool)
-    while True:
-        cur = cur + (cur & -cur)
-        active &= cur <= n
-        if not active.any():
-            break
-        idx = np.nonzero(active)[0]
-        dist = (cur[idx] - cols[idx]).astype(np.float64)
-        sums[idx] += w[cur[idx] - 1] * np.power(p, dist)
-        lengths[idx] += 1
+    # Column j's path is j followed by the path of its parent j + lowbit(j) (a higher level), so
+    # sweeping levels from the top down needs one strided vector operation per level: O(n).
+    for lv in range(levels_for(n) - 1, -1, -1) if n else ():
+        off = 1 << lv
+        start = off - 1  # 0-based index of the first node of level lv
+        step = off << 1
+        parent_sums = sums[start + off :: step]
+        k = parent_sums.shape[0]
+        sums[start::step][:k] += (p**off) * parent_sums
+        lengths[start::step][:k] += lengths[start + off :: step]
     return sums, lengths
 
 
