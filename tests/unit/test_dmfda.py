@@ -90,7 +90,7 @@ def test_prefix_for_incomplete_horizon() -> None:
 
 @pytest.mark.parametrize(("T", "p"), [(0, 0.5), (7, 0.0), (7, 1.01), (7, math.nan), (True, 0.5)])
 def test_bad_input(T: int, p: float) -> None:
-    with pytest.raises(ValueError, match="horizon|p must"):
+    with pytest.raises(ValueError, match=r"horizon|p must"):
         lambdas(T, p)
-    with pytest.raises(ValueError, match="horizon|p must|k must"):
+    with pytest.raises(ValueError, match=r"horizon|p must|k must"):
         lambda_at(T, 1, p)
