@@ -1,7 +1,9 @@
 """The live dashboard in real headless Chromium, fed with new ticks through the real broker.
 
 Chromium is Debian's (/usr/bin/chromium, installed by scripts/test), driven by playwright-python
-without `playwright install`. The screenshot goes to test-artifacts/dashboard.png.
+without `playwright install`. Two tests: the dashboard served by a running `stream-dp worker`
+(events replayed from a simulated log; screenshot test-artifacts/dashboard.png), and the
+standalone dashboard fed contract-shaped messages (test-artifacts/dashboard-contract.png).
 """
 
 from __future__ import annotations
@@ -180,8 +182,115 @@ async def test_dashboard_chart_updates_with_new_ticks(
                 assert "consistent" in await page.locator("#hist-meta").inner_text()
                 # four default charts (shortest names first), each with 20 points
                 assert await page.locator(".chart").count() == 4
-                await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+                await page.screenshot(path=str(ARTIFACTS / "dashboard-contract.png"), full_page=True)
                 assert errors == []
             finally:
                 await browser.close()
-    assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
+    assert (ARTIFACTS / "dashboard-contract.png").stat().st_size > 10_000
+
+
+async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """simulate -> replay (paced) -> `stream-dp worker` -> its /dashboard/ in Chromium."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from aiohttp import ClientSession
+    from playwright.async_api import async_playwright
+
+    from agents.config import Settings
+    from agents.embedded_broker import free_port
+    from agents.topics import ensure_topics
+    from tests.integration.pipeline_support import settings_env
+
+    log = tmp_path / "web.csv"
+    sim = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "stream_dp.cli", "simulate", "searchlogs", "--seed", "3",
+        "--ticks", "20", "--tick-seconds", "2", "--rate", "30", "--out", str(log),
+        "--domain-out", str(tmp_path / "domain.toml"),
+        "--settings-out", str(tmp_path / "stream-dp.toml"), cwd=ROOT)
+    assert await sim.wait() == 0
+    (tmp_path / "key").write_text("5a" * 32)
+    n = unique_name
+    s = Settings.load(tmp_path / "stream-dp.toml", env={}).replace(
+        bootstrap=kafka_broker, app_id=n, worker_id="w0", events_topic=f"{n}.events",
+        counts_topic=f"{n}.counts", histograms_topic=f"{n}.histograms", dlq_topic=f"{n}.dlq",
+        partials_topic=f"{n}.partials", ingest_checkpoints_topic=f"{n}.ckpt.ingest",
+        release_checkpoints_topic=f"{n}.ckpt.release", events_partitions=2, shards=2,
+        counts_partitions=2, key_file=str(tmp_path / "key"), strategy="naive", horizon=255,
+        allowed_lateness_s=0.5, idle_timeout_s=0.5, max_future_skew_s=1e9,
+        session_timeout_s=6.0, transaction_timeout_s=10.0, commit_interval_s=0.5,
+        web_host="127.0.0.1", web_port=free_port(),
+    )
+    await ensure_topics(kafka_broker, s)
+    worker_log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - owned by the child
+    worker = subprocess.Popen([sys.executable, "-m", "stream_dp.cli", "worker"],
+                              env=settings_env(s), cwd=ROOT, stdout=worker_log,
+                              stderr=subprocess.STDOUT, start_new_session=True)
+    worker_log.close()
+    url = f"http://127.0.0.1:{s.web_port}/dashboard/"
+    replay: asyncio.subprocess.Process | None = None
+    try:
+        async with ClientSession() as http:
+            for _ in range(300):
+                try:
+                    async with http.get(url + "api/snapshot") as resp:
+                        if resp.status == 200 and (await resp.json())["status"]["connected"]:
+                            break
+                except OSError:
+                    pass
+                assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+                await asyncio.sleep(0.2)
+            else:
+                pytest.fail("the worker's dashboard never connected to the topics")
+        with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+            async with async_playwright() as pw:
+                browser = await pw.chromium.launch_persistent_context(
+                    profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                    viewport={"width": 1400, "height": 900},
+                )
+                try:
+                    page = await browser.new_page()
+                    errors: list[str] = []
+                    page.on("pageerror", lambda exc: errors.append(str(exc)))
+                    await page.goto(url)
+                    await page.wait_for_selector("#status")
+                    # 20 ticks of 2 s at speed 4: about 10 s of releases arriving tick by tick
+                    replay = await asyncio.create_subprocess_exec(
+                        sys.executable, "-m", "stream_dp.cli", "replay", str(log),
+                        "--bootstrap", kafka_broker, "--topic", s.events_topic, "--speed", "4",
+                        "--no-progress", cwd=ROOT, stdout=asyncio.subprocess.DEVNULL)
+                    last = "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick"
+                    await page.wait_for_function(f"Number({last}) >= 3", timeout=120_000)
+                    chart = page.locator('.chart[data-stream="all"]')
+                    first_tick = int(await chart.get_attribute("data-last-tick") or 0)
+                    first_path = await chart.locator("path.line").get_attribute("d")
+                    await page.wait_for_function(f"Number({last}) >= {first_tick + 5}",
+                                                 timeout=120_000)
+                    assert await chart.locator("path.line").get_attribute("d") != first_path
+                    points = int(await chart.get_attribute("data-points") or 0)
+                    assert points >= 6
+                    await page.wait_for_function(
+                        "Number(document.getElementById('histogram').dataset.tick) >= 1",
+                        timeout=120_000)
+                    assert await page.locator("#histogram .hist-row").count() >= 10
+                    await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+                    assert errors == []
+                finally:
+                    await browser.close()
+        assert replay is not None and await replay.wait() == 0
+    finally:
+        if replay is not None and replay.returncode is None:
+            replay.kill()
+            await replay.wait()
+        if worker.poll() is None:
+            os.kill(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(10)
+    assert worker.returncode == 0
