@@ -287,3 +287,62 @@ def test_draw_counter_exhaustion_raises() -> None:
     draws.draw(np.arange(4))  # the last allowed draw
     with pytest.raises(NoiseExhaustedError, match="exhausted"):
         draws.draw(np.arange(4))
+
+
+# ---------------------------------------------------------------- the exact paths on their own
+
+
+def _more_bits(rng: np.random.Generator) -> object:
+    def more(r: int) -> int:
+        return int(rng.integers(0, 2**64, dtype=np.uint64)) | (
+            int(rng.integers(0, 2**64, dtype=np.uint64)) << 64
+        )
+
+    return more
+
+
+@pytest.mark.parametrize("gamma", [Fraction(0), Fraction(1, 3), Fraction(5, 2), Fraction(40)])
+def test_uniform_below_exp_frequency(gamma: Fraction) -> None:
+    """Bernoulli(exp(-γ)) from random 8-bit prefixes plus refinement bits: binomial test."""
+    rng = np.random.default_rng(17)
+    n = 20_000
+    more = _more_bits(rng)
+    hits = sum(
+        _exact.uniform_below_exp(int(rng.integers(0, 256)), 8, gamma, more)  # type: ignore[arg-type]
+        for _ in range(n)
+    )
+    p = math.exp(-float(gamma))
+    assert stats.binomtest(hits, n, p).pvalue > P_MIN
+
+
+def test_geometric_exact_tail_below_the_32_bit_prefix() -> None:
+    """W's 32-bit prefix is 0 (probability 2^-32 in production): the tail must still be exact.
+
+    Given W < 2^-32, P(V ≥ v) = min(1, 2^32 e^{-v}) for rate 1, so V ≥ 22 always.
+    """
+    rng = np.random.default_rng(23)
+    more = _more_bits(rng)
+    n = 4_000
+    v = np.array([_exact.geometric_exact(0, 32, Fraction(1), more) for _ in range(n)])  # type: ignore[arg-type]
+    assert v.min() >= 22
+    ks = np.arange(22, 30)
+    surv = np.minimum(1.0, 2.0**32 * np.exp(-ks.astype(np.float64)))  # P(V ≥ k)
+    probs = np.append(-np.diff(surv), surv[-1])
+    counts = np.array([np.sum(v == k) for k in ks[:-1]] + [np.sum(v >= ks[-1])])
+    keep = probs * n > 5
+    rest = counts[~keep].sum(), probs[~keep].sum()
+    obs = np.append(counts[keep], rest[0])
+    exp = np.append(probs[keep], rest[1]) * n
+    assert stats.chisquare(obs, exp).pvalue > P_MIN
+
+
+def test_geometric_exact_matches_thresholds_for_every_prefix_cell() -> None:
+    """Away from the thresholds the exact path must agree with the 32-bit table."""
+    plan = laplace._plan(8000, 3)
+    rng = np.random.default_rng(29)
+    more = _more_bits(rng)
+    w = rng.integers(1, 2**32, size=300).astype(np.uint64)
+    fast, amb = laplace._geometric_by_search(plan, w, 1)
+    for wi, vf, a in zip(w.tolist(), fast.tolist(), amb.tolist(), strict=True):
+        if not a:
+            assert _exact.geometric_exact(wi, 32, plan.rate, more) == vf  # type: ignore[arg-type]
