@@ -346,3 +346,18 @@ def test_geometric_exact_matches_thresholds_for_every_prefix_cell() -> None:
     for wi, vf, a in zip(w.tolist(), fast.tolist(), amb.tolist(), strict=True):
         if not a:
             assert _exact.geometric_exact(wi, 32, plan.rate, more) == vf  # type: ignore[arg-type]
+
+
+def test_numpy_exp_error_is_far_inside_the_fast_path_margin() -> None:
+    """The fast paths assume float64 exp within a relative 2^-50 (margin: 2^-40); check it here."""
+    rng = np.random.default_rng(31)
+    x = np.concatenate([-rng.random(20_000) / 8, -rng.random(20_000) * 60])
+    approx = np.exp(x)
+    getcontext().prec = 60
+    worst = 0.0
+    for xi, ai in zip(x[::40].tolist(), approx[::40].tolist(), strict=True):
+        exact = Decimal(xi).exp()  # Decimal(xi) is the exact binary value of xi
+        worst = max(worst, float(abs(Decimal(ai) - exact) / exact))
+    assert worst < 2.0**-50
+    libm = np.array([math.exp(v) for v in x.tolist()])
+    assert float(np.max(np.abs(approx - libm) / libm)) < 2.0**-50
