@@ -10,19 +10,22 @@ from __future__ import annotations
 
 from stream_dp.consistency.approx import (
     ApproxResult,
+    GridBlock,
     GridTreeBlock,
     GroupBlock,
     SubProblem,
     TreeBlock,
     approximate,
 )
-from stream_dp.consistency.fgmc import fgmc_paper, fgmc_project
+from stream_dp.consistency.fgmc import GridProjector, fgmc_paper, fgmc_project
 from stream_dp.consistency.general import general_solution, weighted_general_solution
 from stream_dp.consistency.reconcile import ReconcileResult, reconcile
 from stream_dp.consistency.tree import TreePlan, consistent_tree, consistent_trees
 
 __all__ = [
     "ApproxResult",
+    "GridBlock",
+    "GridProjector",
     "GridTreeBlock",
     "GroupBlock",
     "ReconcileResult",

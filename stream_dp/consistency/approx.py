@@ -22,7 +22,9 @@ Sub-problem kinds (all take values in the solver's order, a 1-D float64 array):
   in breadth-first order (exact two-pass GLS, :mod:`stream_dp.consistency.tree`);
 * :class:`GroupBlock` — ``matrix @ x[nodes[g]] = rhs[g]`` for node-disjoint rows ``g`` (e.g. seed
   000's per-day package constraints ``B v_t = 0``), exact small projections batched over ``g``;
-* :class:`GridTreeBlock` — one attribute's 3-level tree of an attribute grid (FGMC closed form).
+* :class:`GridTreeBlock` — one attribute's 3-level tree of an attribute grid (FGMC closed form);
+* :class:`GridBlock` — all k trees of a grid at once (exact, via the small normal system, see
+  :class:`~stream_dp.consistency.fgmc.GridProjector`).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from stream_dp.consistency.fgmc import AttributeTreeProjector
+from stream_dp.consistency.fgmc import AttributeTreeProjector, GridProjector
 from stream_dp.consistency.tree import PreparedTree, TreePlan
 
 Float64Array = NDArray[np.float64]
@@ -44,6 +46,7 @@ Int64Array = NDArray[np.int64]
 
 __all__ = [
     "ApproxResult",
+    "GridBlock",
     "GridTreeBlock",
     "GroupBlock",
     "Projector",
@@ -263,6 +266,62 @@ class GridTreeBlock:
 
     def prepare(self, variances: Float64Array) -> Projector:
         return _GridProjector(self, variances)
+
+
+class _GridJointProjector:
+    def __init__(self, block: GridBlock, variances: Float64Array) -> None:
+        self._b = block
+        vc = variances[block.cells_slice]
+        cells_var: Float64Array | float = (
+            float(vc[0]) if np.all(vc == vc[0]) else vc.reshape(block.cell_shape)
+        )
+        self._p = GridProjector(
+            block.cell_shape,
+            float(variances[block.total_index]),
+            [variances[sl] for sl in block.marginal_slices],
+            cells_var,
+        )
+
+    def _parts(self, x: Float64Array) -> tuple[Float64Array, list[Float64Array], Float64Array]:
+        b = self._b
+        t = x[b.total_index : b.total_index + 1]
+        return t, [x[sl] for sl in b.marginal_slices], x[b.cells_slice].reshape(b.cell_shape)
+
+    def project(self, x: Float64Array) -> None:
+        self._p.project(*self._parts(x))
+
+    def residual_sq(self, x: Float64Array) -> float:
+        r = self._p.residual(*self._parts(x))
+        return float(np.dot(r, r))
+
+
+@dataclass(frozen=True, eq=False)
+class GridBlock:
+    """All attribute trees of a grid: total ``x[total_index]``, the categories of attribute i at
+    ``x[marginal_offsets[i] : + n_i]``, the cells (C order, ``cell_shape``) at ``x[cells_offset:]``.
+    """
+
+    cell_shape: tuple[int, ...]
+    total_index: int
+    marginal_offsets: tuple[int, ...]
+    cells_offset: int
+
+    @property
+    def marginal_slices(self) -> list[slice]:
+        return [
+            slice(o, o + n) for o, n in zip(self.marginal_offsets, self.cell_shape, strict=True)
+        ]
+
+    @property
+    def cells_slice(self) -> slice:
+        return slice(self.cells_offset, self.cells_offset + math.prod(self.cell_shape))
+
+    @property
+    def n_rows(self) -> int:
+        return 1 + sum(self.cell_shape)
+
+    def prepare(self, variances: Float64Array) -> Projector:
+        return _GridJointProjector(self, variances)
 
 
 def approximate(

@@ -75,13 +75,17 @@ def test_fgmc_equals_general_solution_on_one_tree(shape: tuple[int, ...], axis: 
 
 @pytest.mark.parametrize("cats", [[2, 2], [2, 3], [4, 2, 3], [2, 3, 2, 3], [5, 1, 2]])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_grid_reconcile_equals_general_solution(cats: list[int], weighted: bool) -> None:
+@pytest.mark.parametrize("solver", ["joint", "fgmc"])
+def test_grid_reconcile_equals_general_solution(
+    cats: list[int], weighted: bool, solver: str
+) -> None:
     rng = np.random.default_rng(sum(cats) * 3 + weighted)
     dom = Domain.grid({f"a{i}": [f"c{j}" for j in range(n)] for i, n in enumerate(cats)})
     n = len(dom)
     x = rng.normal(0, 10, size=n)
     v = rng.uniform(0.1, 5, size=n) if weighted else None
-    res = reconcile(dom, x, v, tol=1e-13, max_iter=5000)
+    res = reconcile(dom, x, v, tol=1e-13, max_iter=5000, grid_solver=solver)
+    assert (res.iterations == 1) == (solver == "joint")
     M = grid_matrix(tuple(cats))
     ref = weighted_general_solution(M, np.zeros(M.shape[0]), x, np.ones(n) if v is None else v)
     assert np.max(np.abs(res.values - ref)) / max(1.0, np.abs(ref).max()) < 1e-6
@@ -102,10 +106,28 @@ def test_property_random_grids(cats: list[int], seed: int) -> None:
     n = len(dom)
     x = rng.normal(0, 10, size=n)
     v = rng.uniform(0.1, 5, size=n)
-    res = reconcile(dom, x, v, tol=1e-13, max_iter=20000)
     M = grid_matrix(tuple(cats))
     ref = weighted_general_solution(M, np.zeros(M.shape[0]), x, v)
-    assert np.max(np.abs(res.values - ref)) / max(1.0, np.abs(ref).max()) < 1e-6
+    for solver in ("joint", "fgmc"):
+        res = reconcile(dom, x, v, tol=1e-13, max_iter=20000, grid_solver=solver)
+        assert np.max(np.abs(res.values - ref)) / max(1.0, np.abs(ref).max()) < 1e-6
+
+
+def test_grid_with_constraint_group_and_uniform_cells() -> None:
+    """Grid + an extra group (alternation of the joint grid block and the group)."""
+    rng = np.random.default_rng(9)
+    dom = Domain.grid({"r": ["n", "s"], "p": ["a", "b", "c"]}).with_constraints(
+        "same", [[1.0, -1.0]], [["r=n|p=a", "r=s|p=a"]]
+    )
+    n = len(dom)
+    x = rng.normal(0, 10, size=n)
+    v = np.r_[rng.uniform(0.5, 5, size=6), np.full(6, 2.0)]
+    M = dom.constraint_matrix().toarray()
+    ref = weighted_general_solution(M, np.zeros(M.shape[0]), x, v)
+    for solver in ("joint", "fgmc"):
+        res = reconcile(dom, x, v, tol=1e-13, max_iter=100000, grid_solver=solver)
+        assert np.max(np.abs(res.values - ref)) < 1e-8
+        assert res.consistent
 
 
 def test_grid_monte_carlo_mse_drops_and_matches_theory() -> None:
@@ -122,7 +144,7 @@ def test_grid_monte_carlo_mse_drops_and_matches_theory() -> None:
     sq = np.empty(reps)
     for r in range(reps):
         e = rng.normal(size=n) * np.sqrt(v)
-        sq[r] = np.sum(reconcile(dom, e, v, tol=1e-10).values ** 2)
+        sq[r] = np.sum(reconcile(dom, e, v).values ** 2)
     se = sq.std(ddof=1) / np.sqrt(reps)
     assert sq.mean() < v.sum()
     assert abs(sq.mean() - theory) < 5 * se

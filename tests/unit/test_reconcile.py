@@ -92,9 +92,11 @@ def test_max_iter_reports_not_converged() -> None:
     rng = np.random.default_rng(4)
     x = rng.normal(0, 10, size=len(dom))
     v = rng.uniform(0.1, 10, size=len(dom))
-    res = reconcile(dom, x, v, max_iter=1, tol=1e-12)
+    res = reconcile(dom, x, v, max_iter=1, tol=1e-12, grid_solver="fgmc")
     assert res.iterations == 1 and not res.converged and not res.consistent
     assert res.residual > 1e-6
+    exact = reconcile(dom, x, v, max_iter=1, tol=1e-12)  # joint grid solver: exact in one pass
+    assert exact.iterations == 1 and exact.converged and exact.consistent
 
 
 def test_bad_input() -> None:
@@ -114,3 +116,5 @@ def test_bad_input() -> None:
         reconcile(dom, np.zeros(n), tol=0.0)
     with pytest.raises(ValueError, match="max_iter"):
         reconcile(dom, np.zeros(n), max_iter=0)
+    with pytest.raises(ValueError, match="grid_solver"):
+        reconcile(dom, np.zeros(n), grid_solver="magic")
