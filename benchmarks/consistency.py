@@ -88,7 +88,7 @@ def machine() -> str:
                 model = line.split(":", 1)[1].strip()
     except OSError:
         pass
-    nproc = subprocess.run(["nproc"], capture_output=True, text=True, check=False).stdout.strip()
+    nproc = os.cpu_count()  # (`nproc` itself would honour OMP_NUM_THREADS=1 set above)
     load = os.getloadavg()[0]
     return (
         f"{model}, nproc={nproc}, load avg {load:.1f} at start, OPENBLAS_NUM_THREADS="
