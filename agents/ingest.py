@@ -19,11 +19,11 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.codec import Event, Rejection, decode_event
+from agents.codec import Rejection, decode_event
 from agents.config import Settings
 from agents.ticks import PartitionClock
 
@@ -150,59 +150,76 @@ class IngestState:
     def process(self, offset: int, key: bytes | None, value: bytes | None, wall: float,
                 unix_now: float) -> None:
         """Process one record at ``offset`` (records below :attr:`offset` are skipped)."""
-        if offset < self.offset:
-            return
-        self.offset = offset + 1
-        self.dirty = True
+        self.process_batch(((offset, key, value),), wall, unix_now)
+
+    def process_batch(
+        self, records: Iterable[tuple[int, bytes | None, bytes | None]], wall: float,
+        unix_now: float,
+    ) -> None:
+        """Process ``(offset, key, value)`` records in offset order (the hot loop)."""
         s = self.settings
-        got = decode_event(value, s.max_message_bytes, s.max_event_value)
-        if isinstance(got, Rejection):
-            self.out.dead_letters.append((key, got, value, offset))
-            return
-        ev: Event = got
-        nodes = self.router.nodes(ev.key)
-        if nodes is None:
-            self.out.dead_letters.append(
-                (key, Rejection("unknown_key", f"key {ev.key[:200]!r} is not declared"), value, offset)
-            )
-            return
-        ts = ev.ts
-        if ts < s.origin:
-            self.out.dead_letters.append(
-                (key, Rejection("before_origin", f"ts={ts!r} < origin={s.origin!r}"), value, offset)
-            )
-            return
-        if ts > unix_now + s.max_future_skew_s:
-            self.out.dead_letters.append(
-                (key, Rejection("future", f"ts={ts!r} is more than {s.max_future_skew_s:g} s "
-                                          "ahead of the wall clock"), value, offset)
-            )
-            return
-        if s.max_event_age_s > 0 and ts < unix_now - s.max_event_age_s:
-            self.out.dead_letters.append(
-                (key, Rejection("too_old", f"ts={ts!r} is more than {s.max_event_age_s:g} s old"),
-                 value, offset)
-            )
-            return
-        tick = self.clock.tick_of(ts)
-        if tick < self.clock.next_tick:
-            self.out.late += 1
-            self.out.dead_letters.append(
-                (key, Rejection("late", f"tick {tick} already closed (next open tick "
-                                        f"{self.clock.next_tick})"), value, offset)
-            )
-            return
-        v = ev.value
-        if v > s.cap:
-            v = s.cap
-            self.out.clamped += 1
-        bucket = self.buckets.get(tick)
-        if bucket is None:
-            bucket = self.buckets[tick] = {}
-        for n in nodes:
-            bucket[n] = bucket.get(n, 0.0) + v
-        self.clock.observe(ts, wall)
-        self.out.accepted += 1
+        max_bytes, max_value, cap = s.max_message_bytes, s.max_event_value, s.cap
+        origin = s.origin
+        future_limit = unix_now + s.max_future_skew_s
+        old_limit = unix_now - s.max_event_age_s if s.max_event_age_s > 0 else -math.inf
+        clock = self.clock
+        tick_seconds = clock.tick_seconds
+        next_tick = clock.next_tick
+        nodes_of = self.router.nodes
+        buckets = self.buckets
+        dead = self.out.dead_letters
+        floor = math.floor
+        accepted = clamped = late = 0
+        max_ts = -math.inf
+        position = self.offset
+        for offset, key, value in records:
+            if offset < position:
+                continue
+            position = offset + 1
+            got = decode_event(value, max_bytes, max_value)
+            if type(got) is Rejection:
+                dead.append((key, got, value, offset))
+                continue
+            ev_key, ts, v = got  # type: ignore[misc]
+            nodes = nodes_of(ev_key)
+            if nodes is None:
+                dead.append((key, Rejection("unknown_key", f"key {ev_key[:200]!r} is not declared"),
+                             value, offset))
+            elif ts < origin:
+                dead.append((key, Rejection("before_origin", f"ts={ts!r} < origin={origin!r}"),
+                             value, offset))
+            elif ts > future_limit:
+                dead.append((key, Rejection("future", f"ts={ts!r} is more than "
+                             f"{s.max_future_skew_s:g} s ahead of the wall clock"), value, offset))
+            elif ts < old_limit:
+                dead.append((key, Rejection("too_old", f"ts={ts!r} is more than "
+                             f"{s.max_event_age_s:g} s old"), value, offset))
+            else:
+                tick = floor((ts - origin) / tick_seconds) + 1  # == PartitionClock.tick_of
+                if tick < next_tick:
+                    late += 1
+                    dead.append((key, Rejection("late", f"tick {tick} already closed (next open "
+                                 f"tick {next_tick})"), value, offset))
+                    continue
+                if v > cap:
+                    v = cap
+                    clamped += 1
+                bucket = buckets.get(tick)
+                if bucket is None:
+                    bucket = buckets[tick] = {}
+                for n in nodes:
+                    bucket[n] = bucket.get(n, 0.0) + v
+                if ts > max_ts:
+                    max_ts = ts
+                accepted += 1
+        if position != self.offset:
+            self.offset = position
+            self.dirty = True
+        if accepted:
+            clock.observe(max_ts, wall)
+        self.out.accepted += accepted
+        self.out.clamped += clamped
+        self.out.late += late
 
     def close_ticks(self, wall: float, unix_now: float, max_ticks: int = 10_000) -> int:
         """Close every tick the watermark allows (at most ``max_ticks``); return how many."""

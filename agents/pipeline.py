@@ -356,8 +356,8 @@ class IngestStage(_Stage):
             state = self.states.get(tp.partition)
             if state is None:
                 continue  # revoked meanwhile
-            for r in records:
-                state.process(r.offset, r.key, r.value, wall, unix_now)
+            state.process_batch(((r.offset, r.key, r.value) for r in records), wall, unix_now)
+            self.w.processed += len(records)
         lag = 0
         jobs = []
         for p, state in list(self.states.items()):
@@ -429,6 +429,10 @@ class IngestStage(_Stage):
 class ReleaseStage(_Stage):
     name = "release"
 
+    def __init__(self, worker: Worker, topic: str, group: str, ckpt_topic: str) -> None:
+        super().__init__(worker, topic, group, ckpt_topic)
+        self._partitions: dict[int, list[int]] = {}
+
     def new_state(self, p: int) -> ReleaseState:
         return ReleaseState(self.s, self.w.router, p, self.w.new_bank(p))
 
@@ -458,11 +462,40 @@ class ReleaseStage(_Stage):
         if jobs:
             await asyncio.gather(*jobs)
 
+    async def _partitions_of(self, prod: Any, shard: int, streams: tuple[str, ...]) -> list[int]:
+        """Counts-topic partition of each stream (the default murmur2 key partitioner)."""
+        cached = self._partitions.get(shard)
+        if cached is not None and len(cached) == len(streams):
+            return cached
+        from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
+
+        parts = sorted(await prod.partitions_for(self.s.counts_topic))
+        found = [parts[(murmur2(n.encode("utf-8")) & 0x7FFFFFFF) % len(parts)] for n in streams]
+        self._partitions[shard] = found
+        return found
+
+    async def _send_counts(self, prod: Any, shard: int, rel: Release) -> None:
+        """All count messages of one release, as whole record batches per partition."""
+        topic = self.s.counts_topic
+        partition_of = await self._partitions_of(prod, shard, rel.streams)
+        by_part: dict[int, list[tuple[bytes, bytes]]] = {}
+        for part, kv in zip(partition_of, rel.messages(self.s, self.w.privacy), strict=True):
+            by_part.setdefault(part, []).append(kv)
+        for part, items in sorted(by_part.items()):
+            batch = prod.create_batch()
+            for key, value in items:
+                if batch.append(key=key, value=value, timestamp=None) is None:
+                    await prod.send_batch(batch, topic, partition=part)
+                    batch = prod.create_batch()
+                    if batch.append(key=key, value=value, timestamp=None) is None:
+                        raise ValueError("a count message does not fit an empty batch")
+            if batch.record_count():
+                await prod.send_batch(batch, topic, partition=part)
+
     async def _commit(self, p: int, state: ReleaseState) -> None:
         prod = self.producers.get(p)
         if prod is None:
             return
-        s = self.s
         t0 = time.monotonic()
         releases: list[Release] = []
         try:
@@ -470,8 +503,7 @@ class ReleaseStage(_Stage):
                 releases.append(state.step())
             await prod.begin_transaction()
             for rel in releases:
-                for key, value in rel.messages(s, self.w.privacy):
-                    await prod.send(s.counts_topic, value, key=key)
+                await self._send_counts(prod, p, rel)
             await self._send_checkpoint(prod, p, state)
             await prod.commit_transaction()
         except Exception as exc:
@@ -534,6 +566,8 @@ class Worker:
         }
         #: seconds from the last source partition closing a tick to its release being committed
         self.latencies: list[float] = []
+        #: records handed to the ingest stage so far (committed or not; for benchmarks)
+        self.processed = 0
         self._ready = False
         self._mechanism: Any = None
 

@@ -45,26 +45,40 @@ class Release:
     closed_at: float
 
     def messages(self, settings: Settings, privacy: dict[str, Any]) -> list[tuple[bytes, bytes]]:
-        """``(key, value)`` of the ``dp.counts.v1`` messages, one per stream."""
-        head = {
-            "tick": self.tick,
-            "tick_start": self.tick_start,
-            "tick_end": self.tick_end,
-        }
-        tail = {
-            "stderr": float(self.stderr),
-            "strategy": self.strategy,
-            "p": float(settings.p),
-            "privacy": privacy,
-            "cap": float(settings.cap),
-            "horizon": int(settings.horizon),
-            "schema": "dp.counts.v1",
-        }
-        out = []
-        for name, v in zip(self.streams, self.values.tolist(), strict=True):
-            msg = {"stream": name, **head, "value": v, **tail}
-            out.append((name.encode("utf-8"), encode(msg)))
-        return out
+        """``(key, value)`` of the ``dp.counts.v1`` messages, one per stream.
+
+        Byte-identical to ``encode(count_message(...))`` (a unit test checks it) but built from
+        a per-tick template: only the stream name and the value vary.
+        """
+        names = _json_names(self.streams)
+        head = (
+            f',"tick":{int(self.tick)},"tick_start":{float(self.tick_start)!r},'
+            f'"tick_end":{float(self.tick_end)!r},"value":'
+        )
+        tail = (
+            f',"stderr":{float(self.stderr)!r},"strategy":{json.dumps(self.strategy)},'
+            f'"p":{float(settings.p)!r},"privacy":{encode(privacy).decode()},'
+            f'"cap":{float(settings.cap)!r},"horizon":{int(settings.horizon)},'
+            '"schema":"dp.counts.v1"}'
+        )
+        return [
+            (key, f'{{"stream":{jname}{head}{v!r}{tail}'.encode())
+            for (key, jname), v in zip(names, self.values.tolist(), strict=True)
+        ]
+
+
+_NAME_CACHE: dict[tuple[str, ...], list[tuple[bytes, str]]] = {}
+
+
+def _json_names(streams: tuple[str, ...]) -> list[tuple[bytes, str]]:
+    """``(UTF-8 key, JSON string literal)`` per stream, cached per shard's stream tuple."""
+    found = _NAME_CACHE.get(streams)
+    if found is None:
+        found = [(n.encode("utf-8"), json.dumps(n)) for n in streams]
+        if len(_NAME_CACHE) > 64:
+            _NAME_CACHE.clear()
+        _NAME_CACHE[streams] = found
+    return found
 
 
 class ReleaseState:

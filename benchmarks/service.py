@@ -1,0 +1,159 @@
+"""Service benchmarks (prints tables; numbers go to benchmarks/RESULTS.md, section "Service").
+
+1. Ingest throughput: one worker (ingest stage; release runs too) vs a bare aiokafka consumer
+   draining the same events topic in the same run (same broker, same partitions).
+2. Tick latency with 10^5 streams: wall seconds from the last events partition closing a tick
+   to the shard's release (10^5 / shards count messages + checkpoint) being committed.
+3. Reconcile time per tick at ~10^4 nodes (stream_dp.consistency.reconcile on a 3-level tree).
+
+Usage: python benchmarks/service.py [--events 200000] [--streams 100000] [--ticks 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agents.embedded_broker import EmbeddedBroker  # noqa: E402
+from agents.pipeline import Worker  # noqa: E402
+from tests.integration import pipeline_support as ps  # noqa: E402
+
+
+async def bare_drain(bootstrap: str, topic: str, n: int, group: str) -> float:
+    from aiokafka import AIOKafkaConsumer
+
+    c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                         auto_offset_reset="earliest", enable_auto_commit=False,
+                         isolation_level="read_committed", max_poll_records=5000,
+                         max_partition_fetch_bytes=4 << 20)
+    await c.start()
+    seen = 0
+    t0 = 0.0
+    while seen < n:
+        batch = await c.getmany(timeout_ms=100, max_records=5000)
+        got = sum(len(v) for v in batch.values())
+        if got and not seen:
+            t0 = time.perf_counter()  # from the first records on: steady-state rate
+        seen += got
+    dt = time.perf_counter() - t0
+    await c.stop()
+    return dt
+
+
+async def ingest_bench(bootstrap: str, tmp: Path, n_events: int) -> list[tuple[str, float, float]]:
+    leaves = ps.hierarchy_paths(4, 4, 8)
+    s = ps.make_settings(bootstrap, tmp, "bench-ingest", leaves, tick_seconds=10.0,
+                         commit_interval_s=0.2, events_partitions=4, shards=3)
+    await ps.create_topics(s)
+    span = n_events / 10_000  # 10k events per second of event time
+    evs = [(leaves[i % len(leaves)], s.origin + span * i / n_events, 1.0) for i in range(n_events)]
+    await ps.produce(s, (ps.event_bytes(*e) for e in evs))
+    rows = []
+    for rep in range(2):
+        bare = await bare_drain(bootstrap, s.events_topic, n_events, f"bare-{rep}")
+        w_settings = s.replace(app_id=f"bench-ingest-w{rep}",
+                               partials_topic=f"bench-ingest.partials{rep}",
+                               counts_topic=f"bench-ingest.counts{rep}",
+                               ingest_checkpoints_topic=f"bench-ingest.ci{rep}",
+                               release_checkpoints_topic=f"bench-ingest.cr{rep}")
+        await ps.create_topics(w_settings)
+        stop = asyncio.Event()
+        w = Worker(w_settings)
+        task = asyncio.create_task(w.run(stop))
+        while w.processed == 0:
+            await asyncio.sleep(0.001)
+        t0 = time.perf_counter()  # from the first records on, as for the bare consumer
+        while w.processed < n_events:
+            await asyncio.sleep(0.005)
+        dt = time.perf_counter() - t0
+        while w.stats["accepted"] < n_events:  # and everything committed
+            await asyncio.sleep(0.02)
+        stop.set()
+        await task
+        rows.append((f"rep {rep}", n_events / bare, n_events / dt))
+    return rows
+
+
+async def latency_bench(bootstrap: str, tmp: Path, n_streams: int, ticks: int) -> dict[str, float]:
+    names = [f"s{i}" for i in range(n_streams)]
+    dom = tmp / "flat.toml"
+    dom.write_text('kind = "flat"\nstreams = [' + ",".join(json.dumps(n) for n in names) + "]\n")
+    s = ps.make_settings(bootstrap, tmp, "bench-lat", ["x/y/z"], domain_file=str(dom),
+                         tick_seconds=3.0, origin=float(int(time.time())) - 0.5,
+                         idle_timeout_s=0.1, allowed_lateness_s=0.0, events_partitions=2,
+                         shards=4, counts_partitions=4, strategy="auto", horizon=4095,
+                         checkpoint_chunk_bytes=1 << 20)
+    await ps.create_topics(s)
+    stop = asyncio.Event()
+    w = Worker(s)
+    task = asyncio.create_task(w.run(stop))
+    while w.stats["shard_ticks_released"] < ticks * s.shards:
+        await asyncio.sleep(0.2)
+    stop.set()
+    await task
+    lat = sorted(w.latencies[s.shards:])  # skip the first tick (warm-up)
+    return {
+        "streams": n_streams,
+        "shards": s.shards,
+        "samples": len(lat),
+        "p50": statistics.median(lat),
+        "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))],
+        "strategy": w.mechanism().name,
+    }
+
+
+def reconcile_bench(reps: int = 5) -> dict[str, float]:
+    import numpy as np
+
+    from stream_dp.consistency import reconcile
+    from stream_dp.domain import Domain
+
+    dom = Domain.from_paths([f"a{i}/b{j}/c{k}" for i in range(10) for j in range(10) for k in range(99)])
+    rng = np.random.default_rng(1)
+    noisy = rng.normal(10.0, 2.0, dom.size)
+    var = np.full(dom.size, 4.0)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        reconcile(dom, noisy, var)
+        times.append(time.perf_counter() - t0)
+    return {"nodes": dom.size, "median_s": statistics.median(times), "min_s": min(times)}
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=200_000)
+    ap.add_argument("--streams", type=int, default=100_000)
+    ap.add_argument("--ticks", type=int, default=8)
+    args = ap.parse_args()
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        rows = await ingest_bench(broker.bootstrap, Path(tmp), args.events)
+        print(f"\n## ingest, {args.events} events, 4 partitions, 149-node hierarchy")
+        print("| run | bare aiokafka consumer (events/s) | worker (events/s) | ratio |")
+        print("|---|---|---|---|")
+        for name, bare, worker in rows:
+            print(f"| {name} | {bare:,.0f} | {worker:,.0f} | {worker / bare:.0%} |")
+        lat = await latency_bench(broker.bootstrap, Path(tmp), args.streams, args.ticks)
+        print(f"\n## tick latency, {lat['streams']} streams, {lat['shards']} shards, "
+              f"strategy {lat['strategy']}")
+        print("| samples (shard-ticks) | p50 (s) | p99 (s) |")
+        print("|---|---|---|")
+        print(f"| {lat['samples']} | {lat['p50']:.3f} | {lat['p99']:.3f} |")
+    rec = reconcile_bench()
+    print(f"\n## reconcile per tick, {rec['nodes']} nodes (3-level tree)")
+    print("| median (s) | min (s) |")
+    print("|---|---|")
+    print(f"| {rec['median_s']:.4f} | {rec['min_s']:.4f} |")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
