@@ -46,21 +46,24 @@ class StreamSeries:
     points: deque[list[float]]
 
     def add(self, tick: int, row: list[float]) -> None:
+        """Insert or replace ``tick``'s row, keeping ticks sorted; when full, drop the oldest."""
         pts = self.points
-        if pts and tick <= pts[-1][0]:
-            # a re-published (bit-identical) tick, or out of order across partitions
-            for i in range(len(pts) - 1, -1, -1):
-                if pts[i][0] == tick:
-                    pts[i] = row
-                    return
-                if pts[i][0] < tick:
-                    pts.insert(i + 1, row)
-                    if pts.maxlen is not None and len(pts) > pts.maxlen:
-                        pts.popleft()
-                    return
-            pts.appendleft(row)
+        if not pts or tick > pts[-1][0]:
+            pts.append(row)
             return
-        pts.append(row)
+        # a re-published (bit-identical) tick, or out of order across partitions
+        i = len(pts) - 1
+        while i >= 0 and pts[i][0] > tick:
+            i -= 1
+        if i >= 0 and pts[i][0] == tick:
+            pts[i] = row
+            return
+        if pts.maxlen is not None and len(pts) >= pts.maxlen:
+            if i < 0:
+                return  # older than everything kept
+            pts.popleft()
+            i -= 1
+        pts.insert(i + 1, row)
 
 
 @dataclass
