@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -166,15 +167,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"{sim.describe()}: {n} events written to {args.out}", file=info)
     if args.to_topic:
         from agents.commands._client import bootstrap_from, default_topic
-        from agents.commands.replay import send_events
+        from agents.commands.replay import SendReport, send_events
 
         topic = args.topic or default_topic("events")
-        report = asyncio.run(
-            send_events(
+
+        async def produce() -> SendReport:
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            return await send_events(
                 _records(sim.events()), bootstrap=bootstrap_from(args.bootstrap), topic=topic,
-                speed=args.speed,
+                speed=args.speed, stop=stop,
             )
-        )
-        print(f"{sim.describe()}: {report.sent} events produced to {topic} in "
+
+        try:
+            report = asyncio.run(produce())
+        except (RuntimeError, OSError) as exc:
+            print(f"stream-dp simulate: {exc}", file=sys.stderr)
+            return 1
+        what = "stopped after" if report.interrupted else "produced"
+        print(f"{sim.describe()}: {report.sent} events {what} to {topic} in "
               f"{report.seconds:.1f} s", file=info)
+        return 130 if report.interrupted else 0
     return 0

@@ -48,3 +48,32 @@ def test_simulate_live_pacing_with_start_now(kafka_broker: str, unique_name: str
 def test_simulate_needs_an_output(tmp_path: Path) -> None:
     proc = stream_dp("simulate", "restaurant")
     assert proc.returncode == 2 and "nothing to do" in proc.stderr
+
+
+def test_simulate_to_topic_stops_cleanly_on_sigint(kafka_broker: str, unique_name: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.integration._users import ROOT
+
+    create_topic(kafka_broker, unique_name, partitions=1)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "stream_dp.cli", "simulate", "nettrace", "--ticks", "3600",
+         "--to-topic", "--speed", "1", "--bootstrap", kafka_broker, "--topic", unique_name],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = 200
+        while not read_all(kafka_broker, unique_name) and deadline:  # wait for the first events
+            deadline -= 1
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130, err
+    assert "stopped after" in err and "Traceback" not in err
+    sent = int(err.split("seed 0: ")[1].split(" events")[0])
+    assert sent == len(read_all(kafka_broker, unique_name))  # every acknowledged event is there
