@@ -175,7 +175,8 @@ def read_log(
 
 
 def _parse_csv_line(text: str, columns: dict[str, int]) -> Event:
-    row = next(csv.reader([text]))
+    row = text.split(",") if '"' not in text else next(csv.reader([text]))
+
     def cell(name: str) -> str | None:
         i = columns.get(name)
         return row[i] if i is not None and i < len(row) else None
