@@ -1,0 +1,288 @@
+"""``tree`` and ``binary-tree``: sparse dyadic hierarchies with the causal Honaker estimate.
+
+The mathematics (level sets, weights, exact variance, plan search) is in :mod:`stream_dp.tree_plan`.
+``tree`` uses the plan minimising the exact mean release variance for ``(p, horizon, model)``
+(cached on disk); ``binary-tree`` keeps every level ``0..⌊log2 horizon⌋`` with equal weights (the
+classic binary mechanism with Honaker's estimate), as a baseline.
+
+**Measurements.** Level ``i`` (blocks of ``b_i = 2**ℓ_i`` ticks) measures, when a block completes,
+``y = round_to_grid(w_i·S / g) + Z`` in grid units, ``S`` the block's decayed sum (cap units)
+and ``Z`` exact discrete Laplace (pure ε-DP) or discrete Gaussian (ρ-zCDP) noise, the same scale
+for every level; the weights ``w`` have unit L1 (pure) or L2 (zCDP) norm.
+
+**Sensitivity.** One event of size ``cap`` changes one coordinate per level by at most
+``cap·w_i`` (exactly ``cap·w_i`` when its tick ends a top block), plus 2 grid units of slack per
+coordinate (rounding, and float64 evaluation error of ``w·S`` while ``|w·S/g| < 2**46``, which
+:meth:`step` enforces). L1: ``cap + 2mg``; L2: ``cap + 2√m·g``. Noise: discrete Laplace with
+scale ``Δ₁/(ε g)`` grid units (ε-DP), discrete Gaussian with ``σ = Δ₂/(√(2ρ) g)`` (ρ-zCDP,
+Canonne–Kamath–Steinke). Grid ``g``: largest power of two ≤ (noise scale without slack)/2**17.
+
+**State** (stream axis last): ``raw[i]`` true decayed sum of the open level-``i`` block,
+``acc[i]`` decayed sum of the estimates of the completed level-``i`` blocks inside the open
+parent (all completed top blocks for the top level), ``release``: ``2m + 1`` floats per stream.
+No epochs: the structure is periodic and the stream may run forever (noise node ids
+``(level << 40) | block index`` are unique up to 2**40 ticks). For ``p = 1`` the error grows
+linearly in the number of completed top blocks (see :meth:`variance`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from stream_dp.budget import ZCDP, Privacy, PureDP
+from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
+from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
+from stream_dp.noise.grid import choose_grid
+from stream_dp.strategies._common import RESOLUTION_BITS, check_cap, check_horizon, check_p
+from stream_dp.tree_plan import (
+    Model,
+    TreePlan,
+    best_plan,
+    binary_plan,
+    level_coefficients,
+    node_variances,
+    rounding_bounds,
+)
+
+__all__ = ["BinaryTreeMechanism", "TreeMechanism", "make", "make_binary"]
+
+#: Largest |w·S / g| accepted in a measurement (float64 evaluation error < 1 grid unit).
+MAX_MEASURED_UNITS = float(2**46)
+#: Slack per measured coordinate an event touches, in grid units (rounding + float evaluation).
+SLACK_UNITS = 2.0
+_NODE_SHIFT = 40
+
+
+def _model(privacy: Privacy, strategy: str) -> Model:
+    if isinstance(privacy, PureDP):
+        return "pure"
+    if isinstance(privacy, ZCDP):
+        return "zcdp"
+    raise ValueError(
+        f"privacy for strategy {strategy!r} must be PureDP(epsilon) or ZCDP(rho), got {privacy!r}"
+    )
+
+
+class TreeMechanism(Mechanism):
+    """Sparse dyadic hierarchy, per-level weights, causal Honaker estimate (pure DP or zCDP)."""
+
+    name = "tree"
+
+    def __init__(
+        self,
+        p: float,
+        horizon: int,
+        privacy: Privacy,
+        cap: float = 1.0,
+        plan: TreePlan | None = None,
+    ) -> None:
+        self.p = check_p(p)
+        self.horizon = check_horizon(horizon)
+        self.cap = check_cap(cap)
+        self.model = _model(privacy, self.name)
+        self.privacy = privacy
+        if plan is None:
+            plan = self._default_plan()
+        self.plan = plan.normalised(self.model)
+        self.levels = self.plan.levels
+        self.weights = np.asarray(self.plan.weights, dtype=np.float64)
+        m = len(self.levels)
+        if self.model == "pure":
+            assert isinstance(privacy, PureDP)
+            base = self.cap / privacy.epsilon
+            self.grid = choose_grid(base, resolution_bits=RESOLUTION_BITS)
+            self._sensitivity = self.cap + SLACK_UNITS * m * self.grid
+            self.scale_units = self._sensitivity / (privacy.epsilon * self.grid)
+            self.unit_variance = self.grid**2 * discrete_laplace_variance(self.scale_units)
+        else:
+            assert isinstance(privacy, ZCDP)
+            root = math.sqrt(2.0 * privacy.rho)
+            self.grid = choose_grid(self.cap / root, resolution_bits=RESOLUTION_BITS)
+            self._sensitivity = self.cap + SLACK_UNITS * math.sqrt(m) * self.grid
+            self.scale_units = self._sensitivity / (root * self.grid)
+            self.unit_variance = self.grid**2 * discrete_gaussian_variance(self.scale_units)
+        # value-unit variance of each level's estimate and Honaker own-measurement weights
+        self.node_variance, self.alpha = node_variances(
+            self.levels, self.weights, self.p, self.unit_variance
+        )
+        self._blocks = tuple(1 << lv for lv in self.levels)
+
+    def _default_plan(self) -> TreePlan:
+        return best_plan(self.p, self.horizon, self.model)
+
+    @property
+    def tag(self) -> str:
+        lv = ",".join(str(x) for x in self.levels)
+        return f"{super().tag}/levels={lv}/model={self.model}"
+
+    # ------------------------------------------------------------------ state and step
+    def new_state(self, n_streams: int) -> State:
+        if (
+            isinstance(n_streams, bool)
+            or not isinstance(n_streams, (int, np.integer))
+            or n_streams < 0
+        ):
+            raise ValueError(f"n_streams must be an integer ≥ 0, got {n_streams!r}")
+        m = len(self.levels)
+        return {
+            "tick": np.array(0, dtype=np.int64),
+            "raw": np.zeros((m, n_streams), dtype=np.float64),
+            "acc": np.zeros((m, n_streams), dtype=np.float64),
+            "release": np.zeros(n_streams, dtype=np.float64),
+        }
+
+    def _sample(self, noise: BoundNoise, node: int) -> np.ndarray:
+        if self.model == "pure":
+            return noise.discrete_laplace(node, self.scale_units)
+        return noise.discrete_gaussian(node, self.scale_units)
+
+    def step(self, state: State, counts: Float64Array, noise: BoundNoise) -> Float64Array:
+        t = int(state["tick"]) + 1
+        if t >= 1 << _NODE_SHIFT:
+            raise ValueError(f"tick must stay below 2**{_NODE_SHIFT} for tree; state unchanged")
+        d = np.asarray(counts, dtype=np.float64)
+        p = self.p
+        raw = p * np.asarray(state["raw"], dtype=np.float64) + d  # new array: state untouched
+        done = [i for i, b in enumerate(self._blocks) if t % b == 0]  # a prefix 0..c
+        g = self.grid
+        units = [self.weights[i] * raw[i] / g for i in done]
+        for u in units:
+            if u.size and float(np.max(np.abs(u))) >= MAX_MEASURED_UNITS:
+                raise ValueError(
+                    f"counts too large for tree's grid (|w·S/g| must be < 2**46, grid={g!r}); "
+                    "state unchanged"
+                )
+        acc = p * np.asarray(state["acc"], dtype=np.float64)
+        est = None
+        for i, u in zip(done, units, strict=True):
+            y = np.rint(u).astype(np.int64)
+            y += self._sample(noise, (i << _NODE_SHIFT) | (t // self._blocks[i]))
+            meas = y.astype(np.float64) * (g / self.weights[i])
+            if i == 0:
+                est = meas
+            else:
+                assert est is not None
+                children = acc[i - 1] + est
+                acc[i - 1] = 0.0
+                a = float(self.alpha[i])
+                est = a * meas + (1.0 - a) * children
+            raw[i] = 0.0
+        assert est is not None
+        acc[done[-1]] += est
+        release = acc.sum(axis=0) if acc.shape[0] > 1 else acc[0].copy()
+        state["raw"] = raw
+        state["acc"] = acc
+        state["release"] = release
+        state["tick"] = np.array(t, dtype=np.int64)
+        return np.array(release, dtype=np.float64, copy=True)
+
+    # ------------------------------------------------------------------ exact figures
+    def mse_curve(self, horizon: int) -> Float64Array:
+        if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
+            raise ValueError(f"horizon must be an integer ≥ 1, got {horizon!r}")
+        out: Float64Array = self.node_variance @ level_coefficients(
+            self.levels, self.p, int(horizon)
+        )
+        return out
+
+    def variance(self, t: int) -> float:
+        """Exact variance of the release at tick ``t`` (1-based; O(m) closed form)."""
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
+            raise ValueError(f"t must be an integer ≥ 1, got {t!r}")
+        total = 0.0
+        lp = math.log(self.p)
+        for i, lv in enumerate(self.levels):
+            r = int(t) if i + 1 == len(self.levels) else int(t) % (1 << self.levels[i + 1])
+            b = 1 << lv
+            dd, rem = divmod(r, b)
+            geo = (
+                float(dd) if self.p == 1.0 else math.expm1(dd * 2 * b * lp) / math.expm1(2 * b * lp)
+            )
+            total += math.exp(2.0 * rem * lp) * geo * float(self.node_variance[i])
+        return total
+
+    def sensitivity(self) -> float:
+        """L1 (pure) or L2 (zCDP) sensitivity of the grid measurements, value units."""
+        return self._sensitivity
+
+    def rounding_bound(self) -> float:
+        return rounding_bounds(
+            self.plan,
+            self.p,
+            self.grid,
+            self.horizon,
+        )
+
+    # ------------------------------------------------------------------ dense oracle
+    def dense_matrices(self, n: int) -> tuple[Float64Array, Float64Array]:
+        """``(L, B)`` for ticks ``1..n`` (tests only): measurements ``L·D`` (measurement units,
+        one row per block completed by tick ``n``, ordered by completion tick then level) and the
+        reconstruction ``B`` (``n × rows``, the division by ``w`` and the Honaker weights included),
+        so the release is ``B @ (L @ D + g·z)`` for grid-unit noise ``z`` (up to grid rounding).
+        """
+        rows: list[tuple[int, int]] = []  # (level index, block end)
+        for t in range(1, n + 1):
+            for i, b in enumerate(self._blocks):
+                if t % b == 0:
+                    rows.append((i, t))
+        index = {r: k for k, r in enumerate(rows)}
+        big_l = np.zeros((len(rows), n))
+        for k, (i, e) in enumerate(rows):
+            b = self._blocks[i]
+            for j in range(e - b + 1, e + 1):
+                big_l[k, j - 1] = self.weights[i] * self.p ** (e - j)
+        # estimate of each block as a linear combination of measurements
+        est: dict[tuple[int, int], Float64Array] = {}
+        for i, e in rows:
+            own = np.zeros(len(rows))
+            own[index[(i, e)]] = 1.0 / self.weights[i]
+            if i == 0:
+                est[(i, e)] = own
+            else:
+                cb = self._blocks[i - 1]
+                children = sum(
+                    (self.p ** (e - ce)) * est[(i - 1, ce)]
+                    for ce in range(e - self._blocks[i] + cb, e + 1, cb)
+                )
+                a = float(self.alpha[i])
+                est[(i, e)] = a * own + (1.0 - a) * children
+        big_b = np.zeros((n, len(rows)))
+        for t in range(1, n + 1):
+            covered = 0
+            for i in range(len(self._blocks) - 1, -1, -1):  # greedy, top level first
+                b = self._blocks[i]
+                while covered + b <= t:
+                    covered += b
+                    big_b[t - 1] += self.p ** (t - covered) * est[(i, covered)]
+        return big_l, big_b
+
+
+class BinaryTreeMechanism(TreeMechanism):
+    """Every dyadic level ``0..⌊log2 horizon⌋``, equal weights, causal Honaker estimate."""
+
+    name = "binary-tree"
+
+    def _default_plan(self) -> TreePlan:
+        return binary_plan(self.horizon, self.model)
+
+
+def make(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> TreeMechanism:
+    """Factory registered as ``"tree"``."""
+    return TreeMechanism(p, horizon, privacy, cap)
+
+
+def make_binary(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> BinaryTreeMechanism:
+    """Factory registered as ``"binary-tree"``."""
+    return BinaryTreeMechanism(p, horizon, privacy, cap)
+
+
+def _register() -> None:
+    from stream_dp.strategies import register
+
+    register("tree", make, models=("pure", "zcdp"))
+    register("binary-tree", make_binary, models=("pure", "zcdp"))
+
+
+_register()
