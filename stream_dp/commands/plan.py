@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from stream_dp.budget import Privacy, PureDP
+from stream_dp.budget import ZCDP, Privacy, PureDP
 
 HELP = "compare strategies' exact error for (p, horizon, privacy)"
 
@@ -20,6 +20,13 @@ examples:
   stream-dp plan --p 0.9 --epsilon 1 --horizon 32767
   stream-dp plan --p 0.999 --epsilon 0.5 --horizon 1048575 --cap 2
   stream-dp plan --p 1 --epsilon 1 --horizon 65535 --format json
+  stream-dp plan --p 0.99 --privacy zcdp --rho 0.5 --horizon 4095
+
+Privacy models: --privacy pure --epsilon E (default; Laplace noise, L1 sensitivity) or
+--privacy zcdp --rho R (Gaussian noise, L2 sensitivity; the (ε, δ)-DP implied by ρ is printed for
+--delta). Giving the other model's parameter is refused. Below the table: the factorisation lower
+bound (no strategy that adds i.i.d. noise to linear measurements can beat it, see
+stream_dp/lower_bound.py) and how far the pick is above it.
 """
 
 
@@ -27,7 +34,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``stream-dp plan``."""
     parser.add_argument("--p", type=float, required=True, help="decay per tick, in (0, 1]")
     parser.add_argument(
-        "--epsilon", type=float, required=True, help="ε per event and stream (pure DP), > 0"
+        "--epsilon", type=float, default=None, help="ε per event and stream (pure DP), > 0"
+    )
+    parser.add_argument(
+        "--privacy",
+        choices=("pure", "zcdp"),
+        default="pure",
+        help="privacy model: pure ε-DP (default) or ρ-zCDP",
+    )
+    parser.add_argument(
+        "--rho", type=float, default=None, help="ρ per event and stream (zCDP), > 0"
+    )
+    parser.add_argument(
+        "--delta",
+        type=float,
+        default=1e-6,
+        help="δ for the (ε, δ)-DP implied by ρ (zCDP only; default 1e-6)",
     )
     parser.add_argument(
         "--horizon", type=int, required=True, help="ticks per epoch (and averaging window), ≥ 1"
@@ -41,8 +63,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def privacy_from_args(args: argparse.Namespace) -> Privacy:
-    """The budget the options describe (extension point for --rho / zCDP)."""
+    """The budget the options describe; mixing models (e.g. --rho with pure) is refused."""
+    model = getattr(args, "privacy", "pure")
+    rho = getattr(args, "rho", None)
+    if model == "zcdp":
+        if args.epsilon is not None:
+            raise ValueError("--epsilon belongs to --privacy pure; give --rho R for zcdp")
+        if rho is None:
+            raise ValueError("--privacy zcdp needs --rho R (ρ per event, > 0)")
+        return ZCDP(rho)
+    if rho is not None:
+        raise ValueError("--rho belongs to --privacy zcdp; give --epsilon E for pure")
+    if args.epsilon is None:
+        raise ValueError("--privacy pure needs --epsilon E (ε per event, > 0)")
     return PureDP(args.epsilon)
+
+
+#: Largest horizon at which the lower bound is computed (O(n) memory, milliseconds per 10^5).
+_LB_MAX = 1 << 20
+
+
+def lower_bound_row(args: argparse.Namespace, privacy: Privacy) -> dict[str, object]:
+    """The factorisation lower bound on the mean per-release MSE (at min(horizon, 2**20))."""
+    from stream_dp.lower_bound import mean_mse_bound
+
+    n = min(int(args.horizon), _LB_MAX)
+    return {"horizon": n, "mse": mean_mse_bound(n, args.p, privacy, args.cap)}
 
 
 def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
@@ -83,7 +129,13 @@ def run(args: argparse.Namespace) -> int:
             "privacy": privacy.as_dict(),
             "strategies": table,
             "pick": chosen,
+            "lower_bound": lower_bound_row(args, privacy),
         }
+        if isinstance(privacy, ZCDP):
+            doc["implied_approx_dp"] = {
+                "epsilon": privacy.to_approx_dp(args.delta),
+                "delta": args.delta,
+            }
         print(json.dumps(doc, indent=2))
         return 0
     print(
@@ -97,4 +149,14 @@ def run(args: argparse.Namespace) -> int:
             f"{r['mse']:>14.4f}{r['ratio']:>9.3f}{mark}"
         )
     print(f"pick: {chosen}")
+    lb = lower_bound_row(args, privacy)
+    best_mse = min(float(r["mse"]) for r in table)  # type: ignore[arg-type]
+    print(
+        f"lower bound (any factorisation, horizon {lb['horizon']}): MSE/release "
+        f"{lb['mse']:.4f}; pick is {best_mse / float(lb['mse']):.3f}x the bound"  # type: ignore[arg-type]
+    )
+    if isinstance(privacy, ZCDP):
+        print(
+            f"{privacy} implies (ε, δ)-DP with ε = {privacy.to_approx_dp(args.delta):.4g}, δ = {args.delta:g}"
+        )
     return 0
