@@ -294,3 +294,64 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
                 os.killpg(worker.pid, signal.SIGKILL)
                 worker.wait(10)
     assert worker.returncode == 0
+
+
+async def test_grid_histogram_shows_marginals_and_cell_table(
+    dashboard: tuple[str, str, str], kafka_broker: str
+) -> None:
+    """A census-like grid (paper 002): total, per-attribute marginals, a cell table."""
+    from aiokafka import AIOKafkaProducer
+    from playwright.async_api import async_playwright
+
+    url, counts_topic, hist_topic = dashboard
+    attrs = {"age": ["young", "old"], "tenure": ["own", "rent", "free"]}
+    cells = {f"age={a}|tenure={t}": 1.0 + i + 2 * j
+             for i, a in enumerate(attrs["age"]) for j, t in enumerate(attrs["tenure"])}
+    nodes = {"total": sum(cells.values())}
+    for attr, cats in attrs.items():
+        for c in cats:
+            nodes[f"{attr}={c}"] = sum(v for k, v in cells.items() if f"{attr}={c}" in k.split("|"))
+    nodes.update(cells)
+    hist = {"tick": 7, "tick_end": ORIGIN + 7 * TICK_S, "consistent": True,
+            "nodes": [{"stream": k, "value": v, "noisy": v + 0.3, "stderr": 1.0}
+                      for k, v in nodes.items()],
+            "diagnostics": {"iterations": 1, "residual": 0.0, "seconds": 0.001},
+            "schema": "dp.histograms.v1"}
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch_persistent_context(
+                profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                viewport={"width": 1400, "height": 900},
+            )
+            try:
+                page = await browser.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(url)
+                await page.wait_for_function(
+                    "document.getElementById('status').textContent.includes('connected')"
+                    " || document.getElementById('status').dataset.state === 'live'"
+                )
+                producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, acks="all")
+                await producer.start()
+                try:
+                    await producer.send_and_wait(hist_topic, json.dumps(hist).encode(), key=b"c")
+                    for k, v in nodes.items():
+                        m = _counts_message(k, 7, v, 1.0)
+                        await producer.send_and_wait(counts_topic, json.dumps(m).encode())
+                finally:
+                    await producer.stop()
+                await page.wait_for_function(
+                    "document.getElementById('histogram').dataset.tick === '7'"
+                )
+                assert await page.locator("#histogram .attr").count() == 2
+                assert await page.locator('#histogram .hist-row[data-node="tenure=free"]').count() == 1
+                table = page.locator("#histogram .grid-table")
+                assert await table.locator("tr").count() == 1 + len(attrs["age"])
+                # the cell age=old, tenure=free: 1 + 1 + 2*2 = 6
+                assert (await table.locator("tr").nth(2).locator("td").nth(2).inner_text()) == "6.00"
+                await page.wait_for_selector('.chart[data-stream="total"]')
+                await page.screenshot(path=str(ARTIFACTS / "dashboard-grid.png"), full_page=True)
+                assert errors == []
+            finally:
+                await browser.close()
