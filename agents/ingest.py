@@ -29,6 +29,17 @@ from agents.ticks import PartitionClock
 
 __all__ = ["IngestState", "Partial", "Router", "shard_of"]
 
+try:  # orjson parses ~5x faster; the stdlib decoder (and decode_event) stays authoritative
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - orjson is a dependency of the service extra
+    _std = json.JSONDecoder().raw_decode
+
+    def _fast_loads(raw: bytes) -> Any:
+        obj, end = _std(raw.decode())
+        if end != len(raw):
+            raise ValueError("not a single JSON value")
+        return obj
+
 
 def shard_of(stream: str, shards: int) -> int:
     """The release shard of ``stream``: ``crc32(UTF-8 name) mod shards``."""
@@ -141,8 +152,10 @@ class IngestState:
             idle_timeout=settings.idle_timeout_s,
             wall=wall,
         )
-        #: tick -> {global node index: sum of clamped values}
-        self.buckets: dict[int, dict[int, float]] = {}
+        #: tick -> {nodes an event feeds (tuple of global indices): sum of clamped values}.
+        #: Summing per event key (one dict update per event) and expanding to nodes at tick
+        #: close in sorted order keeps the float sums deterministic across restarts.
+        self.buckets: dict[int, dict[tuple[int, ...], float]] = {}
         self.out = IngestOutput()
         self.dirty = False
 
@@ -169,6 +182,7 @@ class IngestState:
         buckets = self.buckets
         dead = self.out.dead_letters
         floor = math.floor
+        loads = _fast_loads
         accepted = clamped = late = 0
         max_ts = -math.inf
         position = self.offset
@@ -176,11 +190,32 @@ class IngestState:
             if offset < position:
                 continue
             position = offset + 1
-            got = decode_event(value, max_bytes, max_value)
-            if type(got) is Rejection:
-                dead.append((key, got, value, offset))
-                continue
-            ev_key, ts, v = got  # type: ignore[misc]
+            # Fast path for the common, clearly valid message; anything else goes through
+            # decode_event, the authoritative validator (a unit test checks they agree).
+            ev_key = None
+            if value is not None and len(value) <= max_bytes:
+                try:
+                    obj = loads(value)
+                except ValueError:  # orjson.JSONDecodeError and UnicodeDecodeError included
+                    obj = None
+                if type(obj) is dict:
+                    k = obj.get("key")
+                    ts = obj.get("ts")
+                    v = obj.get("value", 1.0)
+                    tts = type(ts)
+                    tv = type(v)
+                    if (
+                        type(k) is str and 0 < len(k) <= 1024
+                        and (tts is float or tts is int) and (tv is float or tv is int)
+                        and -1e300 < ts < 1e300 and 0.0 <= v <= max_value
+                    ):
+                        ev_key, ts, v = k, float(ts), float(v)
+            if ev_key is None:
+                got = decode_event(value, max_bytes, max_value)
+                if type(got) is Rejection:
+                    dead.append((key, got, value, offset))
+                    continue
+                ev_key, ts, v = got  # type: ignore[misc]
             nodes = nodes_of(ev_key)
             if nodes is None:
                 dead.append((key, Rejection("unknown_key", f"key {ev_key[:200]!r} is not declared"),
@@ -207,8 +242,7 @@ class IngestState:
                 bucket = buckets.get(tick)
                 if bucket is None:
                     bucket = buckets[tick] = {}
-                for n in nodes:
-                    bucket[n] = bucket.get(n, 0.0) + v
+                bucket[nodes] = bucket.get(nodes, 0.0) + v
                 if ts > max_ts:
                     max_ts = ts
                 accepted += 1
@@ -230,9 +264,14 @@ class IngestState:
         router = self.router
         for tick in range(first, last + 1):
             bucket = self.buckets.pop(tick, {})
+            sums: dict[int, float] = {}
+            for nodes in sorted(bucket):  # fixed order: bit-identical sums on every replay
+                c = bucket[nodes]
+                for n in nodes:
+                    sums[n] = sums.get(n, 0.0) + c
             per_shard: list[list[tuple[int, float]]] = [[] for _ in range(router.shards)]
-            for n in sorted(bucket):
-                per_shard[router.node_shard[n]].append((router.local_index[n], bucket[n]))
+            for n in sorted(sums):
+                per_shard[router.node_shard[n]].append((router.local_index[n], sums[n]))
             for shard, items in enumerate(per_shard):
                 self.out.partials.append(
                     Partial(tick, self.partition, shard, tuple(i for i, _ in items),
@@ -248,12 +287,13 @@ class IngestState:
         """Offset, clock and open buckets (JSON; floats round-trip exactly)."""
         return json.dumps(
             {
-                "v": 1,
+                "v": 2,
                 "partition": self.partition,
                 "offset": self.offset,
                 "clock": self.clock.to_dict(),
                 "buckets": {
-                    str(t): [sorted(b), [b[n] for n in sorted(b)]] for t, b in self.buckets.items()
+                    str(t): [[list(k) for k in sorted(b)], [b[k] for k in sorted(b)]]
+                    for t, b in self.buckets.items()
                 },
             },
             separators=(",", ":"),
@@ -262,7 +302,7 @@ class IngestState:
 
     def restore(self, data: bytes, seq: int, wall: float) -> None:
         d = json.loads(data)
-        if d.get("v") != 1 or d.get("partition") != self.partition:
+        if d.get("v") != 2 or d.get("partition") != self.partition:
             raise ValueError("ingest checkpoint of another version or partition")
         s = self.settings
         self.offset = int(d["offset"])
@@ -272,7 +312,7 @@ class IngestState:
             lateness=s.allowed_lateness_s, idle_timeout=s.idle_timeout_s, wall=wall,
         )
         self.buckets = {
-            int(t): {int(n): float(c) for n, c in zip(b[0], b[1], strict=True)}
+            int(t): {tuple(int(n) for n in k): float(c) for k, c in zip(b[0], b[1], strict=True)}
             for t, b in d["buckets"].items()
         }
         if not all(math.isfinite(c) for b in self.buckets.values() for c in b.values()):

@@ -52,13 +52,13 @@ async def bare_drain(bootstrap: str, topic: str, n: int, group: str) -> float:
 async def ingest_bench(bootstrap: str, tmp: Path, n_events: int) -> list[tuple[str, float, float]]:
     leaves = ps.hierarchy_paths(4, 4, 8)
     s = ps.make_settings(bootstrap, tmp, "bench-ingest", leaves, tick_seconds=10.0,
-                         commit_interval_s=0.2, events_partitions=4, shards=3)
+                         commit_interval_s=2.0, events_partitions=4, shards=3)
     await ps.create_topics(s)
     span = n_events / 10_000  # 10k events per second of event time
     evs = [(leaves[i % len(leaves)], s.origin + span * i / n_events, 1.0) for i in range(n_events)]
     await ps.produce(s, (ps.event_bytes(*e) for e in evs))
     rows = []
-    for rep in range(2):
+    for rep in range(3):
         bare = await bare_drain(bootstrap, s.events_topic, n_events, f"bare-{rep}")
         w_settings = s.replace(app_id=f"bench-ingest-w{rep}",
                                partials_topic=f"bench-ingest.partials{rep}",

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as settings_h
+from hypothesis import strategies as st
 
-from agents.codec import count_message, encode, validate
+from agents.codec import Event, Rejection, count_message, decode_event, encode, validate
 from agents.config import Settings
 from agents.ingest import IngestState, Partial, Router, shard_of
 from agents.release import Release, ReleaseState
@@ -55,10 +59,10 @@ def test_ingest_to_release_end_to_end_without_kafka(tmp_path: Path) -> None:
     copy = IngestState(s, router, 1, wall=0.0)
     copy.restore(ing[1].to_bytes(), 1, wall=0.0)
     assert copy.buckets == ing[1].buckets and copy.offset == ing[1].offset
-    for st in ing:
-        st.clock.observe(1031.0, 0.0)
-        assert st.close_ticks(wall=0.0, unix_now=0.0) == 3
-    partials = [p for st in ing for p in st.out.partials]
+    for state in ing:
+        state.clock.observe(1031.0, 0.0)
+        assert state.close_ticks(wall=0.0, unix_now=0.0) == 3
+    partials = [p for state in ing for p in state.out.partials]
     assert len(partials) == 3 * 2 * 2  # ticks × sources × shards, empty ones included
     mech = make_mechanism("naive", 0.5, 63, s.privacy)
     rel_states = [ReleaseState(s, router, sh, CounterBank(mech, router.shard_names(sh), KEY))
@@ -66,9 +70,9 @@ def test_ingest_to_release_end_to_end_without_kafka(tmp_path: Path) -> None:
     for off, part in enumerate(partials):
         rel_states[part.shard].add(off, Partial.decode(part.encode()))
     values: dict[tuple[str, int], float] = {}
-    for st in rel_states:
-        while st.ready():
-            r = st.step()
+    for rs in rel_states:
+        while rs.ready():
+            r = rs.step()
             values.update({(n, r.tick): v for n, v in zip(r.streams, r.values, strict=True)})
     exact = {("x/a", 1): 1.0, ("x", 1): 1.0, ("y", 1): 1.0, ("all", 1): 2.0,
              ("x/b", 2): 0.5, ("x", 2): 1.0, ("all", 3): 0.5 * (0.5 * 2.0 + 0.5)}  # the 1031 event is in tick 4
@@ -86,3 +90,42 @@ def test_ingest_to_release_end_to_end_without_kafka(tmp_path: Path) -> None:
             sh_state.add(sh_state.offset, Partial(4, src, 0, (), (), 0.0))
     a, b = st.step(), twin.step()
     assert a.values.tobytes() == b.values.tobytes()
+
+
+_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**30), 10**30),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings_h(max_examples=400, deadline=None)
+@given(
+    key=st.one_of(st.sampled_from(["x/a", "y/c", "x", "nope", ""]), _values),
+    ts=st.one_of(st.floats(1000.0, 1e6), _values),
+    value=st.one_of(st.floats(0, 10), _values),
+    drop=st.sampled_from(["", "key", "ts", "value"]),
+    pad=st.sampled_from(["", " ", "\n", "é"]),
+)
+def test_fast_path_agrees_with_decode_event(
+    tmp_path_factory: pytest.TempPathFactory, key: object, ts: object, value: object, drop: str,
+    pad: str,
+) -> None:
+    s = settings(tmp_path_factory.getbasetemp())
+    router = Router(Domain.from_paths(["x/a", "x/b", "y/c"]), 2)
+    body = {"key": key, "ts": ts, "value": value, "note": pad}
+    body.pop(drop, None)
+    raw = (pad + json.dumps(body) + pad).encode()
+    st_ = IngestState(s, router, 0, wall=0.0, offset=0)
+    st_.process(0, b"k", raw, wall=0.0, unix_now=2e9)
+    ref = decode_event(raw, s.max_message_bytes, s.max_event_value)
+    in_range = isinstance(ref, Event) and s.origin <= ref.ts <= 2e9 + s.max_future_skew_s
+    if isinstance(ref, Event) and router.nodes(ref.key) is not None and in_range:
+        assert st_.out.accepted == 1 and not st_.out.dead_letters
+        tick = math.floor((ref.ts - s.origin) / s.tick_seconds) + 1
+        nodes = router.nodes(ref.key) or ()
+        assert st_.buckets[tick] == {tuple(nodes): min(ref.value, s.cap)}
+    else:
+        assert st_.out.accepted == 0 and len(st_.out.dead_letters) == 1
+        if isinstance(ref, Rejection):
+            assert st_.out.dead_letters[0][1] == ref
