@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from stream_dp.budget import Privacy, PureDP
 from stream_dp.mechanism import Float64Array, Mechanism
 
-__all__ = ["StrategyFigures", "expected_mse", "figures", "mse_curve", "sensitivity"]
+__all__ = [
+    "StrategyFigures",
+    "expected_mse",
+    "figures",
+    "lower_bound",
+    "mse_curve",
+    "sensitivity",
+]
 
 
 def _mechanism(strategy: str, p: float, horizon: int, privacy: Privacy, cap: float) -> Mechanism:
@@ -78,3 +85,14 @@ def figures(
             StrategyFigures(name, float(mech.sensitivity()), float(curve.mean()), float(curve[-1]))
         )
     return out
+
+
+def lower_bound(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> float:
+    """Factorisation lower bound on the mean per-release MSE over ``1..horizon``.
+
+    ``κ·cap²·‖W_p‖_*²/horizon²`` with ``κ = 2/ε²`` (pure DP) or ``1/(2ρ)`` (zCDP); see
+    :mod:`stream_dp.lower_bound` for the proof and the O(n) singular values.
+    """
+    from stream_dp.lower_bound import mean_mse_bound
+
+    return mean_mse_bound(horizon, p, privacy, cap)
