@@ -299,6 +299,10 @@ class ReconcilerConfig:
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
     poll_ms: int = 200
+    #: Largest uncompressed histogram message (bytes); messages are gzip-compressed, and the
+    #: compressed batch must fit the broker's / topic's ``max.message.bytes`` (1 MiB default).
+    #: A node takes about 115 bytes of JSON (about 30 compressed).
+    max_message_bytes: int = 64 << 20
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
@@ -467,7 +471,8 @@ class Reconciler:
         )
         producer = AIOKafkaProducer(
             bootstrap_servers=cfg.bootstrap, client_id=f"{cfg.client_id}-out", acks="all",
-            enable_idempotence=True, linger_ms=0,
+            enable_idempotence=True, linger_ms=0, compression_type="gzip",
+            max_request_size=cfg.max_message_bytes,
         )
         await consumer.start()
         await producer.start()
@@ -476,10 +481,12 @@ class Reconciler:
             last_refresh = time.monotonic()
             while True:
                 batches = await consumer.getmany(timeout_ms=cfg.poll_ms)
-                for tp, records in batches.items():
-                    for rec in records:
-                        self._add(assembler, tp.partition, rec)
-                complete = assembler.pop_complete()
+                # Decoding thousands of JSON messages is CPU work: a worker thread keeps the
+                # event loop (heartbeats, the pipeline, the web server) responsive.
+                complete = (
+                    await asyncio.to_thread(self._ingest, assembler, batches)
+                    if batches else []
+                )
                 for tick in complete:
                     await self._publish(producer, tick)
                 if complete:
@@ -517,6 +524,20 @@ class Reconciler:
                 consumer.seek(tp, committed)
         return tps
 
+    def _ingest(
+        self, assembler: TickAssembler, batches: Mapping[Any, list[ConsumerRecord[Any, Any]]]
+    ) -> list[CompleteTick]:
+        for tp, records in batches.items():
+            for rec in records:
+                self._add(assembler, tp.partition, rec)
+        return assembler.pop_complete()
+
+    def _solve_and_encode(self, tick: CompleteTick) -> tuple[Any, dict[str, Any], bytes]:
+        variances = [s * s for s in tick.stderr]
+        result = self._solver()(self.domain, list(tick.noisy), variances)
+        message = histogram_message(self.names, tick, result, self.config.domain_name)
+        return result, message, encode(message)
+
     def _add(self, assembler: TickAssembler, partition: int, rec: ConsumerRecord[Any, Any]) -> None:
         if rec.value is None:
             return
@@ -530,20 +551,16 @@ class Reconciler:
 
     async def _publish(self, producer: AIOKafkaProducer, tick: CompleteTick) -> None:
         cfg = self.config
-        variances = [s * s for s in tick.stderr]
-        solve = self._solver()
         try:
-            result = await asyncio.to_thread(solve, self.domain, list(tick.noisy), variances)
+            result, message, value = await asyncio.to_thread(self._solve_and_encode, tick)
         except ValueError as exc:  # e.g. a zero variance: skip the tick, never crash the leader
             log.error("cannot reconcile tick; no histogram for it",
                       extra={"tick": tick.tick, "error": str(exc)})
             self.last_tick = tick.tick
             return
-        message = histogram_message(self.names, tick, result, cfg.domain_name)
-        await producer.send_and_wait(
-            cfg.histograms_topic, encode(message), key=cfg.domain_name.encode()
-        )  # broker timestamp = publish time: event-time stamps of a replayed old log would
-        # fall outside time-based retention at once
+        # Broker timestamp = publish time: event-time stamps of a replayed old log would fall
+        # outside time-based retention at once.
+        await producer.send_and_wait(cfg.histograms_topic, value, key=cfg.domain_name.encode())
         self.published += 1
         self.last_tick = tick.tick
         seconds = float(result.seconds)

@@ -485,16 +485,14 @@ def _tail(path: Path, n: int) -> str:
 
 
 def _offline(args: argparse.Namespace) -> int:
-    import importlib
-    import inspect
+    from stream_dp.commands.demo_offline import run_offline_demo
 
-    run_offline_demo = importlib.import_module("stream_dp.commands.demo_offline").run_offline_demo
-    params = inspect.signature(run_offline_demo).parameters
-    candidates = {"seed": args.seed, "epsilon": args.epsilon, "p": args.p,
-                  "strategy": args.strategy, "out": sys.stdout}
-    kwargs = {k: v for k, v in candidates.items() if k in params}
-    result = run_offline_demo(**kwargs)
-    return result if isinstance(result, int) else 0
+    try:
+        return run_offline_demo(seed=args.seed, out=sys.stdout, p=args.p, epsilon=args.epsilon,
+                                strategy=args.strategy)
+    except ValueError as exc:
+        print(f"stream-dp demo --offline: {exc}", file=sys.stderr)
+        return 2
 
 
 def _validate(args: argparse.Namespace) -> None:

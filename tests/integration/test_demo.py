@@ -8,11 +8,10 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
-
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 CLI = [sys.executable, "-m", "stream_dp.cli"]
 
@@ -47,6 +46,8 @@ def check_output(out: str) -> None:
     assert "reconciled in" in out
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_demo_with_duration_shows_releases_and_exits_cleanly(tmp_path: Path) -> None:
     data = tmp_path / "demo"
     proc = subprocess.run(
@@ -66,6 +67,8 @@ def test_demo_with_duration_shows_releases_and_exits_cleanly(tmp_path: Path) -> 
     assert '"msg": "worker stopped"' in log_text
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_demo_stops_on_ctrl_c(tmp_path: Path) -> None:
     data = tmp_path / "demo"
     out_path = tmp_path / "out.txt"
@@ -78,6 +81,11 @@ def test_demo_stops_on_ctrl_c(tmp_path: Path) -> None:
             assert proc.poll() is None, out_path.read_text()[-3000:]
             assert time.monotonic() < deadline, out_path.read_text()[-3000:]
             time.sleep(0.5)
+        url = re.search(r"dashboard\s+(http://\S+)", out_path.read_text()).group(1)  # type: ignore[union-attr]
+        with urllib.request.urlopen(url, timeout=10) as page:  # the worker serves the dashboard
+            assert page.status == 200
+        with urllib.request.urlopen(url.replace("/dashboard/", "/readyz"), timeout=10) as ready:
+            assert ready.status == 200
         proc.send_signal(signal.SIGINT)
         assert proc.wait(90) == 0, out_path.read_text()[-3000:]
     finally:
@@ -88,6 +96,8 @@ def test_demo_stops_on_ctrl_c(tmp_path: Path) -> None:
     assert processes_mentioning(str(data)) == []
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_demo_temporary_data_removed_on_sigterm(tmp_path: Path) -> None:
     out_path = tmp_path / "out.txt"
     with open(out_path, "w") as out:
@@ -114,3 +124,11 @@ def test_demo_rejects_bad_options() -> None:
                           timeout=60)
     assert proc.returncode == 2
     assert "--p must be in (0, 1]" in proc.stderr
+
+
+def test_demo_offline_runs_without_a_broker() -> None:
+    proc = subprocess.run([*CLI, "demo", "--offline", "--seed", "3"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "offline demo" in proc.stdout
+    assert "released" in proc.stdout
