@@ -31,8 +31,9 @@ import json
 import os
 import signal
 import sys
+import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,7 +46,15 @@ from agents.commands._client import (
     topic_partitions,
 )
 from agents.commands._progress import ProgressBar
-from simulators.logfile import Event, LogFormatError, LogRecord, detect_format, read_log
+from simulators.logfile import (
+    Event,
+    LogFormat,
+    LogFormatError,
+    LogRecord,
+    detect_format,
+    parse_ts,
+    read_log,
+)
 
 HELP = "replay a CSV / JSON-lines event log into the events topic"
 
@@ -63,6 +72,11 @@ The format comes from the suffix (.csv, .jsonl, .ndjson) or --format.
 
 Pace: as fast as possible (default), or --speed F to keep the log's event-time gaps divided by F
 (1 = real time, 60 = one hour of log per minute).
+
+Retiming: --retime now shifts all event times by one constant so the first event happens now
+(gaps kept); with --speed 1 an old log then plays into a running deployment (e.g. the demo)
+instead of being dead-lettered as late. Retimed events fall into other ticks: the releases are
+new ones, not a reproduction of the original run, and they spend privacy budget.
 
 Resuming: progress goes to a state file (LOG.replay.json, or in --state-dir). After an interruption
 (Ctrl-C, a crash, kill -9) run the same command again: acknowledged records are skipped and the
@@ -82,6 +96,7 @@ Examples:
   stream-dp replay sales.jsonl --speed 3600 --bootstrap kafka:9092
   stream-dp replay sales.csv --state-dir ~/.cache/stream-dp    # log folder read-only
   stream-dp replay sales.csv --restart --key-file /run/secrets/noise-key
+  stream-dp replay web.csv --retime now --speed 1 --bootstrap 127.0.0.1:40123   # into the demo
 """
 
 STATE_VERSION = 1
@@ -105,6 +120,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     pace.add_argument(
         "--as-fast-as-possible", action="store_true", help="no pacing (the default)"
+    )
+    parser.add_argument(
+        "--retime", metavar="now|TIME",
+        help="shift every event time by one constant so the first event is at TIME (Unix s, "
+        "ISO 8601 or 'now'): replays an old log into a live deployment (use with --speed 1). "
+        "Retimed releases are new releases, not a reproduction of the original ones",
     )
     parser.add_argument(
         "--state-dir", metavar="DIR", help="keep the state file here instead of next to the log"
@@ -141,6 +162,8 @@ class ReplayState:
     scan_from: dict[str, int] = field(default_factory=dict)
     #: record numbers > records_acked known to be in the topic already (found by a resume scan)
     delivered: list[int] = field(default_factory=list)
+    #: seconds added to every event time (``--retime``); 0 keeps the original times
+    time_offset: float = 0.0
     started: str = ""
     updated: str = ""
     version: int = STATE_VERSION
@@ -398,6 +421,24 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------------- command
+def _retime_offset(log: Path, fmt: LogFormat, retime: str | None) -> float:
+    """Seconds to add to every event time so the first record is at ``retime`` (0 if None)."""
+    if retime is None:
+        return 0.0
+    target = time.time() if retime == "now" else parse_ts(retime)
+    first = next(iter(read_log(log, fmt)), None)
+    if first is None:
+        return 0.0
+    return round((target - first.event.ts) * 1000) / 1000.0
+
+
+def _shifted(records: Iterable[LogRecord], offset: float) -> Iterator[LogRecord]:
+    for r in records:
+        e = r.event
+        yield LogRecord(r.number, r.end_offset,
+                        Event(e.key, round((e.ts + offset) * 1000) / 1000.0, e.value))
+
+
 def _say(out: TextIO, text: str) -> None:
     print(text, file=out, flush=True)
 
@@ -469,8 +510,11 @@ async def _async_run(args: argparse.Namespace) -> int:
         state = ReplayState(
             log=str(log.resolve()), head_sha256=head, topic=topic, run_id=uuid.uuid4().hex,
             key_fingerprint=fingerprint, scan_from=await end_offsets(bootstrap, topic),
-            started=_now_iso(),
+            started=_now_iso(), time_offset=_retime_offset(log, fmt, args.retime),
         )
+        if state.time_offset:
+            _say(out, f"retimed by {state.time_offset:+.3f} s: these are NEW releases (other "
+                      "ticks), not a reproduction of the original run.")
         state.save(spath)
         skip = frozenset()
 
@@ -492,6 +536,8 @@ async def _async_run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     records = read_log(log, fmt, start_offset=state.byte_offset, start_number=state.records_acked)
+    if state.time_offset:
+        records = _shifted(records, state.time_offset)
     try:
         report = await send_events(
             records, bootstrap=bootstrap, topic=topic, speed=speed, run_id=state.run_id,
@@ -517,8 +563,14 @@ async def _async_run(args: argparse.Namespace) -> int:
     _say(out, f"replayed {state.records_acked} records of {log} into {topic} "
               f"({report.sent} sent, {report.skipped} skipped as already delivered) in "
               f"{report.seconds:.1f} s ({rate:,.0f} records/s).")
-    _say(out, "Replaying this log again with the same noise key into a fresh deployment "
-              "reproduces these releases bit for bit; a different key spends the budget again.")
+    if state.time_offset:
+        _say(out, f"Event times were shifted by {state.time_offset:+.3f} s (--retime): the same "
+                  "log with the same --retime TIME and key reproduces these releases; 'now' "
+                  "never does.")
+    else:
+        _say(out, "Replaying this log again with the same noise key into a fresh deployment "
+                  "reproduces these releases bit for bit; a different key spends the budget "
+                  "again.")
     return 0
 
 

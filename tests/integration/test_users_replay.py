@@ -190,3 +190,23 @@ def test_missing_topic_is_a_clear_error(kafka_broker: str, unique_name: str, tmp
     proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name)
     assert proc.returncode == 1
     assert "does not exist" in proc.stderr
+
+
+def test_retime_now_shifts_every_event_by_one_constant(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    create_topic(kafka_broker, unique_name, partitions=1)
+    log = tmp_path / "old.csv"
+    log.write_text("ts,key\n2024-01-01T00:00:00Z,a\n2024-01-01T00:00:00.500Z,b\n"
+                   "2024-01-01T00:00:01.250Z,a\n", encoding="utf-8")
+    before = time.time()
+    proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                     "--retime", "now", "--speed", "10", check=True)
+    assert "NEW releases" in proc.stdout and "bit for bit" not in proc.stdout
+    got = [m.json() for m in sorted(read_all(kafka_broker, unique_name), key=lambda m: m.offset)]
+    ts = [m["ts"] for m in got]
+    assert [m["key"] for m in got] == ["a", "b", "a"]
+    assert before - 1 <= ts[0] <= time.time()
+    assert [round(t - ts[0], 3) for t in ts] == [0.0, 0.5, 1.25]  # gaps kept exactly
+    state = ReplayState.load(state_path(log, None))
+    assert state is not None and state.time_offset == round(ts[0] - 1704067200.0, 3)
