@@ -55,6 +55,7 @@ else the top level; :meth:`Domain.from_toml` takes that table as a dict)::
 
 from __future__ import annotations
 
+import itertools
 import math
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -113,18 +114,25 @@ class ConstraintGroup:
         object.__setattr__(self, "rows", r)
 
 
-def _check_names(names: Sequence[str], what: str = "names") -> tuple[str, ...]:
+def _check_names(
+    names: Sequence[str], what: str = "names"
+) -> tuple[tuple[str, ...], dict[str, int]]:
+    """Validated names and their positions (``ValueError``: empty, non-string, duplicate)."""
     out = tuple(names)
     if not out:
         raise ValueError(f"a domain needs at least one stream: {what} is empty")
-    for i, s in enumerate(out):
-        if not isinstance(s, str) or not s:
-            raise ValueError(f"{what}[{i}] must be a non-empty string, got {s!r}")
-    if len(set(out)) != len(out):
+    try:
+        index = {s: i for i, s in enumerate(out)}
+    except TypeError:
+        index = {}
+    if index and len(index) != len(out):
         seen: set[str] = set()
         dup = next(s for s in out if s in seen or seen.add(s))  # type: ignore[func-returns-value]
         raise ValueError(f"duplicate stream name in {what}: {dup!r}")
-    return out
+    if not index or "" in index or not all(type(s) is str for s in index):
+        i, bad = next((i, s) for i, s in enumerate(out) if not (isinstance(s, str) and s))
+        raise ValueError(f"{what}[{i}] must be a non-empty string, got {bad!r}")
+    return out, index
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,7 +154,7 @@ class Domain:
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
             raise ValueError(f"kind must be one of {', '.join(_KINDS)}; got {self.kind!r}")
-        names = _check_names(self.names)
+        names, index = _check_names(self.names)
         object.__setattr__(self, "names", names)
         n = len(names)
         if self.kind == "hierarchy":
@@ -155,9 +163,10 @@ class Domain:
             par = validate_parent(self.parent).copy()
             if par.size != n:
                 raise ValueError(f"parent must have one entry per name ({n}), got {par.size}")
-            TreePlan(par)  # raises ValueError on cycles
+            plan = TreePlan(par)  # raises ValueError on cycles
             par.setflags(write=False)
             object.__setattr__(self, "parent", par)
+            self.__dict__["_plan"] = plan  # fills the cached property below
         elif self.parent is not None:
             raise ValueError(f"a {self.kind} domain has no parent array")
         if self.kind == "grid":
@@ -175,7 +184,7 @@ class Domain:
         for g in self.groups:
             if g.rows.size and (g.rows.min() < 0 or g.rows.max() >= n):
                 raise ValueError(f"constraint group {g.name!r}: node index outside [0, {n - 1}]")
-        object.__setattr__(self, "_index", {s: i for i, s in enumerate(names)})
+        object.__setattr__(self, "_index", index)
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -207,47 +216,70 @@ class Domain:
         """
         if not sep:
             raise ValueError("sep must be a non-empty string")
-        if not paths:
+        leaves = list(paths)
+        if not leaves:
             raise ValueError("a domain needs at least one stream: paths is empty")
-        index: dict[str, int] = {}
-        names: list[str] = []
-        parents: list[int] = []
-        top = -1
-        if root:
-            index[root] = 0
-            names.append(root)
-            parents.append(-1)
-            top = 0
-        seen_paths: set[str] = set()
-        for i, path in enumerate(paths):
+        double = sep + sep
+        for i, path in enumerate(leaves):
             if not isinstance(path, str) or not path:
                 raise ValueError(f"paths[{i}] must be a non-empty string, got {path!r}")
-            if path in seen_paths:
-                raise ValueError(f"duplicate path: {path!r}")
-            seen_paths.add(path)
-            parts = path.split(sep)
-            if any(not p for p in parts):
+            if path.startswith(sep) or path.endswith(sep) or double in path:
                 raise ValueError(f"paths[{i}] = {path!r} has an empty component (sep {sep!r})")
-            up = top
-            prefix = ""
-            for depth, part in enumerate(parts):
-                prefix = part if depth == 0 else prefix + sep + part
-                if prefix == root:
-                    raise ValueError(f"path {path!r} collides with the root name {root!r}")
-                j = index.get(prefix)
-                if j is None:
-                    j = len(names)
-                    index[prefix] = j
-                    names.append(prefix)
-                    parents.append(up)
-                elif parents[j] != up:  # pragma: no cover - prefixes are unique per parent
-                    raise ValueError(f"path {path!r} is inconsistent with earlier paths")
-                up = j
-        par = np.asarray(parents, dtype=np.int64)
+        index = {p: i for i, p in enumerate(leaves)}
+        if len(index) != len(leaves):
+            seen: set[str] = set()
+            dup = next(p for p in leaves if p in seen or seen.add(p))  # type: ignore[func-returns-value]
+            raise ValueError(f"duplicate path: {dup!r}")
+        # add the missing prefixes, one level up at a time (each node's parent is its prefix)
+        names = leaves
+        parent_names = [p.rpartition(sep)[0] for p in leaves]
+        todo = parent_names
+        while True:
+            new = [q for q in dict.fromkeys(todo) if q and q not in index]
+            if not new:
+                break
+            for q in new:
+                index[q] = len(names)
+                names.append(q)
+            todo = [q.rpartition(sep)[0] for q in new]
+            parent_names.extend(todo)
+        if root:
+            if root in index:
+                raise ValueError(f"a path collides with the root name {root!r}")
+            top = len(names)
+            names.append(root)
+            parent_names.append("")
+            par = np.fromiter(
+                (index[q] if q else top for q in parent_names), dtype=np.int64, count=len(names)
+            )
+            par[top] = -1
+        else:
+            par = np.fromiter(
+                (index[q] if q else -1 for q in parent_names), dtype=np.int64, count=len(names)
+            )
+        # breadth-first order, siblings in order of first appearance in ``paths``
         plan = TreePlan(par)
-        pos = plan.position
-        new_par = np.where(par[plan.order] >= 0, pos[np.maximum(par[plan.order], 0)], -1)
-        return cls("hierarchy", tuple(names[i] for i in plan.order), new_par, name=name)
+        first = np.full(len(names), len(leaves), dtype=np.int64)
+        first[: len(leaves)] = np.arange(len(leaves))
+        offs = plan.level_offsets
+        for d in range(plan.depth - 1, 0, -1):
+            lvl = plan.order[offs[d] : offs[d + 1]]
+            np.minimum.at(first, par[lvl], first[lvl])
+        order_parts: list[Int64Array] = []
+        new_pos = np.empty(len(names), dtype=np.int64)
+        placed = 0
+        for d in range(plan.depth):
+            lvl = plan.order[offs[d] : offs[d + 1]]
+            key_parent = (
+                new_pos[np.maximum(par[lvl], 0)] if d else np.zeros(lvl.size, dtype=np.int64)
+            )
+            lvl = lvl[np.lexsort((first[lvl], key_parent))]
+            new_pos[lvl] = placed + np.arange(lvl.size)
+            placed += lvl.size
+            order_parts.append(lvl)
+        order = np.concatenate(order_parts)
+        new_par = np.where(par[order] >= 0, new_pos[np.maximum(par[order], 0)], -1)
+        return cls("hierarchy", tuple(names[i] for i in order), new_par, name=name)
 
     @classmethod
     def grid(cls, attributes: Mapping[str, Sequence[str]], *, name: str = "default") -> Domain:
@@ -262,7 +294,7 @@ class Domain:
                 )
             if isinstance(cats, str):
                 raise ValueError(f"categories of {a!r} must be a list of strings, got a string")
-            cs = _check_names(list(cats), what=f"categories of {a!r}")
+            cs, _ = _check_names(list(cats), what=f"categories of {a!r}")
             for c in cs:
                 if "=" in c or "|" in c:
                     raise ValueError(f"category {c!r} of {a!r} must not contain '=' or '|'")
@@ -275,10 +307,8 @@ class Domain:
         names = [_TOTAL]
         for a, cs in attrs:
             names += [f"{a}={c}" for c in cs]
-        cells: list[str] = [""]
-        for i, (a, cs) in enumerate(attrs):
-            labels = [f"{a}={c}" for c in cs]
-            cells = [f"{p}|{lab}" if i else lab for p in cells for lab in labels]
+        labels = [[f"{a}={c}" for c in cs] for a, cs in attrs]
+        cells = ["|".join(t) for t in itertools.product(*labels)]
         names += cells
         return cls("grid", tuple(names), attributes=tuple(attrs), name=name)
 
