@@ -103,7 +103,8 @@ def lift_rows(parent: Int64Array, rows: Int64Array) -> Int64Array:
     tuples, counts = np.unique(par[keep], axis=0, return_counts=True)
     n_children = np.bincount(parent[parent >= 0], minlength=parent.size)
     ok = np.all(n_children[tuples] == counts[:, None], axis=1)
-    ok &= np.array([np.unique(t).size == t.size for t in tuples], dtype=bool)
+    srt = np.sort(tuples, axis=1)
+    ok &= np.all(srt[:, 1:] != srt[:, :-1], axis=1)  # a node twice in one tuple cannot lift
     return np.asarray(tuples[ok], dtype=np.int64)
 
 
