@@ -142,7 +142,7 @@ def decode_event(raw: bytes | None, max_bytes: int, max_value: float) -> Event |
         return Rejection("negative_value", f"value={value!r} < 0")
     if value > max_value:
         return Rejection("value_out_of_range", f"value={value!r} > max_event_value={max_value!r}")
-    return _new_event(Event, (key, ts, value))  # type: ignore[no-any-return]
+    return _new_event(Event, (key, ts, value))
 
 
 def encode(obj: Any) -> bytes:

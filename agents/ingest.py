@@ -34,8 +34,9 @@ try:  # orjson parses ~5x faster; the stdlib decoder (and decode_event) stays au
 except ImportError:  # pragma: no cover - orjson is a dependency of the service extra
     _std = json.JSONDecoder().raw_decode
 
-    def _fast_loads(raw: bytes) -> Any:
-        obj, end = _std(raw.decode())
+    def _fast_loads(raw: bytes | bytearray | memoryview | str, /) -> Any:
+        text = raw if isinstance(raw, str) else bytes(raw).decode()
+        obj, end = _std(text)
         if end != len(raw):
             raise ValueError("not a single JSON value")
         return obj
@@ -192,24 +193,26 @@ class IngestState:
             position = offset + 1
             # Fast path for the common, clearly valid message; anything else goes through
             # decode_event, the authoritative validator (a unit test checks they agree).
-            ev_key = None
+            ev_key: str | None = None
+            ts = v = 0.0
             if value is not None and len(value) <= max_bytes:
+                obj: Any
                 try:
                     obj = loads(value)
                 except ValueError:  # orjson.JSONDecodeError and UnicodeDecodeError included
                     obj = None
                 if type(obj) is dict:
-                    k = obj.get("key")
-                    ts = obj.get("ts")
-                    v = obj.get("value", 1.0)
-                    tts = type(ts)
-                    tv = type(v)
+                    rk: Any = obj.get("key")
+                    rts: Any = obj.get("ts")
+                    rv: Any = obj.get("value", 1.0)
+                    tts = type(rts)
+                    tv = type(rv)
                     if (
-                        type(k) is str and 0 < len(k) <= 1024
+                        type(rk) is str and 0 < len(rk) <= 1024
                         and (tts is float or tts is int) and (tv is float or tv is int)
-                        and -1e300 < ts < 1e300 and 0.0 <= v <= max_value
+                        and -1e300 < rts < 1e300 and 0.0 <= rv <= max_value
                     ):
-                        ev_key, ts, v = k, float(ts), float(v)
+                        ev_key, ts, v = rk, float(rts), float(rv)
             if ev_key is None:
                 got = decode_event(value, max_bytes, max_value)
                 if type(got) is Rejection:
