@@ -2,7 +2,9 @@
 
 It holds no DP logic: it subscribes (group-less aiokafka consumer, from the latest offsets) to the
 user-facing topics ``dp.counts.v1`` and ``dp.histograms.v1`` only, keeps the last
-``history`` ticks of every stream and the latest consistent histogram in memory, and pushes them
+``history`` ticks of every stream (fewer when there are so many streams that the total would
+exceed ``max_points``: memory stays bounded at any domain size) and the latest consistent
+histogram in memory, and pushes them
 to browsers as server-sent events. The page and its JavaScript/SVG chart are static files shipped
 in the package (``agents/dashboard/static/``; no CDN).
 
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 
 STATIC_DIR: Final = Path(__file__).with_name("static")
 DEFAULT_HISTORY: Final = 600
+DEFAULT_MAX_POINTS: Final = 300_000
 _HEARTBEAT_S: Final = 15.0
 
 
@@ -71,6 +74,8 @@ class DashboardState:
     """What the dashboard holds: series per stream, the latest histogram, the subscribers."""
 
     history: int = DEFAULT_HISTORY
+    #: bound on the points held over all streams (each point is 4 floats)
+    max_points: int = DEFAULT_MAX_POINTS
     series: dict[str, StreamSeries] = field(default_factory=dict)
     histogram: dict[str, Any] | None = None
     subscribers: set[asyncio.Queue[tuple[str, Any] | None]] = field(default_factory=set)
@@ -92,11 +97,25 @@ class DashboardState:
             s = self.series.get(stream)
             if s is None:
                 meta = {k: msg.get(k) for k in ("strategy", "p", "privacy", "cap", "horizon")}
-                s = self.series[stream] = StreamSeries(meta, deque(maxlen=self.history))
+                s = self.series[stream] = StreamSeries(meta, deque(maxlen=self._new_stream_cap()))
             s.add(tick, row)
             rows.append([stream, *row])
         self.messages += len(messages)
         return rows
+
+    def per_stream_cap(self) -> int:
+        """Points kept per stream: ``history``, or less so that the total stays ≤ max_points."""
+        return max(2, min(self.history, self.max_points // max(1, len(self.series))))
+
+    def _new_stream_cap(self) -> int:
+        n = len(self.series) + 1
+        cap = max(2, min(self.history, self.max_points // n))
+        # shrink the existing series when the count crosses a power of two (O(n log n) overall)
+        if n & (n - 1) == 0:
+            for s in self.series.values():
+                if s.points.maxlen is not None and s.points.maxlen > cap:
+                    s.points = deque(list(s.points)[-cap:], maxlen=cap)
+        return cap
 
     def snapshot(self, prefix: str = "") -> dict[str, Any]:
         return {

@@ -167,3 +167,16 @@ async def test_page_assets_snapshot_and_server_sent_events() -> None:
         kind, rows = await asyncio.wait_for(next_event(), 5)
         assert kind == "counts" and rows == [["x", 2, 120.0, 9.0, 0.25]]  # prefix filtered
         resp.close()
+
+
+def test_memory_stays_bounded_with_many_streams() -> None:
+    st = DashboardState(history=600, max_points=1000)
+    for tick in range(1, 4):
+        st.add_counts([_count(f"s{i}", tick) for i in range(2000)])
+    total = sum(len(s.points) for s in st.series.values())
+    assert total <= 2 * 2000  # at least 2 points per stream, never 600
+    few = DashboardState(history=600, max_points=1000)
+    for tick in range(1, 50):
+        few.add_counts([_count(f"s{i}", tick) for i in range(10)])
+    assert {len(s.points) for s in few.series.values()} == {49}  # 10 streams: full history
+    assert few.per_stream_cap() == 100
