@@ -91,6 +91,7 @@ def _run(s: Settings, log: Path, tmp: Path, n_streams: int, *extra: str) -> tupl
     return got, out
 
 
+@pytest.mark.slow  # three deployments, about 30 s
 def test_same_key_replay_reproduces_releases_bit_for_bit(
     kafka_broker: str, unique_name: str, tmp_path: Path
 ) -> None:
