@@ -210,3 +210,35 @@ def test_retime_now_shifts_every_event_by_one_constant(
     assert [round(t - ts[0], 3) for t in ts] == [0.0, 0.5, 1.25]  # gaps kept exactly
     state = ReplayState.load(state_path(log, None))
     assert state is not None and state.time_offset == round(ts[0] - 1704067200.0, 3)
+
+
+def test_ctrl_c_saves_progress_and_the_same_command_resumes(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    create_topic(kafka_broker, unique_name)
+    log = tmp_path / "rest.csv"
+    stream_dp("simulate", "restaurant", "--seed", "9", "--ticks", "30", "--tick-seconds", "1",
+              "--out", str(log), check=True)
+    args = [sys.executable, "-m", "stream_dp.cli", "replay", str(log), "--bootstrap",
+            kafka_broker, "--topic", unique_name]
+    child = subprocess.Popen([*args, "--speed", "2", "--chunk", "20", "--no-progress"], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    spath = state_path(log, None)
+    try:
+        for _ in range(600):
+            st = ReplayState.load(spath) if spath.exists() else None
+            if st is not None and st.records_acked > 0:
+                break
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 130, err
+    assert "interrupted after record" in out and "Traceback" not in err
+    st = ReplayState.load(spath)
+    assert st is not None and not st.complete and st.records_acked > 0
+    stream_dp(*args[3:], check=True)
+    assert _topic_events(kafka_broker, unique_name) == _log_events(log)
