@@ -4,6 +4,7 @@
 (function () {
   const MAX_POINTS = 600;
   const MAX_CHARTS = 8;
+  const MAX_LIST = 500;       // stream names listed at once; the prefix filter narrows the rest
   const SVG_NS = "http://www.w3.org/2000/svg";
 
   const state = {
@@ -98,7 +99,9 @@
   function renderList() {
     const ul = $("stream-list");
     ul.textContent = "";
-    const names = [...state.series.keys()].sort();
+    const all = [...state.series.keys()].sort();
+    const names = all.slice(0, MAX_LIST);
+    for (const name of state.selected) if (!names.includes(name) && state.series.has(name)) names.unshift(name);
     for (const name of names) {
       const li = el("li");
       const label = el("label", { title: name });
@@ -118,6 +121,9 @@
       label.append(box, document.createTextNode(" " + name));
       li.append(label);
       ul.append(li);
+    }
+    if (all.length > MAX_LIST) {
+      ul.append(el("li", { class: "hint" }, `… ${all.length - MAX_LIST} more: type a prefix above`));
     }
   }
 
