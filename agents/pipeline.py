@@ -164,6 +164,8 @@ class _Stage:
         self.states: dict[int, Any] = {}
         self.producers: dict[int, Any] = {}
         self.last_commit: dict[int, float] = {}
+        #: partition -> (state, producer) revoked by a rebalance in progress
+        self.parked: dict[int, tuple[Any, Any]] = {}
         self.restoring = True
         self.consumer: Any = None
         self.reader: Any = None
@@ -206,6 +208,10 @@ class _Stage:
                 await self.flush_all()
             for p in list(self.states):
                 await self._drop(p)
+            for _, prod in self.parked.values():
+                with contextlib.suppress(Exception):
+                    await prod.stop()
+            self.parked = {}
         coord = getattr(self.consumer, "_coordinator", None)
         self.member_id = str(getattr(coord, "member_id", "") or "")
         if self.consumer is not None:
@@ -221,16 +227,39 @@ class _Stage:
 
     # -- rebalance ------------------------------------------------------------------------
     async def revoked(self, tps: list[Any]) -> None:
+        """Before a rebalance: commit pending work, then park the revoked partitions' state.
+
+        With the eager protocol every rebalance revokes everything first; a partition that
+        comes straight back in :meth:`assigned` keeps its in-memory state and producer (no
+        other worker can have owned it in between), the others are closed.
+        """
         self.restoring = True
         self.w._update_ready()
         async with self.lock:
+            with contextlib.suppress(Exception):
+                await self.flush_all()
             for tp in tps:
-                await self._drop(tp.partition)
+                p = tp.partition
+                if p in self.states and p in self.producers:
+                    self.parked[p] = (self.states.pop(p), self.producers.pop(p))
+                else:
+                    await self._drop(p)
 
     async def assigned(self, tps: list[Any]) -> None:
         async with self.lock:
-            for tp in sorted(tps, key=lambda t: t.partition):
-                if tp.partition not in self.states:
+            wanted = {tp.partition: tp for tp in tps}
+            parked, self.parked = self.parked, {}
+            for p, (state, prod) in parked.items():
+                if p in wanted and p not in self.states:
+                    self.states[p] = state
+                    self.producers[p] = prod
+                    if state.offset >= 0:
+                        self.consumer.seek(wanted[p], state.offset)
+                else:
+                    with contextlib.suppress(Exception):
+                        await prod.stop()
+            for p, tp in sorted(wanted.items()):
+                if p not in self.states:
                     await self._restore(tp)
             self.restoring = False
         self.w._update_ready()
@@ -290,6 +319,10 @@ class _Stage:
         log.warning("%s partition %d: commit failed (%s); restoring from checkpoint",
                     self.name, p, type(exc).__name__)
         await self._drop(p)
+        if type(exc).__name__ == "ProducerFenced":
+            # Another worker owns the partition now (we were a zombie). Do not fence it back:
+            # our consumer learns of the new assignment at its next heartbeat and rejoins.
+            return
         tp = _kafka().TopicPartition(self.topic, p)
         if tp in self.consumer.assignment():
             try:

@@ -120,5 +120,14 @@ async def test_three_workers_join_and_leave(
             w.stop()
     for w in workers.values():
         assert w.proc is not None and w.proc.returncode in (0, -9), w.log_path.read_text()[-2000:]
+    # the work really was shared: some worker held a proper, non-empty subset of the partitions
+    import re
+
+    shares = [
+        set(map(int, re.findall(r"\d+", m)))
+        for w in workers.values()
+        for m in re.findall(r"ingest: assigned partitions \[([\d, ]*)\]", w.log_path.read_text())
+    ]
+    assert any(0 < len(p) < s.events_partitions for p in shares), shares
     stats = await check_run(s, domain, log, bound_of(s))
     print("scale-out run:", stats)
