@@ -144,36 +144,36 @@ class TreeMechanism(Mechanism):
             raise ValueError(f"tick must stay below 2**{_NODE_SHIFT} for tree; state unchanged")
         d = np.asarray(counts, dtype=np.float64)
         p = self.p
-        raw = p * np.asarray(state["raw"], dtype=np.float64) + d  # new array: state untouched
+        raw: Float64Array = state["raw"]  # type: ignore[assignment]
+        acc: Float64Array = state["acc"]  # type: ignore[assignment]
         done = [i for i, b in enumerate(self._blocks) if t % b == 0]  # a prefix 0..c
         g = self.grid
-        units = [self.weights[i] * raw[i] / g for i in done]
-        for u in units:
+        # 1. everything that can fail, before any mutation (state unchanged on error)
+        meas = []
+        for i in done:
+            u = p * raw[i] + d  # the block's decayed sum, same float ops as the update below
+            u *= self.weights[i] / g
             if u.size and float(np.max(np.abs(u))) >= MAX_MEASURED_UNITS:
                 raise ValueError(
                     f"counts too large for tree's grid (|w·S/g| must be < 2**46, grid={g!r}); "
                     "state unchanged"
                 )
-        acc = p * np.asarray(state["acc"], dtype=np.float64)
-        est = None
-        for i, u in zip(done, units, strict=True):
             y = np.rint(u).astype(np.int64)
             y += self._sample(noise, (i << _NODE_SHIFT) | (t // self._blocks[i]))
-            meas = y.astype(np.float64) * (g / self.weights[i])
-            if i == 0:
-                est = meas
-            else:
-                assert est is not None
-                children = acc[i - 1] + est
-                acc[i - 1] = 0.0
-                a = float(self.alpha[i])
-                est = a * meas + (1.0 - a) * children
-            raw[i] = 0.0
-        assert est is not None
+            meas.append(y.astype(np.float64) * (g / self.weights[i]))
+        # 2. in-place update: open blocks and completed estimates decay by p
+        raw *= p
+        raw += d
+        acc *= p
+        est = meas[0]
+        for i in done[1:]:
+            children = acc[i - 1] + est
+            acc[i - 1] = 0.0
+            a = float(self.alpha[i])
+            est = a * meas[i] + (1.0 - a) * children
+        raw[: done[-1] + 1] = 0.0
         acc[done[-1]] += est
         release = acc.sum(axis=0) if acc.shape[0] > 1 else acc[0].copy()
-        state["raw"] = raw
-        state["acc"] = acc
         state["release"] = release
         state["tick"] = np.array(t, dtype=np.int64)
         return np.array(release, dtype=np.float64, copy=True)
