@@ -68,6 +68,7 @@ def main() -> None:
     ap.add_argument("--ticks", type=int, default=8)
     ap.add_argument("--p", type=float, default=0.99)
     ap.add_argument("--horizon", type=int, default=32767)
+    ap.add_argument("--only", nargs="*", default=None, help="strategy names (default: all)")
     args = ap.parse_args()
     names = [f"s{i}" for i in range(args.streams)]
     print(
@@ -78,6 +79,8 @@ def main() -> None:
     )
     for model, privacy in (("pure", PureDP(1.0)), ("zcdp", ZCDP(0.5))):
         for name in available(model):
+            if args.only and name not in args.only:
+                continue
             bench(name, privacy, args.p, args.horizon, names, args.ticks)
 
 
