@@ -20,7 +20,9 @@ import argparse
 import asyncio
 import itertools
 import math
+import signal
 import statistics
+import sys
 import time
 import uuid
 
@@ -131,6 +133,8 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--sizes", default="1000,10000")
     args = parser.parse_args()
+    # SIGTERM unwinds normally, so the embedded broker is stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     asyncio.run(main_async(args.ticks, [int(s) for s in args.sizes.split(",")]))
 
 

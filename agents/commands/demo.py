@@ -307,7 +307,9 @@ class Demo:
         a = self.args
         self.say("starting the embedded broker (noida-db) …")
         self.broker = EmbeddedBroker(port=a.broker_port or None,
-                                     data_dir=self.data_dir / "broker").start()
+                                     data_dir=self.data_dir / "broker")
+        atexit.register(self.broker.stop)  # idempotent; covers exits that skip close()
+        self.broker.start()
         web_port = a.web_port or free_port()
         settings_path, _, traffic = self._files(self.broker.bootstrap, web_port)
         settings = Settings.load(settings_path, env={})
@@ -529,12 +531,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"stream-dp demo: {exc}", file=sys.stderr)
         return 1
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # Cleanup must not be cut short: further Ctrl-C / SIGTERM only print a note.
+        signal.signal(signal.SIGTERM, _note_stopping)
+        previous_int = signal.signal(signal.SIGINT, _note_stopping)
         try:
             demo.close()
         finally:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def _raise_keyboard_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def _note_stopping(signum: int, frame: object) -> None:
+    print("stopping the worker and the broker, please wait …", file=sys.stderr, flush=True)
