@@ -54,6 +54,7 @@ import inspect
 import logging
 import signal
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
@@ -68,6 +69,9 @@ __all__ = ["Metrics", "NullMetrics", "Release", "Worker", "run_worker"]
 log = logging.getLogger("stream_dp.pipeline")
 
 OnRelease = Callable[[Release], Awaitable[None] | None]
+
+#: Most ticks one release transaction publishes (bounds transaction size after a long outage).
+_MAX_TICKS_PER_COMMIT = 32
 
 
 class Metrics(Protocol):
@@ -532,7 +536,7 @@ class ReleaseStage(_Stage):
         t0 = time.monotonic()
         releases: list[Release] = []
         try:
-            while state.ready():
+            while state.ready() and len(releases) < _MAX_TICKS_PER_COMMIT:
                 releases.append(state.step())
             await prod.begin_transaction()
             for rel in releases:
@@ -598,7 +602,8 @@ class Worker:
             "shard_ticks_released": 0,
         }
         #: seconds from the last source partition closing a tick to its release being committed
-        self.latencies: list[float] = []
+        #: (the most recent ones; for benchmarks and diagnostics)
+        self.latencies: deque[float] = deque(maxlen=10_000)
         #: records handed to the ingest stage so far (committed or not; for benchmarks)
         self.processed = 0
         self._ready = False
