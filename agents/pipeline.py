@@ -399,10 +399,18 @@ class IngestStage(_Stage):
         jobs = []
         for p, state in list(self.states.items()):
             tp = _kafka().TopicPartition(self.topic, p)
-            hw = self.consumer.highwater(tp)
-            if hw is not None and state.offset >= 0:
-                lag += max(0, hw - state.offset)
-            if hw is None or state.offset < hw:
+            # Caught up = the fetch position (which also skips transaction markers) has reached
+            # the last stable offset (read_committed) or the high watermark.
+            end = self.consumer.last_stable_offset(tp)
+            if end is None:
+                end = self.consumer.highwater(tp)
+            try:
+                pos = await self.consumer.position(tp)
+            except Exception:  # not assigned any more (rebalance in progress)
+                pos = None
+            if end is not None and pos is not None:
+                lag += max(0, end - pos)
+            if end is None or pos is None or pos < end:
                 state.clock.busy(wall)  # a backlog is not silence: no idle advance
             closed = state.close_ticks(wall, unix_now)
             out = state.out

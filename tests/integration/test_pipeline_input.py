@@ -115,3 +115,47 @@ async def test_bad_input_goes_to_dlq_and_silent_streams_release_every_tick(
         assert reg.get_sample_value("stream_dp_dead_letters_total", {"reason": reason}) == n
     assert reg.get_sample_value("stream_dp_events_total", {"result": "accepted"}) == len(good)
     assert worker.stats["clamped"] == sum(1 for _, _, v in good if v > s.cap)
+
+
+async def test_transaction_markers_do_not_block_idle_tick_closing(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Events written by a transactional producer (commit markers after the data) still let
+    the partitions go idle, so silence closes ticks; an aborted batch is never counted."""
+    from aiokafka import AIOKafkaProducer
+
+    leaves = ps.hierarchy_paths(1, 2, 2)
+    s = ps.make_settings(kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4,
+                         tick_seconds=1.0, events_partitions=2, shards=2)
+    await ps.create_topics(s)
+    domain = load_domain(s.domain_file)
+    good = [(leaves[i % 4], s.origin + 0.05 * i, 1.0) for i in range(40)]  # ticks 1 and 2
+    prod = AIOKafkaProducer(bootstrap_servers=kafka_broker, transactional_id=unique_name)
+    await prod.start()
+    try:
+        await prod.begin_transaction()
+        for k, ts, v in good:
+            key, value = ps.event_bytes(k, ts, v)
+            await prod.send(s.events_topic, value, key=key)
+        await prod.commit_transaction()
+        await prod.begin_transaction()
+        for k, ts, v in good:
+            key, value = ps.event_bytes(k, ts, v)
+            await prod.send(s.events_topic, value, key=key)
+        await prod.flush()
+        await prod.abort_transaction()
+    finally:
+        await prod.stop()
+    stop = asyncio.Event()
+    worker = Worker(s)
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        got = await ps.wait_for_ticks(s, domain.size, 4, timeout_s=60)
+    finally:
+        stop.set()
+        await task
+    exact = ps.exact_decayed(domain, good, s, 4)
+    for key, want in exact.items():
+        msg = json.loads(got[key][0])
+        assert abs(msg["value"] - want) <= 1e-3, key
+    assert worker.stats["accepted"] == len(good)
