@@ -43,7 +43,8 @@ def test_release_from_counts_message() -> None:
         (b'{"stream": "a", "tick": true, "tick_end": 1, "value": 1, "stderr": 1}', "'tick'"),
         (b'{"stream": "a", "tick": 1, "tick_end": 1, "value": "x", "stderr": 1}', "'value'"),
         (b'{"stream": "a", "tick": 1, "tick_end": 1, "value": 1, "stderr": -1}', "'stderr'"),
-        (b'{"stream": "a", "tick": 1, "tick_end": 1, "value": 1, "stderr": NaN}', "'stderr'"),
+        (b'{"stream": "a", "tick": 1, "tick_end": 1, "value": 1, "stderr": NaN}',
+         "'stderr'|not JSON"),
     ],
 )
 def test_invalid_counts_messages_rejected(raw: bytes, match: str) -> None:
