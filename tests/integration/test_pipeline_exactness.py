@@ -3,7 +3,9 @@
 With an enormous ε every released (stream, tick) equals the offline exact decayed count up to
 the mechanism's documented rounding bound (plus a negligible noise allowance); with ε = 1 the
 mean squared error over all releases is within 10% of the analytic expectation. Both runs read
-the same events topic with different application ids (consumer groups) in one test.
+the same events topic with different application ids (consumer groups) in one test. The
+reconcile side agent runs next to the exact pipeline: its consistent histograms add up exactly
+(parent = Σ children) and stay exact.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,6 +41,20 @@ def synthetic_log(origin: float, tick: float, leaves: list[str]) -> list[tuple[s
     return [(leaves[k], float(t), float(v)) for k, t, v in zip(keys, ts, values, strict=True)]
 
 
+async def wait_for_histograms(s: Any, last_tick: int, timeout_s: float) -> dict[int, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = {}
+        for r in await ps.read_topic(s.bootstrap, s.histograms_topic):
+            h = json.loads(r.value)
+            got[h["tick"]] = h
+        if all(t in got for t in range(1, last_tick + 1)):
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"histograms for {sorted(got)[-3:]} only")
+        await asyncio.sleep(1.0)
+
+
 async def test_exact_with_huge_epsilon_and_mse_with_epsilon_one(
     kafka_broker: str, unique_name: str, tmp_path: Path
 ) -> None:
@@ -59,12 +77,19 @@ async def test_exact_with_huge_epsilon_and_mse_with_epsilon_one(
     log = synthetic_log(exact_s.origin, exact_s.tick_seconds, leaves)
     await ps.produce(exact_s, (ps.event_bytes(k, t, v) for k, t, v in log))
 
+    from agents.reconcile import Reconciler, ReconcilerConfig
+
     stop = asyncio.Event()
     workers = [Worker(exact_s), Worker(noisy_s)]
+    reconciler = Reconciler(
+        ReconcilerConfig.from_settings(exact_s, domain.name, instance_id=None), domain
+    )
     tasks = [asyncio.create_task(w.run(stop)) for w in workers]
+    tasks.append(asyncio.create_task(reconciler.run(stop)))
     try:
         got_exact = await ps.wait_for_ticks(exact_s, domain.size, N_TICKS, timeout_s=200)
         got_noisy = await ps.wait_for_ticks(noisy_s, domain.size, N_TICKS, timeout_s=200)
+        histograms = await wait_for_histograms(exact_s, N_TICKS, timeout_s=120)
     finally:
         stop.set()
         await asyncio.gather(*tasks)
@@ -88,6 +113,22 @@ async def test_exact_with_huge_epsilon_and_mse_with_epsilon_one(
     assert first["privacy"] == {"model": "pure", "epsilon": 1e4}
     assert first["tick_start"] == exact_s.origin and first["tick_end"] == exact_s.origin + 1.0
     print(f"worst |release - exact| = {worst:.3g} (rounding bound {bound:.3g})")
+
+    # consistent histograms (reconcile side agent): parent = Σ children, and still exact
+    parent = domain.parent
+    assert parent is not None
+    for tick in range(1, N_TICKS + 1):
+        h = histograms[tick]
+        validate("dp.histograms.v1", h)
+        values = {n["stream"]: n["value"] for n in h["nodes"]}
+        x = np.array([values[name] for name in domain.names])
+        sums = np.zeros(domain.size)
+        np.add.at(sums, parent[parent >= 0], x[parent >= 0])
+        internal = np.zeros(domain.size, dtype=bool)
+        internal[parent[parent >= 0]] = True
+        assert np.allclose(x[internal], sums[internal], rtol=1e-9, atol=1e-6), tick
+        for name in domain.names:
+            assert abs(values[name] - exact[(name, tick)]) <= 1e-2, (name, tick)
 
     # ε = 1: empirical MSE vs the analytic expectation over all 14 900 releases
     mech1 = workers[1].mechanism()
