@@ -159,3 +159,33 @@ async def test_transaction_markers_do_not_block_idle_tick_closing(
         msg = json.loads(got[key][0])
         assert abs(msg["value"] - want) <= 1e-3, key
     assert worker.stats["accepted"] == len(good)
+
+
+async def test_grid_domain_counts_total_marginals_and_cells(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """An attribute grid: one event feeds total, one category per attribute and its cell;
+    cell keys may name the attributes in any order."""
+    grid = tmp_path / "grid.toml"
+    grid.write_text('name = "g"\nkind = "grid"\n[attributes]\nregion = ["n", "s"]\n'
+                    'age = ["young", "old", "mid"]\n', encoding="utf-8")
+    s = ps.make_settings(kafka_broker, tmp_path, unique_name, ["unused"], epsilon=1e4,
+                         tick_seconds=1.0, domain_file=str(grid))
+    await ps.create_topics(s)
+    domain = load_domain(s.domain_file)
+    assert domain.size == 1 + 5 + 6
+    keys = ["region=n|age=young", "age=old|region=s", "region=s|age=mid", "region=n|age=old"]
+    events = [(keys[i % 4], s.origin + 0.02 * i, 1.0) for i in range(150)]  # ticks 1..3
+    await ps.produce(s, (ps.event_bytes(*e) for e in events))
+    stop = asyncio.Event()
+    worker = Worker(s)
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        got = await ps.wait_for_ticks(s, domain.size, 5, timeout_s=60)
+    finally:
+        stop.set()
+        await task
+    exact = ps.exact_decayed(domain, events, s, 5)
+    for key, want in exact.items():
+        assert abs(json.loads(got[key][0])["value"] - want) <= 1e-3, key
+    assert exact[("total", 3)] > 0 and exact[("age=old", 2)] > 0
