@@ -23,9 +23,9 @@ from collections.abc import Callable
 import numpy as np
 
 from stream_dp.noise import KeyedNoise
-from stream_dp.noise.gaussian import sample_discrete_gaussian
-from stream_dp.noise.keyed import _Draws
-from stream_dp.noise.laplace import sample_discrete_laplace
+from stream_dp.noise.gaussian import gaussian_core
+from stream_dp.noise.keyed import _Source
+from stream_dp.noise.laplace import discrete_laplace_params, laplace_core
 
 
 def _time(fn: Callable[[int], object], reps: int) -> tuple[float, float]:
@@ -40,12 +40,14 @@ def _time(fn: Callable[[int], object], reps: int) -> tuple[float, float]:
 
 
 def _blocks_per_sample(noise: KeyedNoise, kind: str, param: float, n: int) -> float:
-    draws = _Draws(noise.with_streams(noise.stream_ids[:n]), 99_999)
+    source = _Source(noise, 99_999)
+    ids = noise.stream_ids[:n]
+    start = np.zeros(n, dtype=np.uint64)
     if kind == "laplace":
-        sample_discrete_laplace(draws, n, param)
+        _, after = laplace_core(source, ids, start, *discrete_laplace_params(param))
     else:
-        sample_discrete_gaussian(draws, n, param)
-    return float(draws._counters.mean())
+        _, after = gaussian_core(source, ids, start, param)
+    return float(after.mean())
 
 
 def main() -> None:

@@ -39,18 +39,69 @@ CHANNEL_GAUSS_ACCEPT = 3
 
 
 class DrawSource(Protocol):
-    """Per-element pseudo-random blocks with per-element draw counters.
+    """Pseudo-random 128-bit blocks addressed by ``(stream id, draw counter)`` (node fixed).
 
-    ``draw(idx)`` returns ``(words, counters)``: one 128-bit block per element of ``idx`` as an
-    ``(m, 2)`` uint64 array, and the counter value each block was drawn at (then advanced).
-    ``refine(i, counter, channel, round)`` returns 128 further bits (a Python int) for element
-    ``i``'s block drawn at ``counter``: an independent sequence per ``(channel, round)``, used
-    only by the exact paths, so the main counters never depend on the fast path's margin.
+    ``draw(ids, counters)`` returns one block per element as an ``(m, 2)`` uint64 array; the
+    caller advances its counters. ``refine(stream_id, counter, channel, round)`` returns 128
+    further bits (a Python int) for the block drawn at ``counter``: an independent sequence per
+    ``(channel, round)``, used only by the exact paths, so the main counters never depend on the
+    fast path's margins.
     """
 
-    def draw(self, idx: NDArray[np.intp]) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]: ...
+    def draw(self, ids: NDArray[np.uint64], counters: NDArray[np.uint64]) -> NDArray[np.uint64]: ...
 
-    def refine(self, i: int, counter: int, channel: int, round_: int) -> int: ...
+    def refine(self, stream_id: int, counter: int, channel: int, round_: int) -> int: ...
+
+
+#: Elements per vectorised step (cache-resident temporaries).
+CHUNK = 1 << 16
+
+#: One attempt over a chunk: ``(ids, counters) -> (accepted, values, counters after)``.
+Attempt = Callable[
+    [NDArray[np.uint64], NDArray[np.uint64]],
+    tuple[NDArray[np.bool_], NDArray[np.int64], NDArray[np.uint64]],
+]
+
+
+def rejection_loop(
+    ids: NDArray[np.uint64], counters: NDArray[np.uint64], attempt: Attempt
+) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+    """Run ``attempt`` until every element is accepted: (values, counters after).
+
+    Each pass processes the still-pending elements in chunks of :data:`CHUNK`; the pending
+    elements' ids and counters travel in compact arrays (no gathers from the full arrays). An
+    element's result depends only on its own id and counters, never on the others.
+    """
+    n = ids.shape[0]
+    out = np.zeros(n, dtype=np.int64)
+    ctr_out = counters.astype(np.uint64, copy=True)
+    p_ids, p_ctr = ids, counters
+    p_pos: NDArray[np.intp] | None = None  # None: first pass, positions = 0..n-1
+    while p_ids.shape[0]:
+        m = p_ids.shape[0]
+        r_pos: list[NDArray[np.intp]] = []
+        r_ids: list[NDArray[np.uint64]] = []
+        r_ctr: list[NDArray[np.uint64]] = []
+        for s in range(0, m, CHUNK):
+            e = min(m, s + CHUNK)
+            c_ids = p_ids[s:e]
+            accepted, values, after = attempt(c_ids, p_ctr[s:e])
+            rejected = ~accepted
+            if p_pos is None:
+                out[s:e][accepted] = values[accepted]
+                ctr_out[s:e] = after
+                r_pos.append(np.flatnonzero(rejected) + s)
+            else:
+                pos = p_pos[s:e]
+                out[pos[accepted]] = values[accepted]
+                ctr_out[pos] = after
+                r_pos.append(pos[rejected])
+            r_ids.append(c_ids[rejected])
+            r_ctr.append(after[rejected])
+        p_pos = np.concatenate(r_pos)
+        p_ids = np.concatenate(r_ids)
+        p_ctr = np.concatenate(r_ctr)
+    return out, ctr_out
 
 
 def _exp_neg_series(f: Fraction, prec: int) -> tuple[int, int]:

@@ -83,42 +83,33 @@ def discrete_gaussian_variance(sigma: float) -> float:
     return float(np.sum(w * k * k) / np.sum(w))
 
 
-_CHUNK = 1 << 16
-
-
 def gaussian_core(
-    source: _exact.DrawSource, idx: NDArray[np.intp], sigma: float
-) -> NDArray[np.int64]:
-    """Discrete Gaussian with parameter ``sigma`` for the elements ``idx`` of ``source``.
-
-    Works in chunks of 2^16 elements; every pass re-draws only the rejected elements.
-    """
+    source: _exact.DrawSource, ids: NDArray[np.uint64], counters: NDArray[np.uint64], sigma: float
+) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+    """Discrete Gaussian with parameter ``sigma`` for streams ``ids`` whose next draws are at
+    ``counters``: (samples, counters after)."""
     s = validate_sigma(sigma)
-    n = idx.shape[0]
-    out = np.zeros(n, dtype=np.int64)
     t = math.floor(s) + 1
     consts = (t, Fraction(s) ** 2, s * s / t, 2.0 * s * s)
-    pending = np.arange(n, dtype=np.intp)
-    while pending.size:
-        rejected = []
-        for start in range(0, pending.size, _CHUNK):
-            part = pending[start : start + _CHUNK]
-            accepted, y = _attempt(source, idx[part], consts)
-            out[part[accepted]] = y[accepted]
-            rejected.append(part[~accepted])
-        pending = np.concatenate(rejected)
-    return out
+
+    def attempt(
+        c_ids: NDArray[np.uint64], c_ctr: NDArray[np.uint64]
+    ) -> tuple[NDArray[np.bool_], NDArray[np.int64], NDArray[np.uint64]]:
+        return _attempt(source, c_ids, c_ctr, consts)
+
+    return _exact.rejection_loop(ids, counters, attempt)
 
 
 def _attempt(
     source: _exact.DrawSource,
-    sub: NDArray[np.intp],
+    ids: NDArray[np.uint64],
+    ctrs: NDArray[np.uint64],
     consts: tuple[int, Fraction, float, float],
-) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
-    """One attempt of CKS Alg. 3 for the elements ``sub``: (accepted mask, values)."""
+) -> tuple[NDArray[np.bool_], NDArray[np.int64], NDArray[np.uint64]]:
+    """One attempt of CKS Alg. 3: (accepted mask, values, counters after)."""
     t, s2_exact, q, two_s2 = consts
-    y = laplace_core(source, sub, t, 0)
-    words, ctrs = source.draw(sub)
+    y, ctrs = laplace_core(source, ids, ctrs, t, 0)
+    words = source.draw(ids, ctrs)
     a = (words[:, 0] >> np.uint64(11)).astype(np.float64)
     a *= _TWO53
     ay = np.abs(y)
@@ -140,19 +131,22 @@ def _attempt(
         rej &= ~big
     accepted = acc
     for e in np.flatnonzero(~(acc | rej)).tolist():
-        i = int(sub[e])
+        sid = int(ids[e])
         ctr = int(ctrs[e])
         yy = abs(int(y[e]))
         gamma_exact = (yy - s2_exact / t) ** 2 / (2 * s2_exact)
 
-        def more(r: int, i: int = i, ctr: int = ctr) -> int:
-            return source.refine(i, ctr, _exact.CHANNEL_GAUSS_ACCEPT, r)
+        def more(r: int, sid: int = sid, ctr: int = ctr) -> int:
+            return source.refine(sid, ctr, _exact.CHANNEL_GAUSS_ACCEPT, r)
 
         if _exact.uniform_below_exp(int(words[e, 0]) >> 11, 53, gamma_exact, more):
             accepted[e] = True
-    return accepted, y
+    return accepted, y, ctrs + np.uint64(1)
 
 
-def sample_discrete_gaussian(source: _exact.DrawSource, n: int, sigma: float) -> NDArray[np.int64]:
-    """``n`` exact discrete Gaussian samples (one per element ``0..n-1`` of ``source``)."""
-    return gaussian_core(source, np.arange(n, dtype=np.intp), sigma)
+def sample_discrete_gaussian(
+    source: _exact.DrawSource, ids: NDArray[np.uint64], sigma: float
+) -> NDArray[np.int64]:
+    """One exact discrete Gaussian sample per stream id (draw counters start at 0)."""
+    values, _ = gaussian_core(source, ids, np.zeros(ids.shape[0], dtype=np.uint64), sigma)
+    return values

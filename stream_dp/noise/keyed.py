@@ -61,32 +61,27 @@ def _validate_node(node: int) -> int:
     return int(node)
 
 
-class _Draws:
-    """Per-stream draw counters for one ``(node, call)``; implements ``_exact.DrawSource``."""
+class _Source:
+    """Blocks of one ``(key, tag, node)``; implements ``_exact.DrawSource``."""
 
-    __slots__ = ("_counters", "_ids", "_node", "_noise")
+    __slots__ = ("_node", "_noise")
 
     def __init__(self, noise: KeyedNoise, node: int) -> None:
         self._noise = noise
-        self._ids = noise.stream_ids
         self._node = node
-        self._counters = np.zeros(self._ids.shape[0], dtype=np.uint64)
 
-    def draw(self, idx: NDArray[np.intp]) -> tuple[NDArray[np.uint64], NDArray[np.uint64]]:
-        ctr = self._counters[idx]
-        if ctr.size and int(ctr.max()) >= MAX_DRAWS:
+    def draw(self, ids: NDArray[np.uint64], counters: NDArray[np.uint64]) -> NDArray[np.uint64]:
+        if counters.size and int(counters.max()) >= MAX_DRAWS:
             raise NoiseExhaustedError(
                 f"a stream exhausted its {MAX_DRAWS} pseudo-random draws for node {self._node}"
             )
-        words = self._noise.prf.blocks(self._ids[idx], self._node, ctr)
-        self._counters[idx] = ctr + np.uint64(1)
-        return words, ctr
+        return self._noise.prf.blocks(ids, self._node, counters)
 
-    def refine(self, i: int, counter: int, channel: int, round_: int) -> int:
+    def refine(self, stream_id: int, counter: int, channel: int, round_: int) -> int:
         if round_ >= MAX_DRAWS:  # pragma: no cover - probability ≈ 2^(-12·65536)
             raise NoiseExhaustedError("exact comparison did not settle")
         prf = self._noise.refinement_prf(channel, round_)
-        return prf.block_int(int(self._ids[i]), self._node, counter)
+        return prf.block_int(stream_id, self._node, counter)
 
 
 class KeyedNoise:
@@ -127,11 +122,11 @@ class KeyedNoise:
     def discrete_laplace(self, node: int, scale: float) -> NDArray[np.int64]:
         """Exact discrete Laplace, ``P(k) ∝ exp(−|k|/scale)``, ``scale`` in grid units
         (``[2**-8, 2**50]``); one int64 per stream."""
-        draws = _Draws(self, _validate_node(node))
-        return sample_discrete_laplace(draws, len(self), scale)
+        source = _Source(self, _validate_node(node))
+        return sample_discrete_laplace(source, self.stream_ids, scale)
 
     def discrete_gaussian(self, node: int, sigma: float) -> NDArray[np.int64]:
         """Exact discrete Gaussian, ``P(k) ∝ exp(−k²/(2σ²))``, ``sigma`` in grid units
         (``[2**-8, 2**46]``); one int64 per stream."""
-        draws = _Draws(self, _validate_node(node))
-        return sample_discrete_gaussian(draws, len(self), sigma)
+        source = _Source(self, _validate_node(node))
+        return sample_discrete_gaussian(source, self.stream_ids, sigma)

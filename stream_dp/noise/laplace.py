@@ -77,7 +77,6 @@ MAX_SCALE = 2.0**50
 GEOMETRIC_WINDOW = 1
 
 _TWO64 = 1 << 64
-_CHUNK = 1 << 16
 _TAB_BITS = 14
 _SPLIT = 8  # t' = t // 8
 _MIN_T = 1 << 12  # numerators below are scaled up by a power of two (same rational)
@@ -179,42 +178,29 @@ def _geometric_by_search(
 
 
 def laplace_core(
-    source: _exact.DrawSource, idx: NDArray[np.intp], t: int, j: int
-) -> NDArray[np.int64]:
-    """Discrete Laplace with scale ``t / 2**j`` for the elements ``idx`` of ``source``.
-
-    Works in chunks of 2^16 elements (cache-resident temporaries); every pass re-draws only the
-    elements whose attempt was rejected.
-    """
+    source: _exact.DrawSource, ids: NDArray[np.uint64], counters: NDArray[np.uint64], t: int, j: int
+) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+    """Discrete Laplace with scale ``t / 2**j`` for streams ``ids`` whose next draws are at
+    ``counters``: (samples, counters after)."""
     if t < _MIN_T:  # same rational t/2^j with a larger numerator: the U step rarely rejects
         k = _MIN_T.bit_length() - t.bit_length()
         t, j = t << k, j + k
     plan = _plan(t, j)
-    n = idx.shape[0]
-    out = np.zeros(n, dtype=np.int64)
-    rejected = []
-    for start in range(0, n, _CHUNK):  # first pass: contiguous slices, no gathers
-        stop = min(n, start + _CHUNK)
-        accepted, values = _attempt(source, idx[start:stop], plan)
-        out[start:stop][accepted] = values[accepted]
-        rejected.append(np.flatnonzero(~accepted) + start)
-    pending = np.concatenate(rejected) if rejected else np.zeros(0, dtype=np.intp)
-    while pending.size:
-        rejected = []
-        for start in range(0, pending.size, _CHUNK):
-            part = pending[start : start + _CHUNK]
-            accepted, values = _attempt(source, idx[part], plan)
-            out[part[accepted]] = values[accepted]
-            rejected.append(part[~accepted])
-        pending = np.concatenate(rejected)
-    return out
+
+    def attempt(
+        c_ids: NDArray[np.uint64], c_ctr: NDArray[np.uint64]
+    ) -> tuple[NDArray[np.bool_], NDArray[np.int64], NDArray[np.uint64]]:
+        accepted, values = _attempt(source, c_ids, c_ctr, plan)
+        return accepted, values, c_ctr + np.uint64(1)
+
+    return _exact.rejection_loop(ids, counters, attempt)
 
 
 def _attempt(
-    source: _exact.DrawSource, sub: NDArray[np.intp], plan: _Plan
+    source: _exact.DrawSource, ids: NDArray[np.uint64], ctrs: NDArray[np.uint64], plan: _Plan
 ) -> tuple[NDArray[np.bool_], NDArray[np.int64]]:
-    """One attempt of the algorithm for the elements ``sub``: (accepted mask, values)."""
-    words, ctrs = source.draw(sub)
+    """One attempt of the algorithm (one block each): (accepted mask, values)."""
+    words = source.draw(ids, ctrs)
     w0 = words[:, 0]
     w1 = words[:, 1]
     tp = plan.tp
@@ -267,7 +253,7 @@ def _attempt(
     exact = np.flatnonzero(undecided & ~rej_d)
     for e in exact.tolist():
         res = _laplace_exact_one(
-            source, int(sub[e]), int(ctrs[e]), plan, int(u[e]), int(w1[e]), bool(acc_d[e])
+            source, int(ids[e]), int(ctrs[e]), plan, int(u[e]), int(w1[e]), bool(acc_d[e])
         )
         if res is not None:
             accepted[e] = True
@@ -276,19 +262,19 @@ def _attempt(
 
 
 def _laplace_exact_one(
-    source: _exact.DrawSource, i: int, ctr: int, plan: _Plan, u: int, w1: int, acc_d: bool
+    source: _exact.DrawSource, sid: int, ctr: int, plan: _Plan, u: int, w1: int, acc_d: bool
 ) -> int | None:
     """Steps 2–5 for one element with exact arithmetic; None = start over."""
     if not acc_d:
 
         def more_a(r: int) -> int:
-            return source.refine(i, ctr, _exact.CHANNEL_LAPLACE_ACCEPT, r)
+            return source.refine(sid, ctr, _exact.CHANNEL_LAPLACE_ACCEPT, r)
 
         if not _exact.uniform_below_exp(w1 >> 33, 31, Fraction(u, plan.t), more_a):
             return None
 
     def more_w(r: int) -> int:
-        return source.refine(i, ctr, _exact.CHANNEL_LAPLACE_GEOMETRIC, r)
+        return source.refine(sid, ctr, _exact.CHANNEL_LAPLACE_GEOMETRIC, r)
 
     v = _exact.geometric_exact((w1 >> 1) & 0xFFFFFFFF, 32, plan.rate, more_w)
     y = (u + plan.tp * v) >> plan.j
@@ -301,7 +287,10 @@ def _laplace_exact_one(
     return y
 
 
-def sample_discrete_laplace(source: _exact.DrawSource, n: int, scale: float) -> NDArray[np.int64]:
-    """``n`` exact discrete Laplace samples (one per element ``0..n-1`` of ``source``)."""
+def sample_discrete_laplace(
+    source: _exact.DrawSource, ids: NDArray[np.uint64], scale: float
+) -> NDArray[np.int64]:
+    """One exact discrete Laplace sample per stream id (draw counters start at 0)."""
     t, j = discrete_laplace_params(scale)
-    return laplace_core(source, np.arange(n, dtype=np.intp), t, j)
+    values, _ = laplace_core(source, ids, np.zeros(ids.shape[0], dtype=np.uint64), t, j)
+    return values

@@ -23,7 +23,7 @@ from stream_dp.noise import (
     laplace,
     stream_ids,
 )
-from stream_dp.noise.keyed import _Draws
+from stream_dp.noise.keyed import _Source
 from stream_dp.noise.prf import MAX_DRAWS
 
 KEY = bytes.fromhex("9f" * 16 + "01" * 16)
@@ -281,12 +281,11 @@ def test_rejects_bad_stream_ids() -> None:
 
 
 def test_draw_counter_exhaustion_raises() -> None:
-    kn = _noise(4)
-    draws = _Draws(kn, 9)
-    draws._counters[:] = MAX_DRAWS - 1
-    draws.draw(np.arange(4))  # the last allowed draw
+    source = _Source(_noise(4), 9)
+    ids = np.arange(4, dtype=np.uint64)
+    source.draw(ids, np.full(4, MAX_DRAWS - 1, dtype=np.uint64))  # the last allowed draw
     with pytest.raises(NoiseExhaustedError, match="exhausted"):
-        draws.draw(np.arange(4))
+        source.draw(ids, np.full(4, MAX_DRAWS, dtype=np.uint64))
 
 
 # ---------------------------------------------------------------- the exact paths on their own
