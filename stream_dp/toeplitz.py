@@ -67,7 +67,7 @@ def denominator(p: float, k: int) -> Float64Array:
     return out
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=8)
 def _b_cached(p: float, k: int, n: int) -> Float64Array:
     impulse = np.zeros(n)
     impulse[0] = 1.0

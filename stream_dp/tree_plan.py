@@ -151,8 +151,7 @@ def level_coefficients(levels: Iterable[int], p: float, horizon: int) -> Float64
     )
 
 
-@lru_cache(maxsize=4096)
-def _coef_cached(level: int, upper: int | None, p: float, horizon: int) -> Float64Array:
+def _coef_array(level: int, upper: int | None, p: float, horizon: int) -> Float64Array:
     t = np.arange(1, horizon + 1, dtype=np.int64)
     b = 1 << level
     r = t if upper is None else t & ((1 << upper) - 1)
@@ -160,17 +159,16 @@ def _coef_cached(level: int, upper: int | None, p: float, horizon: int) -> Float
     rem = (r & (b - 1)).astype(np.float64)
     log_p = math.log(p)
     out: Float64Array = np.exp(2.0 * rem * log_p) * _geo(d, 2.0 * b * log_p)
-    out.setflags(write=False)
     return out
 
 
 def _coef(level: int, upper: int | None, p: float, horizon: int) -> Float64Array:
-    return _coef_cached(level, upper, float(p), int(horizon))
+    return _coef_array(level, upper, float(p), int(horizon))
 
 
 @lru_cache(maxsize=4096)
 def _mean_coef(level: int, upper: int | None, p: float, horizon: int) -> float:
-    return float(_coef_cached(level, upper, p, horizon).mean())
+    return float(_coef_array(level, upper, p, horizon).mean())
 
 
 def node_variances(
