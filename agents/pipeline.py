@@ -203,8 +203,32 @@ class _Stage:
             max_poll_records=s.max_batch,
             max_partition_fetch_bytes=4 * 1024 * 1024,
         )
+        await self._check_partitions()
         self.consumer.subscribe([self.topic], listener=_listener(self))
         await self.consumer.start()
+
+    async def _check_partitions(self) -> None:
+        """Refuse to start if the input or checkpoint topic has an unexpected partition count.
+
+        Ingest checkpoints and release shards are tied to partition numbers, so a mismatch
+        would mix up state (run ``stream-dp topics`` or fix the settings).
+        """
+        await self.reader.topics()
+        for topic in (self.topic, self.ckpt_topic):
+            parts = self.reader.partitions_for_topic(topic)
+            if not parts:
+                raise RuntimeError(
+                    f"topic {topic!r} does not exist; create the topics first (stream-dp topics)"
+                )
+            if len(parts) != self.expected_partitions:
+                raise ValueError(
+                    f"topic {topic!r} has {len(parts)} partitions, the settings expect "
+                    f"{self.expected_partitions}"
+                )
+
+    @property
+    def expected_partitions(self) -> int:
+        return self.s.events_partitions if self.name == "ingest" else self.s.shards
 
     async def stop(self) -> None:
         async with self.lock:
@@ -647,14 +671,15 @@ class Worker:
     async def run(self, stop_event: asyncio.Event | None = None) -> None:
         stop = stop_event if stop_event is not None else asyncio.Event()
         self.mechanism()  # fail fast on bad strategy settings
-        await self.ingest.start()
-        await self.release.start()
-        tasks = [
-            asyncio.create_task(self.ingest.run(stop), name="stream-dp-ingest"),
-            asyncio.create_task(self.release.run(stop), name="stream-dp-release"),
-        ]
+        tasks: list[asyncio.Task[None]] = []
         stopper = asyncio.create_task(stop.wait())
         try:
+            await self.ingest.start()
+            await self.release.start()
+            tasks = [
+                asyncio.create_task(self.ingest.run(stop), name="stream-dp-ingest"),
+                asyncio.create_task(self.release.run(stop), name="stream-dp-release"),
+            ]
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 if t is not stopper and t.exception() is not None:

@@ -69,3 +69,16 @@ async def test_read_latest_checkpoint_across_windows(
     finally:
         await prod.stop()
         await reader.stop()
+
+
+async def test_worker_refuses_mismatched_partition_counts(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    from agents.pipeline import Worker
+
+    s = ps.make_settings(kafka_broker, tmp_path, unique_name, ["a/b/c"])
+    with pytest.raises(RuntimeError, match="does not exist"):
+        await Worker(s).run()
+    await ensure_topics(kafka_broker, s)
+    with pytest.raises(ValueError, match="partitions"):
+        await Worker(s.replace(shards=s.shards + 2)).run()
