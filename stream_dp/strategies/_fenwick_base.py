@@ -226,25 +226,30 @@ class FenwickMechanism(Mechanism):
         state["tick"] = np.array(t, dtype=np.int64)
         return release.copy()
 
+    def _epoch_variance(self, n: int, tau: int) -> float:
+        """Release variance at tick ``tau`` of an epoch of ``n`` ticks, carry excluded, O(log n)."""
+        w = self.weights(n)
+        total = 0.0
+        k = tau
+        while k > 0:
+            total += (self.p ** (2 * (tau - k))) / (float(w[k - 1]) ** 2)
+            k -= k & -k
+        return self.plan(n).measurement_variance * total
+
     def _carry_variance(self, epoch: int) -> float:
         """Variance of the value carried into ``epoch`` (the last release of the previous one)."""
         var = 0.0
         t = 0
         for _ in range(epoch):
             _, _, n = self.epoch_of(t + 1)
-            plan = self.plan(n)
-            end = plan.measurement_variance * self._end_factor(n)
-            var = end + (self.p ** (2 * n)) * var
+            var = self._epoch_variance(n, n) + (self.p ** (2 * n)) * var
             t += n
         return var
-
-    def _end_factor(self, n: int) -> float:
-        return float(self.curve(n)[n - 1] / self.plan(n).measurement_variance)
 
     def variance(self, t: int) -> float:
         e, start, n = self.epoch_of(t)
         tau = t - start
-        v = float(self.curve(n)[tau - 1])
+        v = self._epoch_variance(n, tau)
         if e > 0:
             v += (self.p ** (2 * tau)) * self._carry_variance(e)
         return v
@@ -266,8 +271,13 @@ class FenwickMechanism(Mechanism):
     def sensitivity(self) -> float:
         return self.plan(self.epoch_of(1)[2]).sensitivity
 
-    def rounding_bound(self) -> float:
-        """Bound on the grid-rounding bias of any release (p < 1: all ticks; p = 1: first 2**40)."""
+    def rounding_bound(self, ticks: int | None = None) -> float:
+        """Bound on the grid-rounding bias of any release.
+
+        ``p < 1``: valid for every tick. ``p = 1``: the bias of carried epoch totals accumulates
+        (by at most half a grid unit over the root weight per epoch), so the bound covers the
+        first ``ticks`` ticks (default: the first epoch).
+        """
 
         def epoch_bound(n: int) -> tuple[float, float]:
             g = self.plan(n).grid
@@ -278,17 +288,14 @@ class FenwickMechanism(Mechanism):
             worst, end = epoch_bound(self.horizon)
             pn = self.p**self.horizon
             return worst + (end / (1.0 - pn) if pn < 1.0 else math.inf)
+        limit = self._base if ticks is None else int(ticks)
         total = 0.0
         worst_all = 0.0
         t = 0
-        while t < (1 << 40):
+        while t < limit:
             _, _, n = self.epoch_of(t + 1)
             worst, end = epoch_bound(n)
             worst_all = max(worst_all, total + worst)
             total += end
             t += n
-            if n == self._max_epoch:
-                epochs_left = ((1 << 40) - t) // n + 1
-                worst_all = max(worst_all, total + epochs_left * end + worst)
-                break
         return worst_all

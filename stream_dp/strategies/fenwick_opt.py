@@ -2,8 +2,8 @@
 
 Weights come from :func:`stream_dp.fenwick_opt.optimal_weights` (dual ascent on the convex
 problem, cached on disk per (p, epoch length); never worse than DM's or DMFDA's Λ by the
-mechanism's exact error). For ``p = 1`` epochs longer than 2**22 ticks (reached only after about
-2**22 ticks of doubling epochs) the solve is skipped and DMFDA's Λ is used, which is within a
+mechanism's exact error). For ``p = 1`` epochs longer than 2**20 ticks (reached after about 2**20
+ticks of doubling epochs) the solve is skipped and DMFDA's Λ is used, which is within a
 hair of the optimum at ``p = 1``. Everything else (grid, epochs, noise) is
 :mod:`stream_dp.strategies._fenwick_base`.
 """
@@ -19,7 +19,7 @@ from stream_dp.strategies._fenwick_base import FenwickMechanism
 __all__ = ["SOLVE_LIMIT", "FenwickOptMechanism"]
 
 #: Largest epoch length solved numerically.
-SOLVE_LIMIT = 1 << 22
+SOLVE_LIMIT = 1 << 20
 
 
 class FenwickOptMechanism(FenwickMechanism):
@@ -30,7 +30,10 @@ class FenwickOptMechanism(FenwickMechanism):
     def _compute_weights(self, n: int) -> Float64Array:
         if n > SOLVE_LIMIT:
             return lambdas(n, self.p)
-        return optimal_weights(n, self.p)
+        # Epoch 0 must never be worse than dm/dmfda over the horizon; later p = 1 epochs
+        # (longer than the first) are only judged with their carry.
+        first = self.p < 1.0 or n <= self.epoch_of(1)[2]
+        return optimal_weights(n, self.p, first_epoch=first)
 
 
 def make(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> FenwickOptMechanism:

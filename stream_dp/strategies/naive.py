@@ -92,12 +92,13 @@ class NaiveMechanism(Mechanism):
     def sensitivity(self) -> float:
         return self._sensitivity
 
-    def rounding_bound(self) -> float:
-        """``g/2 · Σ p^i``: ``g/(2(1 − p))`` for p < 1; for p = 1 the bound for the first 2**40
-        ticks (zero for counts that are multiples of the grid, e.g. integers)."""
+    def rounding_bound(self, ticks: int | None = None) -> float:
+        """``g/2 · Σ p^i``: ``g/(2(1 − p))`` for p < 1 (every tick); for p = 1 ``g/2 · ticks``
+        over the first ``ticks`` ticks (default ``horizon``). Zero for counts on the grid
+        (e.g. integers)."""
         if self.p < 1.0:
             return 0.5 * self.grid / (1.0 - self.p)
-        return 0.5 * self.grid * float(1 << 40)
+        return 0.5 * self.grid * float(self.horizon if ticks is None else ticks)
 
 
 def make(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> NaiveMechanism:
