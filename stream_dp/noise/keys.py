@@ -24,6 +24,7 @@ True
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import re
 from collections.abc import Iterable
@@ -52,8 +53,15 @@ class SecretKey:
 
     __slots__ = ("_key",)
 
-    def __init__(self, key: bytes | bytearray | SecretKey) -> None:
-        raw = bytes(key) if not isinstance(key, SecretKey) else key.reveal()
+    def __init__(self, key: bytes | bytearray | memoryview | SecretKey) -> None:
+        if isinstance(key, SecretKey):
+            raw = key.reveal()
+        elif isinstance(key, (bytes, bytearray, memoryview)):
+            raw = bytes(key)
+        else:
+            raise ValueError(
+                f"key must be bytes (>= {MIN_KEY_BYTES}) or a SecretKey, got {type(key).__name__}"
+            )
         if len(raw) < MIN_KEY_BYTES:
             raise ValueError(
                 f"key must be at least {MIN_KEY_BYTES} bytes after decoding, got {len(raw)} bytes"
@@ -78,8 +86,6 @@ class SecretKey:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SecretKey):
             return NotImplemented
-        import hmac
-
         return hmac.compare_digest(self._key, other._key)
 
     def __hash__(self) -> int:

@@ -121,6 +121,7 @@ def test_errors_from_noise_do_not_contain_the_key() -> None:
         lambda: kn.discrete_gaussian(1, 0.0),
         lambda: KeyedNoise(secret, 5, [1]),  # type: ignore[arg-type]
         lambda: KeyedNoise(secret[:10], "t", [1]),
+        lambda: KeyedNoise(secret.hex(), "t", [1]),  # type: ignore[arg-type]
     ):
         with pytest.raises(ValueError) as err:
             call()
