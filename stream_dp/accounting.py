@@ -34,12 +34,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from numbers import Real
+from typing import Protocol
 
 from stream_dp.budget import ZCDP, Privacy, PureDP
 
 __all__ = ["Accountant"]
 
 DEFAULT_DELTA = 1e-6
+
+
+class _Touches(Protocol):
+    """Anything that knows how many released nodes one event feeds (``Domain``)."""
+
+    @property
+    def touches(self) -> int: ...
 
 
 def _fmt(x: float) -> str:
@@ -86,6 +94,11 @@ class Accountant:
             raise ValueError(f"nodes_touched must be an integer >= 1, got {h!r}")
         per_node = total if h == 1 else total.scaled(1.0 / h)
         return cls(per_node=per_node, nodes_touched=h, cap=cap)
+
+    @classmethod
+    def for_domain(cls, domain: _Touches, per_node: Privacy, cap: float = 1.0) -> Accountant:
+        """The accountant of a :class:`~stream_dp.domain.Domain` (``h = domain.touches``)."""
+        return cls(per_node=per_node, nodes_touched=int(domain.touches), cap=cap)
 
     @property
     def model(self) -> str:

@@ -102,3 +102,19 @@ def test_summary_zcdp_shows_implied_approx_dp() -> None:
         line.startswith(f"implied (ε, δ)-DP:       ε = {eps:.6g} at δ = 1e-06") for line in lines
     )
     assert lines[-1] == "count sensitivity:       L1 = 4, L2 = 2 per tick (cap × h, cap × √h)"
+
+
+def test_for_domain_uses_nodes_touched_of_real_domains() -> None:
+    from stream_dp.domain import Domain
+
+    flat = Domain.flat(["a", "b", "c"])
+    tree = Domain.from_paths(["eu/de/berlin", "eu/fr/paris", "us/ny/nyc"], root="world")
+    grid = Domain.grid({"sex": ["f", "m"], "age": ["young", "old"], "region": ["n", "s"]})
+    for domain, h in ((flat, 1), (tree, 4), (grid, 5)):
+        acc = Accountant.for_domain(domain, PureDP(0.5), cap=2.0)
+        assert acc.nodes_touched == h == domain.touches
+        assert acc.total == PureDP(0.5 * h)
+        assert acc.sensitivity == 2.0 * h
+        # one event really feeds h nodes
+        key = {1: "a", 4: "eu/de/berlin", 5: "sex=f|age=old|region=s"}[h]
+        assert len(domain.nodes_for_event(key)) == h
