@@ -1,0 +1,178 @@
+"""CounterBank / DecayedCounter: Monte-Carlo MSE vs the exact analytics, replay, checkpoints, validation."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from stream_dp import CounterBank, DecayedCounter
+from stream_dp.analysis import expected_mse
+from stream_dp.budget import PureDP
+from stream_dp.strategies import make_mechanism
+
+KEY = bytes(range(32))
+STRATEGIES = ("naive", "dm", "dmfda", "fenwick-opt")
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAM_DP_CACHE_DIR", str(tmp_path))
+
+
+def _decayed(D: np.ndarray, p: float) -> np.ndarray:
+    out = np.zeros_like(D)
+    acc = np.zeros(D.shape[1])
+    for t in range(D.shape[0]):
+        acc = p * acc + D[t]
+        out[t] = acc
+    return out
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(("p", "horizon", "ticks"), [(0.9, 63, 63), (1.0, 8, 40), (0.99, 15, 40)])
+def test_monte_carlo_mse_within_5_percent(
+    strategy: str, p: float, horizon: int, ticks: int
+) -> None:
+    """Many streams = many independent samples (noise keyed per stream id); fixed key."""
+    S = 40_000
+    eps = 0.7
+    bank = CounterBank(
+        make_mechanism(strategy, p, horizon, PureDP(eps)), [f"s{i}" for i in range(S)], KEY
+    )
+    rng = np.random.default_rng(11)
+    D = rng.poisson(3.0, (ticks, S)).astype(np.float64)
+    true = _decayed(D, p)
+    sq = np.zeros(ticks)
+    for t in range(ticks):
+        sq[t] = float(np.mean((bank.step(D[t]) - true[t]) ** 2))
+    analytic = bank.mechanism.mse_curve(ticks)
+    assert float(sq.mean()) == pytest.approx(float(analytic.mean()), rel=0.05)
+    if ticks == horizon:
+        assert float(analytic.mean()) == pytest.approx(
+            expected_mse(strategy, p, horizon, eps), rel=1e-12
+        )
+    assert bank.stderr == pytest.approx(math.sqrt(analytic[-1]), rel=1e-12)
+
+
+def test_decayed_counter_replays_bit_identically_and_keys_matter() -> None:
+    counts = [3, 0, 1, 7, 2, 0, 0, 5]
+    a = DecayedCounter(p=0.9, epsilon=1.0, strategy="dmfda", horizon=7, key=KEY)
+    b = DecayedCounter(p=0.9, epsilon=1.0, strategy="dmfda", horizon=7, key=KEY)
+    c = DecayedCounter(p=0.9, epsilon=1.0, strategy="dmfda", horizon=7, key=bytes(32))
+    ra = [a.update(x) for x in counts]
+    assert ra == [b.update(x) for x in counts]
+    assert ra != [c.update(x) for x in counts]
+    assert all(isinstance(x, float) for x in ra)
+    assert a.tick == len(counts) and a.strategy == "dmfda"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_checkpoint_round_trip_continues_bit_identically(strategy: str) -> None:
+    names = ["shop/a", "shop/b", "web/ü"]
+    mech = make_mechanism(strategy, 1.0, 4, PureDP(0.5), cap=2.0)  # p = 1: epochs of 4, 8, 16, ...
+    bank = CounterBank(mech, names, KEY)
+    rng = np.random.default_rng(5)
+    D = rng.uniform(0, 2, (30, 3))
+    for t in range(13):
+        bank.step(D[t])
+    blob = bank.to_bytes()
+    assert KEY not in blob
+    for n in names:
+        assert n.encode() in blob
+    restored = CounterBank.from_bytes(blob, KEY)
+    assert restored.tick == 13 and restored.names == tuple(names)
+    assert restored.mechanism.name == strategy and restored.mechanism.cap == 2.0
+    np.testing.assert_array_equal(restored.releases, bank.releases)
+    for t in range(13, 30):
+        np.testing.assert_array_equal(restored.step(D[t]), bank.step(D[t]))
+
+
+def test_noise_of_a_stream_does_not_depend_on_the_bank() -> None:
+    mech = make_mechanism("dm", 0.8, 15, PureDP(1.0))
+    big = CounterBank(mech, ["a", "b", "c"], KEY)
+    small = CounterBank(mech, ["c"], KEY)
+    for t in range(20):
+        np.testing.assert_array_equal(big.step([1.0, 2.0, float(t)])[2:], small.step([float(t)]))
+
+
+@pytest.mark.parametrize(
+    ("counts", "match"),
+    [
+        ([1.0], r"shape \(2,\)"),
+        ([[1.0, 2.0]], r"shape \(2,\)"),
+        ([1.0, math.nan], "finite"),
+        ([math.inf, 1.0], "finite"),
+        ([1.0, -0.5], "≥ 0"),
+        ([1e30, 0.0], "counts"),
+    ],
+)
+def test_bad_counts_raise_and_leave_state_unchanged(counts: list[object], match: str) -> None:
+    bank = CounterBank(make_mechanism("dmfda", 0.9, 31, PureDP(1.0)), ["x", "y"], KEY)
+    bank.step([1.0, 2.0])
+    before = bank.to_bytes()
+    with pytest.raises(ValueError, match=match):
+        bank.step(counts)  # type: ignore[arg-type]
+    assert bank.to_bytes() == before
+    assert bank.tick == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"key": None}, "key must"),
+        ({"key": b"short"}, "key must"),
+        ({"key": "a string key of many chars"}, "key must"),
+        ({"p": 0.0}, "p must"),
+        ({"p": 1.0001}, "p must"),
+        ({"epsilon": 0.0}, "epsilon"),
+        ({"epsilon": math.nan}, "epsilon"),
+        ({"epsilon": -1.0}, "epsilon"),
+        ({"horizon": 0}, "horizon must"),
+        ({"strategy": "bogus"}, "strategy must"),
+        ({"cap": -1.0}, "cap must"),
+    ],
+)
+def test_decayed_counter_bad_parameters(kwargs: dict[str, object], match: str) -> None:
+    args: dict[str, object] = {
+        "p": 0.9,
+        "epsilon": 1.0,
+        "strategy": "naive",
+        "horizon": 15,
+        "key": KEY,
+    }
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        DecayedCounter(**args)  # type: ignore[arg-type]
+
+
+def test_decayed_counter_bad_count_leaves_state() -> None:
+    c = DecayedCounter(p=0.9, epsilon=1.0, strategy="naive", key=KEY)
+    c.update(1)
+    blob = c.to_bytes()
+    for bad in (-1, math.nan, "3", None):
+        with pytest.raises(ValueError, match="count"):
+            c.update(bad)  # type: ignore[arg-type]
+    assert c.to_bytes() == blob and c.tick == 1
+    again = DecayedCounter.from_bytes(blob, KEY)
+    assert again.update(4) == c.update(4)
+
+
+def test_bank_bad_construction_and_corrupt_checkpoints() -> None:
+    mech = make_mechanism("naive", 0.5, 7, PureDP(1.0))
+    with pytest.raises(ValueError, match="distinct"):
+        CounterBank(mech, ["a", "a"], KEY)
+    with pytest.raises(ValueError, match="stream_names"):
+        CounterBank(mech, "ab", KEY)
+    with pytest.raises(ValueError, match="key must"):
+        CounterBank(mech, ["a"], b"")
+    bank = CounterBank(mech, ["a", "b"], KEY)
+    bank.step([1, 2])
+    blob = bank.to_bytes()
+    with pytest.raises(ValueError, match="checksum"):
+        CounterBank.from_bytes(blob[:-40] + bytes([blob[-40] ^ 1]) + blob[-39:], KEY)
+    with pytest.raises(ValueError, match="not a CounterBank"):
+        CounterBank.from_bytes(b"garbage", KEY)
+    assert math.isnan(CounterBank(mech, ["z"], KEY).stderr)

@@ -1,0 +1,83 @@
+"""``stream-dp plan``: one row per registered strategy, ratio to the best, the planner's pick."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stream_dp.budget import PureDP
+from stream_dp.cli import main
+from stream_dp.planner import pick
+from stream_dp.strategies import available
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAM_DP_CACHE_DIR", str(tmp_path))
+
+
+def test_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--p", "0.999", "--epsilon", "1", "--horizon", "4095"]) == 0
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
+    names = available("pure")
+    body = [ln for ln in lines if ln.split() and ln.split()[0] in names]
+    assert sorted(ln.split()[0] for ln in body) == sorted(names)
+    ratios = [float(ln.split()[4]) for ln in body]
+    assert ratios[0] == 1.0 and ratios == sorted(ratios)
+    chosen = pick(0.999, 4095, PureDP(1.0))
+    assert f"pick: {chosen}" in lines
+    assert body[0].split()[0] == chosen and body[0].endswith("<- pick")
+
+
+def test_json_matches_analysis(capsys: pytest.CaptureFixture[str]) -> None:
+    from stream_dp.analysis import expected_mse
+
+    assert (
+        main(
+            [
+                "plan",
+                "--p",
+                "0.9",
+                "--epsilon",
+                "0.5",
+                "--horizon",
+                "255",
+                "--cap",
+                "2",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["privacy"] == {"model": "pure", "epsilon": 0.5}
+    for row in doc["strategies"]:
+        assert row["mse"] == pytest.approx(
+            expected_mse(row["strategy"], 0.9, 255, 0.5, cap=2.0), rel=1e-12
+        )
+        assert row["rmse"] ** 2 == pytest.approx(row["mse"], rel=1e-12)
+    assert doc["pick"] == doc["strategies"][0]["strategy"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["--p", "1.5", "--epsilon", "1", "--horizon", "7"], "p must"),
+        (["--p", "0.5", "--epsilon", "0", "--horizon", "7"], "epsilon"),
+        (["--p", "0.5", "--epsilon", "1", "--horizon", "0"], "horizon"),
+        (["--p", "0.5", "--epsilon", "1", "--horizon", "7", "--cap", "-1"], "cap"),
+    ],
+)
+def test_bad_input_exit_2(argv: list[str], match: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", *argv]) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert "stream-dp plan --p 0.9 --epsilon 1 --horizon 32767" in capsys.readouterr().out
