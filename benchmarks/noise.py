@@ -24,7 +24,6 @@ import numpy as np
 
 from stream_dp.noise import KeyedNoise
 from stream_dp.noise.gaussian import gaussian_core
-from stream_dp.noise.keyed import _Source
 from stream_dp.noise.laplace import discrete_laplace_params, laplace_core
 
 
@@ -40,7 +39,7 @@ def _time(fn: Callable[[int], object], reps: int) -> tuple[float, float]:
 
 
 def _blocks_per_sample(noise: KeyedNoise, kind: str, param: float, n: int) -> float:
-    source = _Source(noise, 99_999)
+    source = noise._source(kind, param, 99_999)
     ids = noise.stream_ids[:n]
     start = np.zeros(n, dtype=np.uint64)
     if kind == "laplace":

@@ -5,9 +5,16 @@ One sample per stream per call, in grid units, from the exact samplers of
 :mod:`stream_dp.noise.prf` under ``(secret, tag)``.
 
 Determinism and independence. The sample of a stream for ``node`` is a function of
-``(secret, tag, stream id, node, parameter)`` only: the rejection loop of each stream reads the
-blocks ``(stream id, node, 0), (stream id, node, 1), …`` of its own (one draw counter per stream),
-plus, in the rare exact paths, refinement blocks of independent PRFs keyed by the same triple.
+``(secret, tag, distribution, parameter, stream id, node)`` only: the rejection loop of each
+stream reads the blocks ``(stream id, node, 0), (stream id, node, 1), …`` of its own (one draw
+counter per stream) under the PRF of ``tag | distribution/parameter`` (the parameter as its exact
+``float.hex``), plus, in the rare exact paths, refinement blocks of independent child PRFs.
+
+Why the parameter is part of the key: the samplers are deterministic functions of the bits, so
+the same bits at two scales would give strongly *coupled* noise (``Z' ≈ Z·b'/b``), and two
+releases of the same data at two budgets could then be combined to cancel the noise. With the
+parameter in the key, a release at another ε or ρ gets independent noise and the budgets simply
+add. The Laplace and Gaussian samples of one node are independent for the same reason.
 Hence the same key replays the same noise (a replayed tick is bit-identical, DESIGN.md §2.5), and
 the noise of a stream does not depend on which other streams share the bank, their order, or
 how the streams are partitioned across workers.
@@ -23,12 +30,14 @@ probability > 0.3, so exhaustion has probability below 0.7^65536 ≈ 10^-10000; 
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from stream_dp.noise.gaussian import sample_discrete_gaussian
+from stream_dp.noise.gaussian import sample_discrete_gaussian, validate_sigma
 from stream_dp.noise.keys import SecretKey
-from stream_dp.noise.laplace import sample_discrete_laplace
+from stream_dp.noise.laplace import discrete_laplace_params, sample_discrete_laplace
 from stream_dp.noise.prf import MAX_DRAWS, MAX_NODE, BlockPRF
 
 __all__ = ["KeyedNoise", "NoiseExhaustedError"]
@@ -61,13 +70,31 @@ def _validate_node(node: int) -> int:
     return int(node)
 
 
+class _Channel:
+    """The PRF of one ``(tag, distribution, parameter)`` and its refinement PRFs."""
+
+    __slots__ = ("_refine", "prf")
+
+    def __init__(self, prf: BlockPRF) -> None:
+        self.prf = prf
+        self._refine: dict[tuple[int, int], BlockPRF] = {}
+
+    def refinement_prf(self, channel: int, round_: int) -> BlockPRF:
+        k = (channel, round_)
+        prf = self._refine.get(k)
+        if prf is None:
+            prf = self.prf.child(f"refine/{channel}/{round_}")
+            self._refine[k] = prf
+        return prf
+
+
 class _Source:
-    """Blocks of one ``(key, tag, node)``; implements ``_exact.DrawSource``."""
+    """Blocks of one ``(key, tag, distribution, parameter, node)``; a ``_exact.DrawSource``."""
 
-    __slots__ = ("_node", "_noise")
+    __slots__ = ("_channel", "_node")
 
-    def __init__(self, noise: KeyedNoise, node: int) -> None:
-        self._noise = noise
+    def __init__(self, channel: _Channel, node: int) -> None:
+        self._channel = channel
         self._node = node
 
     def draw(self, ids: NDArray[np.uint64], counters: NDArray[np.uint64]) -> NDArray[np.uint64]:
@@ -75,13 +102,16 @@ class _Source:
             raise NoiseExhaustedError(
                 f"a stream exhausted its {MAX_DRAWS} pseudo-random draws for node {self._node}"
             )
-        return self._noise.prf.blocks(ids, self._node, counters)
+        return self._channel.prf.blocks(ids, self._node, counters)
 
     def refine(self, stream_id: int, counter: int, channel: int, round_: int) -> int:
         if round_ >= MAX_DRAWS:  # pragma: no cover - probability ≈ 2^(-12·65536)
             raise NoiseExhaustedError("exact comparison did not settle")
-        prf = self._noise.refinement_prf(channel, round_)
+        prf = self._channel.refinement_prf(channel, round_)
         return prf.block_int(stream_id, self._node, counter)
+
+
+_MAX_CHANNELS = 256
 
 
 class KeyedNoise:
@@ -98,7 +128,7 @@ class KeyedNoise:
         self.tag = tag
         self.stream_ids = _as_stream_ids(stream_ids)
         self.prf = BlockPRF(self._key, tag)
-        self._refine: dict[tuple[int, int], BlockPRF] = {}
+        self._channels: OrderedDict[str, _Channel] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"KeyedNoise(tag={self.tag!r}, streams={self.stream_ids.shape[0]}, key=<hidden>)"
@@ -106,14 +136,18 @@ class KeyedNoise:
     def __len__(self) -> int:
         return int(self.stream_ids.shape[0])
 
-    def refinement_prf(self, channel: int, round_: int) -> BlockPRF:
-        """The independent PRF of refinement ``(channel, round)`` (exact paths only)."""
-        k = (channel, round_)
-        prf = self._refine.get(k)
-        if prf is None:
-            prf = self.prf.child(f"refine/{channel}/{round_}")
-            self._refine[k] = prf
-        return prf
+    def _source(self, kind: str, param: float, node: int) -> _Source:
+        """Source for one distribution and exact parameter (cached, at most 256 channels)."""
+        label = f"{kind}/{float(param).hex()}"
+        channel = self._channels.get(label)
+        if channel is None:
+            channel = _Channel(self.prf.child(label))
+            self._channels[label] = channel
+            if len(self._channels) > _MAX_CHANNELS:
+                self._channels.popitem(last=False)
+        else:
+            self._channels.move_to_end(label)
+        return _Source(channel, _validate_node(node))
 
     def with_streams(self, stream_ids: ArrayLike) -> KeyedNoise:
         """Same key and tag, other streams (the noise of a shared stream is unchanged)."""
@@ -122,11 +156,13 @@ class KeyedNoise:
     def discrete_laplace(self, node: int, scale: float) -> NDArray[np.int64]:
         """Exact discrete Laplace, ``P(k) ∝ exp(−|k|/scale)``, ``scale`` in grid units
         (``[2**-8, 2**50]``); one int64 per stream."""
-        source = _Source(self, _validate_node(node))
-        return sample_discrete_laplace(source, self.stream_ids, scale)
+        discrete_laplace_params(scale)  # validate before deriving a key
+        return sample_discrete_laplace(self._source("laplace", scale, node), self.stream_ids, scale)
 
     def discrete_gaussian(self, node: int, sigma: float) -> NDArray[np.int64]:
         """Exact discrete Gaussian, ``P(k) ∝ exp(−k²/(2σ²))``, ``sigma`` in grid units
         (``[2**-8, 2**46]``); one int64 per stream."""
-        source = _Source(self, _validate_node(node))
-        return sample_discrete_gaussian(source, self.stream_ids, sigma)
+        validate_sigma(sigma)
+        return sample_discrete_gaussian(
+            self._source("gaussian", sigma, node), self.stream_ids, sigma
+        )

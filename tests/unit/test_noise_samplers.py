@@ -23,7 +23,6 @@ from stream_dp.noise import (
     laplace,
     stream_ids,
 )
-from stream_dp.noise.keyed import _Source
 from stream_dp.noise.prf import MAX_DRAWS
 
 KEY = bytes.fromhex("9f" * 16 + "01" * 16)
@@ -175,6 +174,25 @@ def test_independent_across_keys_tags_nodes_streams() -> None:
     _assert_independent(_noise(n).discrete_gaussian(9, 50.0), g)
 
 
+def test_other_parameter_or_distribution_gives_independent_noise() -> None:
+    """Same key, tag, node: another scale must not give coupled noise (no cancellation)."""
+    n = 100_000
+    kn = _noise(n)
+    a = kn.discrete_laplace(5, 1000.0)
+    _assert_independent(a, kn.discrete_laplace(5, 2000.0))
+    _assert_independent(a, kn.discrete_laplace(5, 1000.0000000000001))
+    _assert_independent(a, kn.discrete_gaussian(5, 1000.0))
+    _assert_independent(kn.discrete_gaussian(5, 30.0), kn.discrete_gaussian(5, 60.0))
+
+
+def test_channel_cache_eviction_keeps_determinism() -> None:
+    kn = _noise(50)
+    first = kn.discrete_laplace(1, 10.0)
+    for k in range(300):  # more distinct parameters than the cache holds
+        kn.discrete_laplace(1, 10.0 + k / 7)
+    assert np.array_equal(kn.discrete_laplace(1, 10.0), first)
+
+
 def test_sample_does_not_depend_on_batch_membership_or_order() -> None:
     n = 70_000  # crosses the 2^16 chunk boundary
     ids = np.arange(10**9, 10**9 + n, dtype=np.uint64)
@@ -281,7 +299,7 @@ def test_rejects_bad_stream_ids() -> None:
 
 
 def test_draw_counter_exhaustion_raises() -> None:
-    source = _Source(_noise(4), 9)
+    source = _noise(4)._source("laplace", 1.0, 9)
     ids = np.arange(4, dtype=np.uint64)
     source.draw(ids, np.full(4, MAX_DRAWS - 1, dtype=np.uint64))  # the last allowed draw
     with pytest.raises(NoiseExhaustedError, match="exhausted"):
