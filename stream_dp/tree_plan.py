@@ -330,7 +330,10 @@ def _search(p: float, horizon: int, model: Model) -> TreePlan:
         if val < best_val * (1.0 - 1e-12):
             best_val, best_w = val, w
     keep = [i for i in range(m) if i == 0 or best_w[i] > 0.0]
-    return TreePlan(tuple(keep), tuple(float(best_w[i]) for i in keep)).normalised(model)
+    plan = TreePlan(tuple(keep), tuple(float(best_w[i]) for i in keep)).normalised(model)
+    # 12 significant digits: the optimum is flat there, and a restore on another platform
+    # (different BLAS/scipy) then almost surely rebuilds bit-identical weights
+    return TreePlan(plan.levels, tuple(float(f"{x:.12g}") for x in plan.weights))
 
 
 def _cache_file(p: float, horizon: int, model: Model) -> Path:

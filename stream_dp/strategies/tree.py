@@ -93,14 +93,16 @@ class TreeMechanism(Mechanism):
             assert isinstance(privacy, PureDP)
             base = self.cap / privacy.epsilon
             self.grid = choose_grid(base, resolution_bits=RESOLUTION_BITS)
-            self._sensitivity = self.cap + SLACK_UNITS * m * self.grid
+            l1 = float(np.sum(self.weights))  # 1 up to float rounding
+            self._sensitivity = self.cap * max(1.0, l1) + SLACK_UNITS * m * self.grid
             self.scale_units = self._sensitivity / (privacy.epsilon * self.grid)
             self.unit_variance = self.grid**2 * discrete_laplace_variance(self.scale_units)
         else:
             assert isinstance(privacy, ZCDP)
             root = math.sqrt(2.0 * privacy.rho)
             self.grid = choose_grid(self.cap / root, resolution_bits=RESOLUTION_BITS)
-            self._sensitivity = self.cap + SLACK_UNITS * math.sqrt(m) * self.grid
+            l2 = math.sqrt(float(np.sum(self.weights * self.weights)))
+            self._sensitivity = self.cap * max(1.0, l2) + SLACK_UNITS * math.sqrt(m) * self.grid
             self.scale_units = self._sensitivity / (root * self.grid)
             self.unit_variance = self.grid**2 * discrete_gaussian_variance(self.scale_units)
         # value-unit variance of each level's estimate and Honaker own-measurement weights
