@@ -83,7 +83,7 @@ Model = Literal["pure", "zcdp"]
 #: Environment variable naming the cache directory (same convention as ``fenwick_opt``).
 CACHE_ENV = "STREAM_DP_CACHE_DIR"
 #: Bumped whenever the search or the error model changes (part of the cache file name).
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 #: Levels whose optimised weight falls below this fraction of the largest are dropped.
 _PRUNE = 1e-3
 #: Highest dyadic level considered (blocks of 2**40 ticks).
