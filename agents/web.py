@@ -71,21 +71,31 @@ async def _root(request: web.Request) -> web.StreamResponse:
 
 
 def load_dashboard(settings: Any) -> web.Application | None:
-    """H6's dashboard sub-application, or ``None`` when ``agents.dashboard`` is absent."""
+    """H6's dashboard sub-application, or ``None`` when ``agents.dashboard`` is absent.
+
+    A dashboard that fails to load is logged and skipped: health, readiness and metrics (what
+    orchestrators and alerts rely on) must not depend on it.
+    """
     try:
         module = importlib.import_module("agents.dashboard")
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.startswith("agents.dashboard"):
             log.info("dashboard not installed; serving health and metrics only")
             return None
-        raise
+        log.exception("dashboard cannot be imported; serving health and metrics only")
+        return None
     factory = getattr(module, "make_dashboard_app", None)
     if factory is None:
         log.warning("agents.dashboard has no make_dashboard_app; dashboard not mounted")
         return None
-    app = factory(settings)
+    try:
+        app = factory(settings)
+    except Exception:
+        log.exception("dashboard failed to start; serving health and metrics only")
+        return None
     if not isinstance(app, web.Application):
-        raise TypeError("agents.dashboard.make_dashboard_app must return an aiohttp Application")
+        log.error("agents.dashboard.make_dashboard_app did not return an aiohttp Application")
+        return None
     return app
 
 

@@ -120,3 +120,15 @@ def test_port_validated() -> None:
     factory: Callable[[], bool] = lambda: True  # noqa: E731
     with pytest.raises(ValueError, match="port must be in"):
         WebServer(make_app(Metrics(process=False), factory, dashboard=False), "127.0.0.1", 70000)
+
+
+async def test_broken_dashboard_is_skipped_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    def make_dashboard_app(settings: object) -> web.Application:
+        raise RuntimeError("no broker configured")
+
+    module = types.ModuleType("agents.dashboard")
+    module.make_dashboard_app = make_dashboard_app  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "agents.dashboard", module)
+    async with WebServer(make_app(Metrics(process=False), lambda: True), "127.0.0.1", 0) as server:
+        assert (await _get(server.url + "/healthz"))[0] == 200
+        assert (await _get(server.url + "/dashboard/"))[0] == 404
