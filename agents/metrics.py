@@ -30,6 +30,10 @@ name                                       type       meaning
 ``stream_dp_reconcile_residual``           gauge      max constraint residual of the last solve
 ``stream_dp_reconcile_leader``             gauge      1 while this worker is the reconcile leader
 ``stream_dp_reconcile_last_tick``          gauge      last tick with a published histogram
+``stream_dp_release_conflicts_total``      counter    (stream, tick) seen with two different values
+                                                      (must stay 0: a release rule violation)
+``stream_dp_reconcile_skipped_ticks_total`` counter   ticks without a histogram (incomplete or
+                                                      unsolvable input)
 =========================================  =========  ===============================================
 """
 
@@ -148,6 +152,16 @@ class Metrics:
             "stream_dp_reconcile_leader", "1 while this worker is the reconcile leader.",
             registry=r,
         )
+        self.release_conflicts = Counter(
+            "stream_dp_release_conflicts",
+            "(stream, tick) pairs seen with two different released values (must stay 0).",
+            registry=r,
+        )
+        self.reconcile_skipped_ticks = Counter(
+            "stream_dp_reconcile_skipped_ticks",
+            "Ticks without a consistent histogram (incomplete or unsolvable releases).",
+            registry=r,
+        )
         self.reconcile_last_tick = Gauge(
             "stream_dp_reconcile_last_tick", "Last tick with a published consistent histogram.",
             registry=r,
@@ -204,6 +218,14 @@ class Metrics:
     def set_leader(self, leader: bool) -> None:
         """Whether this worker currently runs the reconcile side agent."""
         self.reconcile_leader.set(1 if leader else 0)
+
+    def release_conflict(self, n: int = 1) -> None:
+        """``n`` (stream, tick) pairs were seen with two different released values."""
+        self.release_conflicts.inc(_nonneg(n, "n"))
+
+    def reconcile_skipped(self, n: int = 1) -> None:
+        """``n`` ticks got no histogram (incomplete releases, or the solver refused them)."""
+        self.reconcile_skipped_ticks.inc(_nonneg(n, "n"))
 
     # -- exposition ---------------------------------------------------------------------------
     def exposition(self) -> bytes:

@@ -533,10 +533,17 @@ class Reconciler:
     def _ingest(
         self, assembler: TickAssembler, batches: Mapping[Any, list[ConsumerRecord[Any, Any]]]
     ) -> list[CompleteTick]:
+        conflicts, dropped = assembler.conflicts, len(assembler.dropped_ticks)
         for tp, records in batches.items():
             for rec in records:
                 self._add(assembler, tp.partition, rec)
-        return assembler.pop_complete()
+        complete = assembler.pop_complete()
+        if self.metrics:
+            if assembler.conflicts > conflicts:
+                self.metrics.release_conflict(assembler.conflicts - conflicts)
+            if len(assembler.dropped_ticks) > dropped:
+                self.metrics.reconcile_skipped(len(assembler.dropped_ticks) - dropped)
+        return complete
 
     def _solve_and_encode(self, tick: CompleteTick) -> tuple[Any, dict[str, Any], bytes]:
         variances = [s * s for s in tick.stderr]
@@ -563,6 +570,8 @@ class Reconciler:
             log.error("cannot reconcile tick; no histogram for it",
                       extra={"tick": tick.tick, "error": str(exc)})
             self.last_tick = tick.tick
+            if self.metrics:
+                self.metrics.reconcile_skipped()
             return
         # Broker timestamp = publish time: event-time stamps of a replayed old log would fall
         # outside time-based retention at once.

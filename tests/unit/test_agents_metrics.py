@@ -50,6 +50,8 @@ def test_ticks_latency_reconcile_and_gauges() -> None:
     m.set_ready(True)
     m.set_leader(True)
     m.histogram_published(tick=7, seconds=0.002, iterations=3, residual=1e-12)
+    m.release_conflict()
+    m.reconcile_skipped(2)
     s = _samples(m)
     assert s[("stream_dp_ticks_released_total", ())] == 2
     assert s[("stream_dp_releases_total", ())] == 200
@@ -64,6 +66,8 @@ def test_ticks_latency_reconcile_and_gauges() -> None:
     assert s[("stream_dp_histograms_published_total", ())] == 1
     assert s[("stream_dp_reconcile_last_tick", ())] == 7
     assert s[("stream_dp_reconcile_iterations", ())] == 3
+    assert s[("stream_dp_release_conflicts_total", ())] == 1
+    assert s[("stream_dp_reconcile_skipped_ticks_total", ())] == 2
 
 
 def test_conventions_base_units_no_stream_labels() -> None:
