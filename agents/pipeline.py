@@ -171,6 +171,7 @@ class _Stage:
         #: partition -> (state, producer) revoked by a rebalance in progress
         self.parked: dict[int, tuple[Any, Any]] = {}
         self.restoring = True
+        self._retry_at = 0.0
         self.consumer: Any = None
         self.reader: Any = None
         self.member_id = ""
@@ -288,7 +289,7 @@ class _Stage:
                         await prod.stop()
             for p, tp in sorted(wanted.items()):
                 if p not in self.states:
-                    await self._restore(tp)
+                    await self._try_restore(tp)
             self.restoring = False
         self.w._update_ready()
         log.info(
@@ -315,10 +316,15 @@ class _Stage:
             max_request_size=16 * 1024 * 1024,
         )
         await prod.start()
-        # Initialise the transactional id: fences the previous owner and aborts its open
-        # transaction, so the checkpoint read below sees every committed write.
-        await prod.begin_transaction()
-        await prod.abort_transaction()
+        try:
+            # Initialise the transactional id: fences the previous owner and aborts its open
+            # transaction, so the checkpoint read below sees every committed write.
+            await prod.begin_transaction()
+            await prod.abort_transaction()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await prod.stop()
+            raise
         return prod
 
     async def _restore(self, tp: Any) -> None:
@@ -342,6 +348,34 @@ class _Stage:
             self.name, p, ck.seq if ck else None, state.offset, time.monotonic() - t0,
         )
 
+    async def _try_restore(self, tp: Any) -> None:
+        """Restore ``tp``; on failure log it and leave it to :meth:`_retry_missing`."""
+        try:
+            await self._restore(tp)
+        except Exception as exc:
+            await self._drop(tp.partition)
+            self._retry_at = time.monotonic() + 1.0
+            log.error("%s partition %d: restore failed (%s: %s); retrying", self.name,
+                      tp.partition, type(exc).__name__, exc)
+
+    def missing(self) -> list[int]:
+        """Assigned partitions without restored state (a failed restore awaiting retry)."""
+        if self.consumer is None:
+            return []
+        try:
+            assigned = self.consumer.assignment()
+        except Exception:
+            return []
+        return sorted(tp.partition for tp in assigned if tp.partition not in self.states)
+
+    async def _retry_missing(self) -> None:
+        """Restore assigned partitions whose restore failed earlier (at most once a second)."""
+        if self.restoring or time.monotonic() < self._retry_at:
+            return
+        for tp in sorted(self.consumer.assignment(), key=lambda t: t.partition):
+            if tp.partition not in self.states:
+                await self._try_restore(tp)
+
     async def _recover(self, p: int, exc: BaseException) -> None:
         """A commit failed (e.g. fenced): drop the partition's state, restore it if still ours."""
         log.warning("%s partition %d: commit failed (%s); restoring from checkpoint",
@@ -353,10 +387,7 @@ class _Stage:
             return
         tp = _kafka().TopicPartition(self.topic, p)
         if tp in self.consumer.assignment():
-            try:
-                await self._restore(tp)
-            except Exception as exc2:
-                log.error("%s partition %d: restore failed: %s", self.name, p, exc2)
+            await self._try_restore(tp)
 
     async def _send_checkpoint(self, prod: Any, p: int, state: Any) -> None:
         state.seq += 1
@@ -392,6 +423,7 @@ class _Stage:
                 await asyncio.sleep(0.5)
                 continue
             async with self.lock:
+                await self._retry_missing()
                 await self.handle(batch)
 
 
@@ -644,7 +676,7 @@ class Worker:
     @property
     def ready(self) -> bool:
         """State restored for all assigned partitions of both stages, not rebalancing."""
-        return self._ready
+        return self._ready and not self.ingest.missing() and not self.release.missing()
 
     def _update_ready(self) -> None:
         ready = not self.ingest.restoring and not self.release.restoring
