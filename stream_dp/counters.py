@@ -138,10 +138,14 @@ class CounterBank:
             raise ValueError(
                 f"counts must have shape ({self.n_streams},) (one count per stream), got {arr.shape}"
             )
-        if not np.all(np.isfinite(arr)):
-            raise ValueError("counts must be finite numbers ≥ 0 (NaN or inf given)")
-        if arr.size and float(arr.min()) < 0.0:
-            raise ValueError("counts must be finite numbers ≥ 0 (a negative count given)")
+        if arr.size:
+            # two reductions, no temporaries: min ≥ 0 fails for NaN and negatives, the sum of
+            # non-negative numbers is finite unless one is inf (or all overflow)
+            low = float(arr.min())
+            if not math.isfinite(float(arr.sum())) or not math.isfinite(low):
+                raise ValueError("counts must be finite numbers ≥ 0 (NaN or inf given)")
+            if low < 0.0:
+                raise ValueError("counts must be finite numbers ≥ 0 (a negative count given)")
         return self._mechanism.step(self._state, arr, self._noise)
 
     # ------------------------------------------------------------------ serialisation

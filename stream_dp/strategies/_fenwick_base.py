@@ -199,17 +199,17 @@ class FenwickMechanism(Mechanism):
         for i in range(ell):
             s_new += plan.ppow[i] * S[i]
         a = float(w[tau - 1])
-        units = s_new * (a / plan.grid)
-        if units.size and float(np.max(np.abs(units))) >= MAX_MEASURED_UNITS:
+        est = s_new * (a / plan.grid)  # the measured value in grid units
+        if est.size and max(float(est.max()), -float(est.min())) >= MAX_MEASURED_UNITS:
             raise ValueError(
                 f"counts too large for {self.name}: a node value reached "
-                f"{float(np.max(np.abs(units))) * plan.grid / a:.6g}, above the mechanism's range "
+                f"{float(np.max(np.abs(s_new))):.6g}, above the mechanism's range "
                 f"{MAX_MEASURED_UNITS * plan.grid / a:.6g} (cap={self.cap}); state unchanged"
             )
-        y = np.rint(units).astype(np.int64)
-        y += noise.discrete_laplace(t, plan.scale_units)
-        est = y.astype(np.float64)
-        est *= plan.grid / a
+        # round half to even, add the integer noise; all values < 2**53, so float64 is exact
+        np.rint(est, out=est)
+        est += noise.discrete_laplace(t, plan.scale_units)
+        est *= plan.grid / a  # the noisy estimate of S_tau (exact scaling by a power of two / a)
         low = 1 << ell
         if tau != low:
             upper = tau - low

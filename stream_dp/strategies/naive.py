@@ -58,15 +58,14 @@ class NaiveMechanism(Mechanism):
 
     def step(self, state: State, counts: Float64Array, noise: BoundNoise) -> Float64Array:
         t = int(state["tick"]) + 1
-        units = np.asarray(counts, dtype=np.float64) / self.grid
-        if units.size and float(np.max(np.abs(units))) >= MAX_GRID_UNITS / 2:
+        release = np.asarray(counts, dtype=np.float64) / self.grid  # exact: power-of-two grid
+        if release.size and max(float(release.max()), -float(release.min())) >= MAX_GRID_UNITS / 2:
             raise ValueError(
                 f"counts must be < {MAX_GRID_UNITS / 2 * self.grid:.6g} for naive "
                 f"(cap={self.cap}); state unchanged"
             )
-        y = np.rint(units).astype(np.int64)
-        y += noise.discrete_laplace(t, self.scale_units)
-        release = y.astype(np.float64)
+        np.rint(release, out=release)
+        release += noise.discrete_laplace(t, self.scale_units)  # exact in float64 (< 2**53)
         release *= self.grid
         release += self.p * np.asarray(state["release"], dtype=np.float64)
         state["release"] = release
