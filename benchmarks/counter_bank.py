@@ -26,6 +26,7 @@ import numpy as np
 
 from stream_dp.budget import PureDP
 from stream_dp.counters import CounterBank
+from stream_dp.mechanism import Mechanism
 from stream_dp.strategies import make_mechanism
 
 HORIZON = 2**20 - 1
@@ -59,44 +60,43 @@ def main() -> None:
     for strategy in args.strategy:
         mech = make_mechanism(strategy, 0.999, HORIZON, PureDP(1.0))
         for S in args.streams:
-            names = [f"stream-{i}" for i in range(S)]
-            bank = CounterBank(mech, names, bytes(range(32)))
-            rng = np.random.default_rng(0)
-            counts = rng.poisson(2.0, S).astype(np.float64)
-            bank.step(counts)  # warm-up (plans, caches)
-            tick = float("inf")
-            for _ in range(3):  # best of 3 blocks of K ticks (shared, noisy machine)
-                t0 = time.perf_counter()
-                for _ in range(args.ticks):
-                    bank.step(counts)
-                tick = min(tick, (time.perf_counter() - t0) / args.ticks)
-            state = bank._state
-            arrays = [a for a in state.values() if a.ndim >= 1]
-            mb = sum(a.nbytes for a in arrays) / 2**20
+            print(_measure(strategy, mech, S, args.ticks), flush=True)
 
-            def floor_state() -> None:
-                for a in arrays:
-                    np.multiply(a, 1.0, out=a)
 
-            row = np.zeros(S)
+def _measure(strategy: str, mech: Mechanism, S: int, ticks: int) -> str:
+    bank = CounterBank(mech, [f"stream-{i}" for i in range(S)], bytes(range(32)))
+    counts = np.random.default_rng(0).poisson(2.0, S).astype(np.float64)
+    bank.step(counts)  # warm-up (plans, caches)
+    tick = float("inf")
+    for _ in range(3):  # best of 3 blocks of K ticks (shared, noisy machine)
+        t0 = time.perf_counter()
+        for _ in range(ticks):
+            bank.step(counts)
+        tick = min(tick, (time.perf_counter() - t0) / ticks)
+    arrays = [a for a in bank._state.values() if a.ndim >= 1]
+    mb = sum(a.nbytes for a in arrays) / 2**20
+    row = np.zeros(S)
+    noise = bank._noise
+    scale = getattr(mech, "scale_units", None) or mech.plan(mech.horizon).scale_units  # type: ignore[attr-defined]
+    node = [10**9]
 
-            def floor_row() -> None:
-                np.add(counts, row, out=row)
+    def floor_state() -> None:
+        for a in arrays:
+            np.multiply(a, 1.0, out=a)
 
-            noise = bank._noise
-            scale = 2.0**18
-            node = [10**9]
+    def floor_row() -> None:
+        np.add(counts, row, out=row)
 
-            def draw() -> None:
-                node[0] += 1
-                noise.discrete_laplace(node[0], scale)
+    def draw() -> None:
+        node[0] += 1
+        noise.discrete_laplace(node[0], scale)
 
-            rep = 5 if S <= 100_000 else 3
-            fs, fr, nz = _best(floor_state, rep), _best(floor_row, rep), _best(draw, rep)
-            print(
-                f"{strategy:<12}{S:>10}{tick * 1e3:>10.3f}{nz * 1e3:>10.3f}{fs * 1e3:>16.3f}"
-                f"{tick / fs:>12.2f}{fr * 1e3:>14.3f}{tick / fr:>10.1f}{mb:>10.1f}"
-            )
+    rep = 5 if S <= 100_000 else 3
+    fs, fr, nz = _best(floor_state, rep), _best(floor_row, rep), _best(draw, rep)
+    return (
+        f"{strategy:<12}{S:>10}{tick * 1e3:>10.3f}{nz * 1e3:>10.3f}{fs * 1e3:>16.3f}"
+        f"{tick / fs:>12.2f}{fr * 1e3:>14.3f}{tick / fr:>10.1f}{mb:>10.1f}"
+    )
 
 
 if __name__ == "__main__":
