@@ -136,18 +136,21 @@ async def serve(
         started(server)
     stopper = asyncio.ensure_future(stop_event.wait())
     rc = 0
+    reported: set[str] = set()
     try:
         pending: set[asyncio.Future[Any]] = {stopper, *tasks.values()}
         done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         for name, task in tasks.items():
-            if task in done and not stop_event.is_set():
-                exc = task.exception()
-                if exc is not None:
-                    log.error("worker part failed; stopping", extra={"part": name},
-                              exc_info=exc)
-                else:
-                    log.error("worker part ended unexpectedly; stopping", extra={"part": name})
+            if task not in done:
+                continue
+            exc = task.exception()
+            if exc is not None:
+                log.error("worker part failed; stopping", extra={"part": name}, exc_info=exc)
                 rc = 1
+            elif stopper not in done and not stop_event.is_set():
+                log.error("worker part ended unexpectedly; stopping", extra={"part": name})
+                rc = 1
+            reported.add(name)
     finally:
         stop_event.set()
         metrics.set_ready(False)
@@ -162,7 +165,7 @@ async def serve(
             except asyncio.CancelledError:
                 raise
             except Exception:
-                if rc == 0:
+                if name not in reported:
                     log.exception("worker part failed while stopping", extra={"part": name})
                 rc = 1
         stopper.cancel()
