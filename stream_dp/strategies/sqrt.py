@@ -8,8 +8,10 @@ of two after which doubling improves the mean error by < 1%).
 **Measurement** at tick ``t``: ``y_t = round_to_grid(Σ_{k<K} c_k·D_{t−k} / g) + Z_t``, ``Z`` exact
 discrete Gaussian with ``σ = Δ₂/(√(2ρ)·g)`` grid units (Canonne–Kamath–Steinke: ρ-zCDP for an
 integer query of L2 sensitivity ``Δ₂`` grid units). One event of size ``cap`` moves ``K``
-coordinates by ``cap·c_k`` each, plus ≤ 2 grid units of slack per coordinate (rounding, and float64
-evaluation error while ``|y/g| < 2**46``, enforced by :meth:`step`):
+coordinates by ``cap·c_k`` each, plus ≤ 2 grid units of slack per coordinate: one for rounding,
+one for the float64 evaluation error of the ``K``-term sum on both neighbours (non-negative terms:
+error ≤ ``2K·2^-53·m``; :meth:`step` keeps ``|m/g| < 2**50/K``, so < 3/8 unit each, raising
+``ValueError`` with the state unchanged otherwise):
 ``Δ₂ = cap·‖c‖₂ + 2√K·g``. Grid ``g``: largest power of two ≤ ``cap·‖c‖₂/√(2ρ)/2**17``.
 
 **Release**: ``u_t = g·y_t − Σ_{1≤k<K} c_k u_{t−k}``, ``s_t = p·s_{t−1} + u_t`` (stable:
@@ -45,8 +47,8 @@ from stream_dp.toeplitz import (
 
 __all__ = ["SqrtMechanism", "make"]
 
-#: Largest |m / g| accepted in a measurement (float64 evaluation error < 1 grid unit).
-MAX_MEASURED_UNITS = float(2**46)
+#: |m/g| must stay below this divided by K (float64 evaluation error < 3/8 grid unit).
+MAX_MEASURED_UNITS = float(2**50)
 #: Slack per measured coordinate an event touches, in grid units (rounding + float evaluation).
 SLACK_UNITS = 2.0
 #: Ticks after which the variance of a p < 1 release is taken as converged (B_k² < 1e-300).
@@ -117,9 +119,10 @@ class SqrtMechanism(Mechanism):
         for k in range(1, self.taps):
             m += c[k] * hist[(t - k) % r]
         units = m / g
-        if units.size and float(np.max(np.abs(units))) >= MAX_MEASURED_UNITS:
+        limit = MAX_MEASURED_UNITS / self.taps
+        if units.size and not float(np.max(np.abs(units))) < limit:
             raise ValueError(
-                f"counts too large for sqrt's grid (|L·D/g| must be < 2**46, grid={g!r}); "
+                f"counts too large for sqrt's grid (|L·D/g| must be < {limit:.3g}, grid={g!r}); "
                 "state unchanged"
             )
         y = np.rint(units).astype(np.int64)

@@ -12,8 +12,11 @@ for every level; the weights ``w`` have unit L1 (pure) or L2 (zCDP) norm.
 
 **Sensitivity.** One event of size ``cap`` changes one coordinate per level by at most
 ``cap·w_i`` (exactly ``cap·w_i`` when its tick ends a top block), plus 2 grid units of slack per
-coordinate (rounding, and float64 evaluation error of ``w·S`` while ``|w·S/g| < 2**46``, which
-:meth:`step` enforces). L1: ``cap + 2mg``; L2: ``cap + 2√m·g``. Noise: discrete Laplace with
+coordinate: one for rounding, one for the float64 evaluation error of ``w·S`` on both neighbours
+(the open-block sum is accumulated over up to ``b_top`` ticks, ``R ← p·R + D``, error
+≤ ``b_top·2^-52·max|R|``; :meth:`step` keeps every ``|w·R/g|`` below ``2**50/b_top`` grid units,
+so each evaluation is off by < 3/8 unit, raising ``ValueError`` with the state unchanged
+otherwise). L1: ``cap + 2mg``; L2: ``cap + 2√m·g``. Noise: discrete Laplace with
 scale ``Δ₁/(ε g)`` grid units (ε-DP), discrete Gaussian with ``σ = Δ₂/(√(2ρ) g)`` (ρ-zCDP,
 Canonne–Kamath–Steinke). Grid ``g``: largest power of two ≤ (noise scale without slack)/2**17.
 
@@ -48,8 +51,8 @@ from stream_dp.tree_plan import (
 
 __all__ = ["BinaryTreeMechanism", "TreeMechanism", "make", "make_binary"]
 
-#: Largest |w·S / g| accepted in a measurement (float64 evaluation error < 1 grid unit).
-MAX_MEASURED_UNITS = float(2**46)
+#: |w·R/g| must stay below this divided by the longest block (float64 error < 3/8 grid unit).
+MAX_MEASURED_UNITS = float(2**50)
 #: Slack per measured coordinate an event touches, in grid units (rounding + float evaluation).
 SLACK_UNITS = 2.0
 _NODE_SHIFT = 40
@@ -110,6 +113,8 @@ class TreeMechanism(Mechanism):
             self.levels, self.weights, self.p, self.unit_variance
         )
         self._blocks = tuple(1 << lv for lv in self.levels)
+        #: bound on |w·R/g| (grid units) keeping float64 evaluation error < 3/8 unit
+        self.max_units = MAX_MEASURED_UNITS / float(self._blocks[-1])
 
     def _default_plan(self) -> TreePlan:
         return best_plan(self.p, self.horizon, self.model)
@@ -151,15 +156,20 @@ class TreeMechanism(Mechanism):
         done = [i for i, b in enumerate(self._blocks) if t % b == 0]  # a prefix 0..c
         g = self.grid
         # 1. everything that can fail, before any mutation (state unchanged on error)
+        if d.size:
+            # conservative bound on every open-block sum after this tick: p·max|R| + max|d|
+            top_d = float(np.max(np.abs(d)))
+            top_r = np.max(np.abs(raw), axis=1) if raw.shape[0] else np.zeros(0)
+            worst = float(np.max((p * top_r + top_d) * self.weights)) / g
+            if not worst < self.max_units:
+                raise ValueError(
+                    f"counts too large for tree's grid (|w·R/g| must stay < {self.max_units:.3g}, "
+                    f"grid={g!r}); state unchanged"
+                )
         meas = []
         for i in done:
             u = p * raw[i] + d  # the block's decayed sum, same float ops as the update below
             u *= self.weights[i] / g
-            if u.size and float(np.max(np.abs(u))) >= MAX_MEASURED_UNITS:
-                raise ValueError(
-                    f"counts too large for tree's grid (|w·S/g| must be < 2**46, grid={g!r}); "
-                    "state unchanged"
-                )
             y = np.rint(u).astype(np.int64)
             y += self._sample(noise, (i << _NODE_SHIFT) | (t // self._blocks[i]))
             meas.append(y.astype(np.float64) * (g / self.weights[i]))
