@@ -284,6 +284,27 @@ async def ensure_leader_topic(bootstrap: str, topic: str = LEADER_TOPIC) -> None
         await admin.close()
 
 
+async def leave_group(bootstrap: str, group: str, member_id: str) -> None:
+    """Send LeaveGroup for a static member, so the group rebalances at once (best effort)."""
+    if not member_id:
+        return
+    from aiokafka.client import (  # type: ignore[import-untyped]
+        AIOKafkaClient,
+        CoordinationType,
+    )
+    from aiokafka.protocol.group import LeaveGroupRequest  # type: ignore[import-untyped]
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    try:
+        await client.bootstrap()
+        node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+        await client.send(node, LeaveGroupRequest(group, member_id))
+    except Exception as exc:  # the session timeout still moves leadership eventually
+        log.warning("LeaveGroup failed", extra={"group": group, "error": type(exc).__name__})
+    finally:
+        await client.close()
+
+
 @dataclass(frozen=True)
 class ReconcilerConfig:
     """Where the reconciler reads, writes and elects.
@@ -299,7 +320,9 @@ class ReconcilerConfig:
     domain_name: str = "default"
     every: int = 1
     client_id: str = "stream-dp-reconcile"
-    #: Static membership id for the election (a restarted worker takes its old place at once).
+    #: Static membership id for the election: a restarted worker (same id) takes its old
+    #: place at once, even after ``kill -9``; a graceful stop still leaves the group explicitly.
+    #: ``None``: dynamic membership.
     instance_id: str | None = None
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
@@ -322,7 +345,8 @@ class ReconcilerConfig:
     def from_settings(cls, settings: Any, domain_name: str, **changes: Any) -> ReconcilerConfig:
         """The configuration for an :class:`agents.config.Settings` and the domain's name.
 
-        The election group is ``<app_id>.reconcile``; static membership uses ``worker_id``.
+        The election group is ``<app_id>.reconcile``; static membership id
+        ``<worker_id>.reconcile``.
         """
         values: dict[str, Any] = {
             "bootstrap": settings.bootstrap,
@@ -332,6 +356,7 @@ class ReconcilerConfig:
             "domain_name": domain_name,
             "every": settings.reconcile_every,
             "client_id": f"{settings.app_id}-reconcile-{settings.worker_id}",
+            "instance_id": f"{settings.worker_id}.reconcile",
             "session_timeout_ms": int(settings.session_timeout_s * 1000),
             "heartbeat_interval_ms": max(100, int(settings.session_timeout_s * 1000) // 10),
         }
@@ -404,11 +429,13 @@ class Reconciler:
         )
         election.subscribe([cfg.leader_topic], listener=_LeaderListener(self))
         await election.start()
+        member_id = ""
         try:
             while not stop_event.is_set():
                 # Nothing is written to the leader topic; polling keeps membership alive and
                 # surfaces a crashed leading task.
                 await election.getmany(timeout_ms=cfg.poll_ms)
+                member_id = getattr(election._coordinator, "member_id", "") or member_id
                 task = self._lead_task
                 if task is not None and task.done():
                     exc = task.exception()
@@ -419,7 +446,9 @@ class Reconciler:
                     self._step_up()
         finally:
             await self._step_down()
-            await election.stop()  # leaves the group: another worker takes over at once
+            await election.stop()  # a dynamic member leaves the group here
+            if cfg.instance_id is not None:  # aiokafka skips LeaveGroup for static members
+                await leave_group(cfg.bootstrap, cfg.leader_group, member_id)
 
     # -- the leader's work --------------------------------------------------------------------
     async def last_published_tick(self) -> int:

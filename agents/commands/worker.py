@@ -126,7 +126,7 @@ async def serve(
         )
     if reconcile:
         reconciler = Reconciler(
-            ReconcilerConfig.from_settings(settings, domain.name, instance_id=None),
+            ReconcilerConfig.from_settings(settings, domain.name),
             domain, metrics=metrics, on_histogram=on_histogram,
         )
         tasks["reconcile"] = asyncio.ensure_future(reconciler.run(stop_event))

@@ -228,10 +228,15 @@ async def test_histograms_add_up_and_equal_the_dense_oracle(
     assert "stream_dp_reconcile_last_tick 5.0" in text
 
 
-async def test_leader_change_loses_no_tick(topics: Topics, producer: AIOKafkaProducer) -> None:
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+async def test_leader_change_loses_no_tick(
+    topics: Topics, producer: AIOKafkaProducer, static: bool
+) -> None:
     domain = Domain.from_paths(PATHS, name="sales")
-    a = Reconciler(topics.config(domain, client_id="a"), domain)
-    b = Reconciler(topics.config(domain, client_id="b"), domain)
+    a = Reconciler(topics.config(domain, client_id="a", instance_id="a" if static else None),
+                   domain)
+    b = Reconciler(topics.config(domain, client_id="b", instance_id="b" if static else None),
+                   domain)
     stops, tasks = await run_reconcilers(a, b)
     try:
         for t in range(1, 5):
@@ -325,3 +330,66 @@ async def test_conflicting_republication_is_counted_and_first_value_kept(
     for h in hists:
         check_histogram(domain, h, 1e-9)  # the noisy inputs are the first (correct) values
     assert "stream_dp_release_conflicts_total 1.0" in metrics.exposition().decode()
+
+
+_CRASHY = """
+import asyncio, sys
+from agents.reconcile import Reconciler, ReconcilerConfig
+from stream_dp.domain import Domain
+bootstrap, counts, hist, leader, group, paths = sys.argv[1:7]
+domain = Domain.from_paths(paths.split(","), name="sales")
+cfg = ReconcilerConfig(bootstrap=bootstrap, counts_topic=counts, histograms_topic=hist,
+                       leader_topic=leader, leader_group=group, domain_name="sales",
+                       instance_id="crashy", session_timeout_ms=6000, heartbeat_interval_ms=300,
+                       poll_ms=100)
+asyncio.run(Reconciler(cfg, domain).run(asyncio.Event()))
+"""
+
+
+async def test_kill_9_leader_restarted_with_same_identity_takes_over(
+    topics: Topics, producer: AIOKafkaProducer
+) -> None:
+    """Static membership: a leader killed with SIGKILL and restarted with the same id resumes
+    at once (no session timeout to wait for), with no tick missing or changed."""
+    import subprocess
+    import sys
+
+    domain = Domain.from_paths(PATHS, name="sales")
+    argv = [sys.executable, "-c", _CRASHY, topics.bootstrap, topics.counts, topics.histograms,
+            topics.leader, topics.group, ",".join(PATHS)]
+
+    async def wait_for_ticks(n: int) -> list[dict[str, object]]:
+        deadline = time.monotonic() + 90
+        while True:
+            hists = await read_histograms(topics.bootstrap, topics.histograms)
+            if len({h["tick"] for h in hists}) >= n:
+                return hists
+            assert time.monotonic() < deadline, "histograms missing"
+            await asyncio.sleep(0.5)
+
+    first = subprocess.Popen(argv)
+    try:
+        for t in range(1, 4):
+            await publish_tick(producer, topics.counts, domain, t)
+        await wait_for_ticks(3)
+        first.kill()  # SIGKILL: no LeaveGroup, no clean shutdown
+        first.wait(10)
+        for t in range(4, 7):
+            await publish_tick(producer, topics.counts, domain, t)
+        second = subprocess.Popen(argv)
+        try:
+            hists = await wait_for_ticks(6)
+        finally:
+            second.terminate()
+            second.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    by_tick: dict[int, list[dict[str, object]]] = {}
+    for h in hists:
+        by_tick.setdefault(int(h["tick"]), []).append(h)  # type: ignore[call-overload]
+    assert sorted(by_tick) == list(range(1, 7))
+    for msgs in by_tick.values():
+        assert all(m["nodes"] == msgs[0]["nodes"] for m in msgs)
+        check_histogram(domain, msgs[0], 1e-9)
