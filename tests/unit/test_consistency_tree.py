@@ -195,11 +195,11 @@ def test_monte_carlo_mse_matches_gls_theory() -> None:
     ],
 )
 def test_bad_parent_arrays(parent: list[object], match: str) -> None:
+    # the parent array is validated before the values (whose length is then irrelevant)
     with pytest.raises(ValueError, match=match):
-        consistent_tree(
-            np.array(parent),
-            np.zeros(len(parent)) if parent and not isinstance(parent[0], list) else np.zeros(2),
-        )
+        consistent_tree(np.array(parent), np.zeros(2))
+    with pytest.raises(ValueError, match=match):
+        TreePlan(np.array(parent))
 
 
 def test_bad_values_and_variances() -> None:
