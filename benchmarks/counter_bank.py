@@ -12,7 +12,8 @@ epoch), and next to it, in the same run:
 * ``noise``: the keyed noise draw alone (one discrete Laplace sample per stream).
 
 Usage: python benchmarks/counter_bank.py [--streams 1000 100000 1000000] [--ticks 64]
-       [--strategy dmfda]
+       [--strategy dmfda]   (``--strategy all``: every registered strategy; zCDP-only
+       strategies such as ``sqrt`` run under ρ = 0.5 with discrete Gaussian noise)
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import time
 
 import numpy as np
 
-from stream_dp.budget import PureDP
+from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.counters import CounterBank
 from stream_dp.mechanism import Mechanism
-from stream_dp.strategies import make_mechanism
+from stream_dp.strategies import available, get, make_mechanism
 
 HORIZON = 2**20 - 1
 
@@ -56,9 +57,12 @@ def main() -> None:
     print(
         f"{'strategy':<12}{'S':>10}{'tick ms':>10}{'noise ms':>10}{'floor_state ms':>16}"
         f"{'tick/floor':>12}{'floor_row ms':>14}{'tick/row':>10}{'state MB':>10}"
+        f"{'B/stream':>10}"
     )
-    for strategy in args.strategy:
-        mech = make_mechanism(strategy, 0.999, HORIZON, PureDP(1.0))
+    strategies = list(available()) if args.strategy == ["all"] else args.strategy
+    for strategy in strategies:
+        privacy: Privacy = PureDP(1.0) if "pure" in get(strategy).models else ZCDP(0.5)
+        mech = make_mechanism(strategy, 0.999, HORIZON, privacy)
         for S in args.streams:
             print(_measure(strategy, mech, S, args.ticks), flush=True)
 
@@ -77,7 +81,12 @@ def _measure(strategy: str, mech: Mechanism, S: int, ticks: int) -> str:
     mb = sum(a.nbytes for a in arrays) / 2**20
     row = np.zeros(S)
     noise = bank._noise
-    scale = getattr(mech, "scale_units", None) or mech.plan(mech.horizon).scale_units  # type: ignore[attr-defined]
+    scale = (
+        getattr(mech, "scale_units", None)
+        or getattr(mech, "sigma_units", None)
+        or mech.plan(mech.horizon).scale_units  # type: ignore[attr-defined]
+    )
+    gaussian = getattr(mech, "privacy", None) is not None and mech.privacy.model == "zcdp"  # type: ignore[attr-defined]
     node = [10**9]
 
     def floor_state() -> None:
@@ -89,13 +98,17 @@ def _measure(strategy: str, mech: Mechanism, S: int, ticks: int) -> str:
 
     def draw() -> None:
         node[0] += 1
-        noise.discrete_laplace(node[0], scale)
+        if gaussian:
+            noise.discrete_gaussian(node[0], scale)
+        else:
+            noise.discrete_laplace(node[0], scale)
 
     rep = 5 if S <= 100_000 else 3
     fs, fr, nz = _best(floor_state, rep), _best(floor_row, rep), _best(draw, rep)
     return (
         f"{strategy:<12}{S:>10}{tick * 1e3:>10.3f}{nz * 1e3:>10.3f}{fs * 1e3:>16.3f}"
         f"{tick / fs:>12.2f}{fr * 1e3:>14.3f}{tick / fr:>10.1f}{mb:>10.1f}"
+        f"{mb * 2**20 / S:>10.0f}"
     )
 
 
