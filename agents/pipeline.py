@@ -748,8 +748,9 @@ async def run_worker(
 def main() -> int:  # pragma: no cover - exercised by the integration tests as a subprocess
     """``python -m agents.pipeline``: settings from the environment; SIGTERM/SIGINT stop."""
     settings = Settings.load()
+    level = {"warn": "WARNING"}.get(settings.log_level.lower(), settings.log_level.upper())
     logging.basicConfig(
-        level=settings.log_level.upper().replace("WARN", "WARNING").replace("WARNINGING", "WARNING"),
+        level=level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 
