@@ -130,6 +130,9 @@ def _start(args: argparse.Namespace, data_dir: Path) -> int:
             time.sleep(0.2)
     finally:
         broker.stop(timeout=args.timeout)
+        from agents.commands._procs import wait_group_gone
+
+        wait_group_gone(proc.pid, timeout=args.timeout)
         with contextlib.suppress(FileNotFoundError):
             pid_path.unlink()
         for s, handler in old.items():
@@ -160,6 +163,10 @@ def stop_broker(data_dir: Path, timeout: float = 30.0) -> bool:
         while _is_broker_process(pid) and time.monotonic() < deadline + 5:
             _reap(pid)
             time.sleep(0.1)
+    # The launcher exits first; wait for the server process it started (same group).
+    from agents.commands._procs import wait_group_gone
+
+    wait_group_gone(pid, timeout=max(1.0, deadline + 5 - time.monotonic()))
     with contextlib.suppress(FileNotFoundError):
         pid_path.unlink()
     return True

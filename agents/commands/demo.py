@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from agents.commands._procs import group_alive, wait_group_gone
+
 HELP = "run broker, worker, reconciler and simulator; show live releases"
 
 DESCRIPTION = """\
@@ -106,8 +108,8 @@ class Children:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(10)
         # Anything the child left in its group goes too.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        if group_alive(proc.pid):
+            wait_group_gone(proc.pid, timeout=5.0)
         return proc.returncode
 
     def kill_all(self) -> None:
@@ -470,7 +472,10 @@ class Demo:
                 self.say(f"worker exited with {rc}; see {self.data_dir / 'worker.log'}")
         self.children.kill_all()
         if self.broker is not None:
+            proc = self.broker.proc
             self.broker.stop()
+            if proc is not None:
+                wait_group_gone(proc.pid)
             self.broker = None
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
