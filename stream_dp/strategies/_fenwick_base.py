@@ -17,11 +17,19 @@ Python loop over streams.
 
 **Grid and sensitivity.** ``g`` is the largest power of two ``≤ cap / (2·levels) / 2**17``.
 Each measured coordinate an event touches gets a slack of 2 grid units: one for rounding and one
-covering float64 evaluation error of ``a·S`` (relative error < 2**-47 while ``|a·S/g| < 2**46``,
-which :meth:`step` enforces by raising ``ValueError`` with the state unchanged). The L1 sensitivity
-is the exact ``max_j Σ_{k on update path of j} (cap·a_k·p^(k−j) + 2g)`` — at most
-``cap·(1 + 2**-17)`` for weights with column sums ≤ 1. Range: node values up to
-``2**46·g`` (about 8·10⁶ caps for 20 levels) per stream.
+for the float64 evaluation error of ``a·S/g`` on the two neighbouring inputs (≤ 1/2 unit each):
+
+* ``p < 1``: the recursion for ``S`` over ``L`` levels has relative error ≤ ``((L+1)² + 1)·2**-53``
+  (non-negative terms), so values are limited to ``|a·S/g| < 2**53 / (2(L+2)²)`` rounded down to
+  a power of two (2**43 units for 20 levels: node values up to about 10⁶ caps);
+* ``p = 1``: counts are first rounded to the grid (an event then changes a count by at most
+  ``cap + g``, which the sensitivity uses), so every ``S`` is an exact multiple of ``g`` and only
+  the final product by ``a`` rounds: values up to ``2**52`` grid units (about 5·10⁸ caps).
+
+:meth:`step` raises ``ValueError`` with the state unchanged when a node leaves its range. The
+L1 sensitivity is the exact ``max_j Σ_{k on update path of j} (cap'·a_k·p^(k−j) + 2g)`` (``cap'``
+= ``cap``, or ``cap + g`` for ``p = 1``) — at most ``cap·(1 + 2**-16)`` for weights whose column
+sums are ≤ 1.
 
 **Epochs.** For ``p < 1`` every epoch has ``horizon`` ticks; at the roll the last release is carried
 (``s ← p^τ·s_last``, post-processing). For ``p = 1`` epochs double (Chan–Shi–Song's hybrid
@@ -54,8 +62,18 @@ from stream_dp.strategies._common import (
     discrete_laplace_variance,
 )
 
-#: Largest |a·S / g| accepted in a measurement (float64 evaluation error < 1/2 grid unit).
-MAX_MEASURED_UNITS = float(2**46)
+#: Largest |S / g| for p = 1 (exact sums of grid multiples, one rounding in the product by a).
+MAX_EXACT_UNITS = float(2**52)
+
+
+def max_measured_units(levels: int, p: float) -> float:
+    """Largest ``|a·S/g|`` whose float64 evaluation error stays ≤ 1/2 grid unit (see module doc)."""
+    if p == 1.0:
+        return MAX_EXACT_UNITS
+    bound = 2.0**53 / (2.0 * (levels + 2) ** 2)
+    return math.ldexp(1.0, math.frexp(bound)[1] - 1)
+
+
 #: Slack per measured coordinate an event touches, in grid units (rounding + float evaluation).
 SLACK_UNITS = 2.0
 #: Epoch lengths for p = 1 stop doubling here (unless the first epoch is already longer).
@@ -74,6 +92,7 @@ class EpochPlan:
     scale_units: float
     unit_variance: float
     ppow: tuple[float, ...]
+    max_units: float
 
     @property
     def measurement_variance(self) -> float:
@@ -140,7 +159,8 @@ class FenwickMechanism(Mechanism):
         levels = levels_for(n)
         grid = choose_grid(self.cap / (SLACK_UNITS * levels), resolution_bits=RESOLUTION_BITS)
         sums, lengths = column_sums(self.weights(n), self.p)
-        sens = float(np.max(self.cap * sums + SLACK_UNITS * grid * lengths))
+        cap_eff = self.cap + grid if self.p == 1.0 else self.cap  # p = 1: counts rounded to g
+        sens = float(np.max(cap_eff * sums + SLACK_UNITS * grid * lengths))
         scale = sens / (self.epsilon * grid)
         plan = EpochPlan(
             n=n,
@@ -151,6 +171,7 @@ class FenwickMechanism(Mechanism):
             scale_units=scale,
             unit_variance=discrete_laplace_variance(scale),
             ppow=tuple(self.p ** (1 << i) for i in range(levels)),
+            max_units=max_measured_units(levels, self.p),
         )
         self._plans[n] = plan
         return plan
@@ -195,16 +216,22 @@ class FenwickMechanism(Mechanism):
             S = np.zeros((plan.levels, S.shape[1]), dtype=np.float64)
             R = np.zeros_like(S)
         ell = (tau & -tau).bit_length() - 1
-        s_new = np.array(counts, dtype=np.float64, copy=True)
+        if self.p == 1.0:  # counts on the grid: every S is an exact multiple of g
+            s_new = np.asarray(counts, dtype=np.float64) / plan.grid
+            np.rint(s_new, out=s_new)
+            s_new *= plan.grid
+        else:
+            s_new = np.array(counts, dtype=np.float64, copy=True)
         for i in range(ell):
             s_new += plan.ppow[i] * S[i]
         a = float(w[tau - 1])
         est = s_new * (a / plan.grid)  # the measured value in grid units
-        if est.size and max(float(est.max()), -float(est.min())) >= MAX_MEASURED_UNITS:
+        big = max(float(s_new.max()), -float(s_new.min())) if s_new.size else 0.0
+        limit = plan.max_units * plan.grid / (max(1.0, a) if self.p == 1.0 else a)
+        if big >= limit:
             raise ValueError(
-                f"counts too large for {self.name}: a node value reached "
-                f"{float(np.max(np.abs(s_new))):.6g}, above the mechanism's range "
-                f"{MAX_MEASURED_UNITS * plan.grid / a:.6g} (cap={self.cap}); state unchanged"
+                f"counts too large for {self.name}: a node value reached {big:.6g}, above the "
+                f"mechanism's range {limit:.6g} (cap={self.cap}); state unchanged"
             )
         # round half to even, add the integer noise; all values < 2**53, so float64 is exact
         np.rint(est, out=est)
@@ -275,8 +302,9 @@ class FenwickMechanism(Mechanism):
         """Bound on the grid-rounding bias of any release.
 
         ``p < 1``: valid for every tick. ``p = 1``: the bias of carried epoch totals accumulates
-        (by at most half a grid unit over the root weight per epoch), so the bound covers the
-        first ``ticks`` ticks (default: the first epoch).
+        (by at most half a grid unit over the root weight per epoch) and so does the rounding of
+        the counts to the grid (none for counts on the grid, e.g. integers), so the bound covers
+        the first ``ticks`` ticks (default: the first epoch).
         """
 
         def epoch_bound(n: int) -> tuple[float, float]:
@@ -298,4 +326,5 @@ class FenwickMechanism(Mechanism):
             worst_all = max(worst_all, total + worst)
             total += end
             t += n
-        return worst_all
+        # plus the rounding of the counts to the grid (zero for counts on the grid, e.g. integers)
+        return worst_all + 0.5 * self.plan(self.epoch_of(1)[2]).grid * limit
