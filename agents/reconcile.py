@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -391,7 +392,8 @@ class Reconciler:
         self.is_leader = False
         self.published = 0
         self.last_tick = 0
-        self.solve_seconds: list[float] = []
+        #: solver seconds of the most recent histograms (bounded: workers run for months)
+        self.solve_seconds: deque[float] = deque(maxlen=10_000)
 
     # -- leadership ---------------------------------------------------------------------------
     def _step_up(self) -> None:
