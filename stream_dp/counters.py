@@ -197,21 +197,31 @@ class CounterBank:
             raise ValueError("data is corrupt: CounterBank checkpoint checksum mismatch")
         (hlen,) = struct.unpack_from("<Q", body, len(_MAGIC))
         start = len(_MAGIC) + 8
-        header = json.loads(body[start : start + hlen].decode("utf-8"))
-        if header.get("version") != 1:
-            raise ValueError(
-                f"unsupported CounterBank checkpoint version {header.get('version')!r}"
-            )
-        from stream_dp.strategies import make_mechanism
+        try:
+            header = json.loads(body[start : start + hlen].decode("utf-8"))
+            if header.get("version") != 1:
+                raise ValueError(
+                    f"unsupported CounterBank checkpoint version {header.get('version')!r}"
+                )
+            from stream_dp.strategies import make_mechanism
 
-        cfg = header["mechanism"]
-        mech = make_mechanism(
-            cfg["strategy"], cfg["p"], cfg["horizon"], privacy_from_dict(cfg["privacy"]), cfg["cap"]
-        )
-        bank = cls(mech, header["streams"], key)
+            cfg = header["mechanism"]
+            privacy = privacy_from_dict(cfg["privacy"])
+            mech = make_mechanism(cfg["strategy"], cfg["p"], cfg["horizon"], privacy, cfg["cap"])
+            streams = header["streams"]
+            specs = header["arrays"]
+        except (
+            KeyError,
+            TypeError,
+            AttributeError,
+            UnicodeDecodeError,
+            json.JSONDecodeError,
+        ) as exc:
+            raise ValueError(f"data is not a valid CounterBank checkpoint header: {exc}") from exc
+        bank = cls(mech, streams, key)
         offset = start + hlen
         state: State = {}
-        for spec in header["arrays"]:
+        for spec in specs:
             dtype = np.dtype(spec["dtype"])
             shape = tuple(int(x) for x in spec["shape"])
             size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
