@@ -267,3 +267,22 @@ def test_overflowing_counts_raise_and_leave_state_unchanged(strategy: str) -> No
     assert state.keys() == before.keys()
     for k in state:
         np.testing.assert_array_equal(state[k], before[k])
+
+
+def test_numeric_range_documented_per_p() -> None:
+    """p < 1: node values up to 2**53/(2(L+2)²) grid units; p = 1: exact sums up to 2**52 units."""
+    lo = make_mechanism("dm", 0.9, 2**20 - 1, PureDP(1.0))
+    hi = make_mechanism("dm", 1.0, 2**20 - 1, PureDP(1.0))
+    assert isinstance(lo, FenwickMechanism) and isinstance(hi, FenwickMechanism)
+    plan_lo, plan_hi = lo.plan(lo.epoch_of(1)[2]), hi.plan(hi.epoch_of(1)[2])
+    assert plan_lo.max_units == 2.0**43 and plan_hi.max_units == 2.0**52
+    big = np.full(2, 10**6 + 0.3)  # 64 ticks of 10^6 events: node sums up to 6.4·10^7
+    noise = FixedNoise(np.zeros((64, 2), dtype=np.int64))
+    state = hi.new_state(2)
+    for _ in range(64):
+        rel = hi.step(state, big, noise)
+    assert abs(float(rel[0]) - 64 * (10**6 + 0.3)) <= hi.rounding_bound(64)  # type: ignore[call-arg]
+    state = lo.new_state(2)
+    with pytest.raises(ValueError, match="range"):
+        for _ in range(64):
+            lo.step(state, big * 10, noise)
