@@ -128,13 +128,22 @@ class TickAssembler:
 
     Ticks ``<= after_tick`` and ticks not divisible by ``every`` are ignored. Complete ticks come
     out in ascending order; an incomplete tick older than a complete one can never complete
-    (every counts partition is written in tick order) and is dropped with a warning.
+    (each stream's releases are keyed by the stream, so they arrive in tick order: once tick
+    ``t + 1`` is complete every release of tick ``t`` has been read) and is dropped with a
+    warning. At most ``max_pending`` ticks are buffered (memory: about 150 bytes per node and
+    tick); when a release shard lags further behind, the oldest pending tick is dropped.
     Plain bookkeeping, no I/O: the Kafka loop in :class:`Reconciler` drives it.
     """
 
-    def __init__(self, names: Sequence[str], *, every: int = 1, after_tick: int = 0) -> None:
+    def __init__(
+        self, names: Sequence[str], *, every: int = 1, after_tick: int = 0,
+        max_pending: int = 256,
+    ) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be an integer >= 1 (ticks), got {every!r}")
+        if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
+            raise ValueError(f"max_pending must be an integer >= 1 (ticks), got {max_pending!r}")
+        self.max_pending = max_pending
         if after_tick < 0:
             raise ValueError(f"after_tick must be >= 0, got {after_tick!r}")
         self.names = tuple(names)
@@ -146,7 +155,9 @@ class TickAssembler:
         self._pending: dict[int, _Pending] = {}
         self.unknown_streams = 0
         self.conflicts = 0
-        self.dropped_ticks: list[int] = []
+        #: ticks dropped without a histogram (total) and the most recent of them
+        self.dropped = 0
+        self.dropped_ticks: deque[int] = deque(maxlen=1000)
 
     def wanted(self, tick: int) -> bool:
         return tick > self.after_tick and tick % self.every == 0
@@ -159,7 +170,15 @@ class TickAssembler:
         if idx is None:
             self.unknown_streams += 1
             return
-        pending = self._pending.setdefault(release.tick, _Pending())
+        pending = self._pending.get(release.tick)
+        if pending is None:
+            pending = self._pending[release.tick] = _Pending()
+            if len(self._pending) > self.max_pending:
+                oldest = min(self._pending)
+                del self._pending[oldest]
+                self._drop(oldest, "more than max_pending ticks buffered (a release shard lags)")
+                if oldest == release.tick:
+                    return
         pending.tick_end = max(pending.tick_end, release.tick_end)
         old = pending.values.get(idx)
         new = (release.value, release.stderr)
@@ -183,10 +202,8 @@ class TickAssembler:
         out: list[CompleteTick] = []
         for t in done:
             for stale in sorted(s for s in self._pending if s < t):
-                self.dropped_ticks.append(stale)
-                log.warning("dropping an incomplete tick older than a complete one",
-                            extra={"tick": stale, "complete_tick": t})
                 del self._pending[stale]
+                self._drop(stale, f"incomplete while tick {t} is complete (releases lost)")
             p = self._pending.pop(t)
             out.append(
                 CompleteTick(
@@ -198,6 +215,11 @@ class TickAssembler:
             )
             self.after_tick = t
         return out
+
+    def _drop(self, tick: int, why: str) -> None:
+        self.dropped += 1
+        self.dropped_ticks.append(tick)
+        log.warning("dropping a tick without a histogram", extra={"tick": tick, "reason": why})
 
     def resume_offsets(self, positions: Mapping[int, int]) -> dict[int, int]:
         """Per partition, where a successor must start reading so that no pending tick is lost.
@@ -333,6 +355,8 @@ class ReconcilerConfig:
     #: A node takes about 104 bytes of JSON, about 33 gzip-compressed (so ~30 000 nodes fit
     #: the 1 MiB default).
     max_message_bytes: int = 64 << 20
+    #: Most ticks buffered while waiting for every node's release (see :class:`TickAssembler`).
+    max_pending_ticks: int = 256
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
@@ -495,7 +519,8 @@ class Reconciler:
         after = await self.last_published_tick()
         # Continue at the next multiple of `every`.
         self.last_tick = after
-        assembler = TickAssembler(self.names, every=cfg.every, after_tick=after)
+        assembler = TickAssembler(self.names, every=cfg.every, after_tick=after,
+                                  max_pending=cfg.max_pending_ticks)
         log.info("reconcile leader resuming", extra={"after_tick": after})
         consumer = AIOKafkaConsumer(
             bootstrap_servers=cfg.bootstrap,
@@ -564,7 +589,7 @@ class Reconciler:
     def _ingest(
         self, assembler: TickAssembler, batches: Mapping[Any, list[ConsumerRecord[Any, Any]]]
     ) -> list[CompleteTick]:
-        conflicts, dropped = assembler.conflicts, len(assembler.dropped_ticks)
+        conflicts, dropped = assembler.conflicts, assembler.dropped
         for tp, records in batches.items():
             for rec in records:
                 self._add(assembler, tp.partition, rec)
@@ -572,8 +597,8 @@ class Reconciler:
         if self.metrics:
             if assembler.conflicts > conflicts:
                 self.metrics.release_conflict(assembler.conflicts - conflicts)
-            if len(assembler.dropped_ticks) > dropped:
-                self.metrics.reconcile_skipped(len(assembler.dropped_ticks) - dropped)
+            if assembler.dropped > dropped:
+                self.metrics.reconcile_skipped(assembler.dropped - dropped)
         return complete
 
     def _solve_and_encode(self, tick: CompleteTick) -> tuple[Any, dict[str, Any], bytes]:

@@ -93,7 +93,21 @@ def test_incomplete_tick_older_than_a_complete_one_is_dropped() -> None:
     for i, n in enumerate(NAMES):
         a.add(0, 10 + i, rel(n, 2))
     assert [t.tick for t in a.pop_complete()] == [2]
-    assert a.dropped_ticks == [1] and a.pending_ticks == []
+    assert list(a.dropped_ticks) == [1] and a.dropped == 1 and a.pending_ticks == []
+
+
+def test_pending_ticks_are_bounded() -> None:
+    a = TickAssembler(NAMES, max_pending=3)
+    for tick in range(1, 6):  # "b" never arrives (its shard is down)
+        a.add(0, tick, rel("all", tick))
+        a.add(1, tick, rel("a", tick))
+    assert a.pending_ticks == [3, 4, 5]
+    assert list(a.dropped_ticks) == [1, 2]
+    a.add(2, 0, rel("b", 1))  # a late release of a dropped tick is not buffered again
+    assert a.pending_ticks == [3, 4, 5] and a.dropped == 3
+    for tick in (3, 4, 5):
+        a.add(2, tick, rel("b", tick))
+    assert [t.tick for t in a.pop_complete()] == [3, 4, 5]
 
 
 def test_resume_offsets_point_at_first_pending_message() -> None:
@@ -110,6 +124,8 @@ def test_resume_offsets_point_at_first_pending_message() -> None:
 def test_assembler_validates_arguments() -> None:
     with pytest.raises(ValueError, match="every must be an integer >= 1"):
         TickAssembler(NAMES, every=0)
+    with pytest.raises(ValueError, match="max_pending must be an integer >= 1"):
+        TickAssembler(NAMES, max_pending=0)
     with pytest.raises(ValueError, match="distinct"):
         TickAssembler(("a", "a"))
     with pytest.raises(ValueError, match="every must be an integer >= 1"):
