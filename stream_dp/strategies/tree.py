@@ -122,7 +122,8 @@ class TreeMechanism(Mechanism):
     @property
     def tag(self) -> str:
         lv = ",".join(str(x) for x in self.levels)
-        return f"{super().tag}/levels={lv}/model={self.model}"
+        w = ",".join(f"{x:.12g}" for x in self.weights)
+        return f"{super().tag}/levels={lv}/weights={w}/model={self.model}"
 
     # ------------------------------------------------------------------ state and step
     def new_state(self, n_streams: int) -> State:
