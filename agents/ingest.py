@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import math
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from agents.codec import Rejection, decode_event
 from agents.config import Settings
@@ -45,6 +45,14 @@ except ImportError:  # pragma: no cover - orjson is a dependency of the service 
 def shard_of(stream: str, shards: int) -> int:
     """The release shard of ``stream``: ``crc32(UTF-8 name) mod shards``."""
     return zlib.crc32(stream.encode("utf-8")) % shards
+
+
+class Record(NamedTuple):
+    """One input record (the attributes of aiokafka's ``ConsumerRecord`` that ingest uses)."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
 
 
 class Router:
@@ -168,13 +176,11 @@ class IngestState:
     def process(self, offset: int, key: bytes | None, value: bytes | None, wall: float,
                 unix_now: float) -> None:
         """Process one record at ``offset`` (records below :attr:`offset` are skipped)."""
-        self.process_batch(((offset, key, value),), wall, unix_now)
+        self.process_batch([Record(offset, key, value)], wall, unix_now)
 
-    def process_batch(
-        self, records: Iterable[tuple[int, bytes | None, bytes | None]], wall: float,
-        unix_now: float,
-    ) -> None:
-        """Process ``(offset, key, value)`` records in offset order (the hot loop)."""
+    def process_batch(self, records: Sequence[Any], wall: float, unix_now: float) -> None:
+        """Process records (``.offset``, ``.key``, ``.value``; e.g. aiokafka's
+        ``ConsumerRecord``) of this partition in offset order. This is the hot loop."""
         s = self.settings
         max_bytes, max_value, cap = s.max_message_bytes, s.max_event_value, s.cap
         origin = s.origin
@@ -193,10 +199,14 @@ class IngestState:
         position = self.offset
         lo = max(origin, old_limit)
         cache_get = self.router.declared.get
-        for offset, key, value in records:
-            if offset < position:
-                continue
-            position = offset + 1
+        start = 0
+        while start < len(records) and records[start].offset < position:
+            start += 1  # already processed (e.g. re-delivered after a seek)
+        if start < len(records):
+            position = records[-1].offset + 1
+        for i in range(start, len(records)):
+            r = records[i]
+            value = r.value
             # Fast path: a well-formed event for a declared key, in range and not late. Any
             # doubt falls through to the full classification below (decode_event is the
             # authoritative validator; a property test checks that both paths agree).
@@ -232,6 +242,8 @@ class IngestState:
                         accepted += 1
                         continue
             # Full classification, with the reason of any rejection.
+            key = r.key
+            offset = r.offset
             got = decode_event(value, max_bytes, max_value)
             if type(got) is Rejection:
                 dead.append((key, got, value, offset))

@@ -449,7 +449,7 @@ class IngestStage(_Stage):
             state = self.states.get(tp.partition)
             if state is None:
                 continue  # revoked meanwhile
-            state.process_batch(((r.offset, r.key, r.value) for r in records), wall, unix_now)
+            state.process_batch(records, wall, unix_now)
             self.w.processed += len(records)
         lag = 0
         jobs = []
