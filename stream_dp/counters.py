@@ -86,6 +86,8 @@ class CounterBank:
                 f"mechanism must be a stream_dp Mechanism, got {type(mechanism).__name__}"
             )
         self._names = _check_names(stream_names)
+        # Fail fast on a budget the samplers refuse (e.g. an enormous ε), before any tick.
+        mechanism.variance(1)
         self._mechanism = mechanism
         self._noise = _make_noise(_check_key(key), mechanism.tag, self._names)
         self._state: State = mechanism.new_state(len(self._names))

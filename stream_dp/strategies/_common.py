@@ -53,6 +53,29 @@ def check_pure(privacy: Privacy, strategy: str) -> PureDP:
     return privacy
 
 
+#: Largest budget factor (ε, or √(2ρ)) the noise-relative grids follow. Beyond it the grid stops
+#: shrinking, so counts keep a usable range (≈ 2**53 grid units) and the noise scale shrinks
+#: towards the samplers' minimum instead, where :func:`check_noise_scale` refuses the budget.
+MAX_GRID_BUDGET = 2.0**10
+
+
+def check_noise_scale(scale_units: float, minimum: float, budget: str) -> float:
+    """``scale_units`` if the exact sampler accepts it, else ``ValueError`` naming the budget.
+
+    A noise scale below ``minimum`` grid units means the budget is so large that the noise is
+    below the rounding grid (P(noise ≠ 0) < e^-256): the samplers refuse it, so the strategy
+    must refuse the budget up front rather than fail in the middle of a tick.
+    """
+    if not scale_units >= minimum:
+        raise ValueError(
+            f"{budget} is too large for this cap and grid: the noise scale would be "
+            f"{scale_units:.3g} grid units, below the exact sampler's minimum {minimum:g}; "
+            f"use a budget at most {minimum / scale_units:.3g} times smaller (the noise is "
+            "already negligible there)"
+        )
+    return scale_units
+
+
 def discrete_laplace_variance(scale: float) -> float:
     """Variance of the discrete Laplace law ``P(k) ∝ exp(−|k|/scale)`` (grid units², exact).
 

@@ -53,10 +53,12 @@ from stream_dp.budget import Privacy
 from stream_dp.fenwick import column_sums, levels_for, query_sums
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
 from stream_dp.noise.grid import choose_grid
+from stream_dp.noise.laplace import MIN_SCALE
 from stream_dp.strategies._common import (
     RESOLUTION_BITS,
     check_cap,
     check_horizon,
+    check_noise_scale,
     check_p,
     check_pure,
     discrete_laplace_variance,
@@ -161,7 +163,9 @@ class FenwickMechanism(Mechanism):
         sums, lengths = column_sums(self.weights(n), self.p)
         cap_eff = self.cap + grid if self.p == 1.0 else self.cap  # p = 1: counts rounded to g
         sens = float(np.max(cap_eff * sums + SLACK_UNITS * grid * lengths))
-        scale = sens / (self.epsilon * grid)
+        scale = check_noise_scale(
+            sens / (self.epsilon * grid), MIN_SCALE, f"epsilon = {self.epsilon!r}"
+        )
         plan = EpochPlan(
             n=n,
             levels=levels,

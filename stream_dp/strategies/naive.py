@@ -16,10 +16,12 @@ import numpy as np
 from stream_dp.budget import Privacy
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
 from stream_dp.noise.grid import MAX_GRID_UNITS, choose_grid
+from stream_dp.noise.laplace import MIN_SCALE
 from stream_dp.strategies._common import (
     RESOLUTION_BITS,
     check_cap,
     check_horizon,
+    check_noise_scale,
     check_p,
     check_pure,
     discrete_laplace_variance,
@@ -41,7 +43,9 @@ class NaiveMechanism(Mechanism):
         self.epsilon = self.privacy.epsilon
         self.grid = choose_grid(self.cap, resolution_bits=RESOLUTION_BITS)
         self._sensitivity = self.cap + self.grid
-        self.scale_units = self._sensitivity / (self.epsilon * self.grid)
+        self.scale_units = check_noise_scale(
+            self._sensitivity / (self.epsilon * self.grid), MIN_SCALE, f"epsilon = {self.epsilon!r}"
+        )
         self.measurement_variance = self.grid**2 * discrete_laplace_variance(self.scale_units)
 
     def new_state(self, n_streams: int) -> State:

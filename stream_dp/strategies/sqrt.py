@@ -35,8 +35,16 @@ import numpy as np
 from stream_dp.budget import ZCDP, Privacy
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
 from stream_dp.noise import discrete_gaussian_variance
+from stream_dp.noise.gaussian import MIN_SIGMA
 from stream_dp.noise.grid import choose_grid
-from stream_dp.strategies._common import RESOLUTION_BITS, check_cap, check_horizon, check_p
+from stream_dp.strategies._common import (
+    MAX_GRID_BUDGET,
+    RESOLUTION_BITS,
+    check_cap,
+    check_horizon,
+    check_noise_scale,
+    check_p,
+)
 from stream_dp.toeplitz import (
     choose_taps,
     error_curve_factor,
@@ -83,9 +91,11 @@ class SqrtMechanism(Mechanism):
         self.coefficients = sqrt_coefficients(self.p, self.taps)
         root = math.sqrt(2.0 * privacy.rho)
         base = self.cap * l2_sensitivity(self.p, self.taps)
-        self.grid = choose_grid(base / root, resolution_bits=RESOLUTION_BITS)
+        self.grid = choose_grid(base / min(root, MAX_GRID_BUDGET), resolution_bits=RESOLUTION_BITS)
         self._sensitivity = base + SLACK_UNITS * math.sqrt(self.taps) * self.grid
-        self.sigma_units = self._sensitivity / (root * self.grid)
+        self.sigma_units = check_noise_scale(
+            self._sensitivity / (root * self.grid), MIN_SIGMA, f"rho = {privacy.rho!r}"
+        )
         self.unit_variance = self.grid**2 * discrete_gaussian_variance(self.sigma_units)
 
     @property

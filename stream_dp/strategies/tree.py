@@ -37,8 +37,17 @@ import numpy as np
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
 from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
+from stream_dp.noise.gaussian import MIN_SIGMA
 from stream_dp.noise.grid import choose_grid
-from stream_dp.strategies._common import RESOLUTION_BITS, check_cap, check_horizon, check_p
+from stream_dp.noise.laplace import MIN_SCALE
+from stream_dp.strategies._common import (
+    MAX_GRID_BUDGET,
+    RESOLUTION_BITS,
+    check_cap,
+    check_horizon,
+    check_noise_scale,
+    check_p,
+)
 from stream_dp.tree_plan import (
     Model,
     TreePlan,
@@ -94,19 +103,27 @@ class TreeMechanism(Mechanism):
         m = len(self.levels)
         if self.model == "pure":
             assert isinstance(privacy, PureDP)
-            base = self.cap / privacy.epsilon
+            base = self.cap / min(privacy.epsilon, MAX_GRID_BUDGET)
             self.grid = choose_grid(base, resolution_bits=RESOLUTION_BITS)
             l1 = float(np.sum(self.weights))  # 1 up to float rounding
             self._sensitivity = self.cap * max(1.0, l1) + SLACK_UNITS * m * self.grid
-            self.scale_units = self._sensitivity / (privacy.epsilon * self.grid)
+            self.scale_units = check_noise_scale(
+                self._sensitivity / (privacy.epsilon * self.grid),
+                MIN_SCALE,
+                f"epsilon = {privacy.epsilon!r}",
+            )
             self.unit_variance = self.grid**2 * discrete_laplace_variance(self.scale_units)
         else:
             assert isinstance(privacy, ZCDP)
             root = math.sqrt(2.0 * privacy.rho)
-            self.grid = choose_grid(self.cap / root, resolution_bits=RESOLUTION_BITS)
+            self.grid = choose_grid(
+                self.cap / min(root, MAX_GRID_BUDGET), resolution_bits=RESOLUTION_BITS
+            )
             l2 = math.sqrt(float(np.sum(self.weights * self.weights)))
             self._sensitivity = self.cap * max(1.0, l2) + SLACK_UNITS * math.sqrt(m) * self.grid
-            self.scale_units = self._sensitivity / (root * self.grid)
+            self.scale_units = check_noise_scale(
+                self._sensitivity / (root * self.grid), MIN_SIGMA, f"rho = {privacy.rho!r}"
+            )
             self.unit_variance = self.grid**2 * discrete_gaussian_variance(self.scale_units)
         # value-unit variance of each level's estimate and Honaker own-measurement weights
         self.node_variance, self.alpha = node_variances(

@@ -176,3 +176,16 @@ def test_bank_bad_construction_and_corrupt_checkpoints() -> None:
     with pytest.raises(ValueError, match="not a CounterBank"):
         CounterBank.from_bytes(b"garbage", KEY)
     assert math.isnan(CounterBank(mech, ["z"], KEY).stderr)
+
+
+@pytest.mark.parametrize("strategy", ["naive", "dm", "dmfda", "fenwick-opt", "tree"])
+def test_budget_beyond_the_samplers_range_fails_at_construction_not_mid_tick(strategy: str) -> None:
+    """An ε so large the noise falls below the grid is refused up front, naming ε — or works."""
+    try:
+        counter = DecayedCounter(p=0.9, epsilon=1e12, strategy=strategy, horizon=63, key=KEY)
+    except ValueError as exc:
+        assert "epsilon" in str(exc)
+        return
+    # Strategies whose grid follows the noise scale accept it: then every tick must work.
+    releases = [counter.update(2.0) for _ in range(70)]
+    assert abs(releases[-1] - 2.0 / (1 - 0.9)) < 1e-3
