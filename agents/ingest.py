@@ -199,6 +199,8 @@ class IngestState:
         position = self.offset
         lo = max(origin, old_limit)
         cache_get = self.router.declared.get
+        cur_tick = -1
+        bucket: dict[tuple[int, ...], float] = {}
         start = 0
         while start < len(records) and records[start].offset < position:
             start += 1  # already processed (e.g. re-delivered after a seek)
@@ -217,30 +219,36 @@ class IngestState:
                 except ValueError:  # malformed or not UTF-8 (orjson.JSONDecodeError included)
                     pass
             if type(obj) is dict:
-                rk: Any = obj.get("key")
                 rts: Any = obj.get("ts")
                 rv: Any = obj.get("value", 1.0)
-                nodes = cache_get(rk) if type(rk) is str else None
                 tts = type(rts)
                 tv = type(rv)
                 if (
-                    nodes is not None
-                    and (tts is float or tts is int) and (tv is float or tv is int)
+                    (tts is float or tts is int) and (tv is float or tv is int)
                     and lo <= rts <= future_limit and 0.0 <= rv <= max_value
                 ):
-                    tick = floor((rts - origin) / tick_seconds) + 1  # == PartitionClock.tick_of
-                    if tick >= next_tick:
-                        if rv > cap:
-                            rv = cap
-                            clamped += 1
-                        bucket = buckets.get(tick)
-                        if bucket is None:
-                            bucket = buckets[tick] = {}
-                        bucket[nodes] = bucket.get(nodes, 0.0) + rv
-                        if rts > max_ts:
-                            max_ts = rts
-                        accepted += 1
-                        continue
+                    rk: Any = obj.get("key")
+                    try:
+                        nodes = cache_get(rk)  # declared str keys only
+                    except TypeError:  # an unhashable key (list, object)
+                        nodes = None
+                    if nodes is not None:
+                        tick = floor((rts - origin) / tick_seconds) + 1  # == tick_of
+                        if tick >= next_tick:
+                            if rv > cap:
+                                rv = cap
+                                clamped += 1
+                            if tick != cur_tick:
+                                cur_tick = tick
+                                found = buckets.get(tick)
+                                if found is None:
+                                    found = buckets[tick] = {}
+                                bucket = found
+                            bucket[nodes] = bucket.get(nodes, 0.0) + rv
+                            if rts > max_ts:
+                                max_ts = rts
+                            accepted += 1
+                            continue
             # Full classification, with the reason of any rejection.
             key = r.key
             offset = r.offset
@@ -272,10 +280,10 @@ class IngestState:
                 if v > cap:
                     v = cap
                     clamped += 1
-                bucket = buckets.get(tick)
-                if bucket is None:
-                    bucket = buckets[tick] = {}
-                bucket[nodes] = bucket.get(nodes, 0.0) + v
+                slow_bucket = buckets.get(tick)
+                if slow_bucket is None:
+                    slow_bucket = buckets[tick] = {}
+                slow_bucket[nodes] = slow_bucket.get(nodes, 0.0) + v
                 if ts > max_ts:
                     max_ts = ts
                 accepted += 1
