@@ -66,6 +66,8 @@ class StrategyFigures:
     sensitivity: float
     mean_mse: float
     final_mse: float
+    #: The error stays bounded / polylogarithmic past the horizon (``error_stays_bounded``).
+    unbounded_ok: bool = True
 
     @property
     def rmse(self) -> float:
@@ -82,7 +84,13 @@ def figures(
         mech = _mechanism(name, p, horizon, privacy, cap)
         curve = mech.mse_curve(horizon)
         out.append(
-            StrategyFigures(name, float(mech.sensitivity()), float(curve.mean()), float(curve[-1]))
+            StrategyFigures(
+                name,
+                float(mech.sensitivity()),
+                float(curve.mean()),
+                float(curve[-1]),
+                mech.error_stays_bounded(),
+            )
         )
     return out
 

@@ -88,6 +88,15 @@ class Mechanism(ABC):
         """``variance(t)`` for ``t = 1..horizon``; subclasses override with an O(T log T) form."""
         return np.array([self.variance(t) for t in range(1, horizon + 1)], dtype=np.float64)
 
+    def error_stays_bounded(self) -> bool:
+        """Whether the per-release error stays small on an *unbounded* stream, past the horizon.
+
+        True when the error is bounded in t (p < 1) or grows at most polylogarithmically
+        (p = 1, e.g. doubling epochs). The planner never picks a strategy for which this is
+        False while another one qualifies, because the service runs streams forever.
+        """
+        return True
+
     @abstractmethod
     def sensitivity(self) -> float:
         """Sensitivity of the noisy measurements to one event of size ``cap``.

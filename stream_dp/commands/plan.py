@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
 
 HELP = "compare strategies' exact error for (p, horizon, privacy)"
@@ -58,8 +59,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--cap", type=float, default=1.0, help="largest contribution of one event (default 1)"
     )
     parser.add_argument(
+        "--domain",
+        default=None,
+        metavar="FILE",
+        help="domain TOML: account for the nodes one event feeds (default: one stream)",
+    )
+    parser.add_argument(
         "--format", choices=("table", "json"), default="table", help="output format (default table)"
     )
+
+
+def accountant_from_args(args: argparse.Namespace, privacy: Privacy) -> Accountant:
+    """The accountant for the options: per-stream budget × nodes one event feeds (``--domain``)."""
+    domain_file = getattr(args, "domain", None)
+    if domain_file is None:
+        return Accountant(privacy, nodes_touched=1, cap=args.cap)
+    from stream_dp.domain import Domain
+
+    try:
+        domain = Domain.from_file(domain_file)
+    except OSError as exc:
+        raise ValueError(f"--domain: cannot read {domain_file!r}: {exc.strerror}") from exc
+    return Accountant.for_domain(domain, privacy, cap=args.cap)
 
 
 def privacy_from_args(args: argparse.Namespace) -> Privacy:
@@ -107,6 +128,7 @@ def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
             "rmse": f.rmse,
             "mse": f.mean_mse,
             "ratio": f.mean_mse / best,
+            "unbounded_ok": f.unbounded_ok,
         }
         for f in sorted(figs, key=lambda f: f.mean_mse)
     ]
@@ -118,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         table, chosen = rows(args)
         privacy = privacy_from_args(args)
+        accountant = accountant_from_args(args, privacy)
     except ValueError as exc:
         print(f"stream-dp plan: error: {exc}", file=sys.stderr)
         return 2
@@ -130,6 +153,7 @@ def run(args: argparse.Namespace) -> int:
             "strategies": table,
             "pick": chosen,
             "lower_bound": lower_bound_row(args, privacy),
+            "accounting": accountant.summary(args.delta),
         }
         if isinstance(privacy, ZCDP):
             doc["implied_approx_dp"] = {
@@ -144,19 +168,20 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'strategy':<14}{'sensitivity':>13}{'RMSE/release':>14}{'MSE/release':>14}{'ratio':>9}")
     for r in table:
         mark = "  <- pick" if r["strategy"] == chosen else ""
+        if not r["unbounded_ok"]:
+            mark += "  (error grows linearly past the horizon)"
         print(
             f"{r['strategy']!s:<14}{r['sensitivity']:>13.6f}{r['rmse']:>14.4f}"
             f"{r['mse']:>14.4f}{r['ratio']:>9.3f}{mark}"
         )
     print(f"pick: {chosen}")
     lb = lower_bound_row(args, privacy)
-    best_mse = min(float(r["mse"]) for r in table)  # type: ignore[arg-type]
+    best_mse = next(float(r["mse"]) for r in table if r["strategy"] == chosen)  # type: ignore[arg-type]
     print(
         f"lower bound (any factorisation, horizon {lb['horizon']}): MSE/release "
         f"{lb['mse']:.4f}; pick is {best_mse / float(lb['mse']):.3f}x the bound"  # type: ignore[arg-type]
     )
-    if isinstance(privacy, ZCDP):
-        print(
-            f"{privacy} implies (ε, δ)-DP with ε = {privacy.to_approx_dp(args.delta):.4g}, δ = {args.delta:g}"
-        )
+    print()
+    for line in accountant.summary(args.delta):
+        print(line)
     return 0

@@ -92,6 +92,10 @@ class NaiveMechanism(Mechanism):
         out: Float64Array = self.measurement_variance * (-np.expm1(t * np.log(p2)) / (1.0 - p2))
         return out
 
+    def error_stays_bounded(self) -> bool:
+        # p = 1: the release sums t noisy counts, so its variance grows linearly in t.
+        return self.p < 1.0
+
     def sensitivity(self) -> float:
         return self._sensitivity
 

@@ -162,6 +162,10 @@ class SqrtMechanism(Mechanism):
         n = int(t) if self.p == 1.0 else min(int(t), _CONVERGED)
         return float(self.unit_variance * error_curve_factor(self.p, self.taps, n)[-1])
 
+    def error_stays_bounded(self) -> bool:
+        # p = 1: no doubling epochs here, so the error grows linearly past the horizon.
+        return self.p < 1.0
+
     def sensitivity(self) -> float:
         """L2 sensitivity of the grid measurements (value units), slack included."""
         return self._sensitivity

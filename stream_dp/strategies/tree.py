@@ -233,6 +233,10 @@ class TreeMechanism(Mechanism):
             total += math.exp(2.0 * rem * lp) * geo * float(self.node_variance[i])
         return total
 
+    def error_stays_bounded(self) -> bool:
+        # p = 1: no doubling epochs here, so the error grows linearly past the horizon.
+        return self.p < 1.0
+
     def sensitivity(self) -> float:
         """L1 (pure) or L2 (zCDP) sensitivity of the grid measurements, value units."""
         return self._sensitivity

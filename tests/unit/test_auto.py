@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -106,3 +107,43 @@ def test_plan_command_shows_candidates_pick_and_lower_bound(
     )
     assert main(["plan", "--p", "0.9", "--rho", "1", "--horizon", "63"]) == 2
     assert "belongs to" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("horizon", [3, 63, 1023])
+def test_auto_at_p_one_never_picks_a_strategy_whose_error_grows_linearly(horizon: int) -> None:
+    """The service runs streams forever: at p = 1 the pick's error must stay polylogarithmic
+    past the horizon, even where a horizon-bound strategy is better inside the horizon."""
+    privacy = PureDP(1.0)
+    chosen = make_mechanism("auto", 1.0, horizon, privacy)
+    assert chosen.error_stays_bounded()
+    t0, t1 = 4 * horizon, 4096 * horizon  # 1024x more ticks
+    # polylog: at most (log t1 / log t0)^3 ≈ 55 for horizon 3; linear growth would be ≈ 1024
+    assert chosen.variance(t1) / chosen.variance(t0) < 128.0
+    tree = make_mechanism("tree", 1.0, horizon, privacy)
+    assert not tree.error_stays_bounded()
+    assert tree.variance(t1) / tree.variance(t0) > 512.0  # linear growth, as its flag says
+
+
+def test_error_flags_follow_p() -> None:
+    for name in ("naive", "tree", "binary-tree"):
+        assert make_mechanism(name, 0.99, 63, PureDP(1.0)).error_stays_bounded()
+        assert not make_mechanism(name, 1.0, 63, PureDP(1.0)).error_stays_bounded()
+    for name in ("dm", "dmfda", "fenwick-opt"):
+        assert make_mechanism(name, 1.0, 63, PureDP(1.0)).error_stays_bounded()
+    assert not make_mechanism("sqrt", 1.0, 63, ZCDP(0.5)).error_stays_bounded()
+
+
+def test_plan_accounts_for_the_nodes_one_event_feeds(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    domain = tmp_path / "d.toml"
+    domain.write_text('kind = "hierarchy"\npaths = ["a/x/1", "a/x/2", "b/y/3"]\n')
+    args = ["plan", "--p", "0.9", "--epsilon", "0.25", "--horizon", "63"]
+    assert main([*args, "--domain", str(domain)]) == 0
+    out = capsys.readouterr().out
+    assert "streams one event feeds: h = 4" in out
+    assert "total per event:         ε = 1 (= 4 × 0.25" in out
+    assert main(args) == 0
+    assert "h = 1" in capsys.readouterr().out
+    assert main([*args, "--domain", str(tmp_path / "missing.toml")]) == 2
+    assert "--domain" in capsys.readouterr().err
