@@ -130,8 +130,11 @@ async def serve(
             domain, metrics=metrics, on_histogram=on_histogram,
         )
         tasks["reconcile"] = asyncio.ensure_future(reconciler.run(stop_event))
+    from stream_dp.accounting import Accountant
+
+    accounting = Accountant.for_domain(domain, settings.privacy, cap=settings.cap).summary()
     log.info("worker started", extra={"worker_id": settings.worker_id, "domain": domain.name,
-                                      "streams": len(domain.names)})
+                                      "streams": len(domain.names), "privacy": accounting})
     if started is not None:
         started(server)
     stopper = asyncio.ensure_future(stop_event.wait())

@@ -219,6 +219,8 @@ def test_worker_serves_releases_histograms_health_and_stops_on_sigterm(
     lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     assert lines and all({"ts", "level", "logger", "msg"} <= set(r) for r in lines)
     assert any(r["msg"] == "worker stopped" and r["exit_code"] == 0 for r in lines)
+    started = next(r for r in lines if r["msg"] == "worker started")
+    assert any(line.startswith("total per event:") for line in started["privacy"])
     assert KEY not in log_path.read_text()
 
 
