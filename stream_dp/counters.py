@@ -249,29 +249,40 @@ class CounterBank:
 class DecayedCounter:
     """One stream's DP decayed count: ``update(count)`` returns the release for that tick.
 
-    ``p`` ∈ (0, 1] decay per tick; ``epsilon`` per event (pure DP); ``strategy`` a registered name
-    or ``"auto"``; ``horizon`` ticks per epoch; ``key`` the noise secret (bytes, ≥ 16);
-    ``cap`` bounds one event's contribution; ``name`` the stream name (keys its noise).
+    ``p`` ∈ (0, 1] decay per tick; ``epsilon`` per event (pure DP) — or ``rho`` per event
+    (ρ-zCDP) instead; ``strategy`` a registered name or ``"auto"``; ``horizon`` ticks per epoch;
+    ``key`` the noise secret (bytes, ≥ 16); ``cap`` bounds one event's contribution; ``name`` the
+    stream name (keys its noise).
 
     >>> c = DecayedCounter(p=0.9, epsilon=1.0, strategy="naive", key=b"k" * 32)
     >>> isinstance(c.update(2), float), c.tick
     (True, 1)
+    >>> DecayedCounter(p=0.99, rho=0.5, key=b"k" * 32).strategy
+    'sqrt'
     """
 
     def __init__(
         self,
         p: float,
-        epsilon: float,
+        epsilon: float | None = None,
         strategy: str = "auto",
         horizon: int = DEFAULT_HORIZON,
         key: bytes | None = None,
         cap: float = 1.0,
         name: str = "counter",
+        *,
+        rho: float | None = None,
     ) -> None:
+        from stream_dp.budget import ZCDP
         from stream_dp.strategies import make_mechanism
 
         key_bytes = _check_key(key)
-        privacy: Privacy = PureDP(epsilon)
+        if (epsilon is None) == (rho is None):
+            raise ValueError(
+                "give exactly one budget: epsilon (pure ε-DP, > 0) or rho (ρ-zCDP, > 0), "
+                f"got epsilon={epsilon!r}, rho={rho!r}"
+            )
+        privacy: Privacy = PureDP(epsilon) if epsilon is not None else ZCDP(float(rho or 0.0))
         mech = make_mechanism(strategy, p, horizon, privacy, cap)
         self._bank = CounterBank(mech, [name], key_bytes)
 

@@ -189,3 +189,14 @@ def test_budget_beyond_the_samplers_range_fails_at_construction_not_mid_tick(str
     # Strategies whose grid follows the noise scale accept it: then every tick must work.
     releases = [counter.update(2.0) for _ in range(70)]
     assert abs(releases[-1] - 2.0 / (1 - 0.9)) < 1e-3
+
+
+def test_decayed_counter_takes_exactly_one_budget() -> None:
+    zcdp = DecayedCounter(p=0.9, rho=0.5, strategy="auto", horizon=63, key=KEY)
+    assert zcdp.strategy == "sqrt"
+    assert abs(zcdp.update(1.0)) < 50
+    for bad in ({}, {"epsilon": 1.0, "rho": 0.5}):
+        with pytest.raises(ValueError, match="exactly one budget"):
+            DecayedCounter(p=0.9, key=KEY, **bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="rho"):
+        DecayedCounter(p=0.9, rho=float("nan"), key=KEY)
