@@ -76,6 +76,15 @@ async def read_latest(
 
     tp = TopicPartition(topic, partition)
     consumer.assign([tp])
+    try:
+        return await _read_latest(consumer, tp, topic, partition, timeout_s)
+    finally:
+        consumer.unsubscribe()  # stop background fetching of the checkpoint partition
+
+
+async def _read_latest(
+    consumer: Any, tp: Any, topic: str, partition: int, timeout_s: float
+) -> Checkpoint | None:
     begin = (await consumer.beginning_offsets([tp]))[tp]
     end = (await consumer.end_offsets([tp]))[tp]
     if end <= begin:

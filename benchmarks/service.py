@@ -61,10 +61,10 @@ async def worker_drain(w_settings: Any, n_events: int) -> float:
     w = Worker(w_settings)
     task = asyncio.create_task(w.run(stop))
     while w.processed < 0.2 * n_events:
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.005)
     t20 = time.perf_counter()
     while w.processed < 0.8 * n_events:
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.005)
     dt = (time.perf_counter() - t20) / 0.6  # steady state (20% -> 80%), scaled to n records
     while w.stats["accepted"] < n_events:  # and everything committed
         await asyncio.sleep(0.02)
