@@ -59,7 +59,10 @@ class EmbeddedBroker:
         self.port = port or free_port(host)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if data_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="stream-dp-broker-")
+            # The broker may still be flushing files as it exits: never fail teardown on that.
+            self._tmp = tempfile.TemporaryDirectory(
+                prefix="stream-dp-broker-", ignore_cleanup_errors=True
+            )
             data_dir = self._tmp.name
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path) if log_path else self.data_dir / "broker.log"

@@ -27,6 +27,7 @@ from numpy.typing import ArrayLike
 
 from stream_dp.budget import Privacy, PureDP, privacy_from_dict
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
+from stream_dp.noise.keyed import NOISE_FORMAT
 
 __all__ = ["DEFAULT_HORIZON", "CounterBank", "DecayedCounter"]
 
@@ -176,6 +177,7 @@ class CounterBank:
         header = json.dumps(
             {
                 "version": 1,
+                "noise_format": NOISE_FORMAT,
                 "mechanism": self._config(),
                 "streams": list(self._names),
                 "arrays": arrays,
@@ -204,6 +206,12 @@ class CounterBank:
             if header.get("version") != 1:
                 raise ValueError(
                     f"unsupported CounterBank checkpoint version {header.get('version')!r}"
+                )
+            if header.get("noise_format") != NOISE_FORMAT:
+                raise ValueError(
+                    f"checkpoint noise format {header.get('noise_format')!r} differs from this "
+                    f"library's {NOISE_FORMAT!r}: resumed ticks would not reproduce earlier "
+                    "releases bit for bit; restore it with the library version that wrote it"
                 )
             from stream_dp.strategies import make_mechanism
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from stream_dp.noise.gaussian import discrete_gaussian_variance
 from stream_dp.noise.grid import MAX_GRID_UNITS, choose_grid, from_grid, round_to_grid
-from stream_dp.noise.keyed import KeyedNoise, NoiseExhaustedError
+from stream_dp.noise.keyed import NOISE_FORMAT, KeyedNoise, NoiseExhaustedError
 from stream_dp.noise.keys import SecretKey, load_key, stream_id, stream_ids
 from stream_dp.noise.laplace import discrete_laplace_variance
 
 __all__ = [
     "MAX_GRID_UNITS",
+    "NOISE_FORMAT",
     "KeyedNoise",
     "NoiseExhaustedError",
     "SecretKey",

@@ -40,7 +40,8 @@ from stream_dp.noise.keys import SecretKey
 from stream_dp.noise.laplace import discrete_laplace_params, sample_discrete_laplace
 from stream_dp.noise.prf import MAX_DRAWS, MAX_NODE, BlockPRF
 
-__all__ = ["KeyedNoise", "NoiseExhaustedError"]
+__all__ = [
+    "NOISE_FORMAT","KeyedNoise", "NoiseExhaustedError"]
 
 
 class NoiseExhaustedError(RuntimeError):
@@ -112,6 +113,13 @@ class _Source:
 
 
 _MAX_CHANNELS = 256
+
+
+#: Version of the noise stream (key derivation, PRF block layout, sampler algorithms). Any change
+#: that alters a single sample for the same key must bump it: checkpoints record it, and a bank
+#: refuses to resume from a checkpoint drawn with another format, since its re-released ticks
+#: would no longer be bit-identical.
+NOISE_FORMAT = "aes256-hkdf-sha256/cks2020-split8/2"
 
 
 class KeyedNoise:

@@ -200,3 +200,29 @@ def test_decayed_counter_takes_exactly_one_budget() -> None:
             DecayedCounter(p=0.9, key=KEY, **bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="rho"):
         DecayedCounter(p=0.9, rho=float("nan"), key=KEY)
+
+
+def test_checkpoint_from_another_noise_format_is_refused() -> None:
+    """Resuming with different noise would re-release ticks with different values."""
+    import hashlib
+    import json
+    import struct
+
+    from stream_dp.noise import NOISE_FORMAT
+
+    bank = CounterBank(make_mechanism("naive", 0.9, 63, PureDP(1.0)), ["a", "b"], KEY)
+    bank.step(np.array([1.0, 2.0]))
+    data = bank.to_bytes()
+    assert CounterBank.from_bytes(data, KEY).to_bytes() == data
+    # rewrite the header with another format and a valid checksum
+    magic_len = data.index(b"{") - 8
+    (hlen,) = struct.unpack_from("<Q", data, magic_len)
+    header = json.loads(data[magic_len + 8 : magic_len + 8 + hlen])
+    assert header["noise_format"] == NOISE_FORMAT
+    header["noise_format"] = "older"
+    new_header = json.dumps(header).encode()
+    body = data[:magic_len] + struct.pack("<Q", len(new_header)) + new_header
+    body += data[magic_len + 8 + hlen : -32]
+    forged = body + hashlib.blake2b(body, digest_size=32).digest()
+    with pytest.raises(ValueError, match="noise format"):
+        CounterBank.from_bytes(forged, KEY)
