@@ -71,7 +71,7 @@ async def _root(request: web.Request) -> web.StreamResponse:
 
 
 def load_dashboard(settings: Any) -> web.Application | None:
-    """H6's dashboard sub-application, or ``None`` when ``agents.dashboard`` is absent.
+    """The dashboard sub-application, or ``None`` when ``agents.dashboard`` is absent.
 
     A dashboard that fails to load is logged and skipped: health, readiness and metrics (what
     orchestrators and alerts rely on) must not depend on it.

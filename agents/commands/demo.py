@@ -142,7 +142,7 @@ class DemoEvent:
 
 
 class Traffic:
-    """Live events in event-time order: H6's web-traffic simulator, else a built-in one."""
+    """Live events in event-time order: the web-traffic simulator, else a built-in one."""
 
     def __init__(self, origin: float, tick_seconds: float, rate: float, seed: int,
                  ticks: int) -> None:

@@ -35,7 +35,7 @@ _BUILTIN: dict[str, tuple[str, tuple[str, ...]]] = {
     "dmfda": ("stream_dp.strategies.dmfda", ("pure",)),
     "fenwick-opt": ("stream_dp.strategies.fenwick_opt", ("pure",)),
 }
-#: Further modules that register themselves on import (H4: tree, sqrt). Missing ones are skipped.
+#: Further modules that register themselves on import (tree, sqrt). Missing ones are skipped.
 _PLUGINS: tuple[str, ...] = ("stream_dp.strategies.tree", "stream_dp.strategies.sqrt")
 
 
