@@ -9,9 +9,7 @@ in the service depends on which broker runs.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+
+from agents.processes import terminate_group
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -103,15 +103,8 @@ class EmbeddedBroker:
 
     def stop(self, timeout: float = 10.0) -> None:
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout)
+        if proc is not None:
+            terminate_group(proc, timeout)
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -130,7 +130,7 @@ def _start(args: argparse.Namespace, data_dir: Path) -> int:
             time.sleep(0.2)
     finally:
         broker.stop(timeout=args.timeout)
-        from agents.commands._procs import wait_group_gone
+        from agents.processes import wait_group_gone
 
         wait_group_gone(proc.pid, timeout=args.timeout)
         with contextlib.suppress(FileNotFoundError):
@@ -164,7 +164,7 @@ def stop_broker(data_dir: Path, timeout: float = 30.0) -> bool:
             _reap(pid)
             time.sleep(0.1)
     # The launcher exits first; wait for the server process it started (same group).
-    from agents.commands._procs import wait_group_gone
+    from agents.processes import wait_group_gone
 
     wait_group_gone(pid, timeout=max(1.0, deadline + 5 - time.monotonic()))
     with contextlib.suppress(FileNotFoundError):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from agents.commands._procs import group_alive, wait_group_gone
+from agents.processes import terminate_group, wait_group_gone
 
 HELP = "run broker, worker, reconciler and simulator; show live releases"
 
@@ -98,19 +98,7 @@ class Children:
 
     def stop(self, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int | None:
         """SIGTERM the process group, wait ``timeout`` s, then SIGKILL."""
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-        # Anything the child left in its group goes too.
-        if group_alive(proc.pid):
-            wait_group_gone(proc.pid, timeout=5.0)
-        return proc.returncode
+        return terminate_group(proc, timeout)
 
     def kill_all(self) -> None:
         for proc in reversed(self.procs):

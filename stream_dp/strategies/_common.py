@@ -33,6 +33,13 @@ def check_horizon(horizon: int) -> int:
     return h
 
 
+def check_n_streams(n_streams: int) -> int:
+    """``n_streams`` as an int ≥ 0, else ``ValueError``."""
+    if isinstance(n_streams, bool) or not isinstance(n_streams, (int, np.integer)) or n_streams < 0:
+        raise ValueError(f"n_streams must be an integer ≥ 0, got {n_streams!r}")
+    return int(n_streams)
+
+
 def check_cap(cap: float) -> float:
     """``cap`` as a finite float > 0, else ``ValueError``."""
     if isinstance(cap, bool) or not isinstance(cap, (int, float, np.integer, np.floating)):

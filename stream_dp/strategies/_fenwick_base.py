@@ -58,6 +58,7 @@ from stream_dp.strategies._common import (
     RESOLUTION_BITS,
     check_cap,
     check_horizon,
+    check_n_streams,
     check_noise_scale,
     check_p,
     check_pure,
@@ -192,12 +193,7 @@ class FenwickMechanism(Mechanism):
 
     # ------------------------------------------------------------------ Mechanism API
     def new_state(self, n_streams: int) -> State:
-        if (
-            isinstance(n_streams, bool)
-            or not isinstance(n_streams, (int, np.integer))
-            or n_streams < 0
-        ):
-            raise ValueError(f"n_streams must be an integer ≥ 0, got {n_streams!r}")
+        n_streams = check_n_streams(n_streams)
         levels = self.plan(self.epoch_of(1)[2]).levels
         return {
             "tick": np.array(0, dtype=np.int64),

@@ -21,6 +21,7 @@ from stream_dp.strategies._common import (
     RESOLUTION_BITS,
     check_cap,
     check_horizon,
+    check_n_streams,
     check_noise_scale,
     check_p,
     check_pure,
@@ -49,12 +50,7 @@ class NaiveMechanism(Mechanism):
         self.measurement_variance = self.grid**2 * discrete_laplace_variance(self.scale_units)
 
     def new_state(self, n_streams: int) -> State:
-        if (
-            isinstance(n_streams, bool)
-            or not isinstance(n_streams, (int, np.integer))
-            or n_streams < 0
-        ):
-            raise ValueError(f"n_streams must be an integer ≥ 0, got {n_streams!r}")
+        n_streams = check_n_streams(n_streams)
         return {
             "tick": np.array(0, dtype=np.int64),
             "release": np.zeros(n_streams, dtype=np.float64),

@@ -42,6 +42,7 @@ from stream_dp.strategies._common import (
     RESOLUTION_BITS,
     check_cap,
     check_horizon,
+    check_n_streams,
     check_noise_scale,
     check_p,
 )
@@ -103,12 +104,7 @@ class SqrtMechanism(Mechanism):
         return f"{super().tag}/K={self.taps}"
 
     def new_state(self, n_streams: int) -> State:
-        if (
-            isinstance(n_streams, bool)
-            or not isinstance(n_streams, (int, np.integer))
-            or n_streams < 0
-        ):
-            raise ValueError(f"n_streams must be an integer ≥ 0, got {n_streams!r}")
+        n_streams = check_n_streams(n_streams)
         r = self.taps - 1
         return {
             "tick": np.array(0, dtype=np.int64),

@@ -45,6 +45,7 @@ from stream_dp.strategies._common import (
     RESOLUTION_BITS,
     check_cap,
     check_horizon,
+    check_n_streams,
     check_noise_scale,
     check_p,
 )
@@ -144,12 +145,7 @@ class TreeMechanism(Mechanism):
 
     # ------------------------------------------------------------------ state and step
     def new_state(self, n_streams: int) -> State:
-        if (
-            isinstance(n_streams, bool)
-            or not isinstance(n_streams, (int, np.integer))
-            or n_streams < 0
-        ):
-            raise ValueError(f"n_streams must be an integer ≥ 0, got {n_streams!r}")
+        n_streams = check_n_streams(n_streams)
         m = len(self.levels)
         return {
             "tick": np.array(0, dtype=np.int64),

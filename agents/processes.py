@@ -1,12 +1,33 @@
-"""Process-group helpers for the commands that start child processes (demo, broker)."""
+"""Process-group helpers for everything that starts child processes (broker, demo, tests)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
+
+
+def terminate_group(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int | None:
+    """Stop ``proc``'s process group (it must have been started with ``start_new_session``).
+
+    SIGTERM to the whole group, ``timeout`` seconds' grace, then SIGKILL; then wait until no
+    process of the group is left — the group, not just ``proc``, because the noida-db launcher
+    can exit before the server it started. Returns ``proc``'s exit code.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout)
+    if group_alive(proc.pid):
+        wait_group_gone(proc.pid, timeout=timeout)
+    return proc.returncode
 
 
 def wait_group_gone(pgid: int, timeout: float = 10.0) -> bool:
