@@ -61,6 +61,7 @@ from typing import Any, Protocol
 from agents.checkpoints import chunk_messages, read_latest
 from agents.codec import dlq_message, encode
 from agents.config import Settings, load_domain
+from agents.groups import leave_group
 from agents.ingest import IngestState, Partial, Router
 from agents.release import Release, ReleaseState
 
@@ -133,24 +134,6 @@ def _listener(stage: _Stage) -> Any:
             await stage.assigned(list(assigned))
 
     return _Listener()
-
-
-async def _leave_group(bootstrap: str, group: str, member_id: str) -> None:
-    """Send LeaveGroup for a static member (aiokafka does not), so others take over at once."""
-    if not member_id:
-        return
-    from aiokafka.client import AIOKafkaClient, CoordinationType  # type: ignore[import-untyped]
-    from aiokafka.protocol.group import LeaveGroupRequest  # type: ignore[import-untyped]
-
-    client = AIOKafkaClient(bootstrap_servers=bootstrap)
-    try:
-        await client.bootstrap()
-        node = await client.coordinator_lookup(CoordinationType.GROUP, group)
-        await client.send(node, LeaveGroupRequest(group, member_id))
-    except Exception as exc:  # best effort: the group rebalances when this worker returns
-        log.warning("LeaveGroup for %s failed: %s", group, type(exc).__name__)
-    finally:
-        await client.close()
 
 
 class _Stage:
@@ -249,7 +232,7 @@ class _Stage:
         if self.reader is not None:
             with contextlib.suppress(Exception):
                 await self.reader.stop()
-        await _leave_group(self.s.bootstrap, self.group, self.member_id)
+        await leave_group(self.s.bootstrap, self.group, self.member_id)
 
     async def flush_all(self) -> None:
         """Commit pending work of every partition (graceful shutdown)."""

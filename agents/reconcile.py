@@ -41,6 +41,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-
 from aiokafka.errors import TopicAlreadyExistsError  # type: ignore[import-untyped]
 
 from agents.codec import encode
+from agents.groups import leave_group
 from agents.metrics import Metrics
 
 try:  # orjson parses counts messages several times faster; same results on valid JSON
@@ -305,27 +306,6 @@ async def ensure_leader_topic(bootstrap: str, topic: str = LEADER_TOPIC) -> None
             await admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
     finally:
         await admin.close()
-
-
-async def leave_group(bootstrap: str, group: str, member_id: str) -> None:
-    """Send LeaveGroup for a static member, so the group rebalances at once (best effort)."""
-    if not member_id:
-        return
-    from aiokafka.client import (  # type: ignore[import-untyped]
-        AIOKafkaClient,
-        CoordinationType,
-    )
-    from aiokafka.protocol.group import LeaveGroupRequest  # type: ignore[import-untyped]
-
-    client = AIOKafkaClient(bootstrap_servers=bootstrap)
-    try:
-        await client.bootstrap()
-        node = await client.coordinator_lookup(CoordinationType.GROUP, group)
-        await client.send(node, LeaveGroupRequest(group, member_id))
-    except Exception as exc:  # the session timeout still moves leadership eventually
-        log.warning("LeaveGroup failed", extra={"group": group, "error": type(exc).__name__})
-    finally:
-        await client.close()
 
 
 @dataclass(frozen=True)
