@@ -72,7 +72,7 @@ async def read_latest(
     ``consumer`` is a started ``AIOKafkaConsumer`` without a group, with
     ``isolation_level="read_committed"``; this call (re)assigns it to the one partition.
     """
-    from aiokafka import TopicPartition  # type: ignore[import-untyped]
+    from aiokafka import TopicPartition
 
     tp = TopicPartition(topic, partition)
     consumer.assign([tp])

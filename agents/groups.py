@@ -16,8 +16,8 @@ async def leave_group(bootstrap: str, group: str, member_id: str) -> None:
     """
     if not member_id:
         return
-    from aiokafka.client import AIOKafkaClient, CoordinationType  # type: ignore[import-untyped]
-    from aiokafka.protocol.group import LeaveGroupRequest  # type: ignore[import-untyped]
+    from aiokafka.client import AIOKafkaClient, CoordinationType
+    from aiokafka.protocol.group import LeaveGroupRequest
 
     client = AIOKafkaClient(bootstrap_servers=bootstrap)
     try:

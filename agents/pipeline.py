@@ -117,14 +117,14 @@ class NullMetrics:
 
 # ---------------------------------------------------------------------- Kafka plumbing
 def _kafka() -> Any:
-    import aiokafka  # type: ignore[import-untyped]
+    import aiokafka
 
     return aiokafka
 
 
 def _listener(stage: _Stage) -> Any:
     """A rebalance listener forwarding to ``stage`` (aiokafka awaits these coroutines)."""
-    from aiokafka.abc import ConsumerRebalanceListener  # type: ignore[import-untyped]
+    from aiokafka.abc import ConsumerRebalanceListener
 
     class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         async def on_partitions_revoked(self, revoked: Iterable[Any]) -> None:
@@ -551,7 +551,7 @@ class ReleaseStage(_Stage):
         cached = self._partitions.get(shard)
         if cached is not None and len(cached) == len(streams):
             return cached
-        from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
+        from aiokafka.partitioner import murmur2
 
         parts = sorted(await prod.partitions_for(self.s.counts_topic))
         found = [parts[(murmur2(n.encode("utf-8")) & 0x7FFFFFFF) % len(parts)] for n in streams]

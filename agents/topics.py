@@ -80,7 +80,7 @@ async def ensure_topics(bootstrap: str, settings: Settings, timeout_s: float = 3
 
     Raises ``ValueError`` if an existing topic's partition count differs from the settings.
     """
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-untyped]
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
     await admin.start()

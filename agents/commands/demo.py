@@ -373,7 +373,7 @@ class Demo:
             await asyncio.sleep(0.5)
 
     async def _feed(self, settings: Any, traffic: Traffic, stop: asyncio.Event) -> None:
-        from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
+        from aiokafka import AIOKafkaProducer
 
         from agents.codec import encode
 

@@ -69,7 +69,7 @@ async def create_topics(settings: object) -> list[str]:
 
     bootstrap: str = settings.bootstrap  # type: ignore[attr-defined]
     created = await ensure_topics(bootstrap, settings)  # type: ignore[arg-type]
-    from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[import-untyped]
+    from aiokafka.admin import AIOKafkaAdminClient
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
