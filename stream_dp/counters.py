@@ -178,6 +178,7 @@ class CounterBank:
             {
                 "version": 1,
                 "noise_format": NOISE_FORMAT,
+                "tag": self._mechanism.tag,
                 "mechanism": self._config(),
                 "streams": list(self._names),
                 "arrays": arrays,
@@ -218,6 +219,13 @@ class CounterBank:
             cfg = header["mechanism"]
             privacy = privacy_from_dict(cfg["privacy"])
             mech = make_mechanism(cfg["strategy"], cfg["p"], cfg["horizon"], privacy, cfg["cap"])
+            if mech.tag != header["tag"]:
+                # e.g. a tree plan re-derived differently by another library version: resuming
+                # would key the noise differently and re-release ticks with other values.
+                raise ValueError(
+                    f"checkpoint mechanism {header['tag']!r} differs from the one rebuilt here "
+                    f"({mech.tag!r}); restore it with the library version that wrote it"
+                )
             streams = header["streams"]
             specs = header["arrays"]
         except (

@@ -226,3 +226,24 @@ def test_checkpoint_from_another_noise_format_is_refused() -> None:
     forged = body + hashlib.blake2b(body, digest_size=32).digest()
     with pytest.raises(ValueError, match="noise format"):
         CounterBank.from_bytes(forged, KEY)
+
+
+def test_checkpoint_whose_mechanism_rebuilds_differently_is_refused() -> None:
+    import hashlib
+    import json
+    import struct
+
+    bank = CounterBank(make_mechanism("tree", 0.99, 63, PureDP(1.0)), ["a"], KEY)
+    bank.step(np.array([1.0]))
+    data = bank.to_bytes()
+    magic_len = data.index(b"{") - 8
+    (hlen,) = struct.unpack_from("<Q", data, magic_len)
+    header = json.loads(data[magic_len + 8 : magic_len + 8 + hlen])
+    assert header["tag"] == bank.mechanism.tag
+    header["tag"] += "/weights-from-another-version"
+    new_header = json.dumps(header).encode()
+    body = data[:magic_len] + struct.pack("<Q", len(new_header)) + new_header
+    body += data[magic_len + 8 + hlen : -32]
+    forged = body + hashlib.blake2b(body, digest_size=32).digest()
+    with pytest.raises(ValueError, match="differs from the one rebuilt"):
+        CounterBank.from_bytes(forged, KEY)
