@@ -15,19 +15,23 @@ DESCRIPTION = """\
 Print, for every registered strategy, its exact L1 sensitivity (per event of size --cap, grid
 slack included), the expected RMSE of one release (root of the mean per-release MSE over ticks
 1..horizon, analytic, no simulation) and its MSE ratio to the best strategy; then the strategy
-that `--strategy auto` would pick. ε is per event and per stream (pure differential privacy).
+that `--strategy auto` would pick: the lowest error among strategies whose error stays bounded
+past the horizon (others are marked). ε is per event and per stream (pure differential privacy).
 
 examples:
   stream-dp plan --p 0.9 --epsilon 1 --horizon 32767
   stream-dp plan --p 0.999 --epsilon 0.5 --horizon 1048575 --cap 2
   stream-dp plan --p 1 --epsilon 1 --horizon 65535 --format json
   stream-dp plan --p 0.99 --privacy zcdp --rho 0.5 --horizon 4095
+  stream-dp plan --p 0.9 --epsilon 0.25 --horizon 4095 --domain examples/domain.toml
 
 Privacy models: --privacy pure --epsilon E (default; Laplace noise, L1 sensitivity) or
 --privacy zcdp --rho R (Gaussian noise, L2 sensitivity; the (ε, δ)-DP implied by ρ is printed for
 --delta). Giving the other model's parameter is refused. Below the table: the factorisation lower
 bound (no strategy that adds i.i.d. noise to linear measurements can beat it, see
-stream_dp/lower_bound.py) and how far the pick is above it.
+stream_dp/lower_bound.py) and how far the pick is above it; then the accountant's summary: the
+budget per stream, the streams one event feeds (1, or the domain's count with --domain) and the
+total per event.
 """
 
 
