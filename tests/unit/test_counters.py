@@ -12,6 +12,7 @@ from stream_dp import CounterBank, DecayedCounter
 from stream_dp.analysis import expected_mse
 from stream_dp.budget import PureDP
 from stream_dp.strategies import make_mechanism
+from tests.unit._montecarlo import empirical_mse_curve
 
 KEY = bytes(range(32))
 STRATEGIES = ("naive", "dm", "dmfda", "fenwick-opt")
@@ -22,15 +23,6 @@ def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAM_DP_CACHE_DIR", str(tmp_path))
 
 
-def _decayed(D: np.ndarray, p: float) -> np.ndarray:
-    out = np.zeros_like(D)
-    acc = np.zeros(D.shape[1])
-    for t in range(D.shape[0]):
-        acc = p * acc + D[t]
-        out[t] = acc
-    return out
-
-
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize(("p", "horizon", "ticks"), [(0.9, 63, 63), (1.0, 8, 40), (0.99, 15, 40)])
 def test_monte_carlo_mse_within_5_percent(
@@ -39,15 +31,11 @@ def test_monte_carlo_mse_within_5_percent(
     """Many streams = many independent samples (noise keyed per stream id); fixed key."""
     S = 40_000
     eps = 0.7
-    bank = CounterBank(
-        make_mechanism(strategy, p, horizon, PureDP(eps)), [f"s{i}" for i in range(S)], KEY
-    )
     rng = np.random.default_rng(11)
     D = rng.poisson(3.0, (ticks, S)).astype(np.float64)
-    true = _decayed(D, p)
-    sq = np.zeros(ticks)
-    for t in range(ticks):
-        sq[t] = float(np.mean((bank.step(D[t]) - true[t]) ** 2))
+    sq, bank = empirical_mse_curve(
+        make_mechanism(strategy, p, horizon, PureDP(eps)), KEY, S, ticks, lambda t: D[t]
+    )
     analytic = bank.mechanism.mse_curve(ticks)
     assert float(sq.mean()) == pytest.approx(float(analytic.mean()), rel=0.05)
     if ticks == horizon:

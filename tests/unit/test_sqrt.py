@@ -10,7 +10,6 @@ import pytest
 from scipy.special import comb
 
 from stream_dp.budget import ZCDP, PureDP
-from stream_dp.counters import CounterBank
 from stream_dp.lower_bound import mean_mse_bound
 from stream_dp.mechanism import Int64Array
 from stream_dp.strategies import make_mechanism
@@ -21,6 +20,7 @@ from stream_dp.toeplitz import (
     mean_error_factor,
     sqrt_coefficients,
 )
+from tests.unit._montecarlo import empirical_mse_curve
 
 CASES = [(0.5, 4), (0.9, 16), (0.99, 32), (1.0, 8)]
 
@@ -125,14 +125,11 @@ def test_tap_choice_is_monotone_and_bounded() -> None:
 def test_monte_carlo_mse_within_5_percent(p: float) -> None:
     n_streams, ticks = 12000, 40
     mech = make_mechanism("sqrt", p, 4095, ZCDP(0.5))
-    bank = CounterBank(mech, [f"s{i}" for i in range(n_streams)], b"sqrt-mc-key-" * 3)
     rng = np.random.default_rng(11)
-    truth = np.zeros(n_streams)
-    sq = np.zeros(ticks)
-    for t in range(ticks):
-        d = rng.integers(0, 3, size=n_streams).astype(np.float64)
-        truth = p * truth + d
-        sq[t] = np.mean((bank.step(d) - truth) ** 2)
+    sq, _ = empirical_mse_curve(
+        mech, b"sqrt-mc-key-" * 3, n_streams, ticks,
+        lambda t: rng.integers(0, 3, size=n_streams).astype(np.float64),
+    )
     analytic = mech.mse_curve(ticks)
     assert sq.mean() == pytest.approx(analytic.mean(), rel=0.05)
 

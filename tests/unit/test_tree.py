@@ -21,6 +21,7 @@ from stream_dp.tree_plan import (
     mean_variance,
     variance_curve,
 )
+from tests.unit._montecarlo import empirical_mse_curve
 
 PLANS = [
     (TreePlan((0,), (1.0,)), 0.7),
@@ -161,14 +162,11 @@ def test_plan_at_high_decay_uses_sparse_levels() -> None:
 def test_monte_carlo_mse_within_5_percent(strategy: str, p: float, privacy: Privacy) -> None:
     n_streams, ticks = 12000, 48
     mech = make_mechanism(strategy, p, 4095, privacy, 1.0)
-    bank = CounterBank(mech, [f"s{i}" for i in range(n_streams)], b"tree-mc-key-" * 3)
     rng = np.random.default_rng(3)
-    truth = np.zeros(n_streams)
-    sq = np.zeros(ticks)
-    for t in range(ticks):
-        d = rng.integers(0, 3, size=n_streams).astype(np.float64)
-        truth = p * truth + d
-        sq[t] = np.mean((bank.step(d) - truth) ** 2)
+    sq, _ = empirical_mse_curve(
+        mech, b"tree-mc-key-" * 3, n_streams, ticks,
+        lambda t: rng.integers(0, 3, size=n_streams).astype(np.float64),
+    )
     analytic = mech.mse_curve(ticks)
     assert sq.mean() == pytest.approx(analytic.mean(), rel=0.05)
     assert sq[-1] == pytest.approx(analytic[-1], rel=0.1)
