@@ -268,7 +268,8 @@ class DecayedCounter:
     ``p`` ∈ (0, 1] decay per tick; ``epsilon`` per event (pure DP) — or ``rho`` per event
     (ρ-zCDP) instead; ``strategy`` a registered name or ``"auto"``; ``horizon`` ticks per epoch;
     ``key`` the noise secret (bytes, ≥ 16); ``cap`` bounds one event's contribution; ``name`` the
-    stream name (keys its noise).
+    stream name (keys its noise); ``integer_counts=True`` declares whole-number counts, which
+    lets ``auto`` use the integer-grid strategies (``naive-int``).
 
     >>> c = DecayedCounter(p=0.9, epsilon=1.0, strategy="naive", key=b"k" * 32)
     >>> isinstance(c.update(2), float), c.tick
@@ -288,6 +289,7 @@ class DecayedCounter:
         name: str = "counter",
         *,
         rho: float | None = None,
+        integer_counts: bool = False,
     ) -> None:
         from stream_dp.budget import ZCDP
         from stream_dp.strategies import make_mechanism
@@ -299,7 +301,7 @@ class DecayedCounter:
                 f"got epsilon={epsilon!r}, rho={rho!r}"
             )
         privacy: Privacy = PureDP(epsilon) if epsilon is not None else ZCDP(float(rho or 0.0))
-        mech = make_mechanism(strategy, p, horizon, privacy, cap)
+        mech = make_mechanism(strategy, p, horizon, privacy, cap, integer_counts=integer_counts)
         self._bank = CounterBank(mech, [name], key_bytes)
 
     @property

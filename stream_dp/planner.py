@@ -22,21 +22,32 @@ __all__ = ["Candidate", "compare", "pick"]
 Candidate = StrategyFigures
 
 
-def compare(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> list[Candidate]:
-    """Every strategy registered for ``privacy.model``, with exact sensitivity and mean MSE."""
+def compare(
+    p: float, horizon: int, privacy: Privacy, cap: float = 1.0, *, integer_counts: bool = False
+) -> list[Candidate]:
+    """Every strategy registered for ``privacy.model``, with exact sensitivity and mean MSE.
+
+    Integer-grid strategies take part only with ``integer_counts=True`` (whole-number counts).
+    """
     from stream_dp.analysis import figures
     from stream_dp.strategies import available
 
-    return figures(available(privacy.model), p, horizon, privacy, cap)
+    names = available(privacy.model, integer_counts=integer_counts)
+    if integer_counts and float(cap) != float(int(cap)):
+        # the integer-grid strategies need a whole-number cap; without one they do not apply
+        names = available(privacy.model)
+    return figures(names, p, horizon, privacy, cap)
 
 
-def pick(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> str:
+def pick(
+    p: float, horizon: int, privacy: Privacy, cap: float = 1.0, *, integer_counts: bool = False
+) -> str:
     """Name of the strategy with the lowest mean per-release MSE over ``horizon`` ticks.
 
     Strategies whose error grows linearly past the horizon are only picked if no other one
     qualifies (see the module docstring).
     """
-    candidates = compare(p, horizon, privacy, cap)
+    candidates = compare(p, horizon, privacy, cap, integer_counts=integer_counts)
     if not candidates:
         raise ValueError(f"no strategy registered for privacy model {privacy.model!r}")
     safe = [c for c in candidates if c.unbounded_ok] or candidates

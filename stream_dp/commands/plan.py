@@ -24,6 +24,7 @@ examples:
   stream-dp plan --p 1 --epsilon 1 --horizon 65535 --format json
   stream-dp plan --p 0.99 --privacy zcdp --rho 0.5 --horizon 4095
   stream-dp plan --p 0.9 --epsilon 0.25 --horizon 4095 --domain examples/domain.toml
+  stream-dp plan --p 0.9 --epsilon 1 --horizon 4095 --integer-counts
 
 Privacy models: --privacy pure --epsilon E (default; Laplace noise, L1 sensitivity) or
 --privacy zcdp --rho R (Gaussian noise, L2 sensitivity; the (ε, δ)-DP implied by ρ is printed for
@@ -61,6 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--cap", type=float, default=1.0, help="largest contribution of one event (default 1)"
+    )
+    parser.add_argument(
+        "--integer-counts",
+        action="store_true",
+        help="every count is a whole number (whole-number event values and cap): also consider "
+        "the integer-grid strategies (naive-int)",
     )
     parser.add_argument(
         "--domain",
@@ -118,12 +125,13 @@ def lower_bound_row(args: argparse.Namespace, privacy: Privacy) -> dict[str, obj
 
 def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
     """Table rows (one per strategy, best first by MSE) and the planner's pick."""
-    from stream_dp.analysis import figures
     from stream_dp.planner import pick
-    from stream_dp.strategies import available
 
     privacy = privacy_from_args(args)
-    figs = figures(available(privacy.model), args.p, args.horizon, privacy, args.cap)
+    from stream_dp.planner import compare
+
+    integer_counts = bool(getattr(args, "integer_counts", False))
+    figs = compare(args.p, args.horizon, privacy, args.cap, integer_counts=integer_counts)
     best = min(f.mean_mse for f in figs)
     out: list[dict[str, object]] = [
         {
@@ -136,7 +144,7 @@ def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
         }
         for f in sorted(figs, key=lambda f: f.mean_mse)
     ]
-    return out, pick(args.p, args.horizon, privacy, cap=args.cap)
+    return out, pick(args.p, args.horizon, privacy, cap=args.cap, integer_counts=integer_counts)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,11 +29,12 @@ Factory = Callable[[float, int, Privacy, float], Mechanism]
 
 #: Modules imported on first use of the registry; each calls :func:`register` (or the registry
 #: registers its ``make`` factory). Another area adds its strategy module's name here.
-_BUILTIN: dict[str, tuple[str, tuple[str, ...]]] = {
-    "naive": ("stream_dp.strategies.naive", ("pure",)),
-    "dm": ("stream_dp.strategies.dm", ("pure",)),
-    "dmfda": ("stream_dp.strategies.dmfda", ("pure",)),
-    "fenwick-opt": ("stream_dp.strategies.fenwick_opt", ("pure",)),
+_BUILTIN: dict[str, tuple[str, tuple[str, ...], bool]] = {
+    "naive": ("stream_dp.strategies.naive", ("pure",), False),
+    "dm": ("stream_dp.strategies.dm", ("pure",), False),
+    "dmfda": ("stream_dp.strategies.dmfda", ("pure",), False),
+    "fenwick-opt": ("stream_dp.strategies.fenwick_opt", ("pure",), False),
+    "naive-int": ("stream_dp.strategies.naive_int", ("pure",), True),
 }
 #: Further modules that register themselves on import (tree, sqrt). Missing ones are skipped.
 _PLUGINS: tuple[str, ...] = ("stream_dp.strategies.tree", "stream_dp.strategies.sqrt")
@@ -41,25 +42,29 @@ _PLUGINS: tuple[str, ...] = ("stream_dp.strategies.tree", "stream_dp.strategies.
 
 @dataclass(frozen=True)
 class StrategyInfo:
-    """A registered strategy: its name, factory and supported privacy models."""
+    """A registered strategy: its name, factory, supported privacy models, and whether it is
+    only valid for whole-number counts (then ``auto`` considers it only when told so)."""
 
     name: str
     factory: Factory
     models: tuple[str, ...]
+    integer_only: bool = False
 
 
 _REGISTRY: dict[str, StrategyInfo] = {}
 _loaded = False
 
 
-def register(name: str, factory: Factory, models: tuple[str, ...] = ("pure",)) -> None:
+def register(
+    name: str, factory: Factory, models: tuple[str, ...] = ("pure",), integer_only: bool = False
+) -> None:
     """Register ``factory`` under ``name`` (re-registering the same name replaces it)."""
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"name must be a non-empty string other than 'auto', got {name!r}")
     bad = [m for m in models if m not in ("pure", "zcdp")]
     if not models or bad:
         raise ValueError(f"models must be a non-empty subset of ('pure', 'zcdp'), got {models!r}")
-    _REGISTRY[name] = StrategyInfo(name, factory, tuple(models))
+    _REGISTRY[name] = StrategyInfo(name, factory, tuple(models), bool(integer_only))
 
 
 def _ensure_loaded() -> None:
@@ -67,7 +72,7 @@ def _ensure_loaded() -> None:
     if _loaded:
         return
     _loaded = True
-    for name, (module_name, models) in _BUILTIN.items():
+    for name, (module_name, models, integer_only) in _BUILTIN.items():
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -75,7 +80,7 @@ def _ensure_loaded() -> None:
                 raise
             continue
         if name not in _REGISTRY:
-            register(name, module.make, models)
+            register(name, module.make, models, integer_only)
     for module_name in _PLUGINS:
         try:
             importlib.import_module(module_name)
@@ -84,12 +89,19 @@ def _ensure_loaded() -> None:
                 raise
 
 
-def available(model: str | None = None) -> tuple[str, ...]:
-    """Registered strategy names (registration order), optionally only those supporting ``model``."""
+def available(model: str | None = None, *, integer_counts: bool = False) -> tuple[str, ...]:
+    """Registered strategy names (registration order), optionally only those supporting ``model``.
+
+    Strategies valid only for whole-number counts are listed only with ``integer_counts=True``.
+    """
     _ensure_loaded()
     if model is not None and model not in ("pure", "zcdp"):
         raise ValueError(f"model must be 'pure' or 'zcdp', got {model!r}")
-    return tuple(n for n, i in _REGISTRY.items() if model is None or model in i.models)
+    return tuple(
+        n
+        for n, i in _REGISTRY.items()
+        if (model is None or model in i.models) and (integer_counts or not i.integer_only)
+    )
 
 
 def get(name: str) -> StrategyInfo:
@@ -102,12 +114,20 @@ def get(name: str) -> StrategyInfo:
 
 
 def make_mechanism(
-    strategy: str, p: float, horizon: int, privacy: Privacy, cap: float = 1.0
+    strategy: str,
+    p: float,
+    horizon: int,
+    privacy: Privacy,
+    cap: float = 1.0,
+    *,
+    integer_counts: bool = False,
 ) -> Mechanism:
     """A configured :class:`~stream_dp.mechanism.Mechanism`; ``"auto"`` asks the planner.
 
     ``p`` ∈ (0, 1] decay per tick; ``horizon`` ticks per epoch (≥ 1); ``privacy`` per event and
-    stream; ``cap`` (> 0) bounds one event's contribution to a tick's count.
+    stream; ``cap`` (> 0) bounds one event's contribution to a tick's count. ``integer_counts``
+    declares that every count will be a whole number (whole-number event values and cap), which
+    lets ``auto`` consider the integer-grid strategies.
     """
     p = check_p(p)
     horizon = check_horizon(horizon)
@@ -118,7 +138,7 @@ def make_mechanism(
     if strategy == "auto":
         from stream_dp.planner import pick
 
-        strategy = pick(p, horizon, privacy, cap=cap)
+        strategy = pick(p, horizon, privacy, cap=cap, integer_counts=integer_counts)
     info = get(strategy)
     if model not in info.models:
         raise ValueError(

@@ -113,13 +113,13 @@ def _empirical_loss(strategy: str, weaken: bool) -> float:
     return float(np.max(np.abs(np.log(c0[ok] / c1[ok]))))
 
 
-@pytest.mark.parametrize("strategy", ["naive", "dmfda"])
+@pytest.mark.parametrize("strategy", ["naive", "naive-int", "dmfda"])
 def test_empirical_privacy_loss_within_epsilon(strategy: str) -> None:
     loss = _empirical_loss(strategy, weaken=False)
     assert loss <= EPS + MARGIN, loss
     assert loss >= 0.5 * EPS  # the audit is sharp enough to see most of ε
 
 
-@pytest.mark.parametrize("strategy", ["naive", "dmfda"])
+@pytest.mark.parametrize("strategy", ["naive", "naive-int", "dmfda"])
 def test_audit_detects_a_broken_mechanism(strategy: str) -> None:
     assert _empirical_loss(strategy, weaken=True) > EPS + MARGIN
