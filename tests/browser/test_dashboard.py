@@ -9,6 +9,7 @@ standalone dashboard fed contract-shaped messages (test-artifacts/dashboard-cont
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import shutil
@@ -32,6 +33,35 @@ CHROMIUM_ARGS = [
 LEAVES = ["www/home", "www/news", "www/shop", "api/v1", "api/v2"]
 NODES = ["all", "www", "api", *LEAVES]
 P, EPS, ORIGIN, TICK_S = 0.9, 1.0, 1_704_067_200.0, 60.0
+
+
+@contextlib.asynccontextmanager
+async def _dashboard_page(url: str, *, wait_connected: bool) -> AsyncIterator[tuple[Any, list[str]]]:
+    """Headless Debian Chromium (empty profile) on ``url``; yields the page and its JS errors."""
+    from playwright.async_api import async_playwright
+
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        async with async_playwright() as pw:
+            # an empty --user-data-dir, passed the way playwright requires
+            browser = await pw.chromium.launch_persistent_context(
+                profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                viewport={"width": 1400, "height": 900},
+            )
+            try:
+                page = await browser.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(url)
+                if wait_connected:
+                    await page.wait_for_function(
+                        "document.getElementById('status').textContent.includes('connected')"
+                        " || document.getElementById('status').dataset.state === 'live'"
+                    )
+                else:
+                    await page.wait_for_selector("#status")
+                yield page, errors
+            finally:
+                await browser.close()
 
 
 def _counts_message(stream: str, tick: int, value: float, stderr: float) -> dict[str, Any]:
@@ -130,62 +160,42 @@ async def _publish(bootstrap: str, counts_topic: str, hist_topic: str, fake: Fak
 async def test_dashboard_chart_updates_with_new_ticks(
     dashboard: tuple[str, str, str], kafka_broker: str
 ) -> None:
-    from playwright.async_api import async_playwright
-
     url, counts_topic, hist_topic = dashboard
     fake = FakeRelease()
     ARTIFACTS.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
-        async with async_playwright() as pw:
-            # an empty --user-data-dir, passed the way playwright requires
-            browser = await pw.chromium.launch_persistent_context(
-                profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
-                viewport={"width": 1400, "height": 900},
-            )
-            try:
-                page = await browser.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                await page.goto(url)
-                await page.wait_for_function(
-                    "document.getElementById('status').textContent.includes('connected')"
-                    " || document.getElementById('status').dataset.state === 'live'"
-                )
+    async with _dashboard_page(url, wait_connected=True) as (page, errors):
+        await _publish(kafka_broker, counts_topic, hist_topic, fake, range(1, 6))
+        chart = page.locator('.chart[data-stream="all"]')
+        await page.wait_for_function(
+            "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick === '5'"
+        )
+        assert await chart.get_attribute("data-points") == "5"
+        path_before = await chart.locator("path.line").get_attribute("d")
+        band_before = await chart.locator("polygon.band").get_attribute("points")
 
-                await _publish(kafka_broker, counts_topic, hist_topic, fake, range(1, 6))
-                chart = page.locator('.chart[data-stream="all"]')
-                await page.wait_for_function(
-                    "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick === '5'"
-                )
-                assert await chart.get_attribute("data-points") == "5"
-                path_before = await chart.locator("path.line").get_attribute("d")
-                band_before = await chart.locator("polygon.band").get_attribute("points")
+        await _publish(kafka_broker, counts_topic, hist_topic, fake, range(6, 21))
+        await page.wait_for_function(
+            "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick === '20'"
+        )
+        assert await chart.get_attribute("data-points") == "20"
+        path_after = await chart.locator("path.line").get_attribute("d")
+        assert path_after != path_before
+        assert path_after is not None and path_after.count("L") == 19  # one vertex per tick
+        band_after = await chart.locator("polygon.band").get_attribute("points")
+        assert band_after is not None and band_before is not None
+        assert len(band_after.split()) == 40  # ±stderr band: 20 upper + 20 lower vertices
+        assert "tick 20" in (await chart.locator(".latest").inner_text())
 
-                await _publish(kafka_broker, counts_topic, hist_topic, fake, range(6, 21))
-                await page.wait_for_function(
-                    "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick === '20'"
-                )
-                assert await chart.get_attribute("data-points") == "20"
-                path_after = await chart.locator("path.line").get_attribute("d")
-                assert path_after != path_before
-                assert path_after is not None and path_after.count("L") == 19  # one vertex per tick
-                band_after = await chart.locator("polygon.band").get_attribute("points")
-                assert band_after is not None and band_before is not None
-                assert len(band_after.split()) == 40  # ±stderr band: 20 upper + 20 lower vertices
-                assert "tick 20" in (await chart.locator(".latest").inner_text())
-
-                await page.wait_for_function(
-                    "document.getElementById('histogram').dataset.tick === '20'"
-                )
-                rows = page.locator("#histogram .hist-row")
-                assert await rows.count() == len(NODES)
-                assert "consistent" in await page.locator("#hist-meta").inner_text()
-                # four default charts (shortest names first), each with 20 points
-                assert await page.locator(".chart").count() == 4
-                await page.screenshot(path=str(ARTIFACTS / "dashboard-contract.png"), full_page=True)
-                assert errors == []
-            finally:
-                await browser.close()
+        await page.wait_for_function(
+            "document.getElementById('histogram').dataset.tick === '20'"
+        )
+        rows = page.locator("#histogram .hist-row")
+        assert await rows.count() == len(NODES)
+        assert "consistent" in await page.locator("#hist-meta").inner_text()
+        # four default charts (shortest names first), each with 20 points
+        assert await page.locator(".chart").count() == 4
+        await page.screenshot(path=str(ARTIFACTS / "dashboard-contract.png"), full_page=True)
+        assert errors == []
     assert (ARTIFACTS / "dashboard-contract.png").stat().st_size > 10_000
 
 
@@ -199,7 +209,6 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
     import sys
 
     from aiohttp import ClientSession
-    from playwright.async_api import async_playwright
 
     from agents.config import Settings
     from agents.embedded_broker import free_port
@@ -246,41 +255,28 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
                 await asyncio.sleep(0.2)
             else:
                 pytest.fail("the worker's dashboard never connected to the topics")
-        with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
-            async with async_playwright() as pw:
-                browser = await pw.chromium.launch_persistent_context(
-                    profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
-                    viewport={"width": 1400, "height": 900},
-                )
-                try:
-                    page = await browser.new_page()
-                    errors: list[str] = []
-                    page.on("pageerror", lambda exc: errors.append(str(exc)))
-                    await page.goto(url)
-                    await page.wait_for_selector("#status")
-                    # 20 ticks of 2 s at speed 4: about 10 s of releases arriving tick by tick
-                    replay = await asyncio.create_subprocess_exec(
-                        sys.executable, "-m", "stream_dp.cli", "replay", str(log),
-                        "--bootstrap", kafka_broker, "--topic", s.events_topic, "--speed", "4",
-                        "--no-progress", cwd=ROOT, stdout=asyncio.subprocess.DEVNULL)
-                    last = "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick"
-                    await page.wait_for_function(f"Number({last}) >= 3", timeout=120_000)
-                    chart = page.locator('.chart[data-stream="all"]')
-                    first_tick = int(await chart.get_attribute("data-last-tick") or 0)
-                    first_path = await chart.locator("path.line").get_attribute("d")
-                    await page.wait_for_function(f"Number({last}) >= {first_tick + 5}",
-                                                 timeout=120_000)
-                    assert await chart.locator("path.line").get_attribute("d") != first_path
-                    points = int(await chart.get_attribute("data-points") or 0)
-                    assert points >= 6
-                    await page.wait_for_function(
-                        "Number(document.getElementById('histogram').dataset.tick) >= 1",
-                        timeout=120_000)
-                    assert await page.locator("#histogram .hist-row").count() >= 10
-                    await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
-                    assert errors == []
-                finally:
-                    await browser.close()
+        async with _dashboard_page(url, wait_connected=False) as (page, errors):
+            # 20 ticks of 2 s at speed 4: about 10 s of releases arriving tick by tick
+            replay = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "stream_dp.cli", "replay", str(log),
+                "--bootstrap", kafka_broker, "--topic", s.events_topic, "--speed", "4",
+                "--no-progress", cwd=ROOT, stdout=asyncio.subprocess.DEVNULL)
+            last = "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick"
+            await page.wait_for_function(f"Number({last}) >= 3", timeout=120_000)
+            chart = page.locator('.chart[data-stream="all"]')
+            first_tick = int(await chart.get_attribute("data-last-tick") or 0)
+            first_path = await chart.locator("path.line").get_attribute("d")
+            await page.wait_for_function(f"Number({last}) >= {first_tick + 5}",
+                                         timeout=120_000)
+            assert await chart.locator("path.line").get_attribute("d") != first_path
+            points = int(await chart.get_attribute("data-points") or 0)
+            assert points >= 6
+            await page.wait_for_function(
+                "Number(document.getElementById('histogram').dataset.tick) >= 1",
+                timeout=120_000)
+            assert await page.locator("#histogram .hist-row").count() >= 10
+            await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+            assert errors == []
         assert replay is not None and await replay.wait() == 0
     finally:
         if replay is not None and replay.returncode is None:
@@ -301,7 +297,6 @@ async def test_grid_histogram_shows_marginals_and_cell_table(
 ) -> None:
     """A census-like grid (paper 002): total, per-attribute marginals, a cell table."""
     from aiokafka import AIOKafkaProducer
-    from playwright.async_api import async_playwright
 
     url, counts_topic, hist_topic = dashboard
     attrs = {"age": ["young", "old"], "tenure": ["own", "rent", "free"]}
@@ -317,41 +312,25 @@ async def test_grid_histogram_shows_marginals_and_cell_table(
                       for k, v in nodes.items()],
             "diagnostics": {"iterations": 1, "residual": 0.0, "seconds": 0.001},
             "schema": "dp.histograms.v1"}
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
-        async with async_playwright() as pw:
-            browser = await pw.chromium.launch_persistent_context(
-                profile, executable_path=CHROMIUM, args=CHROMIUM_ARGS,
-                viewport={"width": 1400, "height": 900},
-            )
-            try:
-                page = await browser.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                await page.goto(url)
-                await page.wait_for_function(
-                    "document.getElementById('status').textContent.includes('connected')"
-                    " || document.getElementById('status').dataset.state === 'live'"
-                )
-                producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, acks="all")
-                await producer.start()
-                try:
-                    await producer.send_and_wait(hist_topic, json.dumps(hist).encode(), key=b"c")
-                    for k, v in nodes.items():
-                        m = _counts_message(k, 7, v, 1.0)
-                        await producer.send_and_wait(counts_topic, json.dumps(m).encode())
-                finally:
-                    await producer.stop()
-                await page.wait_for_function(
-                    "document.getElementById('histogram').dataset.tick === '7'"
-                )
-                assert await page.locator("#histogram .attr").count() == 2
-                assert await page.locator('#histogram .hist-row[data-node="tenure=free"]').count() == 1
-                table = page.locator("#histogram .grid-table")
-                assert await table.locator("tr").count() == 1 + len(attrs["age"])
-                # the cell age=old, tenure=free: 1 + 1 + 2*2 = 6
-                assert (await table.locator("tr").nth(2).locator("td").nth(2).inner_text()) == "6.00"
-                await page.wait_for_selector('.chart[data-stream="total"]')
-                await page.screenshot(path=str(ARTIFACTS / "dashboard-grid.png"), full_page=True)
-                assert errors == []
-            finally:
-                await browser.close()
+    async with _dashboard_page(url, wait_connected=True) as (page, errors):
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, acks="all")
+        await producer.start()
+        try:
+            await producer.send_and_wait(hist_topic, json.dumps(hist).encode(), key=b"c")
+            for k, v in nodes.items():
+                m = _counts_message(k, 7, v, 1.0)
+                await producer.send_and_wait(counts_topic, json.dumps(m).encode())
+        finally:
+            await producer.stop()
+        await page.wait_for_function(
+            "document.getElementById('histogram').dataset.tick === '7'"
+        )
+        assert await page.locator("#histogram .attr").count() == 2
+        assert await page.locator('#histogram .hist-row[data-node="tenure=free"]').count() == 1
+        table = page.locator("#histogram .grid-table")
+        assert await table.locator("tr").count() == 1 + len(attrs["age"])
+        # the cell age=old, tenure=free: 1 + 1 + 2*2 = 6
+        assert (await table.locator("tr").nth(2).locator("td").nth(2).inner_text()) == "6.00"
+        await page.wait_for_selector('.chart[data-stream="total"]')
+        await page.screenshot(path=str(ARTIFACTS / "dashboard-grid.png"), full_page=True)
+        assert errors == []
