@@ -17,7 +17,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Checkpoint", "chunk_messages", "read_latest"]
+__all__ = ["Checkpoint", "chunk_messages", "read_all", "read_latest"]
 
 
 @dataclass(frozen=True)
@@ -114,3 +114,34 @@ async def _read_latest(
                 )
             return None
         window *= 4
+
+
+async def read_all(
+    consumer: Any, topic: str, partition: int, timeout_s: float = 120.0
+) -> list[Any]:
+    """Every committed record of ``topic``/``partition`` from its beginning, in offset order.
+
+    ``consumer`` as for :func:`read_latest` (no group, ``read_committed``); used for the small
+    schedule topic, which a restarted ingest partition reads back whole.
+    """
+    from aiokafka import TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    consumer.assign([tp])
+    try:
+        begin = (await consumer.beginning_offsets([tp]))[tp]
+        end = (await consumer.end_offsets([tp]))[tp]
+        out: list[Any] = []
+        if end <= begin:
+            return out
+        consumer.seek(tp, begin)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while await consumer.position(tp) < end:
+            if loop.time() > deadline:
+                raise TimeoutError(f"reading {topic}/{partition} took > {timeout_s} s")
+            batch = await consumer.getmany(tp, timeout_ms=500)
+            out.extend(r for r in batch.get(tp, ()) if r.offset < end)
+        return out
+    finally:
+        consumer.unsubscribe()

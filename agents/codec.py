@@ -19,9 +19,19 @@ Rejection reasons (the ``reason`` of ``dp.events.dlq``):
 | ``value_out_of_range`` | ``value`` > ``max_event_value`` |
 | ``unknown_key`` | key not declared in the domain (never creates a stream) |
 | ``before_origin`` | ``ts`` before the start of tick 1 |
-| ``future`` | ``ts`` more than ``max_future_skew_s`` ahead of the wall clock |
-| ``too_old`` | ``ts`` more than ``max_event_age_s`` behind the wall clock (if enabled) |
-| ``late`` | ``ts`` in a tick already closed by the watermark |
+| ``future`` | ``ts`` more than ``max_future_skew_s`` ahead of the record's Kafka timestamp |
+| ``too_old`` | record timestamp more than ``max_event_age_s`` after ``ts`` (if enabled) |
+| ``no_timestamp`` | the record has no Kafka timestamp (clock schedule) |
+| ``late`` | the record's timestamp is at or after its tick's deadline (tick end + lateness) |
+| ``tick_closed`` | the event's tick closed before the record's offset (its release is out) |
+
+``late`` and ``tick_closed`` are decided from the record itself and from the partition's public
+closing points (:mod:`agents.ticks`), never from other events.
+
+**Close markers** (``schedule = "markers"``, written by ``stream-dp replay``): a record with the
+header ``stream-dp-close`` and the value ``{"schema": "dp.close.v1", "time": T, "final": bool}``
+closes every tick that ended by ``T`` (final: also the tick containing ``T``). Markers are not
+events; on a clock-schedule deployment they are skipped.
 """
 
 from __future__ import annotations
@@ -34,13 +44,16 @@ from importlib import resources
 from typing import Any, NamedTuple
 
 __all__ = [
+    "CLOSE_HEADER",
     "REASONS",
     "Event",
     "Rejection",
+    "close_marker",
     "count_message",
     "decode_event",
     "dlq_message",
     "encode",
+    "parse_close_marker",
     "schema",
     "validate",
 ]
@@ -57,8 +70,41 @@ REASONS = (
     "before_origin",
     "future",
     "too_old",
+    "no_timestamp",
     "late",
+    "tick_closed",
 )
+
+#: Kafka header that marks a close marker record (see the module docstring)
+CLOSE_HEADER = "stream-dp-close"
+CLOSE_SCHEMA = "dp.close.v1"
+
+
+def close_marker(time: float, final: bool) -> tuple[list[tuple[str, bytes]], bytes]:
+    """``(headers, value)`` of a close marker at event time ``time`` (Unix seconds)."""
+    if not math.isfinite(time):
+        raise ValueError(f"close marker time must be finite, got {time!r}")
+    value = json.dumps({"schema": CLOSE_SCHEMA, "time": float(time), "final": bool(final)},
+                       separators=(",", ":")).encode()
+    return [(CLOSE_HEADER, b"1")], value
+
+
+def parse_close_marker(raw: bytes | None) -> tuple[float, bool] | None:
+    """``(time, final)`` of a close marker's value, or ``None`` if it is not a valid one."""
+    if raw is None or len(raw) > 1024:
+        return None
+    try:
+        d = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(d, dict) or d.get("schema") != CLOSE_SCHEMA:
+        return None
+    t, final = d.get("time"), d.get("final", False)
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+        return None
+    if not isinstance(final, bool):
+        return None
+    return float(t), final
 
 _RAW_LIMIT = 4096
 _raw_decode = json.JSONDecoder().raw_decode

@@ -138,6 +138,12 @@ class Settings:
         "INTERNAL: release-stage checkpoints (CounterBank state, offsets); one partition per "
         "release shard.",
     )
+    events_timestamp_type: str = _s(
+        "LogAppendTime",
+        "`message.timestamp.type` that `stream-dp topics` gives the events topic: `LogAppendTime` "
+        "(the broker stamps every record; producers cannot move an event's arrival) or "
+        "`CreateTime` (producers' timestamps; see docs/privacy.md for what then holds).",
+    )
     events_partitions: int = _s(
         8, "Partitions of the events topic (ingest parallelism). Must match the existing topic."
     )
@@ -175,25 +181,47 @@ class Settings:
     )
     allowed_lateness_s: float = _s(
         5.0,
-        "Watermark = (largest event time seen) - allowed lateness, seconds. A tick closes when "
-        "the watermark passes its end; later events for it go to the dead-letter topic (reason "
-        "`late`).",
+        "Allowed lateness, seconds: tick n's deadline is its end plus this. An event whose Kafka "
+        "record timestamp is at or after its tick's deadline is dead-lettered (reason `late`); "
+        "decided from that record alone.",
+    )
+    close_grace_s: float = _s(
+        1.0,
+        "Clock schedule: a worker closes tick n once its clock passes the deadline plus this "
+        "many seconds (covers clock skew between producers, brokers and workers), at the "
+        "partition's end offset read then.",
+    )
+    schedule: str = _s(
+        "clock",
+        "Release schedule: `clock` (live: ticks close on the public clock, see docs/privacy.md) "
+        "or `markers` (replays of historical logs: ticks close only at the close markers that "
+        "`stream-dp replay` writes; record timestamps are not consulted).",
+    )
+    schedule_topic: str = _s(
+        "dp.schedule.v1",
+        "INTERNAL: every applied closing point (events partition, ticks, offset, digest of the "
+        "records) is persisted here with the release, so restarts and replays make the same "
+        "decisions and a changed log is refused. One partition per events partition.",
+    )
+    max_backlog_ticks: int = _s(
+        1_000_000,
+        "Clock schedule: refuse to start if the origin lies more than this many ticks in the "
+        "past (every tick from 1 on is released; a far-away origin is almost always a mistake).",
     )
     idle_timeout_s: float = _s(
         10.0,
-        "After this many wall-clock seconds without events on a partition, its event time "
-        "advances with wall time from the last event (so silence closes ticks, and replaying an "
-        "old log does not jump to now).",
+        "Deprecated and ignored (the old event-time watermark's idle timeout); kept so that "
+        "existing configuration files still load.",
     )
     max_future_skew_s: float = _s(
         300.0,
-        "Events more than this many seconds ahead of the wall clock are rejected (reason "
-        "`future`).",
+        "Events whose time is more than this many seconds ahead of their record's Kafka "
+        "timestamp are rejected (reason `future`; clock schedule).",
     )
     max_event_age_s: float = _s(
         0.0,
-        "Events older than this many seconds (wall clock) are rejected (reason `too_old`); 0 "
-        "disables the check (needed to replay old logs).",
+        "Events whose record's Kafka timestamp is more than this many seconds after their event "
+        "time are rejected (reason `too_old`; clock schedule); 0 disables the check.",
     )
     max_message_bytes: int = _s(
         4096, "Larger event messages are rejected (reason `oversize`)."
@@ -217,6 +245,11 @@ class Settings:
     )
     rho: float = _s(
         0.5, "zCDP rho per event, per released stream (used when privacy_model = zcdp)."
+    )
+    leader_topic: str = _s(
+        "dp.reconcile.leader",
+        "One-partition topic of the reconcile side agent's leader election (never written to). "
+        "Give each deployment sharing a cluster its own.",
     )
     reconcile_every: int = _s(
         1, "The reconcile side agent publishes a consistent histogram every N ticks."
@@ -251,13 +284,14 @@ class Settings:
             object.__setattr__(self, "worker_id", socket.gethostname() or "worker")
         for name in ("bootstrap", "app_id", "events_topic", "counts_topic", "histograms_topic",
                      "dlq_topic", "partials_topic", "ingest_checkpoints_topic",
-                     "release_checkpoints_topic", "domain_file"):
+                     "release_checkpoints_topic", "domain_file", "schedule_topic",
+                     "leader_topic"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string")
         for name in ("events_partitions", "shards", "counts_partitions",
                      "histograms_partitions", "dlq_partitions", "replication_factor",
                      "partials_retention_s", "max_message_bytes", "reconcile_every",
-                     "max_batch", "checkpoint_chunk_bytes", "horizon"):
+                     "max_batch", "checkpoint_chunk_bytes", "horizon", "max_backlog_ticks"):
             _check_int(name, getattr(self, name), 1, 2**31 - 1)
         _check_int("web_port", self.web_port, 0, 65535)
         if math.isnan(self.origin):
@@ -267,7 +301,7 @@ class Settings:
             )
         _check_float("origin", self.origin, lo=0.0, lo_open=False)
         _check_float("tick_seconds", self.tick_seconds, lo=0.0)
-        for name in ("allowed_lateness_s", "max_event_age_s"):
+        for name in ("allowed_lateness_s", "max_event_age_s", "close_grace_s"):
             _check_float(name, getattr(self, name), lo=0.0, lo_open=False)
         for name in ("idle_timeout_s", "max_future_skew_s", "session_timeout_s",
                      "transaction_timeout_s", "commit_interval_s", "cap", "max_event_value",
@@ -283,6 +317,11 @@ class Settings:
             raise ValueError(
                 f"log_level must be one of debug, info, warning, error, critical, got {self.log_level!r}"
             )
+        if self.events_timestamp_type not in ("LogAppendTime", "CreateTime"):
+            raise ValueError("events_timestamp_type must be 'LogAppendTime' or 'CreateTime', "
+                             f"got {self.events_timestamp_type!r}")
+        if self.schedule not in ("clock", "markers"):
+            raise ValueError(f"schedule must be 'clock' or 'markers', got {self.schedule!r}")
         if self.events_start not in ("earliest", "latest"):
             raise ValueError(f"events_start must be 'earliest' or 'latest', got {self.events_start!r}")
         if self.max_event_value < self.cap:
@@ -484,8 +523,11 @@ variables (highest precedence). Relative paths in the TOML file are resolved aga
 An example is `examples/stream-dp.toml`.
 
 Ticks: tick `n` (1-based) covers event times `[origin + (n−1)·tick_seconds, origin + n·tick_seconds)`.
-Each partition's watermark is its largest event time minus `allowed_lateness_s`; after
-`idle_timeout_s` seconds of silence event time advances with the wall clock from the last event.
+Its deadline is its end plus `allowed_lateness_s`. The schedule never depends on the data: with
+`schedule = "clock"` ticks close on the public clock (deadline + `close_grace_s`), with
+`schedule = "markers"` at the close markers of `stream-dp replay`; an event's tick and lateness
+come from its own record (event time, Kafka record timestamp). Closing points are persisted on
+`schedule_topic`. Details: docs/privacy.md ("The release schedule").
 
 The noise key comes from `key_file` or the variable `STREAM_DP_KEY` (hex, or raw text of at least
 16 bytes). It is never logged, never in `repr(Settings)`, and never written to any topic.

@@ -1,14 +1,22 @@
 """Ingest stage state for one events partition (pure: no I/O; the pipeline does the Kafka part).
 
 For each record, in offset order: decode and validate (:func:`agents.codec.decode_event`),
-reject undeclared keys, timestamps out of range and late events (→ dead letters), clamp the
-value to ``cap`` and add it to every node the event feeds, in the bucket of its tick. When the
-partition's watermark passes a tick's end (:class:`agents.ticks.PartitionClock`), the tick's
-bucket is split by release shard and handed over as one *partial* per shard — for **every**
-shard, even empty ones, so the release schedule never depends on the data.
+reject undeclared keys, times out of range and late events (→ dead letters), clamp the value to
+``cap`` and add it to every node the event feeds, in the bucket of its tick. Every decision about
+a record uses that record only (its event time, its Kafka record timestamp) plus the partition's
+**closing points** (:mod:`agents.ticks`): "tick ``n`` closes before offset ``c``". A closing
+point comes from the public clock (the pipeline reads the end offset once the clock has passed
+the tick's deadline, :meth:`IngestState.schedule_close`), from a broker timestamp past the
+deadline on LogAppendTime topics, from a close marker (markers schedule), or from the schedule
+topic, where every applied closing point is persisted with a digest of the records it closes
+over so that restarts and replays make the same decisions and refuse a changed log
+(:class:`ScheduleMismatch`). When ticks close, each is split by release shard and handed over as
+one *partial* per shard — for **every** shard, even empty ones, so the release schedule never
+depends on the data.
 
-The state (offset, clock, open buckets) round-trips through :meth:`IngestState.to_bytes` so that
-a restarted worker resumes exactly where the last committed checkpoint left off.
+The state (offset, next open tick, open buckets, running digest) round-trips through
+:meth:`IngestState.to_bytes` so that a restarted worker resumes exactly where the last committed
+checkpoint left off.
 
 Node routing (:class:`Router`): a stream belongs to shard ``crc32(name) mod shards`` — stable
 across processes and releases (Python's ``hash`` is salted per process, so it is not used).
@@ -16,6 +24,7 @@ across processes and releases (Python's ``hash`` is salted per process, so it is
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import zlib
@@ -23,11 +32,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from agents.codec import Rejection, decode_event
+from agents.codec import CLOSE_HEADER, Rejection, decode_event, parse_close_marker
 from agents.config import Settings
-from agents.ticks import PartitionClock
+from agents.ticks import Schedule
 
-__all__ = ["IngestState", "Partial", "Router", "shard_of"]
+__all__ = [
+    "Close",
+    "IngestState",
+    "Partial",
+    "Router",
+    "ScheduleEntry",
+    "ScheduleMismatch",
+    "record_digest",
+    "shard_of",
+]
+
+#: digests are sums of per-record BLAKE2b-128 values modulo 2^128 (incremental, order-bound
+#: through the offset inside every record's hash)
+_DIGEST_MOD = 1 << 128
 
 try:  # orjson parses ~5x faster; the stdlib decoder (and decode_event) stays authoritative
     from orjson import loads as _fast_loads
@@ -48,11 +70,33 @@ def shard_of(stream: str, shards: int) -> int:
 
 
 class Record(NamedTuple):
-    """One input record (the attributes of aiokafka's ``ConsumerRecord`` that ingest uses)."""
+    """One input record (the attributes of aiokafka's ``ConsumerRecord`` that ingest uses).
+
+    ``timestamp`` is the Kafka record timestamp in milliseconds, ``timestamp_type`` 0 for
+    CreateTime (set by the producer) and 1 for LogAppendTime (set by the broker).
+    """
 
     offset: int
     key: bytes | None
     value: bytes | None
+    timestamp: int = -1
+    timestamp_type: int = 0
+    headers: Sequence[tuple[str, bytes]] = ()
+
+
+def record_digest(offset: int, timestamp: int, timestamp_type: int, key: bytes | None,
+                  value: bytes | None) -> int:
+    """The digest contribution of one record (BLAKE2b-128 of all it carries, as an integer)."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(b"%d|%d|%d|" % (offset, timestamp, timestamp_type))
+    if key is None:
+        h.update(b"-|")
+    else:
+        h.update(b"%d|" % len(key))
+        h.update(key)
+    if value is not None:
+        h.update(value)
+    return int.from_bytes(h.digest(), "little")
 
 
 class Router:
@@ -127,14 +171,89 @@ class Partial:
         )
 
 
+class ScheduleMismatch(RuntimeError):
+    """The log no longer matches the closing points persisted for it: refuse to release.
+
+    Raised when a persisted closing point (schedule topic) covers records whose digest differs
+    from the records now in the events topic (a changed, added or removed record, or records
+    deleted by retention), or when the schedule topic holds closing points of another schedule.
+    Reusing the noise key on a different log would publish the exact difference, so the worker
+    stops instead (DESIGN.md §2.5).
+    """
+
+
+@dataclass(frozen=True)
+class Close:
+    """A closing point: every tick ``≤ through`` closes before the record at ``offset``.
+
+    ``rule`` says what decided it: ``clock`` (end offset read after the deadline),
+    ``log_append_time`` (first broker timestamp past the deadline), ``marker`` (a close marker of
+    ``stream-dp replay``) or ``persisted`` (a closing point read back from the schedule topic).
+    """
+
+    through: int
+    offset: int
+    rule: str
+    decided_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class ScheduleEntry:
+    """One applied closing point, as persisted on the schedule topic (JSON, see :meth:`encode`).
+
+    Ticks ``first..through`` closed before ``close_offset``; ``digest`` covers the records of
+    offsets ``[start_offset, close_offset)``. ``decided_at`` is the Unix time at which the rule
+    fired (the clock reading for the clock rule).
+    """
+
+    app_id: str
+    events_topic: str
+    partition: int
+    first: int
+    through: int
+    start_offset: int
+    close_offset: int
+    digest: str
+    rule: str
+    decided_at: float
+    schedule: tuple[str, float, float, float]
+
+    def encode(self) -> bytes:
+        mode, origin, tick_seconds, lateness = self.schedule
+        return json.dumps(
+            {"v": 1, "app_id": self.app_id, "events_topic": self.events_topic, "partition": self.partition,
+             "first_tick": self.first, "through_tick": self.through,
+             "start_offset": self.start_offset, "close_offset": self.close_offset,
+             "digest": self.digest, "rule": self.rule, "decided_at": self.decided_at,
+             "schedule": {"mode": mode, "origin": origin, "tick_seconds": tick_seconds,
+                          "allowed_lateness_s": lateness}},
+            separators=(",", ":"), allow_nan=False,
+        ).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ScheduleEntry:
+        d = json.loads(raw)
+        if d.get("v") != 1:
+            raise ValueError("schedule entry of an unknown version")
+        sch = d["schedule"]
+        return cls(
+            str(d["app_id"]), str(d["events_topic"]), int(d["partition"]), int(d["first_tick"]),
+            int(d["through_tick"]), int(d["start_offset"]), int(d["close_offset"]),
+            str(d["digest"]), str(d["rule"]), float(d["decided_at"]),
+            (str(sch["mode"]), float(sch["origin"]), float(sch["tick_seconds"]),
+             float(sch["allowed_lateness_s"])),
+        )
+
+
 @dataclass
 class IngestOutput:
-    """What processing produced since the last commit: dead letters and closed ticks' partials."""
+    """What processing produced since the last commit: dead letters, partials, schedule entries."""
 
     dead_letters: list[tuple[bytes | None, Rejection, bytes | None, int]] = field(
         default_factory=list
     )
     partials: list[Partial] = field(default_factory=list)
+    entries: list[ScheduleEntry] = field(default_factory=list)
     accepted: int = 0
     clamped: int = 0
     late: int = 0
@@ -143,14 +262,22 @@ class IngestOutput:
     def clear(self) -> None:
         self.dead_letters.clear()
         self.partials.clear()
+        self.entries.clear()
         self.accepted = self.clamped = self.late = self.ticks_closed = 0
 
 
+def _is_marker(headers: Any) -> bool:
+    if not headers:
+        return False
+    return any(k == CLOSE_HEADER for k, _ in headers)
+
+
 class IngestState:
-    """Offset, clock and open tick buckets of one events partition (see module docstring)."""
+    """Offset, next open tick, open buckets and closing points of one events partition."""
 
     def __init__(
-        self, settings: Settings, router: Router, partition: int, wall: float, offset: int = -1
+        self, settings: Settings, router: Router, partition: int, wall: float = 0.0,
+        offset: int = -1,
     ) -> None:
         self.settings = settings
         self.router = router
@@ -158,74 +285,257 @@ class IngestState:
         #: next offset to process; -1 = not known yet (no checkpoint: start per events_start)
         self.offset = offset
         self.seq = 0
-        self.clock = PartitionClock(
-            origin=settings.origin,
-            tick_seconds=settings.tick_seconds,
-            lateness=settings.allowed_lateness_s,
-            idle_timeout=settings.idle_timeout_s,
-            wall=wall,
+        self.schedule = Schedule(
+            origin=settings.origin, tick_seconds=settings.tick_seconds,
+            lateness=settings.allowed_lateness_s, grace=settings.close_grace_s,
         )
+        self.markers = settings.schedule == "markers"
+        #: first tick not yet closed
+        self.next_tick = 1
         #: tick -> {nodes an event feeds (tuple of global indices): sum of clamped values}.
         #: Summing per event key (one dict update per event) and expanding to nodes at tick
         #: close in sorted order keeps the float sums deterministic across restarts.
         self.buckets: dict[int, dict[tuple[int, ...], float]] = {}
+        #: closing points decided but not reached yet, in offset order
+        self.pending: list[Close] = []
+        #: closing points read back from the schedule topic that are still ahead (offset order)
+        self.known: list[ScheduleEntry] = []
+        #: running digest of the records since the last closing point, and where that range began
+        self.digest = 0
+        self.range_start = -1
         self.out = IngestOutput()
         self.dirty = False
 
-    # ------------------------------------------------------------------ processing
-    def process(self, offset: int, key: bytes | None, value: bytes | None, wall: float,
-                unix_now: float) -> None:
-        """Process one record at ``offset`` (records below :attr:`offset` are skipped)."""
-        self.process_batch([Record(offset, key, value)], wall, unix_now)
-
-    def process_batch(self, records: Sequence[Any], wall: float, unix_now: float) -> None:
-        """Process records (``.offset``, ``.key``, ``.value``; e.g. aiokafka's
-        ``ConsumerRecord``) of this partition in offset order. This is the hot loop."""
+    # ------------------------------------------------------------------ schedule
+    @property
+    def schedule_id(self) -> tuple[str, float, float, float]:
         s = self.settings
+        return (s.schedule, float(s.origin), float(s.tick_seconds), float(s.allowed_lateness_s))
+
+    def load_known(self, entries: Sequence[ScheduleEntry]) -> None:
+        """Adopt persisted closing points of this partition (schedule topic, in write order).
+
+        Entries already applied (``through < next_tick``) are skipped; the rest are followed
+        exactly, and live rules resume only after the last of them. Raises
+        :class:`ScheduleMismatch` for entries of another schedule.
+        """
+        s = self.settings
+        mine = [e for e in entries if (e.app_id, e.events_topic, e.partition) == (
+            s.app_id, s.events_topic, self.partition)]
+        for e in mine:
+            if e.schedule != self.schedule_id:
+                raise ScheduleMismatch(
+                    f"events partition {self.partition}: the schedule topic holds closing points "
+                    f"made under schedule {e.schedule}, the settings say {self.schedule_id}; "
+                    "releasing under another schedule with the same key would reuse noise on "
+                    "differently bucketed data. Start a new epoch (or key) with its own "
+                    "schedule_topic."
+                )
+        self.known = [e for e in mine if e.through >= self.next_tick]
+        prev = None
+        for e in self.known:
+            if prev is not None and (e.close_offset < prev.close_offset
+                                     or e.through <= prev.through):
+                raise ScheduleMismatch(
+                    f"events partition {self.partition}: schedule entries out of order "
+                    f"(through {prev.through} at {prev.close_offset}, then {e.through} at "
+                    f"{e.close_offset})"
+                )
+            prev = e
+        if self.known and self.offset >= 0 and self.known[0].start_offset != self.range_start \
+                and self.range_start >= 0:
+            raise ScheduleMismatch(
+                f"events partition {self.partition}: checkpoint (range from offset "
+                f"{self.range_start}) and schedule topic (next closing range from "
+                f"{self.known[0].start_offset}) disagree"
+            )
+        self.pending = [Close(e.through, e.close_offset, "persisted", e.decided_at)
+                        for e in self.known]
+
+    @property
+    def replaying(self) -> bool:
+        """True while persisted closing points are ahead (live rules are suspended)."""
+        return bool(self.known)
+
+    def schedule_close(self, through: int, offset: int, rule: str, decided_at: float) -> bool:
+        """Decide that every tick ``≤ through`` closes before ``offset``; False if redundant.
+
+        Used by the pipeline's clock rule (``offset`` = the end offset read once the clock
+        passed ``deadline(through) + grace``). Ignored while replaying persisted points.
+        """
+        if self.replaying or through < self.next_tick:
+            return False
+        last = self.pending[-1] if self.pending else None
+        if last is not None and last.through >= through:
+            return False
+        offset = max(offset, last.offset if last is not None else offset, self.offset)
+        self.pending.append(Close(through, offset, rule, decided_at))
+        return True
+
+    def covered_through(self) -> int:
+        """The last tick that is closed or has a closing point decided."""
+        if self.pending:
+            return max(self.pending[-1].through, self.next_tick - 1)
+        return self.next_tick - 1
+
+    def apply_due(self) -> int:
+        """Apply every pending closing point that the processed offset has reached."""
+        n = 0
+        while self.pending and self.pending[0].offset <= self.offset:
+            n += self._apply(self.pending.pop(0))
+        return n
+
+    def _apply(self, c: Close) -> int:
+        """Close ticks ``next_tick..c.through`` at ``c.offset``; return how many closed."""
+        if self.range_start < 0:
+            self.range_start = self.offset if self.offset >= 0 else c.offset
+        entry_digest = f"{self.digest:032x}"
+        if c.rule == "persisted":
+            want = self.known.pop(0)
+            if (want.start_offset, want.close_offset, want.digest) != (
+                    self.range_start, c.offset, entry_digest):
+                raise ScheduleMismatch(
+                    f"events partition {self.partition}: the records of offsets "
+                    f"[{want.start_offset}, {want.close_offset}) (ticks {want.first}..{want.through})"
+                    " differ from the ones released under this key and schedule (digest "
+                    f"{entry_digest} over [{self.range_start}, {c.offset}) vs {want.digest}). "
+                    "A changed log must not be released with the same noise: start a new epoch "
+                    "or use another key."
+                )
+            rule, decided = want.rule, want.decided_at
+        else:
+            rule, decided = c.rule, c.decided_at
+        first = self.next_tick
+        if c.through < first:
+            return 0
+        router = self.router
+        for tick in range(first, c.through + 1):
+            bucket = self.buckets.pop(tick, {})
+            sums: dict[int, float] = {}
+            for nodes in sorted(bucket):  # fixed order: bit-identical sums on every replay
+                v = bucket[nodes]
+                for n in nodes:
+                    sums[n] = sums.get(n, 0.0) + v
+            per_shard: list[list[tuple[int, float]]] = [[] for _ in range(router.shards)]
+            for n in sorted(sums):
+                per_shard[router.node_shard[n]].append((router.local_index[n], sums[n]))
+            for shard, items in enumerate(per_shard):
+                self.out.partials.append(
+                    Partial(tick, self.partition, shard, tuple(i for i, _ in items),
+                            tuple(x for _, x in items), decided)
+                )
+        self.out.entries.append(ScheduleEntry(
+            self.settings.app_id, self.settings.events_topic, self.partition, first, c.through, self.range_start,
+            c.offset, entry_digest, rule, decided, self.schedule_id,
+        ))
+        self.next_tick = c.through + 1
+        self.digest = 0
+        self.range_start = c.offset
+        self.out.ticks_closed += c.through - first + 1
+        self.dirty = True
+        return c.through - first + 1
+
+    # ------------------------------------------------------------------ processing
+    def process(self, offset: int, key: bytes | None, value: bytes | None, timestamp: int = -1,
+                timestamp_type: int = 0) -> None:
+        """Process one record at ``offset`` (records below :attr:`offset` are skipped)."""
+        self.process_batch([Record(offset, key, value, timestamp, timestamp_type)])
+
+    def process_batch(self, records: Sequence[Any]) -> None:
+        """Process records of this partition in offset order. This is the hot loop.
+
+        ``records`` carry ``.offset``, ``.key``, ``.value``, ``.timestamp`` (ms),
+        ``.timestamp_type`` and ``.headers`` (e.g. aiokafka's ``ConsumerRecord``).
+        """
+        s = self.settings
+        sch = self.schedule
         max_bytes, max_value, cap = s.max_message_bytes, s.max_event_value, s.cap
         origin = s.origin
-        future_limit = unix_now + s.max_future_skew_s
-        old_limit = unix_now - s.max_event_age_s if s.max_event_age_s > 0 else -math.inf
-        clock = self.clock
-        tick_seconds = clock.tick_seconds
-        next_tick = clock.next_tick
+        tick_seconds = s.tick_seconds
+        lateness = s.allowed_lateness_s
+        grace = s.close_grace_s
+        skew = s.max_future_skew_s
+        max_age = s.max_event_age_s if s.max_event_age_s > 0 else math.inf
+        markers = self.markers
         nodes_of = self.router.nodes
         buckets = self.buckets
         dead = self.out.dead_letters
         floor = math.floor
         loads = _fast_loads
+        digest_of = record_digest
         accepted = clamped = late = 0
-        max_ts = -math.inf
         position = self.offset
-        lo = max(origin, old_limit)
         cache_get = self.router.declared.get
-        cur_tick = -1
-        bucket: dict[tuple[int, ...], float] = {}
+        digest = self.digest
+        if self.range_start < 0:
+            self.range_start = position if position >= 0 else (
+                records[0].offset if records else -1)
         start = 0
         while start < len(records) and records[start].offset < position:
             start += 1  # already processed (e.g. re-delivered after a seek)
-        if start < len(records):
-            position = records[-1].offset + 1
         for i in range(start, len(records)):
             r = records[i]
+            offset = r.offset
+            # Closing points reached: ticks close before this record is looked at.
+            if self.pending and self.pending[0].offset <= offset:
+                self.digest = digest % _DIGEST_MOD
+                self.offset = offset
+                self.apply_due()
+                digest = self.digest
+            key = r.key
             value = r.value
-            # Fast path: a well-formed event for a declared key, in range and not late. Any
-            # doubt falls through to the full classification below (decode_event is the
-            # authoritative validator; a property test checks that both paths agree).
+            rts_ms = getattr(r, "timestamp", -1)
+            rtype = getattr(r, "timestamp_type", 0)
+            headers = getattr(r, "headers", ())
+            if headers and _is_marker(headers):
+                # A close marker belongs to the range it closes: digest it, then close after it.
+                digest += digest_of(offset, rts_ms, rtype, key, value)
+                self.digest = digest % _DIGEST_MOD
+                self.offset = offset + 1
+                if markers and not self.replaying:
+                    got = parse_close_marker(value)
+                    if got is not None:
+                        through = sch.closed_by_marker(got[0], got[1])
+                        if through >= self.next_tick:
+                            self.pending = [c for c in self.pending if c.through > through]
+                            self._apply(Close(through, offset + 1, "marker", got[0]))
+                self.apply_due()
+                digest = self.digest
+                continue
+            next_tick = self.next_tick
+            arrival = rts_ms / 1000.0
+            if rtype == 1 and not markers and rts_ms >= 0 and not self.replaying:
+                # LogAppendTime: the broker's clock is the schedule's clock. The first record it
+                # stamped at or past a tick's deadline + grace closes that tick before itself:
+                # every later record is past the deadline too, so this selects exactly the events
+                # the clock rule selects, and never closes a tick earlier than the clock would.
+                through = floor((arrival - grace - lateness - origin) / tick_seconds)
+                if through >= next_tick:
+                    self.digest = digest % _DIGEST_MOD
+                    self.offset = offset
+                    self.pending = [c for c in self.pending if c.through > through]
+                    self._apply(Close(through, offset, "log_append_time", arrival))
+                    digest = self.digest
+                    next_tick = self.next_tick
+            digest += digest_of(offset, rts_ms, rtype, key, value)
+            # Fast path: a well-formed event for a declared key, in range and on time. Any doubt
+            # falls through to the full classification below (decode_event is the authoritative
+            # validator; a property test checks that both paths agree).
             obj: Any = None
             if value is not None and len(value) <= max_bytes:
                 try:  # noqa: SIM105 - contextlib.suppress costs a context manager per event
                     obj = loads(value)
                 except ValueError:  # malformed or not UTF-8 (orjson.JSONDecodeError included)
                     pass
-            if type(obj) is dict:
+            if type(obj) is dict and (markers or rts_ms >= 0):
                 rts: Any = obj.get("ts")
                 rv: Any = obj.get("value", 1.0)
                 tts = type(rts)
                 tv = type(rv)
                 if (
                     (tts is float or tts is int) and (tv is float or tv is int)
-                    and lo <= rts <= future_limit and 0.0 <= rv <= max_value
+                    and origin <= rts and 0.0 <= rv <= max_value
+                    and (markers or (rts <= arrival + skew and arrival - rts <= max_age))
                 ):
                     rk: Any = obj.get("key")
                     try:
@@ -233,105 +543,98 @@ class IngestState:
                     except TypeError:  # an unhashable key (list, object)
                         nodes = None
                     if nodes is not None:
-                        tick = floor((rts - origin) / tick_seconds) + 1  # == tick_of
-                        if tick >= next_tick:
+                        tick = floor((rts - origin) / tick_seconds) + 1  # == Schedule.tick_of
+                        if tick >= next_tick and (
+                                markers
+                                or tick > floor((arrival - lateness - origin) / tick_seconds)):
                             if rv > cap:
                                 rv = cap
                                 clamped += 1
-                            if tick != cur_tick:
-                                cur_tick = tick
-                                found = buckets.get(tick)
-                                if found is None:
-                                    found = buckets[tick] = {}
-                                bucket = found
-                            bucket[nodes] = bucket.get(nodes, 0.0) + rv
-                            if rts > max_ts:
-                                max_ts = rts
+                            found = buckets.get(tick)
+                            if found is None:
+                                found = buckets[tick] = {}
+                            found[nodes] = found.get(nodes, 0.0) + rv
                             accepted += 1
                             continue
             # Full classification, with the reason of any rejection.
-            key = r.key
-            offset = r.offset
-            got = decode_event(value, max_bytes, max_value)
-            if type(got) is Rejection:
-                dead.append((key, got, value, offset))
+            got_ev = decode_event(value, max_bytes, max_value)
+            if type(got_ev) is Rejection:
+                dead.append((key, got_ev, value, offset))
                 continue
-            ev_key, ts, v = got  # type: ignore[misc]
+            ev_key, ts, v = got_ev  # type: ignore[misc]
             nodes = nodes_of(ev_key)
             if nodes is None:
                 dead.append((key, Rejection("unknown_key", f"key {ev_key[:200]!r} is not declared"),
                              value, offset))
-            elif ts < origin:
+                continue
+            if ts < origin:
                 dead.append((key, Rejection("before_origin", f"ts={ts!r} < origin={origin!r}"),
                              value, offset))
-            elif ts > future_limit:
-                dead.append((key, Rejection("future", f"ts={ts!r} is more than "
-                             f"{s.max_future_skew_s:g} s ahead of the wall clock"), value, offset))
-            elif ts < old_limit:
-                dead.append((key, Rejection("too_old", f"ts={ts!r} is more than "
-                             f"{s.max_event_age_s:g} s old"), value, offset))
-            else:
-                tick = floor((ts - origin) / tick_seconds) + 1  # == PartitionClock.tick_of
-                if tick < next_tick:
-                    late += 1
-                    dead.append((key, Rejection("late", f"tick {tick} already closed (next open "
-                                 f"tick {next_tick})"), value, offset))
+                continue
+            tick = sch.tick_of(ts)
+            if not markers:
+                if rts_ms < 0:
+                    dead.append((key, Rejection("no_timestamp", "the record carries no Kafka "
+                                 "timestamp, so its arrival cannot be checked"), value, offset))
                     continue
-                if v > cap:
-                    v = cap
-                    clamped += 1
-                slow_bucket = buckets.get(tick)
-                if slow_bucket is None:
-                    slow_bucket = buckets[tick] = {}
-                slow_bucket[nodes] = slow_bucket.get(nodes, 0.0) + v
-                if ts > max_ts:
-                    max_ts = ts
-                accepted += 1
-        if position != self.offset:
-            self.offset = position
+                if ts > arrival + skew:
+                    dead.append((key, Rejection("future", f"ts={ts!r} is more than {skew:g} s "
+                                 f"ahead of the record's timestamp {arrival!r}"), value, offset))
+                    continue
+                if arrival - ts > max_age:
+                    dead.append((key, Rejection("too_old", f"ts={ts!r} is more than "
+                                 f"{s.max_event_age_s:g} s before the record's timestamp "
+                                 f"{arrival!r}"), value, offset))
+                    continue
+                if sch.is_late(tick, arrival):
+                    late += 1
+                    dead.append((key, Rejection("late", f"arrived at {arrival!r}, after the "
+                                 f"deadline {sch.deadline(tick)!r} of tick {tick}"), value, offset))
+                    continue
+            if tick < next_tick:
+                late += 1
+                dead.append((key, Rejection("tick_closed", f"tick {tick} was closed before "
+                             f"offset {offset} (next open tick {next_tick})"), value, offset))
+                continue
+            if v > cap:
+                v = cap
+                clamped += 1
+            slow_bucket = buckets.get(tick)
+            if slow_bucket is None:
+                slow_bucket = buckets[tick] = {}
+            slow_bucket[nodes] = slow_bucket.get(nodes, 0.0) + v
+            accepted += 1
+        self.digest = digest % _DIGEST_MOD
+        if start < len(records):
+            position = records[-1].offset + 1
+        if position != self.offset and position >= 0:
+            self.offset = max(position, self.offset)
             self.dirty = True
-        if accepted:
-            clock.observe(float(max_ts), wall)
         self.out.accepted += accepted
         self.out.clamped += clamped
         self.out.late += late
+        self.apply_due()
 
-    def close_ticks(self, wall: float, unix_now: float, max_ticks: int = 10_000) -> int:
-        """Close every tick the watermark allows (at most ``max_ticks``); return how many."""
-        last = min(self.clock.closable_through(wall), self.clock.next_tick - 1 + max_ticks)
-        first = self.clock.next_tick
-        if last < first:
-            return 0
-        router = self.router
-        for tick in range(first, last + 1):
-            bucket = self.buckets.pop(tick, {})
-            sums: dict[int, float] = {}
-            for nodes in sorted(bucket):  # fixed order: bit-identical sums on every replay
-                c = bucket[nodes]
-                for n in nodes:
-                    sums[n] = sums.get(n, 0.0) + c
-            per_shard: list[list[tuple[int, float]]] = [[] for _ in range(router.shards)]
-            for n in sorted(sums):
-                per_shard[router.node_shard[n]].append((router.local_index[n], sums[n]))
-            for shard, items in enumerate(per_shard):
-                self.out.partials.append(
-                    Partial(tick, self.partition, shard, tuple(i for i, _ in items),
-                            tuple(c for _, c in items), unix_now)
-                )
-        self.clock.close_through(last, wall=wall)
-        self.out.ticks_closed += last - first + 1
-        self.dirty = True
-        return last - first + 1
+    def advance_to(self, position: int) -> None:
+        """The consumer's position moved past records that are not delivered (transaction
+        markers): treat them as processed, then apply any closing point reached."""
+        if position > self.offset >= 0:
+            self.offset = position
+            self.dirty = True
+        self.apply_due()
 
     # ------------------------------------------------------------------ checkpoint
     def to_bytes(self) -> bytes:
-        """Offset, clock and open buckets (JSON; floats round-trip exactly)."""
+        """Offset, next tick, running digest and open buckets (JSON; floats round-trip)."""
         return json.dumps(
             {
-                "v": 2,
+                "v": 3,
                 "partition": self.partition,
                 "offset": self.offset,
-                "clock": self.clock.to_dict(),
+                "next_tick": self.next_tick,
+                "range_start": self.range_start,
+                "digest": f"{self.digest:032x}",
+                "schedule": list(self.schedule_id),
                 "buckets": {
                     str(t): [[list(k) for k in sorted(b)], [b[k] for k in sorted(b)]]
                     for t, b in self.buckets.items()
@@ -341,17 +644,23 @@ class IngestState:
             allow_nan=False,
         ).encode()
 
-    def restore(self, data: bytes, seq: int, wall: float) -> None:
+    def restore(self, data: bytes, seq: int, wall: float = 0.0) -> None:
         d = json.loads(data)
-        if d.get("v") != 2 or d.get("partition") != self.partition:
-            raise ValueError("ingest checkpoint of another version or partition")
-        s = self.settings
+        if d.get("v") != 3 or d.get("partition") != self.partition:
+            raise ValueError(
+                "ingest checkpoint of another version or partition (checkpoints written before "
+                "the public schedule (v3) cannot be resumed: start a new epoch)"
+            )
+        if tuple(d["schedule"]) != self.schedule_id:
+            raise ScheduleMismatch(
+                f"events partition {self.partition}: the checkpoint was written under schedule "
+                f"{tuple(d['schedule'])}, the settings say {self.schedule_id}"
+            )
         self.offset = int(d["offset"])
+        self.next_tick = int(d["next_tick"])
+        self.range_start = int(d["range_start"])
+        self.digest = int(d["digest"], 16)
         self.seq = seq
-        self.clock = PartitionClock.from_dict(
-            d["clock"], origin=s.origin, tick_seconds=s.tick_seconds,
-            lateness=s.allowed_lateness_s, idle_timeout=s.idle_timeout_s, wall=wall,
-        )
         self.buckets = {
             int(t): {tuple(int(n) for n in k): float(c) for k, c in zip(b[0], b[1], strict=True)}
             for t, b in d["buckets"].items()

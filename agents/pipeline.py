@@ -4,10 +4,15 @@ Two stages run in every worker; each is a consumer group, so partitions (and wit
 spread over the workers of a deployment:
 
 1. **Ingest** (group ``<app_id>.ingest``, one state per events partition,
-   :class:`agents.ingest.IngestState`): decode, validate, clamp, bucket by tick on event time with
-   a watermark and an idle timeout. At every tick close it emits to **every** release shard one
-   *partial* (the partition's raw per-node sums for that tick, possibly empty) on the internal
-   topic ``dp.partials.v1``, partition = shard. Rejected records go to ``dp.events.dlq``.
+   :class:`agents.ingest.IngestState`): decode, validate, clamp, bucket by the tick of each
+   event's own time; lateness from each record's own Kafka timestamp. Ticks close at public
+   closing points (:mod:`agents.ticks`): on the ``clock`` schedule, once the clock has passed a
+   tick's deadline + grace, at the partition's end offset read then (or earlier at a broker
+   timestamp past the deadline); on the ``markers`` schedule at replay close markers. At every
+   tick close it emits to **every** release shard one *partial* (the partition's raw per-node
+   sums for that tick, possibly empty) on the internal topic ``dp.partials.v1``, partition =
+   shard, and persists the closing point with a digest of the records it covers on the schedule
+   topic. Rejected records go to ``dp.events.dlq``.
 2. **Release** (group ``<app_id>.release``, one state per shard, :class:`agents.release.ReleaseState`):
    when tick ``n``'s partials from all events partitions are in, sum them in partition order,
    step the shard's :class:`~stream_dp.counters.CounterBank` over **every** declared stream
@@ -58,11 +63,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
-from agents.checkpoints import chunk_messages, read_latest
+from agents.checkpoints import chunk_messages, read_all, read_latest
 from agents.codec import dlq_message, encode
 from agents.config import Settings, load_domain
 from agents.groups import leave_group
-from agents.ingest import IngestState, Partial, Router
+from agents.ingest import IngestState, Partial, Router, ScheduleEntry, ScheduleMismatch
 from agents.release import Release, ReleaseState
 
 __all__ = ["Metrics", "NullMetrics", "Release", "Worker", "run_worker"]
@@ -319,6 +324,9 @@ class _Stage:
         state = self.new_state(p)
         if ck is not None:
             self.restore_state(state, ck.payload, ck.seq)
+        start = await self.after_restore(state, ck is not None)
+        if start is not None:
+            state.offset = start
         if state.offset >= 0:
             self.consumer.seek(tp, state.offset)
         else:
@@ -331,10 +339,21 @@ class _Stage:
             self.name, p, ck.seq if ck else None, state.offset, time.monotonic() - t0,
         )
 
+    async def after_restore(self, state: Any, from_checkpoint: bool) -> int | None:
+        """Stage hook after the checkpoint is read; may return the offset to start from."""
+        return None
+
     async def _try_restore(self, tp: Any) -> None:
-        """Restore ``tp``; on failure log it and leave it to :meth:`_retry_missing`."""
+        """Restore ``tp``; on failure log it and leave it to :meth:`_retry_missing`.
+
+        A :class:`ScheduleMismatch` (or any error the stage marks fatal) is not retried: the
+        worker stops with it, because continuing would publish under a broken guarantee.
+        """
         try:
             await self._restore(tp)
+        except ScheduleMismatch as exc:
+            await self._drop(tp.partition)
+            self.w.fail(exc)
         except Exception as exc:
             await self._drop(tp.partition)
             self._retry_at = time.monotonic() + 1.0
@@ -397,6 +416,8 @@ class _Stage:
     # -- main loop ----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
+            if self.w.fatal is not None:
+                raise self.w.fatal
             try:
                 batch = await self.consumer.getmany(timeout_ms=100, max_records=self.s.max_batch)
             except Exception as exc:
@@ -414,10 +435,10 @@ class IngestStage(_Stage):
     name = "ingest"
 
     def new_state(self, p: int) -> IngestState:
-        return IngestState(self.s, self.w.router, p, wall=time.monotonic())
+        return IngestState(self.s, self.w.router, p)
 
     def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
-        state.restore(payload, seq, wall=time.monotonic())
+        state.restore(payload, seq)
 
     async def seek_fresh(self, tp: Any) -> None:
         if self.s.events_start == "latest":
@@ -425,36 +446,84 @@ class IngestStage(_Stage):
         else:
             await self.consumer.seek_to_beginning(tp)
 
+    async def after_restore(self, state: Any, from_checkpoint: bool) -> int | None:
+        """Read back the persisted closing points of the partition and follow them.
+
+        Without a checkpoint but with persisted points (a fresh deployment replaying a log that
+        was released before), ingest starts where the first persisted range starts, so every
+        decision is made again exactly as it was.
+        """
+        records = await read_all(self.reader, self.s.schedule_topic, state.partition)
+        entries = []
+        for r in records:
+            try:
+                entries.append(ScheduleEntry.decode(r.value))
+            except (ValueError, KeyError, TypeError):
+                raise ScheduleMismatch(
+                    f"schedule topic {self.s.schedule_topic!r} partition {state.partition}: "
+                    f"unreadable entry at offset {r.offset}"
+                ) from None
+        state.load_known(entries)
+        if not from_checkpoint and state.known:
+            first = state.known[0]
+            if first.first != 1:
+                raise ScheduleMismatch(
+                    f"events partition {state.partition}: no checkpoint, and the persisted "
+                    f"closing points start at tick {first.first}, not 1"
+                )
+            state.range_start = first.start_offset
+            log.info("ingest partition %d: following %d persisted closing points (ticks "
+                     "through %d)", state.partition, len(state.known), state.known[-1].through)
+            return int(first.start_offset)
+        return None
+
     async def handle(self, batch: dict[Any, list[Any]]) -> None:
-        unix_now = time.time()
-        wall = time.monotonic()
         for tp, records in batch.items():
             state = self.states.get(tp.partition)
             if state is None:
                 continue  # revoked meanwhile
-            state.process_batch(records, wall, unix_now)
+            state.process_batch(records)
             self.w.processed += len(records)
         lag = 0
         jobs = []
+        clock = self.s.schedule == "clock"
+        now = time.time()
+        due = self.w.schedule.due_through(now) if clock else 0
+        need_end: list[Any] = []
+        k = _kafka()
         for p, state in list(self.states.items()):
-            tp = _kafka().TopicPartition(self.topic, p)
-            # Caught up = the fetch position (which also skips transaction markers) has reached
-            # the last stable offset (read_committed) or the high watermark.
-            end = self.consumer.last_stable_offset(tp)
-            if end is None:
-                end = self.consumer.highwater(tp)
+            tp = k.TopicPartition(self.topic, p)
             try:
                 pos = await self.consumer.position(tp)
             except Exception:  # not assigned any more (rebalance in progress)
                 pos = None
+            if pos is not None:
+                if state.range_start < 0:
+                    state.range_start = pos
+                state.advance_to(pos)  # skips transaction markers; applies reached closes
+            end = self.consumer.last_stable_offset(tp)
+            if end is None:
+                end = self.consumer.highwater(tp)
             if end is not None and pos is not None:
                 lag += max(0, end - pos)
-            if end is None or pos is None or pos < end:
-                state.clock.busy(wall)  # a backlog is not silence: no idle advance
-            closed = state.close_ticks(wall, unix_now)
+            if clock and not state.replaying and state.covered_through() < due:
+                need_end.append(tp)
+        if need_end:
+            # The clock passed a deadline (+ grace): the records appended until now belong to
+            # the closing ticks. Read the end offsets now, never from an older fetch response.
+            try:
+                ends = await self.consumer.end_offsets(need_end)
+            except Exception as exc:
+                log.warning("ingest: reading end offsets failed (%s); retrying", exc)
+                ends = {}
+            for tp, end_offset in ends.items():
+                state = self.states.get(tp.partition)
+                if state is not None and state.schedule_close(due, int(end_offset), "clock", now):
+                    state.apply_due()
+        for p, state in list(self.states.items()):
             out = state.out
-            due = wall - self.last_commit.get(p, 0.0) >= self.s.commit_interval_s
-            if closed or len(out.dead_letters) >= 10_000 or (state.dirty and due):
+            due_commit = time.monotonic() - self.last_commit.get(p, 0.0) >= self.s.commit_interval_s
+            if out.entries or len(out.dead_letters) >= 10_000 or (state.dirty and due_commit):
                 jobs.append(self._commit(p, state))
         self.w.metrics.set_consumer_lag(lag)
         if jobs:
@@ -482,6 +551,11 @@ class IngestStage(_Stage):
                     s.partials_topic, part.encode(), key=str(part.tick).encode(),
                     partition=part.shard,
                 )
+            for entry in out.entries:
+                await prod.send(
+                    s.schedule_topic, entry.encode(),
+                    key=f"{s.app_id}/{s.events_topic}/{p}".encode(), partition=p,
+                )
             await self._send_checkpoint(prod, p, state)
             await prod.commit_transaction()
         except Exception as exc:
@@ -497,7 +571,7 @@ class IngestStage(_Stage):
             m.event_late(out.late)
         reasons: dict[str, int] = {}
         for _, rej, _, _ in out.dead_letters:
-            if rej.reason != "late":
+            if rej.reason not in ("late", "tick_closed"):
                 reasons[rej.reason] = reasons.get(rej.reason, 0) + 1
         for reason, n in reasons.items():
             m.event_dead_lettered(reason, n)
@@ -655,6 +729,33 @@ class Worker:
         self.processed = 0
         self._ready = False
         self._mechanism: Any = None
+        #: an error that must stop the worker (e.g. a log that differs from the released one)
+        self.fatal: BaseException | None = None
+        from agents.ticks import Schedule
+
+        self.schedule = Schedule(
+            origin=settings.origin, tick_seconds=settings.tick_seconds,
+            lateness=settings.allowed_lateness_s, grace=settings.close_grace_s,
+        )
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop the worker with ``exc`` (logged once; the stages raise it from their loops)."""
+        if self.fatal is None:
+            log.error("stopping: %s", exc)
+            self.fatal = exc
+
+    def check_schedule(self, now: float | None = None) -> None:
+        """Refuse a clock schedule whose origin lies too many ticks in the past."""
+        s = self.settings
+        if s.schedule != "clock":
+            return
+        behind = self.schedule.due_through(time.time() if now is None else now)
+        if behind > s.max_backlog_ticks:
+            raise ValueError(
+                f"origin {s.origin!r} lies {behind} ticks in the past (max_backlog_ticks = "
+                f"{s.max_backlog_ticks}): every tick from 1 on would be released. Set origin to "
+                "the deployment's start, or raise max_backlog_ticks"
+            )
 
     @property
     def ready(self) -> bool:
@@ -686,6 +787,7 @@ class Worker:
     async def run(self, stop_event: asyncio.Event | None = None) -> None:
         stop = stop_event if stop_event is not None else asyncio.Event()
         self.mechanism()  # fail fast on bad strategy settings
+        self.check_schedule()
         tasks: list[asyncio.Task[None]] = []
         stopper = asyncio.create_task(stop.wait())
         try:

@@ -357,6 +357,7 @@ class ReconcilerConfig:
             "bootstrap": settings.bootstrap,
             "counts_topic": settings.counts_topic,
             "histograms_topic": settings.histograms_topic,
+            "leader_topic": getattr(settings, "leader_topic", LEADER_TOPIC),
             "leader_group": f"{settings.app_id}.reconcile",
             "domain_name": domain_name,
             "every": settings.reconcile_every,

@@ -1,40 +1,49 @@
-"""Tick arithmetic and the per-partition event-time clock (pure; no I/O, no Kafka).
+"""The public release schedule: tick arithmetic and closing rules (pure; no I/O, no Kafka).
 
 Tick ``n`` (1-based) covers event times ``[origin + (n−1)·L, origin + n·L)`` with ``L`` the tick
-length in seconds. Each events partition keeps its own :class:`PartitionClock`:
+length in seconds. Its **deadline** is ``origin + n·L + lateness``. Nothing in this module looks
+at more than one event: which tick an event lands in, and whether it is late, follows from *that
+event's own record* (its event time and its Kafka record timestamp) and from the schedule's
+*closing points*, which no event can move (DESIGN.md §2.1):
 
-* its **event time** is the largest event timestamp seen (monotone), or ``origin`` before any;
-* **idle timeout**: once ``idle_timeout`` wall-clock seconds have passed since the last event,
-  event time advances with wall time *from the last event's time*:
-  ``event_time = max(event_time, last_ts + (wall − last_wall))``. Silence therefore still closes
-  ticks, and replaying an old log does not jump to "now";
-* the **watermark** is ``event_time − allowed_lateness``; tick ``n`` closes once the watermark
-  reaches its end, i.e. all ticks ``≤ floor((watermark − origin) / L)`` are closed;
-* an event whose tick is already closed is **late** (it goes to the dead-letter topic).
+* **clock** schedule (live deployments, the default). Tick ``n`` of an events partition closes
+  once the worker's clock has passed ``deadline(n) + grace``: the worker then reads the partition's
+  end offset ``E`` and every record before ``E`` belongs to the tick (if its own record allows,
+  below); every record from ``E`` on whose tick is ``≤ n`` is dead-lettered (``tick_closed``).
+  ``E`` counts the records appended before a moment fixed by the public clock, so adding one event
+  never moves another event across it. On topics with ``message.timestamp.type=LogAppendTime``
+  (what ``stream-dp topics`` creates) the first record stamped by the broker at or after
+  ``deadline(n)`` is also a closing point for tick ``n``: that lets a backlog of past ticks be
+  released at processing speed. It selects exactly the same events (every record from it on
+  carries a broker time past the deadline, so it is late by its own record anyway).
+* **markers** schedule (replays of historical logs). Ticks close only at *close markers* that
+  ``stream-dp replay`` writes into every events partition after the events they follow; the log
+  itself is the schedule, and record timestamps are not consulted.
 
-Whether an event is late is decided by comparing tick *numbers* (never end times), so the same
-floating-point formula :func:`tick_of` decides both the bucket and lateness.
+Per record (clock schedule): its *arrival* is its Kafka record timestamp (broker time on
+LogAppendTime topics, the producer's claim on CreateTime topics). An event is ``late`` if it
+arrived at or after its tick's deadline, ``future`` if its event time is more than
+``max_future_skew`` ahead of its arrival, ``too_old`` if it arrived more than ``max_event_age``
+after its event time. Closing points, once decided, are persisted with the release (the schedule
+topic), so restarts and replays make the same decisions without consulting a clock.
 
->>> c = PartitionClock(origin=1000.0, tick_seconds=10.0, lateness=2.0, idle_timeout=5.0, wall=0.0)
->>> c.tick_of(1000.0), c.tick_of(1009.999), c.tick_of(1010.0)
+>>> s = Schedule(origin=1000.0, tick_seconds=10.0, lateness=2.0, grace=1.0)
+>>> s.tick_of(1000.0), s.tick_of(1009.999), s.tick_of(1010.0)
 (1, 1, 2)
->>> c.observe(1013.0, wall=1.0); c.closable_through(wall=1.0)   # watermark 1011: tick 1 closes
-1
->>> c.close_through(1); c.is_late(1005.0), c.is_late(1012.0)
-(True, False)
->>> c.closable_through(wall=5.9)      # idle for 4.9 s < 5 s: event time stays at 1013
-1
->>> c.closable_through(wall=10.0)     # idle 9 s: event time 1013 + 9 = 1022, watermark 1020
-2
+>>> s.deadline(1)
+1012.0
+>>> s.due_through(1012.999), s.due_through(1013.0), s.due_through(1033.0)
+(0, 1, 3)
+>>> s.closed_by_arrival(1021.999), s.closed_by_arrival(1022.0)
+(1, 2)
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
-__all__ = ["PartitionClock", "tick_bounds", "tick_of"]
+__all__ = ["Schedule", "tick_bounds", "tick_of"]
 
 
 def tick_of(ts: float, origin: float, tick_seconds: float) -> int:
@@ -47,103 +56,63 @@ def tick_bounds(tick: int, origin: float, tick_seconds: float) -> tuple[float, f
     return origin + (tick - 1) * tick_seconds, origin + tick * tick_seconds
 
 
-@dataclass
-class PartitionClock:
-    """Event-time clock and watermark of one events partition (mutable; see module docstring).
+@dataclass(frozen=True)
+class Schedule:
+    """The public tick schedule of a deployment (seconds, Unix time).
 
-    ``next_tick`` is the first tick not yet closed. Units: seconds (event time and wall time are
-    both Unix seconds; wall time may be any monotone clock).
+    ``lateness`` is the allowed lateness (an event may arrive up to this long after its tick's
+    end); ``grace`` the extra wall-clock margin a worker waits past a deadline before it reads
+    end offsets (covers clock skew between producers, brokers and workers).
     """
 
     origin: float
     tick_seconds: float
     lateness: float
-    idle_timeout: float
-    wall: float
-    next_tick: int = 1
-    event_time: float = math.nan
-    last_ts: float = math.nan
+    grace: float = 0.0
 
     def __post_init__(self) -> None:
+        if not math.isfinite(self.origin):
+            raise ValueError(f"origin must be a finite number, got {self.origin!r}")
         if not (math.isfinite(self.tick_seconds) and self.tick_seconds > 0):
             raise ValueError(f"tick_seconds must be a finite number > 0, got {self.tick_seconds!r}")
-        if not (math.isfinite(self.lateness) and self.lateness >= 0):
-            raise ValueError(f"lateness must be a finite number >= 0, got {self.lateness!r}")
-        if not (math.isfinite(self.idle_timeout) and self.idle_timeout > 0):
-            raise ValueError(f"idle_timeout must be a finite number > 0, got {self.idle_timeout!r}")
-        if math.isnan(self.event_time):
-            self.event_time = self.origin
-        if math.isnan(self.last_ts):
-            self.last_ts = self.event_time
-        self.last_wall = self.wall
+        for name in ("lateness", "grace"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
 
     def tick_of(self, ts: float) -> int:
-        """The tick containing ``ts``."""
-        return tick_of(ts, self.origin, self.tick_seconds)
+        """The tick containing event time ``ts``."""
+        return math.floor((ts - self.origin) / self.tick_seconds) + 1
 
-    def is_late(self, ts: float) -> bool:
-        """True if ``ts`` falls in a tick that is already closed."""
-        return self.tick_of(ts) < self.next_tick
+    def bounds(self, tick: int) -> tuple[float, float]:
+        """``(start, end)`` of ``tick``."""
+        return tick_bounds(tick, self.origin, self.tick_seconds)
 
-    def observe(self, ts: float, wall: float) -> None:
-        """Record an accepted event with time ``ts`` arriving at wall time ``wall``."""
-        if ts > self.event_time:
-            self.event_time = ts
-        self.last_ts = self.event_time
-        self.last_wall = wall
+    def deadline(self, tick: int) -> float:
+        """Arrival deadline of ``tick``: its end plus the allowed lateness."""
+        return self.origin + tick * self.tick_seconds + self.lateness
 
-    def busy(self, wall: float) -> None:
-        """The partition still has unread records at wall time ``wall``: it is not idle.
+    def closed_by_arrival(self, arrival: float) -> int:
+        """The last tick whose deadline is ``≤ arrival`` (an event arriving then is late there)."""
+        return math.floor((arrival - self.lateness - self.origin) / self.tick_seconds)
 
-        Idleness means *silence* (the consumer is caught up), not a slow or starved consumer
-        working through a backlog; this restarts the idle timer without moving event time.
+    def is_late(self, tick: int, arrival: float) -> bool:
+        """True if an event of ``tick`` arriving at ``arrival`` missed the tick's deadline.
+
+        Decided by comparing tick numbers from one formula, never end times computed two ways,
+        so a boundary case cannot fall on different sides in two places.
         """
-        self.last_wall = wall
+        return tick <= self.closed_by_arrival(arrival)
 
-    def current_event_time(self, wall: float) -> float:
-        """Event time at wall time ``wall``, including the idle-timeout advance (no mutation)."""
-        idle = wall - self.last_wall
-        if idle >= self.idle_timeout:
-            return max(self.event_time, self.last_ts + idle)
-        return self.event_time
+    def due_through(self, now: float) -> int:
+        """The last tick a worker may close at clock time ``now`` (deadline + grace passed)."""
+        return math.floor((now - self.grace - self.lateness - self.origin) / self.tick_seconds)
 
-    def watermark(self, wall: float) -> float:
-        return self.current_event_time(wall) - self.lateness
+    def closed_by_marker(self, marker_time: float, final: bool) -> int:
+        """The last tick a close marker closes.
 
-    def closable_through(self, wall: float) -> int:
-        """The last tick that may be closed at wall time ``wall`` (``next_tick − 1`` if none)."""
-        last = math.floor((self.watermark(wall) - self.origin) / self.tick_seconds)
-        return max(last, self.next_tick - 1)
-
-    def close_through(self, tick: int, wall: float | None = None) -> None:
-        """Mark every tick ``≤ tick`` closed; with ``wall``, also fix the idle advance so far."""
-        if wall is not None:
-            self.event_time = self.current_event_time(wall)
-        if tick >= self.next_tick:
-            self.next_tick = tick + 1
-
-    # ------------------------------------------------------------------ checkpoint form
-    def to_dict(self) -> dict[str, Any]:
-        """The persistent part (wall times are not persisted: they restart with the process)."""
-        return {"next_tick": self.next_tick, "event_time": self.event_time}
-
-    @classmethod
-    def from_dict(
-        cls,
-        data: dict[str, Any],
-        *,
-        origin: float,
-        tick_seconds: float,
-        lateness: float,
-        idle_timeout: float,
-        wall: float,
-    ) -> PartitionClock:
-        return cls(
-            origin=origin,
-            tick_seconds=tick_seconds,
-            lateness=lateness,
-            idle_timeout=idle_timeout,
-            wall=wall,
-            next_tick=int(data["next_tick"]),
-            event_time=float(data["event_time"]),
-        )
+        A progress marker at ``T`` closes every tick that ended by ``T``; a *final* marker (end of
+        the replayed log) also closes the tick containing ``T``.
+        """
+        last_ended = math.floor((marker_time - self.origin) / self.tick_seconds)
+        return self.tick_of(marker_time) if final else last_ended

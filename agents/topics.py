@@ -2,13 +2,18 @@
 
 | topic (default name) | partitions | key | cleanup | who reads it |
 |---|---|---|---|---|
-| ``dp.events.v1`` | ``events_partitions`` | event key | delete | ingest stage |
+| ``dp.events.v1`` | ``events_partitions`` | event key | delete, LogAppendTime | ingest stage |
 | ``dp.counts.v1`` | ``counts_partitions`` | stream name | delete | users, reconcile agent |
 | ``dp.histograms.v1`` | ``histograms_partitions`` | domain name | delete | users, dashboard |
 | ``dp.events.dlq`` | ``dlq_partitions`` | original key | delete | operators |
 | ``dp.partials.v1`` (internal) | ``shards`` | tick | delete, short retention | release stage only |
 | ``dp.checkpoints.ingest.v1`` (internal) | ``events_partitions`` | chunk id | compact | ingest stage only |
 | ``dp.checkpoints.release.v1`` (internal) | ``shards`` | chunk id | compact | release stage only |
+| ``dp.schedule.v1`` (internal) | ``events_partitions`` | app id + partition | delete, no time limit | ingest stage only |
+
+The events topic is created with ``message.timestamp.type=LogAppendTime`` (setting
+``events_timestamp_type``): every record then carries the broker's clock as its timestamp, which no
+producer can set, and the clock schedule reads it as the event's arrival (:mod:`agents.ticks`).
 
 Partition counts are explicit (broker auto-create defaults differ); :func:`ensure_topics` creates
 missing topics and raises ``ValueError`` if an existing one has a different partition count,
@@ -29,6 +34,7 @@ __all__ = [
     "INGEST_CHECKPOINTS",
     "PARTIALS",
     "RELEASE_CHECKPOINTS",
+    "SCHEDULE",
     "TopicSpec",
     "ensure_topics",
     "topic_specs",
@@ -41,6 +47,7 @@ DLQ = "dp.events.dlq"
 PARTIALS = "dp.partials.v1"
 INGEST_CHECKPOINTS = "dp.checkpoints.ingest.v1"
 RELEASE_CHECKPOINTS = "dp.checkpoints.release.v1"
+SCHEDULE = "dp.schedule.v1"
 
 
 @dataclass(frozen=True)
@@ -59,7 +66,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     rf = settings.replication_factor
     compact = (("cleanup.policy", "compact"), ("min.compaction.lag.ms", "60000"))
     return [
-        TopicSpec(settings.events_topic, settings.events_partitions, rf),
+        TopicSpec(settings.events_topic, settings.events_partitions, rf,
+                  (("message.timestamp.type", settings.events_timestamp_type),)),
         TopicSpec(settings.counts_topic, settings.counts_partitions, rf),
         TopicSpec(settings.histograms_topic, settings.histograms_partitions, rf),
         TopicSpec(settings.dlq_topic, settings.dlq_partitions, rf),
@@ -72,6 +80,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         ),
         TopicSpec(settings.ingest_checkpoints_topic, settings.events_partitions, rf, compact, True),
         TopicSpec(settings.release_checkpoints_topic, settings.shards, rf, compact, True),
+        TopicSpec(settings.schedule_topic, settings.events_partitions, rf,
+                  (("retention.ms", "-1"),), internal=True),
     ]
 
 

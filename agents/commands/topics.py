@@ -74,12 +74,13 @@ async def create_topics(settings: object) -> list[str]:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
     await admin.start()
     try:
-        had_leader = LEADER_TOPIC in set(await admin.list_topics())
+        leader_topic = getattr(settings, "leader_topic", LEADER_TOPIC)
+        had_leader = leader_topic in set(await admin.list_topics())
     finally:
         await admin.close()
     if not had_leader:
-        await ensure_leader_topic(bootstrap, LEADER_TOPIC)
-        created.append(LEADER_TOPIC)
+        await ensure_leader_topic(bootstrap, leader_topic)
+        created.append(leader_topic)
     return created
 
 

@@ -54,6 +54,10 @@ def make_settings(bootstrap: str, tmp: Path, name: str, paths: Sequence[str], **
         "partials_topic": f"{name}.partials",
         "ingest_checkpoints_topic": f"{name}.ckpt.ingest",
         "release_checkpoints_topic": f"{name}.ckpt.release",
+        "schedule_topic": f"{name}.schedule",
+        "leader_topic": f"{name}.leader",
+        # a pre-produced historical log: ticks close at the close markers (close_ticks below)
+        "schedule": "markers",
         "events_partitions": 4,
         "shards": 3,
         "counts_partitions": 2,
@@ -62,7 +66,6 @@ def make_settings(bootstrap: str, tmp: Path, name: str, paths: Sequence[str], **
         "tick_seconds": 2.0,
         "origin": 1_700_000_000.0,
         "allowed_lateness_s": 0.5,
-        "idle_timeout_s": 0.5,
         "max_future_skew_s": 1e9,
         "p": 0.9,
         "strategy": "naive",
@@ -105,6 +108,35 @@ async def produce(s: Settings, messages: Iterable[tuple[bytes | None, bytes | No
     finally:
         await prod.stop()
     return n
+
+
+async def close_ticks(s: Settings, through_tick: int) -> None:
+    """Write a final close marker for ``through_tick`` into every events partition (what
+    ``stream-dp replay`` does at the end of a log; markers schedule)."""
+    from aiokafka import AIOKafkaProducer
+
+    from agents.codec import close_marker
+
+    headers, value = close_marker(s.tick_bounds(through_tick)[0], True)
+    prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap)
+    await prod.start()
+    try:
+        for p in range(s.events_partitions):
+            await prod.send(s.events_topic, value, partition=p, headers=headers)
+        await prod.flush()
+    finally:
+        await prod.stop()
+
+
+def live_settings(bootstrap: str, tmp: Path, name: str, paths: Sequence[str], **kw: Any
+                  ) -> Settings:
+    """Settings on the clock schedule, tick 1 starting a moment from now (1 s ticks)."""
+    base: dict[str, Any] = {
+        "schedule": "clock", "origin": float(int(time.time())) + 2.0, "tick_seconds": 1.0,
+        "allowed_lateness_s": 0.5, "close_grace_s": 0.2, "max_future_skew_s": 300.0,
+    }
+    base.update(kw)
+    return make_settings(bootstrap, tmp, name, paths, **base)
 
 
 def event_bytes(key: str, ts: float, value: float | None = None) -> tuple[bytes, bytes]:

@@ -65,6 +65,7 @@ async def test_ten_kill9_and_restarts(kafka_broker: str, unique_name: str, tmp_p
     domain = load_domain(s.domain_file)
     log = make_log(s, leaves, 100_000)
     await ps.produce(s, (ps.event_bytes(k, t, v) for k, t, v in log))
+    await ps.close_ticks(s, N_TICKS)
 
     rng = random.Random(11)
     worker = ps.WorkerProcess(s, "w0", tmp_path)
@@ -96,6 +97,7 @@ async def test_three_workers_join_and_leave(
     domain = load_domain(s.domain_file)
     log = make_log(s, leaves, 60_000)
     await ps.produce(s, (ps.event_bytes(k, t, v) for k, t, v in log))
+    await ps.close_ticks(s, N_TICKS)
 
     workers = {w: ps.WorkerProcess(s, w, tmp_path) for w in ("a", "b", "c")}
     try:

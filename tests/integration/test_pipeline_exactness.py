@@ -76,6 +76,7 @@ async def test_exact_with_huge_epsilon_and_mse_with_epsilon_one(
     assert domain.size == 149
     log = synthetic_log(exact_s.origin, exact_s.tick_seconds, leaves)
     await ps.produce(exact_s, (ps.event_bytes(k, t, v) for k, t, v in log))
+    await ps.close_ticks(exact_s, N_TICKS)
 
     from agents.reconcile import Reconciler, ReconcilerConfig
 

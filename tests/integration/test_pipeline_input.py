@@ -27,9 +27,8 @@ async def test_bad_input_goes_to_dlq_and_silent_streams_release_every_tick(
     kafka_broker: str, unique_name: str, tmp_path: Path
 ) -> None:
     leaves = [*ps.hierarchy_paths(2, 2, 2), "quiet/q/leaf"]
-    s = ps.make_settings(
-        kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4, tick_seconds=1.0,
-        max_future_skew_s=300.0, max_message_bytes=2048,
+    s = ps.live_settings(
+        kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4, max_message_bytes=2048,
     )
     await ps.create_topics(s)
     domain = load_domain(s.domain_file)
@@ -68,7 +67,7 @@ async def test_bad_input_goes_to_dlq_and_silent_streams_release_every_tick(
     task = asyncio.create_task(worker.run(stop))
     try:
         got = await ps.wait_for_ticks(s, domain.size, 8, timeout_s=60)
-        # a late event: its tick (1) closed long ago
+        # a late event: its tick (1) closed long ago, and it arrives after the deadline
         await ps.produce(s, [ps.event_bytes("r0/s0/l0", o + 0.5)])
         last = max(t for _, t in got) + 3
         got = await ps.wait_for_ticks(s, domain.size, last, timeout_s=60)
@@ -117,16 +116,16 @@ async def test_bad_input_goes_to_dlq_and_silent_streams_release_every_tick(
     assert worker.stats["clamped"] == sum(1 for _, _, v in good if v > s.cap)
 
 
-async def test_transaction_markers_do_not_block_idle_tick_closing(
+async def test_transaction_markers_do_not_block_tick_closing(
     kafka_broker: str, unique_name: str, tmp_path: Path
 ) -> None:
-    """Events written by a transactional producer (commit markers after the data) still let
-    the partitions go idle, so silence closes ticks; an aborted batch is never counted."""
+    """Events written by a transactional producer (commit markers after the data) do not hold
+    back the clock schedule; an aborted batch is never counted."""
     from aiokafka import AIOKafkaProducer
 
     leaves = ps.hierarchy_paths(1, 2, 2)
-    s = ps.make_settings(kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4,
-                         tick_seconds=1.0, events_partitions=2, shards=2)
+    s = ps.live_settings(kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4,
+                         events_partitions=2, shards=2)
     await ps.create_topics(s)
     domain = load_domain(s.domain_file)
     good = [(leaves[i % 4], s.origin + 0.05 * i, 1.0) for i in range(40)]  # ticks 1 and 2
@@ -177,6 +176,7 @@ async def test_grid_domain_counts_total_marginals_and_cells(
     keys = ["region=n|age=young", "age=old|region=s", "region=s|age=mid", "region=n|age=old"]
     events = [(keys[i % 4], s.origin + 0.02 * i, 1.0) for i in range(150)]  # ticks 1..3
     await ps.produce(s, (ps.event_bytes(*e) for e in events))
+    await ps.close_ticks(s, 5)
     stop = asyncio.Event()
     worker = Worker(s)
     task = asyncio.create_task(worker.run(stop))

@@ -26,7 +26,7 @@ KEY = b"0123456789abcdef0123456789abcdef"
 def settings(tmp_path: Path, **kw: object) -> Settings:
     return Settings(origin=1000.0, tick_seconds=10.0, domain_file=str(tmp_path / "d.toml"),
                     events_partitions=2, shards=2, epsilon=1e4, p=0.5, strategy="naive",
-                    horizon=63, allowed_lateness_s=0.0, idle_timeout_s=1.0, **kw)  # type: ignore[arg-type]
+                    horizon=63, allowed_lateness_s=0.0, **kw)  # type: ignore[arg-type]
 
 
 def test_messages_are_byte_identical_to_the_reference_encoder(tmp_path: Path) -> None:
@@ -50,18 +50,21 @@ def test_ingest_to_release_end_to_end_without_kafka(tmp_path: Path) -> None:
     router = Router(dom, 2)
     assert sorted(i for sh in router.shard_nodes for i in sh) == list(range(dom.size))
     assert all(router.node_shard[i] == shard_of(n, 2) for i, n in enumerate(dom.names))
-    ing = [IngestState(s, router, p, wall=0.0, offset=0) for p in range(2)]
+    ing = [IngestState(s, router, p, offset=0) for p in range(2)]
     events = [("x/a", 1001.0, 1.0), ("y/c", 1002.0, 3.0), ("x/b", 1015.0, 0.5), ("x/a", 1031.0, 1)]
     for i, (k, ts, v) in enumerate(events):
         raw = json.dumps({"key": k, "ts": ts, "value": v}).encode()
-        ing[i % 2].process(i // 2, k.encode(), raw, wall=0.0, unix_now=2e9)
+        ing[i % 2].process(i // 2, k.encode(), raw, timestamp=int(ts * 1000) + 5)
     # restore one ingest state from its checkpoint and check it is the same
-    copy = IngestState(s, router, 1, wall=0.0)
-    copy.restore(ing[1].to_bytes(), 1, wall=0.0)
+    copy = IngestState(s, router, 1)
+    copy.restore(ing[1].to_bytes(), 1)
     assert copy.buckets == ing[1].buckets and copy.offset == ing[1].offset
+    assert copy.digest == ing[1].digest and copy.next_tick == ing[1].next_tick
     for state in ing:
-        state.clock.observe(1031.0, 0.0)
-        assert state.close_ticks(wall=0.0, unix_now=0.0) == 3
+        # the clock passed tick 3's deadline when the partition's end offset was 2
+        assert state.schedule_close(3, 2, "clock", 1031.0)
+        assert state.apply_due() == 3
+        assert [e.through for e in state.out.entries] == [3]
     partials = [p for state in ing for p in state.out.partials]
     assert len(partials) == 3 * 2 * 2  # ticks × sources × shards, empty ones included
     mech = make_mechanism("naive", 0.5, 63, s.privacy)
@@ -116,10 +119,12 @@ def test_fast_path_agrees_with_decode_event(
     body = {"key": key, "ts": ts, "value": value, "note": pad}
     body.pop(drop, None)
     raw = (pad + json.dumps(body) + pad).encode()
-    st_ = IngestState(s, router, 0, wall=0.0, offset=0)
-    st_.process(0, b"k", raw, wall=0.0, unix_now=2e9)
+    st_ = IngestState(s, router, 0, offset=0)
+    arrival = 5e5  # record timestamp, seconds
+    st_.process(0, b"k", raw, timestamp=int(arrival * 1000))
     ref = decode_event(raw, s.max_message_bytes, s.max_event_value)
-    in_range = isinstance(ref, Event) and s.origin <= ref.ts <= 2e9 + s.max_future_skew_s
+    in_range = (isinstance(ref, Event) and s.origin <= ref.ts <= arrival + s.max_future_skew_s
+                and ref.ts >= arrival - s.allowed_lateness_s - ((arrival - s.origin) % s.tick_seconds))
     if isinstance(ref, Event) and router.nodes(ref.key) is not None and in_range:
         assert st_.out.accepted == 1 and not st_.out.dead_letters
         tick = math.floor((ref.ts - s.origin) / s.tick_seconds) + 1

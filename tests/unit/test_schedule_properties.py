@@ -1,0 +1,273 @@
+"""The release schedule's privacy properties on the pure ingest state (no Kafka).
+
+P1 — no event moves the schedule: for a random log and one added record ``e`` (any payload, event
+time and record timestamp), every other event lands in the same (stream, tick) or is rejected for
+the same reason, the same ticks close, and the released partial sums differ only by ``e``'s own
+clamped contribution on ``e``'s nodes.
+P2 — deterministic replay: any batch split, a checkpoint/restore in the middle, and a run that
+follows the persisted closing points give the same partials and closing points.
+P4 — a changed log is refused when persisted closing points are followed.
+
+The log model: records are appended to a partition in order of their real arrival; the clock
+rule closes tick n at the end offset observed at ``deadline(n) + grace``, i.e. at the number of
+records that arrived before then (a moment no event can move).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+
+from agents.codec import close_marker
+from agents.config import Settings
+from agents.ingest import IngestState, Record, Router, ScheduleMismatch
+from agents.ticks import Schedule
+from stream_dp.domain import Domain
+
+ORIGIN = 1_000_000.0
+L = 10.0
+LEAVES = ["a/x", "a/y", "b/z"]
+N_TICKS = 8
+
+
+def _settings(tmp: Path, **kw: Any) -> Settings:
+    base: dict[str, Any] = dict(
+        origin=ORIGIN, tick_seconds=L, allowed_lateness_s=2.0, close_grace_s=0.5,
+        domain_file=str(tmp / "d.toml"), events_partitions=1, shards=2, cap=1.0,
+        max_future_skew_s=30.0,
+    )
+    base.update(kw)
+    return Settings(**base)
+
+
+_ROUTER = Router(Domain.from_paths(LEAVES), 2)
+
+# one record: (real arrival, producer timestamp or None = same as arrival, key, ts, value)
+_honest = st.tuples(
+    st.floats(ORIGIN, ORIGIN + N_TICKS * L + 5), st.none(), st.sampled_from(LEAVES),
+    st.floats(-3.0, 1.0), st.sampled_from([1.0, 0.5, 3.0]),
+)
+
+
+def _payload(key: Any, ts: Any, value: Any) -> bytes:
+    return json.dumps({"key": key, "ts": ts, "value": value}).encode()
+
+
+@st.composite
+def _nasty(draw: st.DrawFn) -> tuple[float, float | None, bytes, list[tuple[str, bytes]]]:
+    """The added record: any arrival, any producer timestamp, any payload (or a fake marker)."""
+    arrival = draw(st.floats(ORIGIN - 50, ORIGIN + N_TICKS * L + 50))
+    stamp = draw(st.one_of(st.none(), st.floats(0, 4e9), st.sampled_from([-1.0, 9.9e12 / 1000])))
+    kind = draw(st.sampled_from(["event", "future", "past", "malformed", "unknown", "marker",
+                                 "huge"]))
+    headers: list[tuple[str, bytes]] = []
+    if kind == "event":
+        raw = _payload(draw(st.sampled_from(LEAVES)), arrival - draw(st.floats(-40, 40)), 1.0)
+    elif kind == "future":
+        raw = _payload(LEAVES[0], arrival + draw(st.floats(0, 1e9)), 1.0)
+    elif kind == "past":
+        raw = _payload(LEAVES[1], draw(st.floats(0, ORIGIN)), 1.0)
+    elif kind == "malformed":
+        raw = draw(st.sampled_from([b"", b"{", b"\xff\xfe", b'{"key": 1}', b"[]"]))
+    elif kind == "unknown":
+        raw = _payload("nope", arrival, 1.0)
+    elif kind == "marker":
+        headers, raw = close_marker(ORIGIN + 1e6, True)
+    else:
+        raw = _payload(LEAVES[2], arrival, 1e6)
+    return arrival, stamp, raw, headers
+
+
+def _log(records: list[tuple[float, float | None, bytes, list[tuple[str, bytes]]]],
+         ts_type: int) -> list[Record]:
+    ordered = sorted(records, key=lambda r: r[0])  # appended in order of real arrival
+    out = []
+    for off, (arrival, stamp, raw, headers) in enumerate(ordered):
+        if ts_type == 1:
+            ms = math.floor(arrival * 1000)  # the broker's clock
+        else:
+            ms = math.floor((arrival if stamp is None else stamp) * 1000)
+        out.append(Record(off, b"k", raw, ms, ts_type, headers))
+    return out
+
+
+def _closes(log: list[Record], arrivals: list[float], sch: Schedule) -> list[tuple[int, int]]:
+    """Clock rule: tick n closes at the number of records that arrived before deadline + grace."""
+    out = []
+    for n in range(1, N_TICKS + 8):  # past the last arrival, like a clock that keeps running
+        moment = sch.deadline(n) + sch.grace
+        out.append((n, sum(1 for a in arrivals if a < moment)))
+    return out
+
+
+def _run(s: Settings, log: list[Record], closes: list[tuple[int, int]], splits: list[int]
+         ) -> IngestState:
+    state = IngestState(s, _ROUTER, 0, offset=0)
+    for n, end in closes:
+        state.schedule_close(n, end, "clock", 0.0)
+    i = 0
+    for size in [*splits, len(log)]:
+        state.process_batch(log[i : i + size])
+        i += size
+        if i >= len(log):
+            break
+    state.advance_to(len(log))
+    return state
+
+
+def _sums(state: IngestState) -> dict[tuple[int, int], float]:
+    out: dict[tuple[int, int], float] = defaultdict(float)
+    for p in state.out.partials:
+        for i, c in zip(p.idx, p.counts, strict=True):
+            out[(p.tick, _ROUTER.shard_nodes[p.shard][i])] += c
+    return out
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(
+    base=st.lists(_honest, min_size=0, max_size=40),
+    e=_nasty(),
+    ts_type=st.sampled_from([0, 1]),
+    splits=st.lists(st.integers(1, 7), max_size=6),
+)
+def test_p1_one_added_record_moves_nothing_else(
+    tmp_path_factory: pytest.TempPathFactory, base: list[Any], e: Any, ts_type: int,
+    splits: list[int],
+) -> None:
+    s = _settings(tmp_path_factory.getbasetemp())
+    sch = Schedule(s.origin, s.tick_seconds, s.allowed_lateness_s, s.close_grace_s)
+    records = [(arr, stamp, _payload(k, arr + dts, v), []) for arr, stamp, k, dts, v in base]
+    without = _log(records, ts_type)
+    with_e = _log([*records, e], ts_type)
+    arr_without = sorted(r[0] for r in records)
+    arr_with = sorted([*arr_without, e[0]])
+    a = _run(s, without, _closes(without, arr_without, sch), splits)
+    b = _run(s, with_e, _closes(with_e, arr_with, sch), splits)
+
+    # the same ticks closed, in the same steps
+    assert [(x.first, x.through) for x in a.out.entries] == [
+        (x.first, x.through) for x in b.out.entries]
+    assert a.next_tick == b.next_tick == N_TICKS + 8
+    # every other record met the same fate
+    e_value = e[2]
+    fate_a = sorted((r.reason, raw) for _, r, raw, _ in a.out.dead_letters)
+    fate_b = sorted((r.reason, raw) for _, r, raw, _ in b.out.dead_letters if raw != e_value)
+    assert fate_a == fate_b
+    # releases differ only by e's own clamped contribution on e's nodes
+    sa, sb = _sums(a), _sums(b)
+    diff = {k: sb.get(k, 0.0) - sa.get(k, 0.0) for k in set(sa) | set(sb)}
+    diff = {k: v for k, v in diff.items() if abs(v) > 1e-9}
+    e_accepted = b.out.accepted - a.out.accepted
+    assert e_accepted in (0, 1)
+    if e_accepted == 0:
+        assert diff == {}
+    else:
+        body = json.loads(e_value)
+        tick = sch.tick_of(body["ts"])
+        nodes = _ROUTER.nodes(body["key"]) or ()
+        want = {(tick, n): min(body.get("value", 1.0), s.cap) for n in nodes}
+        if tick >= b.next_tick:  # e's tick is still open: nothing of it released yet
+            want = {}
+            assert b.buckets[tick] != a.buckets.get(tick)
+        assert diff == pytest.approx(want)
+
+
+def _honest_log(seed: int, n: int = 60) -> list[Record]:
+    import random
+
+    rng = random.Random(seed)
+    recs = []
+    for _ in range(n):
+        arr = rng.uniform(ORIGIN, ORIGIN + N_TICKS * L)
+        recs.append((arr, None, _payload(rng.choice(LEAVES), arr - rng.uniform(0, 3), 1.0), []))
+    return _log(recs, 1)
+
+
+def test_p2_batches_and_restarts_give_identical_partials_and_points(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    log = _honest_log(3)
+    ref = _run(s, log, [], [])  # LogAppendTime closes only
+    assert ref.next_tick > 3
+    for splits in ([1] * 60, [7, 3, 11], [59]):
+        other = _run(s, log, [], splits)
+        assert [p.encode() for p in other.out.partials] == [p.encode() for p in ref.out.partials]
+        assert other.out.entries == ref.out.entries
+    # crash after 25 records: restore the checkpoint, go on
+    first = IngestState(s, _ROUTER, 0, offset=0)
+    first.process_batch(log[:25])
+    blob, before = first.to_bytes(), list(first.out.partials)
+    second = IngestState(s, _ROUTER, 0)
+    second.restore(blob, 1)
+    second.process_batch(log[25:])
+    assert [p.encode() for p in before + second.out.partials] == [
+        p.encode() for p in ref.out.partials]
+
+
+def test_p2_p4_following_persisted_points_reproduces_or_refuses(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    log = _honest_log(5)
+    ref = _run(s, log, [], [4])
+    entries = list(ref.out.entries)
+    assert len(entries) >= 3
+    # a fresh run following the persisted points reproduces everything
+    again = IngestState(s, _ROUTER, 0, offset=0)
+    again.range_start = 0
+    again.load_known(entries)
+    again.process_batch(log)
+    assert [p.encode() for p in again.out.partials] == [p.encode() for p in ref.out.partials]
+    assert [(e.first, e.through, e.digest) for e in again.out.entries] == [
+        (e.first, e.through, e.digest) for e in entries]
+    # one changed byte anywhere in the covered range is refused
+    changed = list(log)
+    victim = changed[len(log) // 2]
+    changed[len(log) // 2] = victim._replace(value=victim.value.replace(b"1.0", b"1.5"))
+    third = IngestState(s, _ROUTER, 0, offset=0)
+    third.range_start = 0
+    third.load_known(entries)
+    with pytest.raises(ScheduleMismatch, match="differ"):
+        third.process_batch(changed)
+    # a removed record too
+    fourth = IngestState(s, _ROUTER, 0, offset=0)
+    fourth.range_start = 0
+    fourth.load_known(entries)
+    shifted = [r._replace(offset=i) for i, r in enumerate(log[:10] + log[11:])]
+    with pytest.raises(ScheduleMismatch):
+        fourth.process_batch(shifted)
+    # persisted points of another schedule are refused outright
+    other = IngestState(_settings(tmp_path, allowed_lateness_s=3.0), _ROUTER, 0, offset=0)
+    with pytest.raises(ScheduleMismatch, match="schedule"):
+        other.load_known(entries)
+
+
+def test_markers_schedule_closes_only_at_markers(tmp_path: Path) -> None:
+    s = _settings(tmp_path, schedule="markers")
+    recs = [Record(i, b"k", _payload("a/x", ORIGIN + 1 + 3 * i, 1.0), 0, 0) for i in range(10)]
+    headers, raw = close_marker(ORIGIN + 20.0, False)  # ticks 1 and 2 ended by then
+    recs.append(Record(10, None, raw, 0, 0, headers))
+    recs.append(Record(11, b"k", _payload("a/x", ORIGIN + 5, 1.0), 0, 0))  # tick 1: closed
+    headers, raw = close_marker(ORIGIN + 31.0, True)  # final: closes tick 4 (contains 31)
+    recs.append(Record(12, None, raw, 0, 0, headers))
+    state = IngestState(s, _ROUTER, 0, offset=0)
+    state.process_batch(recs)
+    assert [(e.first, e.through, e.rule) for e in state.out.entries] == [
+        (1, 2, "marker"), (3, 4, "marker")]
+    assert [r.reason for _, r, _, _ in state.out.dead_letters] == ["tick_closed"]
+    sums = _sums(state)
+    leaf = _ROUTER.domain.names.index("a/x")
+    assert [sums.get((t, leaf), 0.0) for t in (1, 2, 3, 4)] == [3.0, 4.0, 3.0, 0.0]
+
+
+def test_clock_rule_ignores_markers(tmp_path: Path) -> None:
+    s = _settings(tmp_path)
+    headers, raw = close_marker(ORIGIN + 1e6, True)
+    state = IngestState(s, _ROUTER, 0, offset=0)
+    state.process_batch([Record(0, None, raw, int(ORIGIN * 1000), 0, headers)])
+    assert state.next_tick == 1 and not state.out.entries and not state.out.dead_letters
