@@ -94,7 +94,8 @@ class DomainSpec:
                 f"epsilon = {self.epsilon!r}",
                 f"cap = {self.cap!r}",
                 f"strategy = {q(self.strategy)}",
-                "max_event_age_s = 0.0",
+                "# a historical log: ticks close at the close markers `stream-dp replay` writes",
+                'schedule = "markers"',
                 "",
             ]
         )

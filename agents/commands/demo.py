@@ -272,7 +272,7 @@ class Demo:
             "origin": origin,
             "tick_seconds": tick,
             "allowed_lateness_s": min(1.0, tick / 2),
-            "idle_timeout_s": max(2.0, 2 * tick),
+            "close_grace_s": 0.2,
             "p": float(a.p),
             "epsilon": float(a.epsilon),
             "strategy": a.strategy,

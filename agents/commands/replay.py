@@ -14,9 +14,17 @@ before the worker reads it. The event time travels in the value, where the worke
   the interruption are found by their headers in the topic and skipped too. No record is sent
   twice and none is lost.
 
-The state file also holds a **key fingerprint** (HMAC-SHA256 of a fixed label under the noise key,
-never the key), so replaying a log again tells whether the releases will be reproduced bit for bit
-(same key: no new privacy budget spent) or are new releases (different key: budget spent again).
+The state file also holds the SHA-256 of the **whole log** and a key check value (HMAC-SHA256 of
+a fixed label under the noise key; never the key, never printed), so replaying a log again says
+truthfully whether the releases will be reproduced bit for bit (same log, same key: no new privacy
+budget), are new releases (another key: budget spent again), or must not happen: the same key on
+a log that differs from the one replayed before would publish the exact difference, so replay
+refuses (exit status 3, ``"status": "log_differs"``).
+
+**Close markers.** After the events (and, when paced, every second of wall time), replay writes a
+close marker into every partition of the topic (:func:`agents.codec.close_marker`): on a
+deployment with ``schedule = "markers"`` they are its schedule — ticks close exactly where the log
+says, however fast the replay runs; a clock-schedule deployment skips them.
 """
 
 from __future__ import annotations
@@ -82,13 +90,24 @@ Resuming: progress goes to a state file (LOG.replay.json, or in --state-dir). Af
 (Ctrl-C, a crash, kill -9) run the same command again: acknowledged records are skipped and the
 rest is sent, each record exactly once. --restart starts over (a new replay of the whole log).
 
-Replay semantics: noise is keyed by (secret key, stream, node), so replaying the same log into a
-fresh deployment with the same noise key reproduces the original releases bit for bit and spends
-no new privacy budget. With a different key the releases differ and the budget for these events is
-spent again: replay warns when the key fingerprint (from --key-file or $STREAM_DP_KEY, never the
-key itself) differs from the one recorded by the previous replay of the log. A replay into a
-running deployment whose watermark is past the log's times sends every event to the dead-letter
-topic as late; replay into a fresh deployment (or fresh topics).
+Schedule: a historical log is replayed into a deployment with schedule = "markers" (what
+'stream-dp simulate --settings-out' writes). Replay writes close markers after the events (and
+every second when paced), so ticks close where the log says, whatever the speed, and the worker
+can be started before or after the replay. The final marker closes the tick of the last event, or
+of --until TIME. A clock-schedule deployment (live) skips markers and judges each event by its
+record's timestamp: an old log then arrives late, unless retimed (--retime now --speed 1).
+
+Replay semantics: noise is keyed by (secret key, mechanism, stream, node), so replaying the same
+log into a fresh deployment with the same noise key reproduces the original releases bit for bit
+and spends no new privacy budget. With a different key the releases differ and the budget for
+these events is spent again (replay says so). The SHA-256 of the whole log is recorded: the same
+key on a log that differs from the one replayed before (any byte, added or removed records) is
+refused with exit status 3, because the difference of the two releases would reveal the changed
+events. Publish a changed log under a new epoch or another key (fresh noise, new budget).
+
+Exit status: 0 done (or nothing to do), 1 error, 2 bad usage or log, 3 log differs from the one
+replayed before under the same key (refused), 130 interrupted (run again to resume). --json prints
+one JSON object with the outcome on stdout (messages go to stderr).
 
 Examples:
   stream-dp simulate restaurant --seed 7 --out sales.csv --domain-out domain.toml
@@ -97,13 +116,15 @@ Examples:
   stream-dp replay sales.csv --state-dir ~/.cache/stream-dp    # log folder read-only
   stream-dp replay sales.csv --restart --key-file /run/secrets/noise-key
   stream-dp replay web.csv --retime now --speed 1 --bootstrap 127.0.0.1:40123   # into the demo
+  stream-dp replay sales.csv --json --until 2024-01-02T00:00:00Z   # machine-readable, fixed end
 """
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 HEADER = "stream-dp-replay"
 _FINGERPRINT_LABEL = b"stream-dp/noise-key-fingerprint/v1"
-_HEAD_BYTES = 65_536
 EXIT_INTERRUPTED = 130
+#: the log differs from the one replayed before under the same key: refused
+EXIT_LOG_DIFFERS = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,6 +164,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="records per acknowledged checkpoint of the state file (default 2000)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--until", metavar="TIME",
+        help="the final close marker closes the tick containing TIME (Unix s or ISO 8601; "
+        "default: the last event's time). Fixing it makes the set of released ticks independent "
+        "of the log's contents",
+    )
+    parser.add_argument(
+        "--no-close-markers", action="store_true",
+        help="write no close markers (only for deployments on the clock schedule)",
+    )
+    parser.add_argument(
+        "--json", action="store_true",
+        help="print the outcome as one JSON object on stdout (messages go to stderr)",
+    )
 
 
 # ---------------------------------------------------------------------------------- state file
@@ -151,7 +186,7 @@ class ReplayState:
     """Progress of one replay of one log; stored as JSON (never holds the key or the data)."""
 
     log: str
-    head_sha256: str
+    log_sha256: str
     topic: str
     run_id: str
     records_acked: int = 0
@@ -164,6 +199,11 @@ class ReplayState:
     delivered: list[int] = field(default_factory=list)
     #: seconds added to every event time (``--retime``); 0 keeps the original times
     time_offset: float = 0.0
+    #: largest (retimed) event time sent so far: the final close marker's default time
+    max_ts: float | None = None
+    #: every (key check value, log SHA-256) ever replayed from this path: the same key on another
+    #: log is refused even after replays under other keys in between
+    history: list[list[str]] = field(default_factory=list)
     started: str = ""
     updated: str = ""
     version: int = STATE_VERSION
@@ -196,15 +236,18 @@ def state_path(log: Path, state_dir: str | None) -> Path:
     return directory / f"{log.name}-{digest}.replay.json"
 
 
-def head_digest(log: Path) -> str:
-    """SHA-256 of the log's first 64 KiB: detects a log replaced between runs."""
+def log_digest(log: Path) -> str:
+    """SHA-256 of the whole log file: any changed, added or removed byte changes it."""
+    h = hashlib.sha256()
     with open(log, "rb") as fh:
-        return hashlib.sha256(fh.read(_HEAD_BYTES)).hexdigest()
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def key_fingerprint(key: bytes) -> str:
-    """A public fingerprint of the noise key: HMAC-SHA256(key, fixed label), 16 hex digits."""
-    return hmac.new(key, _FINGERPRINT_LABEL, hashlib.sha256).hexdigest()[:16]
+    """Key check value kept in the state file (HMAC-SHA256 of a fixed label; never printed)."""
+    return hmac.new(key, _FINGERPRINT_LABEL, hashlib.sha256).hexdigest()
 
 
 def load_key_for_fingerprint(key_file: str | None) -> bytes | None:
@@ -255,6 +298,8 @@ async def send_events(
     on_checkpoint: Callable[[LogRecord, dict[int, int]], None] | None = None,
     on_progress: Callable[[LogRecord], None] | None = None,
     stop: asyncio.Event | None = None,
+    markers: bool = False,
+    final_marker: Callable[[], float | None] | None = None,
 ) -> SendReport:
     """Produce ``records`` to ``topic`` with an idempotent producer, in order.
 
@@ -262,8 +307,14 @@ async def send_events(
     ``skip`` are not sent. After every ``chunk`` records (or 0.5 s) all outstanding sends are
     awaited and ``on_checkpoint(last acknowledged record, {partition: last offset})`` is called.
     Setting ``stop`` ends the loop after acknowledging what was sent.
+
+    ``markers``: when paced, write a progress close marker into every partition once per wall
+    second (time = the replay clock); after the last record, a final one at ``final_marker()``
+    (skipped if it returns None).
     """
     from aiokafka import AIOKafkaProducer
+
+    from agents.codec import close_marker
 
     if chunk < 1:
         raise ValueError(f"chunk must be ≥ 1, got {chunk}")
@@ -278,6 +329,7 @@ async def send_events(
         request_timeout_ms=30_000,
     )
     await producer.start()
+    partitions = sorted(await producer.partitions_for(topic)) if markers else []
     loop = asyncio.get_running_loop()
     t_start = loop.time()
     pending: list[tuple[LogRecord, asyncio.Future[Any]]] = []
@@ -288,6 +340,13 @@ async def send_events(
     interrupted = False
 
     checkpointed = 0
+    last_marker = loop.time()
+
+    async def mark(at: float, final: bool) -> None:
+        headers, value = close_marker(at, final)
+        for part in partitions:
+            pending.append((None, await producer.send(  # type: ignore[arg-type]
+                topic, value=value, partition=part, headers=headers)))
 
     async def settle(last: LogRecord | None) -> None:
         """Await every outstanding send; everything processed up to ``last`` is then done."""
@@ -295,7 +354,7 @@ async def send_events(
         for _record, fut in pending:
             meta = await fut
             offsets[meta.partition] = max(offsets.get(meta.partition, -1), meta.offset)
-        sent += len(pending)
+        sent += sum(1 for record, _ in pending if record is not None)  # events, not markers
         pending.clear()
         last_checkpoint = loop.time()
         if last is not None and last.number > checkpointed and on_checkpoint is not None:
@@ -339,10 +398,18 @@ async def send_events(
             )
             pending.append((record, fut))
             processed = record
+            if markers and speed is not None and ts0 is not None \
+                    and loop.time() - last_marker >= 1.0:
+                last_marker = loop.time()
+                await mark(ts0 + (loop.time() - t_start) * speed, False)
             if len(pending) >= chunk or loop.time() - last_checkpoint > 0.5:
                 await settle(processed)
             if on_progress is not None:
                 on_progress(record)
+        if markers and not interrupted and final_marker is not None:
+            at = final_marker()
+            if at is not None:
+                await mark(at, True)
         await settle(processed)
     except LogFormatError:
         await settle(processed)  # what came before the bad line is delivered and recorded
@@ -443,78 +510,142 @@ def _say(out: TextIO, text: str) -> None:
     print(text, file=out, flush=True)
 
 
-def _key_notes(previous: str | None, current: str | None, out: TextIO) -> None:
+def _key_outcome(previous: str | None, current: str | None) -> str:
+    """``unknown`` (no key here), ``new`` (first replay), ``same`` or ``different``."""
     if current is None:
-        _say(out, "note: no noise key here (--key-file or $STREAM_DP_KEY), so replay cannot "
-                  "check that the worker's key is the one of the previous replay.")
-    elif previous is None:
-        _say(out, f"noise key fingerprint {current} recorded for later replays of this log.")
-    elif previous == current:
-        _say(out, f"same noise key as the previous replay (fingerprint {current}): a fresh "
-                  "deployment reproduces the original releases bit for bit and spends no new "
-                  "privacy budget.")
-    else:
-        _say(out, f"WARNING: the noise key differs from the previous replay of this log "
-                  f"(fingerprint {current}, was {previous}): the releases will differ from the "
-                  "original ones and the privacy budget for these events is spent AGAIN.")
+        return "unknown"
+    if previous is None:
+        return "new"
+    return "same" if hmac.compare_digest(previous, current) else "different"
+
+
+_KEY_NOTES = {
+    "unknown": "note: no noise key here (--key-file or $STREAM_DP_KEY), so replay cannot check "
+               "that the worker's key is the one of the previous replay, nor refuse a changed "
+               "log under the same key.",
+    "new": "first replay of this log with this noise key (its key check value and the log's "
+           "SHA-256 are recorded for later replays).",
+    "same": "same noise key and the very same log as the previous replay: a fresh deployment "
+            "with the same settings reproduces the original releases bit for bit and spends no "
+            "new privacy budget.",
+    "different": "WARNING: the noise key differs from the previous replay of this log: the "
+                 "releases will differ from the original ones and the privacy budget for these "
+                 "events is spent AGAIN.",
+}
+
+
+class _Out:
+    """Human messages (stdout, or stderr with --json) and the --json outcome object."""
+
+    def __init__(self, json_mode: bool) -> None:
+        self.json_mode = json_mode
+        self.stream: TextIO = sys.stderr if json_mode else sys.stdout
+        self.result: dict[str, Any] = {"schema": "stream-dp.replay.v1"}
+
+    def say(self, text: str) -> None:
+        _say(self.stream, text)
+
+    def finish(self, status: str, code: int, **fields: Any) -> int:
+        self.result.update(fields)
+        self.result["status"] = status
+        self.result["exit_status"] = code
+        if self.json_mode:
+            print(json.dumps(self.result, sort_keys=True), flush=True)
+        return code
 
 
 async def _async_run(args: argparse.Namespace) -> int:
     log = Path(args.log)
-    out = sys.stdout
+    out = _Out(bool(getattr(args, "json", False)))
     if not log.is_file():
         print(f"stream-dp replay: no such log file: {log}", file=sys.stderr)
-        return 2
+        return out.finish("error", 2, error=f"no such log file: {log}")
+    if args.speed is not None and not (args.speed > 0 and args.speed < float("inf")):
+        print(f"stream-dp replay: --speed must be a number > 0, got {args.speed}", file=sys.stderr)
+        return out.finish("error", 2, error="--speed must be > 0")
+    if args.chunk < 1:
+        print(f"stream-dp replay: --chunk must be an integer >= 1, got {args.chunk}",
+              file=sys.stderr)
+        return out.finish("error", 2, error="--chunk must be >= 1")
+    until: float | None = None
+    if args.until is not None:
+        try:
+            until = parse_ts(args.until)
+        except (ValueError, LogFormatError) as exc:
+            print(f"stream-dp replay: --until: {exc}", file=sys.stderr)
+            return out.finish("error", 2, error=f"--until: {exc}")
     fmt = detect_format(log, args.format)
     bootstrap = bootstrap_from(args.bootstrap)
     topic = args.topic or default_topic("events")
     spath = state_path(log, args.state_dir)
-    head = head_digest(log)
+    digest = log_digest(log)
     key = load_key_for_fingerprint(args.key_file)
     fingerprint = key_fingerprint(key) if key is not None else None
     del key
+    out.result.update(log=str(log), topic=topic, log_sha256=digest)
 
     previous = ReplayState.load(spath)
+    outcome = _key_outcome(previous.key_fingerprint if previous else None, fingerprint)
+    out.result["key"] = outcome
+    history = [list(h) for h in previous.history] if previous is not None else []
+    if previous is not None and previous.key_fingerprint is not None and [
+            previous.key_fingerprint, previous.log_sha256] not in history:
+        history.append([previous.key_fingerprint, previous.log_sha256])
+    clash = fingerprint is not None and any(
+        hmac.compare_digest(f, fingerprint) and d != digest for f, d in history)
+    if clash:
+        assert previous is not None
+        print(f"stream-dp replay: REFUSED: {log} differs from the log replayed before with the "
+              f"same noise key (SHA-256 {digest[:16]}… vs {previous.log_sha256[:16]}…, recorded "
+              f"in {spath}). Releasing a changed log with the same key would publish the exact "
+              "difference. Use a new epoch or another key (fresh noise, new budget), or restore "
+              "the original log.", file=sys.stderr)
+        return out.finish("log_differs", EXIT_LOG_DIFFERS, budget="refused")
+    budget = {"same": "no_new_budget", "different": "spent_again", "new": "spent",
+              "unknown": "unknown"}[outcome]
+    out.result["budget"] = budget
     resume = previous is not None and not args.restart and not previous.complete
     if previous is not None and previous.complete and not args.restart:
-        _say(out, f"{log}: already replayed completely ({previous.records_acked} records into "
-                  f"{previous.topic}, {previous.updated}). Nothing to do; --restart replays it "
-                  "again.")
-        _key_notes(previous.key_fingerprint, fingerprint, out)
-        return 0
+        out.say(f"{log}: already replayed completely ({previous.records_acked} records into "
+                f"{previous.topic}, {previous.updated}). Nothing to do; --restart replays it "
+                "again.")
+        out.say(_KEY_NOTES[outcome])
+        return out.finish("already_complete", 0, records=previous.records_acked, sent=0)
     if resume:
         assert previous is not None
-        if previous.head_sha256 != head:
+        if previous.log_sha256 != digest:
             print(f"stream-dp replay: {log} changed since the interrupted replay recorded in "
                   f"{spath}; use --restart to replay the new log", file=sys.stderr)
-            return 2
+            return out.finish("error", 2, error="log changed since the interrupted replay")
         if previous.topic != topic:
             print(f"stream-dp replay: the interrupted replay went to topic {previous.topic!r}, "
                   f"not {topic!r}; pass --topic {previous.topic} or --restart", file=sys.stderr)
-            return 2
+            return out.finish("error", 2, error="interrupted replay went to another topic")
         state = previous
-        if state.key_fingerprint is not None and fingerprint is not None:
-            _key_notes(state.key_fingerprint, fingerprint, out)
+        if fingerprint is not None and state.key_fingerprint is not None:
+            out.say(_KEY_NOTES[outcome])
         state.key_fingerprint = fingerprint or state.key_fingerprint
+        state.history = history
         found = await find_unacknowledged(
             bootstrap, topic, state.run_id, state.scan_from, state.records_acked
         )
         skip = found | frozenset(n for n in state.delivered if n > state.records_acked)
         state.delivered = sorted(skip)
         state.save(spath)
-        _say(out, f"resuming {log} after record {state.records_acked} "
-                  f"({len(skip)} later records already delivered before the interruption are "
-                  "skipped too)")
+        out.say(f"resuming {log} after record {state.records_acked} "
+                f"({len(skip)} later records already delivered before the interruption are "
+                "skipped too)")
     else:
-        _key_notes(previous.key_fingerprint if previous else None, fingerprint, out)
+        out.say(_KEY_NOTES[outcome])
         state = ReplayState(
-            log=str(log.resolve()), head_sha256=head, topic=topic, run_id=uuid.uuid4().hex,
+            log=str(log.resolve()), log_sha256=digest, topic=topic, run_id=uuid.uuid4().hex,
             key_fingerprint=fingerprint, scan_from=await end_offsets(bootstrap, topic),
             started=_now_iso(), time_offset=_retime_offset(log, fmt, args.retime),
+            history=history,
         )
         if state.time_offset:
-            _say(out, f"retimed by {state.time_offset:+.3f} s: these are NEW releases (other "
-                      "ticks), not a reproduction of the original run.")
+            out.say(f"retimed by {state.time_offset:+.3f} s: these are NEW releases (other "
+                    "ticks), not a reproduction of the original run.")
         state.save(spath)
         skip = frozenset()
 
@@ -531,6 +662,15 @@ async def _async_run(args: argparse.Namespace) -> int:
         state.delivered = [n for n in state.delivered if n > record.number]
         state.save(spath)
 
+    def progress(record: LogRecord) -> None:
+        ts = record.event.ts
+        if state.max_ts is None or ts > state.max_ts:
+            state.max_ts = ts
+        bar.advance_to(record.end_offset, record.number)
+
+    def final_marker() -> float | None:
+        return until if until is not None else state.max_ts
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -541,37 +681,52 @@ async def _async_run(args: argparse.Namespace) -> int:
     try:
         report = await send_events(
             records, bootstrap=bootstrap, topic=topic, speed=speed, run_id=state.run_id,
-            skip=skip, chunk=args.chunk, on_checkpoint=checkpoint,
-            on_progress=lambda r: bar.advance_to(r.end_offset, r.number), stop=stop,
+            skip=skip, chunk=args.chunk, on_checkpoint=checkpoint, on_progress=progress,
+            stop=stop, markers=not args.no_close_markers, final_marker=final_marker,
         )
     except LogFormatError as exc:
         bar.close()
         print(f"stream-dp replay: {exc}; records before it were sent and recorded in {spath}",
               file=sys.stderr)
-        return 2
+        return out.finish("error", 2, error=str(exc), records=state.records_acked)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
     bar.close()
     if report.interrupted:
-        _say(out, f"interrupted after record {state.records_acked} ({report.sent} sent this run); "
-                  "run the same command again to resume.")
-        return EXIT_INTERRUPTED
+        out.say(f"interrupted after record {state.records_acked} ({report.sent} sent this run); "
+                "run the same command again to resume.")
+        return out.finish("interrupted", EXIT_INTERRUPTED, records=state.records_acked,
+                          sent=report.sent)
     state.complete = True
+    if state.key_fingerprint is not None and [state.key_fingerprint, digest] not in state.history:
+        state.history.append([state.key_fingerprint, digest])
     state.save(spath)
     rate = report.sent / report.seconds if report.seconds > 0 else float("inf")
-    _say(out, f"replayed {state.records_acked} records of {log} into {topic} "
-              f"({report.sent} sent, {report.skipped} skipped as already delivered) in "
-              f"{report.seconds:.1f} s ({rate:,.0f} records/s).")
+    out.say(f"replayed {state.records_acked} records of {log} into {topic} "
+            f"({report.sent} sent, {report.skipped} skipped as already delivered) in "
+            f"{report.seconds:.1f} s ({rate:,.0f} records/s).")
+    if not args.no_close_markers:
+        out.say(f"close markers written: the final one closes the tick containing "
+                f"{final_marker()!r} (a deployment with schedule = \"markers\" releases every "
+                "tick up to it).")
     if state.time_offset:
-        _say(out, f"Event times were shifted by {state.time_offset:+.3f} s (--retime): the same "
-                  "log with the same --retime TIME and key reproduces these releases; 'now' "
-                  "never does.")
-    else:
-        _say(out, "Replaying this log again with the same noise key into a fresh deployment "
-                  "reproduces these releases bit for bit; a different key spends the budget "
-                  "again.")
-    return 0
+        out.say(f"Event times were shifted by {state.time_offset:+.3f} s (--retime): the same "
+                "log with the same --retime TIME and key reproduces these releases; 'now' "
+                "never does.")
+    elif outcome == "same":
+        out.say("Same log, same key: a fresh deployment with the same settings publishes the "
+                "very releases of the earlier replay, bit for bit, at no new privacy cost.")
+    elif outcome == "different":
+        out.say("Another key than before: these are new releases; the budget for these events "
+                "is spent again.")
+    elif outcome == "new":
+        out.say("Replaying this log again with the same noise key into a fresh deployment with "
+                "the same settings reproduces these releases bit for bit; a changed log under "
+                "this key is refused.")
+    return out.finish("replayed", 0, records=state.records_acked, sent=report.sent,
+                      skipped=report.skipped, final_marker=final_marker(),
+                      retimed=bool(state.time_offset))
 
 
 def run(args: argparse.Namespace) -> int:

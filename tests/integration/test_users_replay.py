@@ -15,7 +15,7 @@ import pytest
 
 from agents.commands.replay import HEADER, ReplayState, state_path
 from simulators.logfile import read_log
-from tests.integration._users import ROOT, create_topic, read_all, stream_dp
+from tests.integration._users import ROOT, close_markers, create_topic, read_events, stream_dp
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +29,7 @@ def _log_events(path: Path) -> Counter[tuple[str, float, float]]:
 
 def _topic_events(bootstrap: str, topic: str) -> Counter[tuple[str, float, float]]:
     out: Counter[tuple[str, float, float]] = Counter()
-    for m in read_all(bootstrap, topic):
+    for m in read_events(bootstrap, topic):
         v = m.json()
         assert m.key == v["key"].encode()
         # the record timestamp is the sending time (old event times would fall to retention)
@@ -74,7 +74,7 @@ def test_replay_jsonl_with_iso_times_and_default_value(
     )
     stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
               "--state-dir", str(tmp_path / "state"), check=True)
-    got = [m.json() for m in sorted(read_all(kafka_broker, unique_name), key=lambda m: m.offset)]
+    got = [m.json() for m in sorted(read_events(kafka_broker, unique_name), key=lambda m: m.offset)]
     assert got == [
         {"key": "www/news", "ts": 1704067200.25, "value": 1.0},
         {"key": "api/v1", "ts": 1704067201.5, "value": 3.0},
@@ -131,7 +131,7 @@ def test_resume_skips_records_delivered_after_the_last_checkpoint(
     stream_dp("simulate", "census", "--seed", "2", "--ticks", "10", "--out", str(log), check=True)
     stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name, check=True)
     expected = _log_events(log)
-    before = read_all(kafka_broker, unique_name)
+    before = read_events(kafka_broker, unique_name)
     assert all(any(h == HEADER for h, _ in m.headers) for m in before)
 
     # Rewind the state as if the process died right after sending, before recording: every
@@ -158,7 +158,7 @@ def test_key_fingerprint_same_key_reproduces_other_key_warns(
     log.write_text("ts,key\n1704067200,item1\n1704067201,item2\n", encoding="utf-8")
     args = ("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name, "--restart")
     first = stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
-    assert "fingerprint" in first.stdout and "WARNING" not in first.stdout
+    assert "first replay" in first.stdout and "WARNING" not in first.stdout
     same = stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
     assert "same noise key" in same.stdout and "bit for bit" in same.stdout
     key_file = tmp_path / "key"
@@ -166,7 +166,53 @@ def test_key_fingerprint_same_key_reproduces_other_key_warns(
     other = stream_dp(*args, "--key-file", str(key_file), env={"STREAM_DP_KEY": KEY_A}, check=True)
     assert "WARNING" in other.stdout and "spent AGAIN" in other.stdout
     assert KEY_A not in first.stdout + same.stdout + other.stdout + other.stderr
-    assert len(read_all(kafka_broker, unique_name)) == 6  # three full replays
+    assert len(read_events(kafka_broker, unique_name)) == 6  # three full replays
+    # each replay ends with a final close marker in every partition, at the last event's time
+    markers = [m.json() for m in close_markers(kafka_broker, unique_name)]
+    assert markers == [{"schema": "dp.close.v1", "time": 1704067201.0, "final": True}] * 3
+
+
+def test_changed_log_under_the_same_key_is_refused_whole_log_checked(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """P4: a byte changed far past the first 64 KiB, a record added or removed: exit 3."""
+    create_topic(kafka_broker, unique_name, partitions=1)
+    log = tmp_path / "big.csv"
+    rows = [f"{1704067200 + i * 0.01:.2f},item{i % 7}" for i in range(8000)]  # > 64 KiB
+    log.write_text("ts,key\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    assert log.stat().st_size > 100_000
+    args = ("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+            "--restart", "--json", "--no-progress")
+    first = stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
+    status = json.loads(first.stdout)
+    assert status["status"] == "replayed" and status["key"] == "new"
+    assert status["records"] == 8000 and status["exit_status"] == 0
+    sent = len(read_events(kafka_broker, unique_name))
+    for change, fresh_key in (("edit", KEY_B), ("add", "c" * 64), ("remove", "d" * 64)):
+        changed = list(rows)
+        if change == "edit":
+            changed[-3] = changed[-3].replace("item", "itex")
+        elif change == "add":
+            changed.append(f"{1704067300:.2f},item1")
+        else:
+            del changed[5000]
+        log.write_text("ts,key\n" + "\n".join(changed) + "\n", encoding="utf-8")
+        proc = stream_dp(*args, env={"STREAM_DP_KEY": KEY_A})
+        assert proc.returncode == 3, (change, proc.stdout, proc.stderr)
+        status = json.loads(proc.stdout)
+        assert status["status"] == "log_differs" and status["exit_status"] == 3
+        assert "REFUSED" in proc.stderr and "differs" in proc.stderr
+        assert len(read_events(kafka_broker, unique_name)) == sent  # nothing sent
+        # another key: fresh noise, the budget is spent again, said out loud (a key is bound to
+        # one log for good: KEY_B on a second changed log would be refused too)
+        other = stream_dp(*args, env={"STREAM_DP_KEY": fresh_key}, check=True)
+        status = json.loads(other.stdout)
+        assert status["key"] == "different" and status["budget"] == "spent_again"
+        assert "spent AGAIN" in other.stderr
+        # back to key A: the state now records key B's replay; restore the original log
+        log.write_text("ts,key\n" + "\n".join(rows) + "\n", encoding="utf-8")
+        stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
+        sent = len(read_events(kafka_broker, unique_name))
 
 
 def test_bad_line_names_its_line_and_keeps_what_came_before(
@@ -179,7 +225,7 @@ def test_bad_line_names_its_line_and_keeps_what_came_before(
     proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name)
     assert proc.returncode == 2
     assert "bad.csv:4:" in proc.stderr and "ts must be" in proc.stderr
-    assert [m.json()["key"] for m in read_all(kafka_broker, unique_name)] == ["item1", "item2"]
+    assert [m.json()["key"] for m in read_events(kafka_broker, unique_name)] == ["item1", "item2"]
     state = ReplayState.load(state_path(log, None))
     assert state is not None and state.records_acked == 2 and not state.complete
 
@@ -203,7 +249,7 @@ def test_retime_now_shifts_every_event_by_one_constant(
     proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
                      "--retime", "now", "--speed", "10", check=True)
     assert "NEW releases" in proc.stdout and "bit for bit" not in proc.stdout
-    got = [m.json() for m in sorted(read_all(kafka_broker, unique_name), key=lambda m: m.offset)]
+    got = [m.json() for m in sorted(read_events(kafka_broker, unique_name), key=lambda m: m.offset)]
     ts = [m["ts"] for m in got]
     assert [m["key"] for m in got] == ["a", "b", "a"]
     assert before - 1 <= ts[0] <= time.time()

@@ -16,8 +16,8 @@ from agents.commands._progress import ProgressBar
 from agents.commands.replay import (
     ReplayState,
     encode_event,
-    head_digest,
     key_fingerprint,
+    log_digest,
     state_path,
 )
 from agents.commands.tail import COUNTS_HEADER, _Printer, format_count_row, format_histogram
@@ -75,7 +75,7 @@ def test_state_file_round_trip_is_atomic_and_next_to_the_log(tmp_path: Path) -> 
     log.write_text("ts,key\n1,a\n")
     path = state_path(log, None)
     assert path == tmp_path / "x.csv.replay.json"
-    st = ReplayState(log=str(log), head_sha256=head_digest(log), topic="t", run_id="r",
+    st = ReplayState(log=str(log), log_sha256=log_digest(log), topic="t", run_id="r",
                      records_acked=1, scan_from={"0": 5}, delivered=[3])
     st.save(path)
     assert ReplayState.load(path) == st
@@ -88,7 +88,7 @@ def test_key_fingerprint_is_stable_distinct_and_not_the_key() -> None:
     a, b = bytes(range(32)), bytes(range(1, 33))
     assert key_fingerprint(a) == key_fingerprint(a)
     assert key_fingerprint(a) != key_fingerprint(b)
-    assert len(key_fingerprint(a)) == 16 and a.hex()[:16] not in key_fingerprint(a)
+    assert len(key_fingerprint(a)) == 64 and a.hex()[:16] not in key_fingerprint(a)
 
 
 def test_event_encoding_is_the_contract_shape() -> None:
