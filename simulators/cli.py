@@ -8,8 +8,9 @@ import math
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 from simulators.base import DEFAULT_START, Simulator, TimeAxis
 from simulators.census import ATTRIBUTES, CensusHouseholds
@@ -126,7 +127,23 @@ def _records(events: Iterator[Event]) -> Iterator[LogRecord]:
         yield LogRecord(number=i, end_offset=0, event=event)
 
 
-def run(args: argparse.Namespace) -> int:
+class Produced(NamedTuple):
+    """What a producer did with the simulated events."""
+
+    sent: int
+    interrupted: bool
+    seconds: float
+    topic: str
+
+
+#: Sends the records to the events topic named by ``args`` (``--bootstrap``, ``--topic``,
+#: ``--speed``) until done or ``stop`` is set. Supplied by the layer that owns Kafka (the
+#: service's ``stream-dp simulate`` command); the simulators depend only on the library.
+Producer = Callable[[Iterator[LogRecord], argparse.Namespace, asyncio.Event], Awaitable[Produced]]
+
+
+def run(args: argparse.Namespace, produce: Producer | None = None) -> int:
+    """Run ``stream-dp simulate``; ``produce`` sends events for ``--to-topic``."""
     if not (args.out or args.to_topic or args.domain_out or args.settings_out):
         print("stream-dp simulate: nothing to do; give --out, --to-topic, --domain-out or "
               "--settings-out", file=sys.stderr)
@@ -166,28 +183,25 @@ def run(args: argparse.Namespace) -> int:
                 n = write_log(sim.events(), fh, fmt)
         print(f"{sim.describe()}: {n} events written to {args.out}", file=info)
     if args.to_topic:
-        from agents.commands._client import bootstrap_from, default_topic
-        from agents.commands.replay import SendReport, send_events
+        if produce is None:
+            print("stream-dp simulate: --to-topic needs a Kafka producer: run it as "
+                  "'stream-dp simulate' (service install)", file=sys.stderr)
+            return 2
 
-        topic = args.topic or default_topic("events")
-
-        async def produce() -> SendReport:
+        async def run_producer() -> Produced:
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
-            return await send_events(
-                _records(sim.events()), bootstrap=bootstrap_from(args.bootstrap), topic=topic,
-                speed=args.speed, stop=stop,
-            )
+            return await produce(_records(sim.events()), args, stop)
 
         try:
-            report = asyncio.run(produce())
+            report = asyncio.run(run_producer())
         except (RuntimeError, OSError) as exc:
             print(f"stream-dp simulate: {exc}", file=sys.stderr)
             return 1
         what = "stopped after" if report.interrupted else "produced"
-        print(f"{sim.describe()}: {report.sent} events {what} to {topic} in "
+        print(f"{sim.describe()}: {report.sent} events {what} to {report.topic} in "
               f"{report.seconds:.1f} s", file=info)
         return 130 if report.interrupted else 0
     return 0

@@ -2,7 +2,7 @@
 
 A :class:`DomainSpec` is plain data (no library objects) so the simulators stay independent of
 ``stream_dp``; :meth:`DomainSpec.to_toml` writes the service's domain file format (read by
-``stream_dp.domain.Domain.from_file`` and ``agents.config``).
+``stream_dp.domain.Domain.from_file`` and the worker's settings).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class DomainSpec:
     comment: str = ""
 
     def to_toml(self) -> str:
-        """The domain file (TOML) in the format of ``agents.config.DomainSpec.from_toml``.
+        """The domain file (TOML) in the format of ``stream_dp.domain.Domain.from_file``.
 
         Linear constraints (e.g. packages) become ``[[constraints]]`` groups.
         """

@@ -1,7 +1,8 @@
 """stream-dp: differentially private, exponentially decayed running counts.
 
 The library holds all the mathematics (strategies, secure noise, accounting, consistency) and
-never imports Kafka; the service lives in the separate ``agents`` package.
+never imports Kafka nor the service built on top of it (which depends on this library, never
+the other way round).
 """
 
 from __future__ import annotations

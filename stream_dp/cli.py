@@ -1,9 +1,21 @@
-"""The ``stream-dp`` command line: a thin dispatcher over one module per subcommand.
+"""A small command-line dispatcher, and the library's own commands (``plan``).
 
-Each subcommand lives in its own module exposing ``HELP`` (one line), ``DESCRIPTION`` (paragraphs,
-with examples), ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only when
-their subcommand runs, so ``stream-dp plan`` never imports Kafka clients and the library
-(``stream_dp``) stays free of them.
+The ``stream-dp`` console script belongs to the layer that knows every part of the product: the
+service composes its command table from :data:`LIBRARY_COMMANDS` and its own commands, and calls
+:func:`main` with it. This module knows only the library: it never names a service module.
+
+A command table maps a subcommand to ``(module name, one-line help)``. Each module exposes
+``HELP`` (one line), ``DESCRIPTION`` (paragraphs, with examples), ``add_arguments(parser)`` and
+``run(args) -> int``. Modules are imported only when their subcommand runs, so ``stream-dp plan``
+never imports Kafka clients.
+
+Usage errors (unknown option, a value that does not parse) print **one line** to stderr,
+``stream-dp COMMAND: error: ...``, and exit with status 2 (argparse's default prints the whole
+usage block first).
+
+``python -m stream_dp.cli plan ...`` runs the library's commands with only the base install.
+For any other subcommand it hands over to the installed ``stream-dp`` console script (whichever
+package provides it), so older invocations keep working.
 """
 
 from __future__ import annotations
@@ -11,24 +23,36 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import ModuleType
+from typing import NoReturn
 
-#: subcommand -> (module, one-line help). Order is the order shown in ``stream-dp --help``.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("agents.commands.demo", "run broker, worker, reconciler and simulator; show live releases"),
+__all__ = ["COMMANDS", "LIBRARY_COMMANDS", "CommandTable", "OneLineParser", "build_parser", "main"]
+
+#: subcommand -> (module, one-line help)
+CommandTable = Mapping[str, tuple[str, str]]
+
+#: The library's commands (need nothing beyond the base install). Order = order in ``--help``.
+LIBRARY_COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("stream_dp.commands.plan", "compare strategies' exact error for (p, horizon, privacy)"),
-    "worker": ("agents.commands.worker", "run a production worker (broker and settings from env)"),
-    "broker": ("agents.commands.broker", "start or stop the embedded development broker"),
-    "topics": ("agents.commands.topics", "create the service's topics with explicit partitions"),
-    "tail": ("agents.commands.tail", "subscribe to released counts or consistent histograms"),
-    "replay": ("agents.commands.replay", "replay a CSV / JSON-lines event log into the events topic"),
-    "simulate": ("simulators.cli", "generate deterministic synthetic event logs or live traffic"),
 }
 
+#: Commands this module runs by itself (``python -m stream_dp.cli``).
+COMMANDS: CommandTable = LIBRARY_COMMANDS
 
-def _load(name: str) -> ModuleType:
-    module_name, _ = COMMANDS[name]
+_DESCRIPTION = "Differentially private decayed running counts over Kafka streams."
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {text} (see '{self.prog} --help')\n")
+
+
+def _load(name: str, commands: CommandTable) -> ModuleType:
+    module_name, _ = commands[name]
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:  # pragma: no cover - depends on installed extras
@@ -39,17 +63,24 @@ def _load(name: str) -> ModuleType:
         ) from exc
 
 
-def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+def build_parser(
+    selected: str | None = None,
+    commands: CommandTable | None = None,
+    *,
+    prog: str = "stream-dp",
+    description: str = _DESCRIPTION,
+) -> argparse.ArgumentParser:
     """The top-level parser; only ``selected``'s module is imported to build its arguments."""
-    parser = argparse.ArgumentParser(
-        prog="stream-dp",
-        description="Differentially private decayed running counts over Kafka streams.",
-        epilog="Run 'stream-dp COMMAND --help' for a command's options and examples.",
+    table = COMMANDS if commands is None else commands
+    parser = OneLineParser(
+        prog=prog,
+        description=description,
+        epilog=f"Run '{prog} COMMAND --help' for a command's options and examples.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, help_line) in COMMANDS.items():
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    for name, (_, help_line) in table.items():
         if name == selected:
-            module = _load(name)
+            module = _load(name, table)
             cmd = sub.add_parser(
                 name,
                 help=help_line,
@@ -62,19 +93,41 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _console_script() -> object | None:
+    """The installed ``stream-dp`` console script's function, unless it is this module's."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="console_scripts", name="stream-dp"):
+        if ep.value.split(":")[0].strip() == __name__:
+            return None
+        try:
+            loaded: object = ep.load()
+        except ImportError:
+            return None
+        return loaded
+    return None
+
+
+def main(argv: Sequence[str] | None = None, commands: CommandTable | None = None) -> int:
+    """Parse ``argv`` against ``commands`` (default: the library's) and run the subcommand."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    table = COMMANDS if commands is None else commands
     selected = next((a for a in args_list if not a.startswith("-")), None)
-    if selected not in COMMANDS:
+    if commands is None and selected is not None and selected not in table:
+        delegate = _console_script()
+        if callable(delegate):
+            result: int = delegate(args_list)
+            return result
+    if selected not in table:
         selected = None
-    parser = build_parser(selected)
+    parser = build_parser(selected, table)
     args = parser.parse_args(args_list)
     if args.command is None:
         parser.print_help()
         return 2
-    module = _load(args.command)
-    result: int = module.run(args)
-    return result
+    module = _load(args.command, table)
+    code: int = module.run(args)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

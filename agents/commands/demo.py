@@ -310,7 +310,7 @@ class Demo:
         env["STREAM_DP_CONFIG"] = str(settings_path)
         env["PYTHONUNBUFFERED"] = "1"
         self.worker = self.children.spawn(
-            [sys.executable, "-m", "stream_dp.cli", "worker"],
+            [sys.executable, "-m", "agents.cli", "worker"],
             log_path=self.data_dir / "worker.log", env=env,
         )
         self.say(f"broker     {self.broker.bootstrap}   (data in {self.data_dir})")

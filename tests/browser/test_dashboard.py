@@ -217,7 +217,7 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
 
     log = tmp_path / "web.csv"
     sim = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "stream_dp.cli", "simulate", "searchlogs", "--seed", "3",
+        sys.executable, "-m", "agents.cli", "simulate", "searchlogs", "--seed", "3",
         "--ticks", "20", "--tick-seconds", "2", "--rate", "30", "--out", str(log),
         "--domain-out", str(tmp_path / "domain.toml"),
         "--settings-out", str(tmp_path / "stream-dp.toml"), cwd=ROOT)
@@ -236,7 +236,7 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
     )
     await ensure_topics(kafka_broker, s)
     worker_log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - owned by the child
-    worker = subprocess.Popen([sys.executable, "-m", "stream_dp.cli", "worker"],
+    worker = subprocess.Popen([sys.executable, "-m", "agents.cli", "worker"],
                               env=settings_env(s), cwd=ROOT, stdout=worker_log,
                               stderr=subprocess.STDOUT, start_new_session=True)
     worker_log.close()
@@ -258,7 +258,7 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
         async with _dashboard_page(url, wait_connected=False) as (page, errors):
             # 20 ticks of 2 s at speed 4: about 10 s of releases arriving tick by tick
             replay = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "stream_dp.cli", "replay", str(log),
+                sys.executable, "-m", "agents.cli", "replay", str(log),
                 "--bootstrap", kafka_broker, "--topic", s.events_topic, "--speed", "4",
                 "--no-progress", cwd=ROOT, stdout=asyncio.subprocess.DEVNULL)
             last = "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick"

@@ -103,7 +103,7 @@ def stream_dp(*args: str, env: dict[str, str] | None = None, timeout: float = 12
     """Run the ``stream-dp`` console entry point as a child process."""
     full_env = {**os.environ, **(env or {})}
     proc = subprocess.run(
-        [sys.executable, "-m", "stream_dp.cli", *args], capture_output=True, text=True,
+        [sys.executable, "-m", "agents.cli", *args], capture_output=True, text=True,
         env=full_env, timeout=timeout, cwd=ROOT,
     )
     if check and proc.returncode != 0:

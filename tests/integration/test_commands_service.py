@@ -19,7 +19,7 @@ from agents.embedded_broker import free_port
 
 pytestmark = pytest.mark.integration
 
-CLI = [sys.executable, "-m", "stream_dp.cli"]
+CLI = [sys.executable, "-m", "agents.cli"]
 KEY = "5f3c" * 16  # 32-byte hex test key
 
 

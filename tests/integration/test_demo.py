@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-CLI = [sys.executable, "-m", "stream_dp.cli"]
+CLI = [sys.executable, "-m", "agents.cli"]
 
 
 def processes_mentioning(text: str) -> list[str]:

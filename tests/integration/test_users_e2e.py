@@ -62,7 +62,7 @@ def _worker(s: Settings, log_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
     asyncio.run(ensure_topics(s.bootstrap, s))
     with open(log_dir / f"{s.app_id}.log", "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "stream_dp.cli", "worker", "--no-web"],
+            [sys.executable, "-m", "agents.cli", "worker", "--no-web"],
             env=settings_env(s), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )

@@ -94,7 +94,7 @@ def test_replay_resumes_after_kill_9_without_duplicates_or_loss(
               "--out", str(log), check=True)
     spath = state_path(log, None)
     child = subprocess.Popen(
-        [sys.executable, "-m", "stream_dp.cli", "replay", str(log), "--bootstrap", kafka_broker,
+        [sys.executable, "-m", "agents.cli", "replay", str(log), "--bootstrap", kafka_broker,
          "--topic", unique_name, "--speed", "8", "--chunk", "50", "--no-progress"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )
@@ -265,7 +265,7 @@ def test_ctrl_c_saves_progress_and_the_same_command_resumes(
     log = tmp_path / "rest.csv"
     stream_dp("simulate", "restaurant", "--seed", "9", "--ticks", "30", "--tick-seconds", "1",
               "--out", str(log), check=True)
-    args = [sys.executable, "-m", "stream_dp.cli", "replay", str(log), "--bootstrap",
+    args = [sys.executable, "-m", "agents.cli", "replay", str(log), "--bootstrap",
             kafka_broker, "--topic", unique_name]
     child = subprocess.Popen([*args, "--speed", "2", "--chunk", "20", "--no-progress"], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -59,7 +59,7 @@ def test_simulate_to_topic_stops_cleanly_on_sigint(kafka_broker: str, unique_nam
 
     create_topic(kafka_broker, unique_name, partitions=1)
     child = subprocess.Popen(
-        [sys.executable, "-m", "stream_dp.cli", "simulate", "nettrace", "--ticks", "3600",
+        [sys.executable, "-m", "agents.cli", "simulate", "nettrace", "--ticks", "3600",
          "--to-topic", "--speed", "1", "--bootstrap", kafka_broker, "--topic", unique_name],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

@@ -72,7 +72,7 @@ def test_tail_live_sees_only_new_messages(kafka_broker: str, unique_name: str) -
     create_topic(kafka_broker, unique_name)
     _fill_counts(kafka_broker, unique_name, range(1, 3))  # old: must not be shown
     child = subprocess.Popen(
-        [sys.executable, "-m", "stream_dp.cli", "tail", "--bootstrap", kafka_broker, "--topic",
+        [sys.executable, "-m", "agents.cli", "tail", "--bootstrap", kafka_broker, "--topic",
          unique_name, "--json", "--max-messages", str(len(STREAMS))],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -92,7 +92,7 @@ def test_tail_live_sees_only_new_messages(kafka_broker: str, unique_name: str) -
 def test_tail_stops_cleanly_on_sigint(kafka_broker: str, unique_name: str) -> None:
     create_topic(kafka_broker, unique_name)
     child = subprocess.Popen(
-        [sys.executable, "-m", "stream_dp.cli", "tail", "--bootstrap", kafka_broker, "--topic",
+        [sys.executable, "-m", "agents.cli", "tail", "--bootstrap", kafka_broker, "--topic",
          unique_name], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     assert child.stderr is not None

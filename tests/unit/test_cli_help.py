@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_dp.cli import COMMANDS, main
+from agents.cli import COMMANDS, main
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
 

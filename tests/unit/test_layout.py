@@ -57,3 +57,84 @@ def test_service_holds_no_maths() -> None:
         if bad:
             offenders[str(path.relative_to(ROOT))] = sorted(bad)
     assert offenders == {}
+
+
+SERVICE_PACKAGES = ("agents", "simulators")
+
+
+def _module_references(path: Path, packages: tuple[str, ...]) -> list[str]:
+    """Imports of ``packages`` and string literals naming one of their modules (importlib)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in packages]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] in packages:
+                found.append(node.module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for word in node.value.replace("`", " ").replace("'", " ").split():
+                head = word.strip(".,:;()[]{}\"").split(".")[0]
+                if head in packages and ("." in word or word.strip(".,:;()\"") == head):
+                    found.append(word)
+    return found
+
+
+def test_library_never_names_the_service_or_the_simulators() -> None:
+    """`stream_dp` holds no import of, no module string naming, not even a word `agents` or
+    `simulators` (code, strings, comments, data files): the library does not know the service."""
+    import re
+
+    word = re.compile(r"\b(?:agents|simulators)\b")
+    offenders: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "stream_dp").rglob("*")):
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        refs = word.findall(text)
+        if path.suffix == ".py":
+            refs += _module_references(path, SERVICE_PACKAGES)
+        if refs:
+            offenders[str(path.relative_to(ROOT))] = refs
+    assert offenders == {}
+
+
+def test_layout_check_catches_a_module_string(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text('COMMANDS = {"worker": ("agents.commands.worker", "help")}\n')
+    assert _module_references(bad, SERVICE_PACKAGES) == ["agents.commands.worker"]
+    bad.write_text("from simulators.cli import run\n")
+    assert _module_references(bad, SERVICE_PACKAGES) == ["simulators.cli"]
+
+
+def test_simulators_depend_only_on_the_library() -> None:
+    offenders = {
+        str(path.relative_to(ROOT)): refs
+        for path in (ROOT / "simulators").rglob("*.py")
+        if (refs := _module_references(path, ("agents",)))
+        or (refs := sorted(_imports(path) & set(FORBIDDEN_IN_LIBRARY)))
+    }
+    assert offenders == {}
+
+
+def test_console_script_belongs_to_the_service_layer() -> None:
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert project["scripts"]["stream-dp"] == "agents.cli:main"
+
+
+def test_plan_runs_with_the_library_alone() -> None:
+    """`python -m stream_dp.cli plan` never imports the service, Kafka or the simulators."""
+    code = (
+        "import sys\n"
+        "from stream_dp.cli import main\n"
+        "rc = main(['plan', '--p', '0.9', '--epsilon', '1', '--horizon', '15'])\n"
+        "bad = sorted(n for n in sys.modules if n.split('.')[0] in "
+        f"{(*FORBIDDEN_IN_LIBRARY, *SERVICE_PACKAGES)!r})\n"
+        "print(rc, ','.join(bad), file=sys.stderr)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stderr.strip() == "0"

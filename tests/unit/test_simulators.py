@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from agents.cli import build_parser
 from agents.config import Settings
 from simulators.base import DEFAULT_START, TimeAxis
 from simulators.census import ATTRIBUTES, CensusHouseholds
@@ -16,7 +17,6 @@ from simulators.cli import build_simulator
 from simulators.logfile import Event, LogFormatError, format_event, read_log, write_log
 from simulators.restaurant import CONSTRAINTS, PACKAGES, RestaurantSales
 from simulators.web_traffic import PROFILES, WebTraffic
-from stream_dp.cli import build_parser
 from stream_dp.domain import Domain
 
 

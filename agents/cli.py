@@ -1,0 +1,48 @@
+"""The ``stream-dp`` console script: the one place that knows every command of the product.
+
+The command table below composes the library's commands (:data:`stream_dp.cli.LIBRARY_COMMANDS`,
+e.g. ``plan``, which needs only the base install) with the service's (``agents/commands``) and
+the simulators' (wrapped by :mod:`agents.commands.simulate`, which gives them a Kafka producer).
+The arrows point one way: ``agents`` → ``stream_dp`` and ``agents`` → ``simulators``; neither
+the library nor the simulators import the service.
+
+To add a subcommand, write a module with ``HELP``, ``DESCRIPTION`` (with an ``examples:``
+section), ``add_arguments(parser)`` and ``run(args) -> int`` and add one line to
+:data:`COMMANDS` (library commands go to ``stream_dp.cli.LIBRARY_COMMANDS`` and appear here by
+themselves).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from stream_dp import cli as _library_cli
+
+__all__ = ["COMMANDS", "build_parser", "main"]
+
+#: subcommand -> (module, one-line help). Order is the order shown in ``stream-dp --help``.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("agents.commands.demo", "run broker, worker, reconciler and simulator; show live releases"),
+    **_library_cli.LIBRARY_COMMANDS,
+    "worker": ("agents.commands.worker", "run a production worker (broker and settings from env)"),
+    "broker": ("agents.commands.broker", "start or stop the embedded development broker"),
+    "topics": ("agents.commands.topics", "create the service's topics with explicit partitions"),
+    "tail": ("agents.commands.tail", "subscribe to released counts or consistent histograms"),
+    "replay": ("agents.commands.replay", "replay a CSV / JSON-lines event log into the events topic"),
+    "simulate": ("agents.commands.simulate", "generate deterministic synthetic event logs or live traffic"),
+}
+
+
+def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
+    """The ``stream-dp`` parser; only ``selected``'s module is imported to build its arguments."""
+    return _library_cli.build_parser(selected, COMMANDS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``stream-dp`` console script."""
+    return _library_cli.main(argv, COMMANDS)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""``stream-dp simulate``: the simulators' command (:mod:`simulators.cli`) with a Kafka producer.
+
+The simulators depend only on the library; this wrapper gives ``--to-topic`` the service's
+idempotent producer (:func:`agents.commands.replay.send_events`) and the service's defaults for
+the broker and the events topic (``STREAM_DP_BOOTSTRAP``, ``STREAM_DP_EVENTS_TOPIC``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Iterator
+
+from simulators import cli as _sim
+from simulators.logfile import LogRecord
+
+HELP = _sim.HELP
+DESCRIPTION = _sim.DESCRIPTION
+add_arguments = _sim.add_arguments
+build_simulator = _sim.build_simulator
+
+
+async def produce(
+    records: Iterator[LogRecord], args: argparse.Namespace, stop: asyncio.Event
+) -> _sim.Produced:
+    """Send ``records`` to the events topic with the service's idempotent producer."""
+    from agents.commands._client import bootstrap_from, default_topic
+    from agents.commands.replay import send_events
+
+    topic = args.topic or default_topic("events")
+    report = await send_events(
+        records, bootstrap=bootstrap_from(args.bootstrap), topic=topic, speed=args.speed,
+        stop=stop,
+    )
+    return _sim.Produced(report.sent, report.interrupted, report.seconds, topic)
+
+
+def run(args: argparse.Namespace) -> int:
+    return _sim.run(args, produce=produce)
