@@ -59,7 +59,7 @@ def register_secret(secret: bytes | str) -> None:
         forms.add(secret)
         forms.add(secret.encode().hex())
     with _secrets_lock:
-        # Very short fragments would redact innocent text; keys are >= 16 bytes by contract.
+        # Very short fragments would redact innocent text; keys are >= 32 bytes by contract.
         _secrets.update(f for f in forms if len(f) >= 8)
 
 

@@ -124,10 +124,31 @@ class CounterBank:
 
     @property
     def stderr(self) -> float:
-        """Analytic standard error of the last release (same for every stream; NaN before tick 1)."""
-        if self.tick == 0:
+        """Analytic standard error of the last release (same for every stream; NaN before tick 1).
+
+        The root of the noise variance plus the squared bound on the grid-rounding bias
+        (:func:`stream_dp.analysis.with_rounding`: left out when negligible), so it also covers a
+        budget so large that the rounding, not the noise, is the error.
+        """
+        t = self.tick
+        if t == 0:
             return math.nan
-        return math.sqrt(self._mechanism.variance(self.tick))
+        from stream_dp.analysis import with_rounding
+
+        return math.sqrt(with_rounding(self._mechanism.variance(t), self._rounding_bias(t)))
+
+    def _rounding_bias(self, t: int) -> float:
+        from stream_dp.analysis import rounding_bias
+
+        # the bound is constant for p < 1 and grows with the ticks for p = 1: evaluate it at
+        # the horizon, then at doublings of it (an upper bound for every tick up to there)
+        ticks = max(1, self._mechanism.horizon)
+        while ticks < t:
+            ticks *= 2
+        cache: dict[int, float] = self.__dict__.setdefault("_bias_cache", {})
+        if ticks not in cache:
+            cache[ticks] = rounding_bias(self._mechanism, ticks)
+        return cache[ticks]
 
     # ------------------------------------------------------------------ stepping
     def step(self, counts: ArrayLike) -> Float64Array:

@@ -132,7 +132,24 @@ def _check_names(
     if not index or "" in index or not all(type(s) is str for s in index):
         i, bad = next((i, s) for i, s in enumerate(out) if not (isinstance(s, str) and s))
         raise ValueError(f"{what}[{i}] must be a non-empty string, got {bad!r}")
+    for i, s in enumerate(out):
+        check_text(s, f"{what}[{i}]")
     return out, index
+
+
+def check_text(value: str, what: str) -> str:
+    """``value`` if it is valid Unicode text that names a stream on the wire: UTF-8 encodable
+    (no lone surrogates, e.g. from undecodable bytes) and free of control characters."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{what} must be valid UTF-8 text (no lone surrogates or undecodable bytes), "
+            f"got {value!r}"
+        ) from None
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{what} must not contain control characters, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,6 +173,9 @@ class Domain:
             raise ValueError(f"kind must be one of {', '.join(_KINDS)}; got {self.kind!r}")
         names, index = _check_names(self.names)
         object.__setattr__(self, "names", names)
+        if not isinstance(self.name, str):
+            raise ValueError(f"name must be a string, got {self.name!r}")
+        check_text(self.name, "name")
         n = len(names)
         if self.kind == "hierarchy":
             if self.parent is None:
@@ -391,7 +411,11 @@ class Domain:
     def from_file(cls, path: str | Path) -> Domain:
         """Read a TOML domain file (its ``[domain]`` table if present, else the top level)."""
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            try:
+                data = tomllib.load(f)
+            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+                msg = " ".join(str(exc).split())
+                raise ValueError(f"domain file {str(path)!r} is not valid TOML: {msg}") from None
         section = data.get("domain", data)
         if not isinstance(section, Mapping):
             raise ValueError("[domain] must be a table")

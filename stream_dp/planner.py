@@ -1,7 +1,8 @@
 """The ``auto`` strategy: pick the registered strategy with the lowest exact expected error.
 
 The criterion is the mean per-release MSE over ticks ``1..horizon`` (``Mechanism.mse_curve``,
-analytic, no simulation), among the strategies registered for the privacy model whose error stays
+analytic, no simulation, plus the squared bound on the grid-rounding bias, which matters only at
+a budget so large that the noise shrinks towards the grid), among the strategies registered for the privacy model whose error stays
 bounded (or polylogarithmic at p = 1) on an unbounded stream past the horizon — the service runs
 streams forever; only if none qualifies are the others considered. Ties go to the
 earlier-registered strategy (simpler first).
@@ -30,13 +31,28 @@ def compare(
     Integer-grid strategies take part only with ``integer_counts=True`` (whole-number counts).
     """
     from stream_dp.analysis import figures
-    from stream_dp.strategies import available
+    from stream_dp.strategies import available, get
 
+    if integer_counts and not float(cap).is_integer():
+        raise ValueError(
+            f"cap must be a whole number with integer_counts (counts are sums of whole-number "
+            f"contributions), got {cap!r}"
+        )
     names = available(privacy.model, integer_counts=integer_counts)
-    if integer_counts and float(cap) != float(int(cap)):
-        # the integer-grid strategies need a whole-number cap; without one they do not apply
-        names = available(privacy.model)
-    return figures(names, p, horizon, privacy, cap)
+    out: list[Candidate] = []
+    refusal: ValueError | None = None
+    for name in names:
+        try:
+            out += figures((name,), p, horizon, privacy, cap)
+        except ValueError as exc:
+            # an integer-grid strategy may refuse a budget the others follow (e.g. a huge ε):
+            # it is then not a candidate; any other refusal is the caller's error
+            if not get(name).integer_only:
+                raise
+            refusal = refusal or exc
+    if not out and refusal is not None:
+        raise refusal
+    return out
 
 
 def pick(
@@ -51,4 +67,4 @@ def pick(
     if not candidates:
         raise ValueError(f"no strategy registered for privacy model {privacy.model!r}")
     safe = [c for c in candidates if c.unbounded_ok] or candidates
-    return min(safe, key=lambda c: c.mean_mse).strategy
+    return min(safe, key=lambda c: c.error_mse).strategy

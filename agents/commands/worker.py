@@ -206,20 +206,35 @@ async def _main(settings: Any, args: argparse.Namespace) -> int:
             loop.remove_signal_handler(sig)
 
 
+def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
+    """Everything that can be checked before connecting to the broker: the settings and their
+    ranges, the domain file, the memory the strategy and streams need, the noise key.
+    Returns ``(settings, key)``; raises ``ValueError`` / ``OSError`` with a one-line message."""
+    from agents.config import check_memory, load_domain
+
+    settings = load_settings(args)
+    try:
+        domain = load_domain(settings.domain_file)
+    except OSError as exc:
+        raise ValueError(
+            f"domain_file {settings.domain_file!r} cannot be read: {exc.strerror or exc}"
+        ) from None
+    check_memory(settings, len(domain.names))
+    key: bytes = settings.noise_key()
+    return settings, key
+
+
 def run(args: argparse.Namespace) -> int:
     from agents.logs import configure_logging, register_secret
 
     try:
-        settings = load_settings(args)
+        settings, key = check_startup(args)
     except (ValueError, OSError) as exc:
-        print(f"stream-dp worker: {exc}", file=sys.stderr)
+        print(f"stream-dp worker: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     configure_logging(settings.log_level, json_lines=not args.plain_logs)
-    try:
-        register_secret(settings.noise_key())
-    except (ValueError, OSError) as exc:
-        log.error("cannot load the noise key", extra={"error": str(exc)})
-        return 2
+    register_secret(key)
+    del key
     try:
         return asyncio.run(_main(settings, args))
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown

@@ -123,28 +123,74 @@ def lower_bound_row(args: argparse.Namespace, privacy: Privacy) -> dict[str, obj
     return {"horizon": n, "mse": mean_mse_bound(n, args.p, privacy, args.cap)}
 
 
+_OPTION_NAMES = {
+    "p": "--p", "horizon": "--horizon", "epsilon": "--epsilon", "rho": "--rho", "cap": "--cap",
+    "delta": "--delta", "integer_counts": "--integer-counts",
+}
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Every option in its documented range (:mod:`stream_dp.limits`), else a one-line
+    ``ValueError`` naming the option."""
+    from stream_dp.limits import check_parameters
+
+    check_parameters(
+        p=args.p, horizon=args.horizon, cap=args.cap,
+        epsilon=args.epsilon, rho=getattr(args, "rho", None),
+        delta=getattr(args, "delta", None),
+        integer_counts=bool(getattr(args, "integer_counts", False)),
+        names=_OPTION_NAMES,
+    )
+
+
 def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
     """Table rows (one per strategy, best first by MSE) and the planner's pick."""
-    from stream_dp.planner import pick
-
-    privacy = privacy_from_args(args)
     from stream_dp.planner import compare
+    from stream_dp.strategies import get
 
+    validate(args)
+    privacy = privacy_from_args(args)
     integer_counts = bool(getattr(args, "integer_counts", False))
     figs = compare(args.p, args.horizon, privacy, args.cap, integer_counts=integer_counts)
-    best = min(f.mean_mse for f in figs)
+    best = min(f.error_mse for f in figs)
     out: list[dict[str, object]] = [
         {
             "strategy": f.strategy,
             "sensitivity": f.sensitivity,
             "rmse": f.rmse,
-            "mse": f.mean_mse,
-            "ratio": f.mean_mse / best,
+            "mse": f.error_mse,
+            "noise_mse": f.mean_mse,
+            "rounding_mse": f.rounding_mse,
+            "ratio": f.error_mse / best,
             "unbounded_ok": f.unbounded_ok,
+            "integer_only": get(f.strategy).integer_only,
         }
-        for f in sorted(figs, key=lambda f: f.mean_mse)
+        for f in sorted(figs, key=lambda f: f.error_mse)
     ]
-    return out, pick(args.p, args.horizon, privacy, cap=args.cap, integer_counts=integer_counts)
+    # the planner's rule (stream_dp.planner.pick) on the figures computed above
+    safe = [f for f in figs if f.unbounded_ok] or figs
+    return out, min(safe, key=lambda f: f.error_mse).strategy
+
+
+def _bound_ratio(table: list[dict[str, object]], chosen: str, bound: float) -> tuple[str, float]:
+    """The strategy compared with the lower bound and its MSE ratio to it.
+
+    The bound holds for noise on real-valued measurements: the pick unless it is an
+    integer-grid strategy (whole-number counts can beat it), then the best other strategy.
+    """
+    row = next(r for r in table if r["strategy"] == chosen)
+    if row["integer_only"]:
+        row = next((r for r in table if not r["integer_only"]), row)
+    return str(row["strategy"]), float(row["mse"]) / bound  # type: ignore[arg-type]
+
+
+def _num(value: object, width: int, decimals: int = 4) -> str:
+    """Fixed-point when readable, else scientific (tiny errors at a huge ε, huge ratios)."""
+    v = float(value)  # type: ignore[arg-type]
+    text = f"{v:.{decimals}f}"
+    if len(text) > width - 1 or (v != 0.0 and abs(v) < 10.0**-decimals):
+        text = f"{v:.3g}"
+    return f"{text:>{width}}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -153,8 +199,9 @@ def run(args: argparse.Namespace) -> int:
         table, chosen = rows(args)
         privacy = privacy_from_args(args)
         accountant = accountant_from_args(args, privacy)
+        accountant.summary(args.delta)
     except ValueError as exc:
-        print(f"stream-dp plan: error: {exc}", file=sys.stderr)
+        print(f"stream-dp plan: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     if args.format == "json":
         doc = {
@@ -165,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
             "strategies": table,
             "pick": chosen,
             "lower_bound": lower_bound_row(args, privacy),
+            "lower_bound_applies_to": [r["strategy"] for r in table if not r["integer_only"]],
             "accounting": accountant.summary(args.delta),
         }
         if isinstance(privacy, ZCDP):
@@ -177,22 +225,28 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"p = {args.p:g}, horizon = {args.horizon} ticks, {privacy} per event, cap = {args.cap:g}"
     )
-    print(f"{'strategy':<14}{'sensitivity':>13}{'RMSE/release':>14}{'MSE/release':>14}{'ratio':>9}")
+    print(f"{'strategy':<14}{'sensitivity':>13}{'RMSE/release':>14}{'MSE/release':>14}{'ratio':>11}")
     for r in table:
         mark = "  <- pick" if r["strategy"] == chosen else ""
         if not r["unbounded_ok"]:
             mark += "  (error grows linearly past the horizon)"
         print(
-            f"{r['strategy']!s:<14}{r['sensitivity']:>13.6f}{r['rmse']:>14.4f}"
-            f"{r['mse']:>14.4f}{r['ratio']:>9.3f}{mark}"
+            f"{r['strategy']!s:<14}{r['sensitivity']:>13.6f}{_num(r['rmse'], 14)}"
+            f"{_num(r['mse'], 14)}{_num(r['ratio'], 11, 3)}{mark}"
         )
     print(f"pick: {chosen}")
     lb = lower_bound_row(args, privacy)
-    best_mse = next(float(r["mse"]) for r in table if r["strategy"] == chosen)  # type: ignore[arg-type]
+    compared, ratio = _bound_ratio(table, chosen, float(lb["mse"]))  # type: ignore[arg-type]
+    who = "pick is" if compared == chosen else f"best real-valued strategy ({compared}) is"
     print(
         f"lower bound (any factorisation, horizon {lb['horizon']}): MSE/release "
-        f"{lb['mse']:.4f}; pick is {best_mse / float(lb['mse']):.3f}x the bound"  # type: ignore[arg-type]
+        f"{lb['mse']:.4g}; {who} {ratio:.3f}x the bound"
     )
+    if compared != chosen:
+        print(
+            f"  ({chosen} adds noise on the integer grid to whole-number counts, which the "
+            "bound for real-valued measurements does not cover)"
+        )
     print()
     for line in accountant.summary(args.delta):
         print(line)

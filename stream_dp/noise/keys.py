@@ -10,7 +10,16 @@ Accepted encodings (file content or environment value):
   of hexadecimal digits → the decoded bytes (``openssl rand -hex 32`` gives a 32-byte key);
 * **raw**: anything else → the bytes themselves, minus one trailing newline (``\\n`` or ``\\r\\n``).
 
-After decoding the key must have at least 16 bytes (128 bits); 32 random bytes are recommended.
+After decoding the key must have at least 32 bytes (256 bits). Keys loaded by :func:`load_key`
+(the path every deployment uses) are also refused when they are *visibly* of low entropy: all
+bytes equal, a short pattern repeated, a counting sequence, or fewer than
+:data:`MIN_DISTINCT_BYTES` distinct byte values (32 random bytes have about 30). Make a key with::
+
+    python -c 'import secrets; print(secrets.token_hex(32))' > noise.key
+    head -c 32 /dev/urandom | xxd -p -c 64 > noise.key
+
+No fingerprint, prefix or hash of the key is ever printed (a short one would help a brute-force
+search); ``stream-dp replay`` keeps a 256-bit keyed check value in its state file only.
 
 >>> sk = SecretKey(bytes(range(32)))
 >>> sk
@@ -33,12 +42,29 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["DEFAULT_KEY_ENV", "MIN_KEY_BYTES", "SecretKey", "load_key", "stream_id", "stream_ids"]
+__all__ = [
+    "DEFAULT_KEY_ENV",
+    "HOW_TO_MAKE_A_KEY",
+    "MIN_DISTINCT_BYTES",
+    "MIN_KEY_BYTES",
+    "SecretKey",
+    "key_weakness",
+    "load_key",
+    "stream_id",
+    "stream_ids",
+]
 
 #: Environment variable read by :func:`load_key` when no path is given.
 DEFAULT_KEY_ENV = "STREAM_DP_KEY"
 #: Minimum key length in bytes after decoding.
-MIN_KEY_BYTES = 16
+MIN_KEY_BYTES = 32
+#: A loaded key with fewer distinct byte values is refused as visibly low-entropy.
+MIN_DISTINCT_BYTES = 12
+#: How to make a good key (quoted in the errors).
+HOW_TO_MAKE_A_KEY = (
+    "make one with: python -c 'import secrets; print(secrets.token_hex(32))' "
+    "(or: head -c 32 /dev/urandom | xxd -p -c 64)"
+)
 
 _HEX = re.compile(rb"\A(?:[0-9a-fA-F]{2})+\Z")
 _WHITESPACE = b" \t\r\n\v\f"
@@ -111,16 +137,52 @@ def _decode(content: bytes, source: str) -> bytes:
     if len(key) < MIN_KEY_BYTES:
         raise ValueError(
             f"key from {source} must be at least {MIN_KEY_BYTES} bytes after decoding "
-            f"(hex or raw), got {len(key)} bytes"
+            f"(hex or raw), got {len(key)} bytes; {HOW_TO_MAKE_A_KEY}"
+        )
+    weakness = key_weakness(key)
+    if weakness is not None:
+        raise ValueError(
+            f"key from {source} is of visibly low entropy ({weakness}); use {MIN_KEY_BYTES} "
+            f"random bytes: {HOW_TO_MAKE_A_KEY}"
         )
     return key
+
+
+def key_weakness(key: bytes) -> str | None:
+    """Why ``key`` is visibly of low entropy, or ``None``. Never describes the key's content.
+
+    >>> key_weakness(b"k" * 32)
+    'all bytes are equal'
+    >>> key_weakness(bytes.fromhex("5f3c" * 16))
+    'it repeats a 2-byte pattern'
+    >>> key_weakness(bytes(range(32)))
+    'it is a counting sequence'
+    >>> key_weakness(bytes.fromhex("9f" * 16 + "01" * 16))
+    'only 2 distinct byte values'
+    >>> key_weakness(hashlib.sha256(b"x").digest()) is None
+    True
+    """
+    n = len(key)
+    if n == 0 or key.count(key[0]) == n:
+        return "all bytes are equal"
+    for period in range(1, n // 2 + 1):
+        if key[period:] == key[:-period]:
+            return f"it repeats a {period}-byte pattern"
+    step = (key[1] - key[0]) % 256
+    if all((key[i + 1] - key[i]) % 256 == step for i in range(n - 1)):
+        return "it is a counting sequence"
+    distinct = len(set(key))
+    if distinct < MIN_DISTINCT_BYTES:
+        return f"only {distinct} distinct byte values"
+    return None
 
 
 def load_key(path: str | os.PathLike[str] | None = None, env: str = DEFAULT_KEY_ENV) -> bytes:
     """Read the noise secret from ``path`` (a file) or, if ``path`` is None, from ``$env``.
 
-    Returns the decoded key bytes (≥ 16). Raises ``ValueError`` if the file or variable is
-    missing, unreadable or too short; messages name the source, never the content.
+    Returns the decoded key bytes (≥ 32). Raises ``ValueError`` if the file or variable is
+    missing, unreadable, too short or visibly of low entropy (:func:`key_weakness`); messages
+    name the source and say how to make a key, never show the content.
     """
     if path is not None:
         p = Path(path)
@@ -136,7 +198,7 @@ def load_key(path: str | os.PathLike[str] | None = None, env: str = DEFAULT_KEY_
     if value is None or value == "":
         raise ValueError(
             f"no noise key: environment variable {env} is not set (or pass a key file path); "
-            f"it must hold >= {MIN_KEY_BYTES} bytes, e.g. the output of 'openssl rand -hex 32'"
+            f"it must hold >= {MIN_KEY_BYTES} random bytes; {HOW_TO_MAKE_A_KEY}"
         )
     return _decode(os.fsencode(value), f"environment variable {env}")
 

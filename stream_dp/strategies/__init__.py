@@ -135,6 +135,13 @@ def make_mechanism(
     model = getattr(privacy, "model", None)
     if model not in ("pure", "zcdp"):
         raise ValueError(f"privacy must be PureDP(epsilon) or ZCDP(rho), got {privacy!r}")
+    from stream_dp.limits import check_parameters
+
+    # the documented ranges (stream_dp.limits): one-line errors instead of overflows later
+    check_parameters(
+        p=p, horizon=horizon, cap=cap, integer_counts=integer_counts,
+        epsilon=getattr(privacy, "epsilon", None), rho=getattr(privacy, "rho", None),
+    )
     if strategy == "auto":
         from stream_dp.planner import pick
 

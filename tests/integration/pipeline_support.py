@@ -24,7 +24,7 @@ from agents.config import Settings
 from agents.topics import ensure_topics
 
 ROOT = Path(__file__).resolve().parents[2]
-KEY_HEX = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+KEY_HEX = "8d3a61f0c47e25b9a1e6d0937f4c28b5e0a9173dc62f8b4e5d17a0c39b6e2f84"  # 32 random bytes
 
 
 def hierarchy_paths(a: int, b: int, c: int) -> list[str]:

@@ -20,7 +20,7 @@ from agents.embedded_broker import free_port
 pytestmark = pytest.mark.integration
 
 CLI = [sys.executable, "-m", "agents.cli"]
-KEY = "5f3c" * 16  # 32-byte hex test key
+KEY = "5f3c9a17e2b84d06c1f3a95e7b20d48c9e61f7a3052bd8c4e19f6a7302d5b8e1"  # 32 random bytes
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -19,8 +19,8 @@ from tests.integration._users import ROOT, close_markers, create_topic, read_eve
 
 pytestmark = pytest.mark.integration
 
-KEY_A = "a" * 64  # hex, 32 bytes
-KEY_B = "b" * 64
+KEY_A = "a3f1c07e5b92d4186e0fa7c3b5d29e41f6087ac2d3e5b9f10c4a7e6d28b3f951"  # hex, 32 random bytes
+KEY_B = "b71e04c9a2f5d8363c1be7a09d4f52e8c61a3f7b0e95d2c48a6f1b3e07d9c52a"
 
 
 def _log_events(path: Path) -> Counter[tuple[str, float, float]]:
@@ -188,7 +188,7 @@ def test_changed_log_under_the_same_key_is_refused_whole_log_checked(
     assert status["status"] == "replayed" and status["key"] == "new"
     assert status["records"] == 8000 and status["exit_status"] == 0
     sent = len(read_events(kafka_broker, unique_name))
-    for change, fresh_key in (("edit", KEY_B), ("add", "c" * 64), ("remove", "d" * 64)):
+    for change, fresh_key in (("edit", KEY_B), ("add", "c2" + KEY_A[2:]), ("remove", "d4" + KEY_B[2:])):
         changed = list(rows)
         if change == "edit":
             changed[-3] = changed[-3].replace("item", "itex")

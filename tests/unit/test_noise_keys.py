@@ -12,8 +12,8 @@ import pytest
 from stream_dp.noise import KeyedNoise, SecretKey, load_key, stream_id, stream_ids
 from stream_dp.noise.prf import BlockPRF
 
-HEX_KEY = "c0ffee" + "5ec2e7" * 9 + "ab"  # 62 hex digits = 31 bytes
-RAW_KEY = "Sup3rSecretPassphrase!-x"  # 24 bytes, not hex
+HEX_KEY = "4b1f9e07c3d2a8556e0f71b9c2d43a8e17f6e5b0a3c98d2146e7f05b9a1c3d7e"  # 32 random bytes
+RAW_KEY = "Sup3rSecretPassphrase!-x-2026-zQ"  # 32 bytes, not hex
 
 
 def _fragments(secret: bytes) -> list[str]:
@@ -66,21 +66,26 @@ def test_missing_sources_raise_value_error(monkeypatch: pytest.MonkeyPatch, tmp_
         load_key(tmp_path / "missing")
 
 
-@pytest.mark.parametrize("short", ["abcdef0123", "0123456789abcdef0123456789abcd", "tooShort!"])
+@pytest.mark.parametrize(
+    "short",
+    ["abcdef0123", "0123456789abcdef0123456789abcd", "tooShort!",
+     "4b1f9e07c3d2a8556e0f71b9c2d43a8e17f6e5b0a3c98d2146e7f05b9a1c3d", "Sup3rSecretPassphrase!-x-2026-z"],
+)
 def test_short_key_rejected_without_echo(
     short: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     p = tmp_path / "k"
     p.write_text(short)
-    with pytest.raises(ValueError, match="at least 16 bytes") as err:
+    with pytest.raises(ValueError, match="at least 32 bytes") as err:
         load_key(p)
     assert short not in str(err.value) and short[:6] not in str(err.value)
+    assert "secrets.token_hex(32)" in str(err.value)
     monkeypatch.setenv("STREAM_DP_KEY", short)
-    with pytest.raises(ValueError, match="at least 16 bytes") as err:
+    with pytest.raises(ValueError, match="at least 32 bytes") as err:
         load_key()
     assert short not in str(err.value) and short[:6] not in str(err.value)
     with pytest.raises(ValueError) as err:
-        SecretKey(short.encode()[:15])
+        SecretKey(short.encode()[:31])
     assert short[:6] not in str(err.value)
 
 
@@ -97,8 +102,8 @@ def test_secret_key_never_shows_the_key(caplog: pytest.LogCaptureFixture) -> Non
     texts.append(caplog.text)
     for text in texts:
         _assert_no_leak(text, secret)
-    assert repr(sk) == "SecretKey(<hidden, 31 bytes>)"
-    assert bytes(sk) == secret and sk.reveal() == secret and len(sk) == 31
+    assert repr(sk) == "SecretKey(<hidden, 32 bytes>)"
+    assert bytes(sk) == secret and sk.reveal() == secret and len(sk) == 32
 
 
 def test_secret_key_refuses_pickling_and_compares_in_constant_time() -> None:
@@ -108,7 +113,7 @@ def test_secret_key_refuses_pickling_and_compares_in_constant_time() -> None:
     with pytest.raises(TypeError):
         pickle.dumps(KeyedNoise(sk, "t", np.arange(2, dtype=np.uint64)))
     assert sk == SecretKey(bytes.fromhex(HEX_KEY))
-    assert sk != SecretKey(b"x" * 29)
+    assert sk != SecretKey(b"x" * 32)
     assert hash(sk) == hash(SecretKey(bytes.fromhex(HEX_KEY)))
 
 
@@ -150,3 +155,58 @@ def test_stream_ids_vector_and_duplicates() -> None:
 
 
 _PINNED_BERLIN = 4168224657181820521
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("6b" * 32, "all bytes are equal"),
+        ("5f3c" * 16, "repeats a 2-byte pattern"),
+        ("00112233445566778899aabbccddeeff" * 2, "repeats a 16-byte pattern"),
+        (bytes(range(32)).hex(), "counting sequence"),
+        (bytes(range(100, 164, 2)).hex(), "counting sequence"),
+        ("9f" * 16 + "01" * 16, "only 2 distinct byte values"),
+        ("a" * 64, "all bytes are equal"),
+        ("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaabbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+         "distinct byte values"),
+    ],
+)
+def test_low_entropy_keys_are_refused_with_advice(
+    text: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = tmp_path / "k"
+    p.write_text(text + "\n")
+    with pytest.raises(ValueError, match="low entropy") as err:
+        load_key(p)
+    message = str(err.value)
+    assert why in message and "\n" not in message
+    assert "secrets.token_hex(32)" in message and "/dev/urandom" in message
+    _assert_no_leak(message, bytes.fromhex(text) if len(text) % 2 == 0 else text.encode())
+    monkeypatch.setenv("STREAM_DP_KEY", text)
+    with pytest.raises(ValueError, match="low entropy"):
+        load_key()
+
+
+def test_random_keys_are_accepted() -> None:
+    import secrets
+
+    from stream_dp.noise.keys import key_weakness
+
+    for _ in range(2000):
+        assert key_weakness(secrets.token_bytes(32)) is None
+    assert key_weakness(RAW_KEY.encode()) is None
+
+
+def test_no_key_fingerprint_is_printed_anywhere() -> None:
+    """No module prints or logs a fingerprint, prefix or short hash of the noise key."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    offenders = []
+    for path in [*root.joinpath("stream_dp").rglob("*.py"), *root.joinpath("agents").rglob("*.py")]:
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"\bprint\(|\blog\.\w+\(|\bsay\(", line) and re.search(
+                r"fingerprint|key_check|key_id|key_hash", line, re.I
+            ):
+                offenders.append(f"{path.relative_to(root)}:{i}")
+    assert offenders == []

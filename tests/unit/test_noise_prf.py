@@ -103,5 +103,5 @@ def test_rejects_bad_node(node: object) -> None:
 def test_rejects_counter_overflow_and_short_secret() -> None:
     with pytest.raises(ValueError, match="counters"):
         BlockPRF(SECRET, "t").blocks(np.arange(2, dtype=np.uint64), 0, MAX_DRAWS)
-    with pytest.raises(ValueError, match="at least 16 bytes"):
+    with pytest.raises(ValueError, match="at least 32 bytes"):
         BlockPRF(b"short", "t")

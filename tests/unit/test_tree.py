@@ -210,7 +210,7 @@ def test_binary_tree_keeps_every_level() -> None:
 @pytest.mark.parametrize(("strategy", "privacy"), [("tree", PureDP(1.0)), ("sqrt", ZCDP(0.5))])
 def test_checkpoint_restore_replays_bit_identically(strategy: str, privacy: Privacy) -> None:
     mech = make_mechanism(strategy, 0.99, 4095, privacy)
-    key = b"checkpoint-key-0123456789abcdef"
+    key = b"checkpoint-key-0123456789abcdef!"
     bank = CounterBank(mech, ["a", "b", "c"], key)
     rng = np.random.default_rng(1)
     data = rng.integers(0, 5, size=(40, 3)).astype(np.float64)
