@@ -98,28 +98,74 @@ def _start_time(text: str, tick_seconds: float) -> float:
     return round(start * 1000) / 1000.0
 
 
+#: Most ticks one simulation may cover (the largest scenario has 65 536).
+MAX_TICKS = 10_000_000
+
+
+def validate_args(args: argparse.Namespace) -> None:
+    """Every option in range, before anything is generated or connected (one-line
+    ``ValueError`` naming the option and its range)."""
+    if args.ticks is not None and not 1 <= args.ticks <= MAX_TICKS:
+        raise ValueError(f"--ticks must be an integer in [1, {MAX_TICKS}], got {args.ticks}")
+    if args.tick_seconds is not None:
+        ts = args.tick_seconds
+        if not (math.isfinite(ts) and 0.001 <= ts <= 10 * 365 * 86_400):
+            raise ValueError(f"--tick-seconds must be a number in [0.001, {10 * 365 * 86_400}] "
+                             f"seconds, got {ts}")
+        if round(ts * 1000) != ts * 1000:
+            raise ValueError(f"--tick-seconds must be a whole number of milliseconds, got {ts}")
+    if args.rate is not None and not (math.isfinite(args.rate) and 0 < args.rate <= 1e9):
+        raise ValueError(f"--rate must be a number in (0, 1e9], got {args.rate}")
+    if not 1 <= args.attributes <= len(ATTRIBUTES):
+        raise ValueError(f"--attributes must be an integer in [1, {len(ATTRIBUTES)}], "
+                         f"got {args.attributes}")
+    if not 0 <= args.seed < 2**63:
+        raise ValueError(f"--seed must be an integer in [0, 2**63), got {args.seed}")
+    if args.speed is not None and not (args.speed > 0 and math.isfinite(args.speed)):
+        raise ValueError(f"--speed must be a finite number > 0, got {args.speed}")
+    if args.start != "now":
+        from simulators.logfile import LogFormatError, parse_ts
+
+        try:
+            start = parse_ts(args.start)
+        except (ValueError, LogFormatError) as exc:
+            raise ValueError(f"--start: {' '.join(str(exc).split())}") from None
+        if not (math.isfinite(start) and 0 <= start < 2**33):
+            raise ValueError(f"--start must be a time between 1970 and 2242, got {args.start!r}")
+    for option in ("out", "domain_out", "settings_out", "topic", "bootstrap"):
+        value = getattr(args, option, None)
+        if value is not None:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"--{option.replace('_', '-')} must be valid UTF-8 text, "
+                                 f"got {value!r}") from None
+
+
 def build_simulator(args: argparse.Namespace) -> Simulator:
     """The simulator for ``args`` (validates ranges; ``ValueError`` names the parameter)."""
+    validate_args(args)
     if args.scenario in PROFILES:
         spec = PROFILES[args.scenario]
-        tick_seconds = args.tick_seconds or spec.tick_seconds
-        ticks = args.ticks or spec.ticks
+        tick_seconds = spec.tick_seconds if args.tick_seconds is None else args.tick_seconds
+        ticks = spec.ticks if args.ticks is None else args.ticks
         axis = TimeAxis(ticks, tick_seconds, _start_time(args.start, tick_seconds))
         total = spec.total_events
         if total is not None and args.ticks is not None:
             total = round(total * args.ticks / spec.ticks)
         if args.rate is not None:
             total = None
-        return WebTraffic(
-            axis, args.seed, rate=args.rate or spec.rate, total_events=total, profile=args.scenario
-        )
+        rate = spec.rate if args.rate is None else args.rate
+        return WebTraffic(axis, args.seed, rate=rate, total_events=total, profile=args.scenario)
+    tick_seconds = 86_400.0 if args.tick_seconds is None else args.tick_seconds
     if args.scenario == "restaurant":
-        tick_seconds = args.tick_seconds or 86_400.0
-        axis = TimeAxis(args.ticks or 1024, tick_seconds, _start_time(args.start, tick_seconds))
-        return RestaurantSales(axis, args.seed, scale=args.rate or 1.0)
-    tick_seconds = args.tick_seconds or 86_400.0
-    axis = TimeAxis(args.ticks or 365, tick_seconds, _start_time(args.start, tick_seconds))
-    return CensusHouseholds(axis, args.seed, k=args.attributes, rate=args.rate or 50.0)
+        ticks = 1024 if args.ticks is None else args.ticks
+        axis = TimeAxis(ticks, tick_seconds, _start_time(args.start, tick_seconds))
+        return RestaurantSales(axis, args.seed, scale=1.0 if args.rate is None else args.rate)
+    ticks = 365 if args.ticks is None else args.ticks
+    axis = TimeAxis(ticks, tick_seconds, _start_time(args.start, tick_seconds))
+    rate = 50.0 if args.rate is None else args.rate
+    return CensusHouseholds(axis, args.seed, k=args.attributes, rate=rate)
 
 
 def _records(events: Iterator[Event]) -> Iterator[LogRecord]:
@@ -144,12 +190,14 @@ Producer = Callable[[Iterator[LogRecord], argparse.Namespace, asyncio.Event], Aw
 
 def run(args: argparse.Namespace, produce: Producer | None = None) -> int:
     """Run ``stream-dp simulate``; ``produce`` sends events for ``--to-topic``."""
+    try:
+        validate_args(args)
+    except ValueError as exc:
+        print(f"stream-dp simulate: {exc}", file=sys.stderr)
+        return 2
     if not (args.out or args.to_topic or args.domain_out or args.settings_out):
         print("stream-dp simulate: nothing to do; give --out, --to-topic, --domain-out or "
               "--settings-out", file=sys.stderr)
-        return 2
-    if args.speed is not None and not (args.speed > 0 and math.isfinite(args.speed)):
-        print("stream-dp simulate: --speed must be a positive number", file=sys.stderr)
         return 2
     try:
         sim = build_simulator(args)

@@ -9,7 +9,8 @@ A command table maps a subcommand to ``(module name, one-line help)``. Each modu
 ``run(args) -> int``. Modules are imported only when their subcommand runs, so ``stream-dp plan``
 never imports Kafka clients.
 
-Usage errors (unknown option, a value that does not parse) print **one line** to stderr,
+Usage errors (unknown option, a value that does not parse, an argument that is not valid UTF-8
+text) print **one line** to stderr,
 ``stream-dp COMMAND: error: ...``, and exit with status 2 (argparse's default prints the whole
 usage block first).
 
@@ -47,7 +48,7 @@ class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line on stderr and exit status 2."""
 
     def error(self, message: str) -> NoReturn:
-        text = " ".join(str(message).split())
+        text = " ".join(str(message).split()).encode("utf-8", "backslashreplace").decode("utf-8")
         self.exit(2, f"{self.prog}: error: {text} (see '{self.prog} --help')\n")
 
 
@@ -112,6 +113,14 @@ def main(argv: Sequence[str] | None = None, commands: CommandTable | None = None
     """Parse ``argv`` against ``commands`` (default: the library's) and run the subcommand."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     table = COMMANDS if commands is None else commands
+    for arg in args_list:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            # undecodable bytes in argv (lone surrogates): stream names, topics and paths are text
+            print(f"stream-dp: error: argument {arg!r} is not valid UTF-8 text (stream names, "
+                  "topics, times and paths must be)", file=sys.stderr)
+            return 2
     selected = next((a for a in args_list if not a.startswith("-")), None)
     if commands is None and selected is not None and selected not in table:
         delegate = _console_script()

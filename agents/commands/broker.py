@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -178,7 +179,22 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def validate_args(args: argparse.Namespace) -> None:
+    """Options in range before anything starts (one-line ``ValueError``)."""
+    if not 1 <= args.port <= 65535:
+        raise ValueError(f"--port must be an integer in [1, 65535], got {args.port}")
+    if not (math.isfinite(args.timeout) and 0 < args.timeout <= 3600):
+        raise ValueError(f"--timeout must be a number of seconds in (0, 3600], got {args.timeout}")
+    if not args.host or any(c.isspace() for c in args.host):
+        raise ValueError(f"--host must be a host name or address, got {args.host!r}")
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        validate_args(args)
+    except ValueError as exc:
+        print(f"stream-dp broker: {exc}", file=sys.stderr)
+        return 2
     data_dir: Path = (args.data_dir or default_data_dir()).expanduser().resolve()
     if args.action == "start":
         data_dir.mkdir(parents=True, exist_ok=True)

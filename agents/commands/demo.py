@@ -491,17 +491,36 @@ def _offline(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> None:
-    if args.duration is not None and not args.duration > 0:
-        raise ValueError(f"--duration must be > 0 seconds, got {args.duration}")
-    if not args.tick_seconds > 0 or round(args.tick_seconds * 1000) != args.tick_seconds * 1000:
+    """Every option, the budget and the strategy, before the broker starts (one-line errors)."""
+    from agents.config import _STRATEGIES, Settings
+    from stream_dp.budget import PureDP
+    from stream_dp.limits import check_buildable, check_parameters
+
+    def finite_positive(name: str, value: float, what: str) -> None:
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number > 0 ({what}), got {value}")
+
+    if args.duration is not None:
+        finite_positive("--duration", args.duration, "seconds")
+    finite_positive("--tick-seconds", args.tick_seconds, "a whole number of milliseconds")
+    if round(args.tick_seconds * 1000) != args.tick_seconds * 1000:
         raise ValueError(f"--tick-seconds must be a positive whole number of milliseconds, got "
                          f"{args.tick_seconds}")
-    if not args.rate > 0:
-        raise ValueError(f"--rate must be > 0 events per tick, got {args.rate}")
-    if not args.epsilon > 0 or not math.isfinite(args.epsilon):
-        raise ValueError(f"--epsilon must be a finite number > 0, got {args.epsilon}")
-    if not 0 < args.p <= 1:
-        raise ValueError(f"--p must be in (0, 1], got {args.p}")
+    finite_positive("--rate", args.rate, "events per tick")
+    for name, port in (("--web-port", args.web_port), ("--broker-port", args.broker_port)):
+        if not 0 <= port <= 65535:
+            raise ValueError(f"{name} must be an integer in [0, 65535] (0 = any free port), "
+                             f"got {port}")
+    if not 0 <= args.seed < 2**63:
+        raise ValueError(f"--seed must be an integer in [0, 2**63), got {args.seed}")
+    check_parameters(p=args.p, epsilon=args.epsilon, names={"p": "--p", "epsilon": "--epsilon"})
+    strategies = _STRATEGIES
+    if args.strategy not in strategies:
+        raise ValueError(f"--strategy must be one of {', '.join(strategies)}, got "
+                         f"{args.strategy!r}")
+    # the worker's defaults (horizon, cap): the strategy must accept this budget
+    horizon, cap = Settings.horizon, Settings.cap  # class attributes: the defaults
+    check_buildable(args.strategy, args.p, horizon, PureDP(args.epsilon), cap)
 
 
 def run(args: argparse.Namespace) -> int:

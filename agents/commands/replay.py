@@ -36,6 +36,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import math
 import os
 import signal
 import sys
@@ -554,9 +555,35 @@ class _Out:
         return code
 
 
+def validate_args(args: argparse.Namespace) -> None:
+    """Every option that needs no broker, checked before anything connects (one-line
+    ``ValueError`` naming the option and its range)."""
+    if args.speed is not None and not (args.speed > 0 and math.isfinite(args.speed)):
+        raise ValueError(f"--speed must be a finite number > 0 (event-time seconds per wall "
+                         f"second), got {args.speed}")
+    if not 1 <= args.chunk <= 10_000_000:
+        raise ValueError(f"--chunk must be an integer in [1, 10000000] (records per "
+                         f"checkpoint), got {args.chunk}")
+    for option, value in (("--until", args.until), ("--retime", getattr(args, "retime", None))):
+        if value is None or (option == "--retime" and value == "now"):
+            continue
+        try:
+            ts = parse_ts(value)
+        except (ValueError, LogFormatError) as exc:
+            raise ValueError(f"{option}: {' '.join(str(exc).split())}") from None
+        if not math.isfinite(ts):
+            raise ValueError(f"{option} must be a finite time, got {value!r}")
+    detect_format(args.log, args.format)
+
+
 async def _async_run(args: argparse.Namespace) -> int:
     log = Path(args.log)
     out = _Out(bool(getattr(args, "json", False)))
+    try:
+        validate_args(args)
+    except ValueError as exc:
+        print(f"stream-dp replay: {exc}", file=sys.stderr)
+        return out.finish("error", 2, error=str(exc))
     if not log.is_file():
         print(f"stream-dp replay: no such log file: {log}", file=sys.stderr)
         return out.finish("error", 2, error=f"no such log file: {log}")
@@ -579,7 +606,11 @@ async def _async_run(args: argparse.Namespace) -> int:
     topic = args.topic or default_topic("events")
     spath = state_path(log, args.state_dir)
     digest = log_digest(log)
-    key = load_key_for_fingerprint(args.key_file)
+    try:
+        key = load_key_for_fingerprint(args.key_file)
+    except ValueError as exc:
+        print(f"stream-dp replay: {exc}", file=sys.stderr)
+        return out.finish("error", 2, error="noise key refused")
     fingerprint = key_fingerprint(key) if key is not None else None
     del key
     out.result.update(log=str(log), topic=topic, log_sha256=digest)

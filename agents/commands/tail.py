@@ -253,6 +253,10 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout is not None and not args.timeout > 0:
         print("stream-dp tail: --timeout must be > 0 seconds", file=sys.stderr)
         return 2
+    if args.from_tick is not None and not 0 <= args.from_tick < 2**62:
+        print(f"stream-dp tail: --from-tick must be an integer in [0, 2**62), got "
+              f"{args.from_tick}", file=sys.stderr)
+        return 2
 
     async def main() -> int:
         stop = asyncio.Event()
