@@ -279,6 +279,13 @@ class Settings:
         "earliest",
         "Where ingest starts on a partition without a checkpoint: `earliest` or `latest`.",
     )
+    metrics_event_counts: int = _s(
+        0,
+        "1 exports the raw event counters (`stream_dp_events_total`, "
+        "`stream_dp_dead_letters_total`, `stream_dp_consumer_lag_messages`) on /metrics. They are "
+        "exact counts without noise: operator data, never for publication (docs/privacy.md). 0 "
+        "(default) keeps them off the endpoint.",
+    )
     max_memory_mb: int = _s(
         0,
         "Refuse to start when the estimated memory of the strategy's tables and of all declared "
@@ -428,6 +435,7 @@ def _check_inputs(settings: Settings) -> None:
                     f"surrogates), got {value!r}"
                 ) from None
     _check_int("max_memory_mb", settings.max_memory_mb, 0, 2**40)
+    _check_int("metrics_event_counts", settings.metrics_event_counts, 0, 1)
     pure = settings.privacy_model == "pure"
     check_parameters(
         p=settings.p, horizon=settings.horizon, cap=settings.cap,

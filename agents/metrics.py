@@ -2,8 +2,12 @@
 
 Conventions (Prometheus naming guide): base units (seconds, messages), ``_total`` counters, and
 **no per-stream labels** — labels only take values from small fixed sets (``result``, ``reason``).
-Raw per-stream counts are never exported (DESIGN.md §2.6); the event counters below are totals
-over everything the worker consumed, the operational rate an operator needs.
+Raw per-stream counts are never exported (DESIGN.md §2.6). The **event counters**
+(``stream_dp_events_total``, ``stream_dp_dead_letters_total``, ``stream_dp_consumer_lag_messages``)
+are exact totals of events without noise, i.e. raw counts: with one declared stream, the accepted
+total *is* that stream's count. They are operator data, never for publication, and the worker
+exports them only when ``metrics_event_counts = 1`` (``Metrics(event_counts=...)``); otherwise they
+are kept on a private registry that no endpoint renders.
 
 Each :class:`Metrics` owns its own :class:`~prometheus_client.CollectorRegistry`, so several
 workers (or tests) in one process never collide; :meth:`Metrics.exposition` renders it for
@@ -51,6 +55,13 @@ from prometheus_client import (
 )
 from prometheus_client.process_collector import ProcessCollector
 
+#: Metrics that are raw event counts: exported only with ``Metrics(event_counts=True)``.
+EVENT_COUNT_METRICS: Final = (
+    "stream_dp_events_total",
+    "stream_dp_dead_letters_total",
+    "stream_dp_consumer_lag_messages",
+)
+
 #: The ``result`` label's values of ``stream_dp_events_total``.
 EVENT_RESULTS: Final = ("accepted", "dead_lettered", "late")
 
@@ -84,15 +95,23 @@ class Metrics:
 
     Methods take counts of events/messages (non-negative integers) and durations in seconds.
     ``process=True`` adds the standard ``process_*`` collectors (CPU seconds, resident memory).
+    ``event_counts=False`` keeps the raw event counters (:data:`EVENT_COUNT_METRICS`) off the
+    exported :attr:`registry`: they still count (on :attr:`private_registry`), but
+    :meth:`exposition` never shows them. The worker passes its ``metrics_event_counts`` setting
+    (off by default).
     """
 
-    def __init__(self, *, process: bool = True) -> None:
+    def __init__(self, *, process: bool = True, event_counts: bool = True) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        #: Collectors of raw event counts when they are not exported (never rendered).
+        self.private_registry = CollectorRegistry(auto_describe=True)
+        self.event_counts_exported = bool(event_counts)
         r = self.registry
+        raw = r if event_counts else self.private_registry
         if process:
             ProcessCollector(registry=r)
         self.events = Counter(
-            "stream_dp_events", "Events consumed, by result.", ["result"], registry=r
+            "stream_dp_events", "Events consumed, by result.", ["result"], registry=raw
         )
         for result in EVENT_RESULTS:
             self.events.labels(result=result)
@@ -100,7 +119,7 @@ class Metrics:
             "stream_dp_dead_letters",
             "Messages written to the dead-letter topic, by reason.",
             ["reason"],
-            registry=r,
+            registry=raw,
         )
         self.ticks_released = Counter(
             "stream_dp_ticks_released", "Ticks released by this worker.", registry=r
@@ -123,7 +142,7 @@ class Metrics:
         self.consumer_lag = Gauge(
             "stream_dp_consumer_lag_messages",
             "Input messages behind the log end, summed over assigned partitions.",
-            registry=r,
+            registry=raw,
         )
         self.ready = Gauge(
             "stream_dp_ready", "1 when state is restored and not rebalancing.", registry=r

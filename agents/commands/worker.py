@@ -96,7 +96,8 @@ async def serve(
     from agents.metrics import Metrics
     from agents.reconcile import Reconciler, ReconcilerConfig
 
-    metrics = Metrics()
+    # raw event counters (operator data) only when the setting asks for them
+    metrics = Metrics(event_counts=bool(getattr(settings, "metrics_event_counts", 0)))
     domain = load_domain(settings.domain_file)
     worker: Any = None
     if pipeline:

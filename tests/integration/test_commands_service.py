@@ -132,6 +132,7 @@ def _worker_env(tmp_path: Path, bootstrap: str, name: str, web_port: int) -> dic
         "STREAM_DP_COUNTS_PARTITIONS": "2",
         "STREAM_DP_SESSION_TIMEOUT_S": "6",
         "STREAM_DP_WEB_PORT": str(web_port),
+        "STREAM_DP_METRICS_EVENT_COUNTS": "1",  # raw event counters are opt-in operator data
         "STREAM_DP_STRATEGY": "naive",
         "STREAM_DP_P": "0.9",
     })

@@ -99,3 +99,26 @@ def test_negative_counts_rejected_and_state_unchanged() -> None:
     with pytest.raises(ValueError, match="n must be >= 0"):
         m.event_accepted(-1)
     assert _samples(m)[("stream_dp_events_total", (("result", "accepted"),))] == 1
+
+
+def test_raw_event_counters_are_off_the_endpoint_unless_asked_for() -> None:
+    """The event counters are raw counts: without ``event_counts`` they count privately and
+    ``/metrics`` never shows them; the worker's default setting keeps them off."""
+    from agents.config import Settings
+    from agents.metrics import EVENT_COUNT_METRICS
+
+    hidden = Metrics(process=False, event_counts=False)
+    hidden.event_accepted(7)
+    hidden.event_dead_lettered("unknown_key", 2)
+    hidden.set_consumer_lag(5)
+    text = hidden.exposition().decode()
+    for name in EVENT_COUNT_METRICS:
+        assert name.removesuffix("_total") not in text, name
+    assert "stream_dp_ready" in text
+    assert hidden.private_registry.get_sample_value(
+        "stream_dp_events_total", {"result": "accepted"}) == 7
+    shown = Metrics(process=False, event_counts=True)
+    shown.event_accepted(7)
+    assert 'stream_dp_events_total{result="accepted"} 7.0' in shown.exposition().decode()
+    settings = Settings.load(env={"STREAM_DP_ORIGIN": "1"})
+    assert settings.metrics_event_counts == 0 and settings.web_host == "127.0.0.1"
