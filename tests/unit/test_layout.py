@@ -138,3 +138,19 @@ def test_plan_runs_with_the_library_alone() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stderr.strip() == "0"
+
+
+def test_console_script_plan_imports_no_kafka_client() -> None:
+    """`stream-dp plan` (agents.cli) needs only the library: no Kafka client, no aiohttp."""
+    code = (
+        "import sys\n"
+        "from agents.cli import main\n"
+        "rc = main(['plan', '--p', '0.9', '--epsilon', '1', '--horizon', '15'])\n"
+        "bad = sorted(n for n in sys.modules if n.split('.')[0] in "
+        "('aiokafka', 'kafka', 'aiohttp', 'prometheus_client', 'orjson', 'jsonschema'))\n"
+        "print(rc, ','.join(bad), file=sys.stderr)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stderr.strip() == "0"
