@@ -26,6 +26,11 @@ examples:
   stream-dp plan --p 0.9 --epsilon 0.25 --horizon 4095 --domain examples/domain.toml
   stream-dp plan --p 0.9 --epsilon 1 --horizon 4095 --integer-counts
 
+Valid ranges (docs/accuracy.md): --p in (0, 1], --horizon in [1, 16777215], --epsilon in
+[1e-6, 1e6], --rho in [1e-12, 1e12], --cap in [1e-6, 1e9] (whole with --integer-counts), --delta
+in (0, 1); anything else exits with status 2 and one line. The MSE includes the grid rounding
+(negligible unless ε is huge), so no strategy is ever reported below the lower bound.
+
 Privacy models: --privacy pure --epsilon E (default; Laplace noise, L1 sensitivity) or
 --privacy zcdp --rho R (Gaussian noise, L2 sensitivity; the (ε, δ)-DP implied by ρ is printed for
 --delta). Giving the other model's parameter is refused. Below the table: the factorisation lower

@@ -100,16 +100,19 @@ def test_stream_names_with_surrogates_are_refused() -> None:
         Domain.flat(["a\nb"])
 
 
-@pytest.mark.parametrize("eps", [1e-2, 1.0, 1e2, 1e4, 1e5, 1e6])
+@pytest.mark.parametrize(
+    "budget",
+    [["--epsilon", e] for e in ("1e-2", "1", "1e2", "1e4", "1e5", "1e6")]
+    + [["--privacy", "zcdp", "--rho", r] for r in ("1e-4", "0.5", "1e6", "1e12")],
+)
 @pytest.mark.parametrize("p", [0.5, 0.9, 0.999, 1.0])
 def test_plan_never_reports_an_error_below_its_lower_bound(
-    eps: float, p: float, capsys: pytest.CaptureFixture[str]
+    budget: list[str], p: float, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import json
 
     try:
-        rc = main(["plan", "--p", str(p), "--horizon", "255", "--epsilon", str(eps),
-                   "--format", "json"])
+        rc = main(["plan", "--p", str(p), "--horizon", "255", *budget, "--format", "json"])
     except SystemExit as exc:  # pragma: no cover - reported below
         rc = int(exc.code or 0)
     captured = capsys.readouterr()
