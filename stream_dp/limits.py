@@ -35,7 +35,7 @@ Memory: :func:`estimate_memory` bounds the bytes one worker needs for a strategy
 >>> check_parameters(p=0.9, horizon=4095, epsilon=1e-300)
 Traceback (most recent call last):
 ...
-ValueError: epsilon must be a number in [1e-06, 1e+06] (ε per event and stream), got 1e-300
+ValueError: epsilon must be in [1e-06, 1e+06] (ε per event and stream; a finite number), got 1e-300
 """
 
 from __future__ import annotations
@@ -109,7 +109,8 @@ def _check_range(
         left = "(" if lo_open else "["
         right = ")" if hi_open else "]"
         raise ValueError(
-            f"{label} must be a number in {left}{lo:g}, {hi:g}{right} ({what}), got {value!r}"
+            f"{label} must be in {left}{lo:g}, {hi:g}{right} ({what}; a finite number), "
+            f"got {value!r}"
         )
 
 

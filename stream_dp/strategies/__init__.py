@@ -139,7 +139,7 @@ def make_mechanism(
 
     # the documented ranges (stream_dp.limits): one-line errors instead of overflows later
     check_parameters(
-        p=p, horizon=horizon, cap=cap, integer_counts=integer_counts,
+        p=p, horizon=horizon, cap=cap,
         epsilon=getattr(privacy, "epsilon", None), rho=getattr(privacy, "rho", None),
     )
     if strategy == "auto":

@@ -222,7 +222,7 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
         "--domain-out", str(tmp_path / "domain.toml"),
         "--settings-out", str(tmp_path / "stream-dp.toml"), cwd=ROOT)
     assert await sim.wait() == 0
-    (tmp_path / "key").write_text("5a" * 32)
+    (tmp_path / "key").write_text("5a1e8c3f72b94d06e15a7c2f9b30d48e6c1f7a92b3d05e84c6a1f27b9e30d5c8")
     n = unique_name
     s = Settings.load(tmp_path / "stream-dp.toml", env={}).replace(
         bootstrap=kafka_broker, app_id=n, worker_id="w0", events_topic=f"{n}.events",

@@ -34,8 +34,8 @@ from tests.integration.pipeline_support import (
 
 pytestmark = pytest.mark.integration
 
-KEY_1 = "1f" * 32
-KEY_2 = "2e" * 32
+KEY_1 = "1f8c3e72a90d4b65e17c2a9f03b8d65e4c1a7f92b30e5d86c4f1a27b9e603d58"  # 32 random bytes
+KEY_2 = "2e9a4c17f3b85d06a2e1c94f7b30d8a65f2c1e84a97b3d06c5e2f18a4b7d9c03"
 TICKS = 12
 
 
