@@ -264,6 +264,13 @@ class Settings:
         60.0,
         "Kafka transaction timeout, seconds (an abandoned transaction is aborted after it).",
     )
+    stall_timeout_s: float = _s(
+        30.0,
+        "A partition of a stage's input that makes no progress for this many seconds while it "
+        "has work (or a tick that misses partials this long) makes the worker leave and rejoin "
+        "the stage's consumer group, so a partition left without an owner (seen on noida-db "
+        "after a kill -9 of the group leader) is assigned again.",
+    )
     commit_interval_s: float = _s(
         2.0,
         "Longest time between ingest commits (checkpoint + offsets + dead letters) when no tick "
@@ -305,6 +312,7 @@ class Settings:
             _check_float(name, getattr(self, name), lo=0.0, lo_open=False)
         for name in ("idle_timeout_s", "max_future_skew_s", "session_timeout_s",
                      "transaction_timeout_s", "commit_interval_s", "cap", "max_event_value",
+                     "stall_timeout_s",
                      "epsilon", "rho"):
             _check_float(name, getattr(self, name), lo=0.0)
         if not (0.0 < self.p <= 1.0) or math.isnan(self.p):

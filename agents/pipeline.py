@@ -163,6 +163,10 @@ class _Stage:
         self.consumer: Any = None
         self.reader: Any = None
         self.member_id = ""
+        #: partition -> (last committed offset seen, monotonic time it was first seen)
+        self._progress: dict[int, tuple[int, float]] = {}
+        self._next_owner_check = 0.0
+        self._rejoin_after = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -400,6 +404,57 @@ class _Stage:
         tp = _kafka().TopicPartition(self.topic, p)
         await prod.send_offsets_to_transaction({tp: state.offset}, self.group)
 
+    # -- partitions without an owner --------------------------------------------------------
+    async def check_ownership(self) -> None:
+        """Find input partitions nobody works on, and rejoin the group if there are any.
+
+        A partition not assigned here whose committed offset has not moved for
+        ``stall_timeout_s`` while records wait behind it has no working owner (noida-db was seen
+        to re-run an assignment without a new generation after a kill -9 of the group leader,
+        leaving partitions unassigned; real Kafka would expire or fence the owner).
+        """
+        now = time.monotonic()
+        if now < self._next_owner_check or self.consumer is None or self.restoring:
+            return
+        self._next_owner_check = now + max(0.5, self.s.stall_timeout_s / 4)
+        k = _kafka()
+        parts = self.consumer.partitions_for_topic(self.topic) or set()
+        mine = {tp.partition for tp in self.consumer.assignment()}
+        others = [k.TopicPartition(self.topic, p) for p in sorted(parts) if p not in mine]
+        if not others:
+            self._progress.clear()
+            return
+        ends = await self.consumer.end_offsets(others)
+        stalled = []
+        for tp in others:
+            committed = await self.consumer.committed(tp)
+            committed = -1 if committed is None else int(committed)
+            last = self._progress.get(tp.partition)
+            if last is None or last[0] != committed:
+                self._progress[tp.partition] = (committed, now)
+                continue
+            if int(ends.get(tp, 0)) > max(committed, 0) and now - last[1] >= self.s.stall_timeout_s:
+                stalled.append(tp.partition)
+        if stalled:
+            await self.rejoin(f"partitions {stalled} of {self.topic} made no progress for "
+                              f"{self.s.stall_timeout_s:g} s with records waiting")
+
+    async def rejoin(self, why: str) -> None:
+        """Leave the group and join again as a new member (at most once per stall timeout)."""
+        now = time.monotonic()
+        if now < self._rejoin_after or self.consumer is None:
+            return
+        self._rejoin_after = now + self.s.stall_timeout_s
+        self._progress.clear()
+        self.w.stats["ownership_recoveries"] += 1
+        log.warning("%s: %s; leaving and rejoining the group so they are assigned again",
+                    self.name, why)
+        coord = getattr(self.consumer, "_coordinator", None)
+        if coord is None:
+            return
+        await leave_group(self.s.bootstrap, self.group, str(coord.member_id or ""))
+        coord.reset_generation()
+
     # -- to implement ----------------------------------------------------------------------
     def new_state(self, p: int) -> Any:
         raise NotImplementedError
@@ -429,6 +484,10 @@ class _Stage:
             async with self.lock:
                 await self._retry_missing()
                 await self.handle(batch)
+            try:
+                await self.check_ownership()
+            except Exception as exc:  # diagnostics only: never stop the stage for it
+                log.debug("%s: ownership check failed: %s", self.name, exc)
 
 
 class IngestStage(_Stage):
@@ -523,7 +582,8 @@ class IngestStage(_Stage):
         for p, state in list(self.states.items()):
             out = state.out
             due_commit = time.monotonic() - self.last_commit.get(p, 0.0) >= self.s.commit_interval_s
-            if out.entries or len(out.dead_letters) >= 10_000 or (state.dirty and due_commit):
+            if out.ticks_closed or len(out.dead_letters) >= 10_000 or (
+                    state.dirty and due_commit):
                 jobs.append(self._commit(p, state))
         self.w.metrics.set_consumer_lag(lag)
         if jobs:
@@ -590,9 +650,33 @@ class ReleaseStage(_Stage):
     def __init__(self, worker: Worker, topic: str, group: str, ckpt_topic: str) -> None:
         super().__init__(worker, topic, group, ckpt_topic)
         self._partitions: dict[int, list[int]] = {}
+        #: (shard, tick) -> monotonic time its first partial was seen while incomplete
+        self._incomplete: dict[tuple[int, int], float] = {}
 
     def new_state(self, p: int) -> ReleaseState:
         return ReleaseState(self.s, self.w.router, p, self.w.new_bank(p))
+
+    async def check_ownership(self) -> None:
+        """Also: a tick that misses partials from some events partitions for
+        ``stall_timeout_s`` means an ingest partition has no working owner: rejoin ingest."""
+        await super().check_ownership()
+        now = time.monotonic()
+        waiting: set[int] = set()
+        for state in list(self.states.values()):
+            slot = state.pending.get(state.next_tick)
+            key = (state.shard, state.next_tick)
+            if not slot or len(slot) == state.sources:
+                self._incomplete.pop(key, None)
+                continue
+            since = self._incomplete.setdefault(key, now)
+            if now - since >= self.s.stall_timeout_s:
+                waiting.update(set(range(state.sources)) - set(slot))
+        for key in [k for k in self._incomplete if now - self._incomplete[k] > 600]:
+            del self._incomplete[key]
+        if waiting:
+            await self.w.ingest.rejoin(
+                f"ticks wait for partials of events partitions {sorted(waiting)} for more than "
+                f"{self.s.stall_timeout_s:g} s")
 
     def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
         state.restore(payload, seq, self.w.key)
@@ -720,7 +804,7 @@ class Worker:
         )
         self.stats: dict[str, int] = {
             "accepted": 0, "clamped": 0, "dead_letters": 0, "partition_ticks_closed": 0,
-            "shard_ticks_released": 0,
+            "shard_ticks_released": 0, "ownership_recoveries": 0,
         }
         #: seconds from the last source partition closing a tick to its release being committed
         #: (the most recent ones; for benchmarks and diagnostics)
