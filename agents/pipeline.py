@@ -70,7 +70,7 @@ from agents.groups import leave_group
 from agents.ingest import IngestState, Partial, Router, ScheduleEntry, ScheduleMismatch
 from agents.release import Release, ReleaseState
 
-__all__ = ["Metrics", "NullMetrics", "Release", "Worker", "run_worker"]
+__all__ = ["Metrics", "NullMetrics", "Release", "Worker", "check_backlog", "run_worker"]
 
 log = logging.getLogger("stream_dp.pipeline")
 
@@ -830,16 +830,7 @@ class Worker:
 
     def check_schedule(self, now: float | None = None) -> None:
         """Refuse a clock schedule whose origin lies too many ticks in the past."""
-        s = self.settings
-        if s.schedule != "clock":
-            return
-        behind = self.schedule.due_through(time.time() if now is None else now)
-        if behind > s.max_backlog_ticks:
-            raise ValueError(
-                f"origin {s.origin!r} lies {behind} ticks in the past (max_backlog_ticks = "
-                f"{s.max_backlog_ticks}): every tick from 1 on would be released. Set origin to "
-                "the deployment's start, or raise max_backlog_ticks"
-            )
+        check_backlog(self.settings, now)
 
     @property
     def ready(self) -> bool:
@@ -895,6 +886,24 @@ class Worker:
             self.metrics.set_ready(False)
             await self.ingest.stop()
             await self.release.stop()
+
+
+def check_backlog(settings: Settings, now: float | None = None) -> None:
+    """Raise ``ValueError`` if a clock schedule's origin lies more than ``max_backlog_ticks``
+    ticks in the past (every tick from 1 on is released: almost always a mistake)."""
+    if settings.schedule != "clock":
+        return
+    from agents.ticks import Schedule
+
+    sch = Schedule(settings.origin, settings.tick_seconds, settings.allowed_lateness_s,
+                   settings.close_grace_s)
+    behind = sch.due_through(time.time() if now is None else now)
+    if behind > settings.max_backlog_ticks:
+        raise ValueError(
+            f"origin {settings.origin!r} lies {behind} ticks in the past (max_backlog_ticks = "
+            f"{settings.max_backlog_ticks}): every tick from 1 on would be released. Set origin "
+            "to the deployment's start, or raise max_backlog_ticks"
+        )
 
 
 async def run_worker(
