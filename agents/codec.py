@@ -30,7 +30,8 @@ closing points (:mod:`agents.ticks`), never from other events.
 
 **Close markers** (``schedule = "markers"``, written by ``stream-dp replay``): a record with the
 header ``stream-dp-close`` and the value ``{"schema": "dp.close.v1", "time": T, "final": bool}``
-closes every tick that ended by ``T`` (final: also the tick containing ``T``). Markers are not
+closes every tick whose deadline (end + allowed lateness) is ``≤ T`` (final: every tick up to the
+one containing ``T``). Markers are not
 events; on a clock-schedule deployment they are skipped.
 """
 

@@ -58,8 +58,8 @@ def test_deadline_rules_match_brute_force(origin: int, tick: int, lateness: int,
 
 def test_markers_close_ended_ticks_or_the_final_one() -> None:
     s = Schedule(100.0, 10.0, 2.0)
-    assert s.closed_by_marker(119.9, final=False) == 1  # tick 2 ([110, 120)) has not ended
-    assert s.closed_by_marker(120.0, final=False) == 2
+    assert s.closed_by_marker(121.9, final=False) == 1  # tick 2's deadline is 122
+    assert s.closed_by_marker(122.0, final=False) == 2
     assert s.closed_by_marker(119.9, final=True) == 2  # the tick containing the last event
     assert s.closed_by_marker(120.0, final=True) == 3
 
