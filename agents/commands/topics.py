@@ -18,6 +18,13 @@ existing topic whose partition count differs from the settings is an error (inge
 and shard assignment are tied to it). Brokers' auto-create defaults differ, so create topics
 before the first worker starts. 'list' shows the topics with their partition counts.
 
+Configs it sets: the events topic gets message.timestamp.type = events_timestamp_type
+(LogAppendTime by default: the broker stamps every record on arrival, which the release schedule
+reads as the event's arrival; docs/privacy.md, "The release schedule"); the internal partials
+topic a short retention (partials_retention_s); the checkpoint topics compaction; the schedule
+topic (schedule_topic, closing points) no time limit. Topic names are settings, so several
+deployments can share one cluster.
+
 examples:
   stream-dp topics create                                   # broker from STREAM_DP_BOOTSTRAP
   stream-dp topics create --bootstrap 127.0.0.1:19092 --partitions 16

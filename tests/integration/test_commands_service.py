@@ -126,7 +126,6 @@ def _worker_env(tmp_path: Path, bootstrap: str, name: str, web_port: int) -> dic
         "STREAM_DP_ORIGIN": str(float(int(time.time()) - 2)),
         "STREAM_DP_TICK_SECONDS": "1",
         "STREAM_DP_ALLOWED_LATENESS_S": "0.2",
-        "STREAM_DP_IDLE_TIMEOUT_S": "1",
         "STREAM_DP_EVENTS_PARTITIONS": "2",
         "STREAM_DP_SHARDS": "2",
         "STREAM_DP_COUNTS_PARTITIONS": "2",
@@ -139,6 +138,8 @@ def _worker_env(tmp_path: Path, bootstrap: str, name: str, web_port: int) -> dic
         env[f"STREAM_DP_{setting.upper()}_TOPIC"] = prefix + setting
     env["STREAM_DP_INGEST_CHECKPOINTS_TOPIC"] = prefix + "ckpt-ingest"
     env["STREAM_DP_RELEASE_CHECKPOINTS_TOPIC"] = prefix + "ckpt-release"
+    env["STREAM_DP_SCHEDULE_TOPIC"] = prefix + "schedule"
+    env["STREAM_DP_LEADER_TOPIC"] = prefix + "leader"
     return env
 
 
