@@ -178,6 +178,7 @@ class _Stage:
         session_ms = int(s.session_timeout_s * 1000)
         self.reader = k.AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap,
+            **self.w.kafka_kwargs(),
             isolation_level="read_committed",
             enable_auto_commit=False,
             client_id=f"{s.app_id}-{self.name}-ckpt-{s.worker_id}",
@@ -187,6 +188,7 @@ class _Stage:
         await self.reader.start()
         self.consumer = k.AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap,
+            **self.w.kafka_kwargs(),
             group_id=self.group,
             group_instance_id=s.worker_id,
             client_id=f"{s.app_id}-{self.name}-{s.worker_id}",
@@ -244,7 +246,7 @@ class _Stage:
         if self.reader is not None:
             with contextlib.suppress(Exception):
                 await self.reader.stop()
-        await leave_group(self.s.bootstrap, self.group, self.member_id)
+        await leave_group(self.s.bootstrap, self.group, self.member_id, self.w.security)
 
     async def flush_all(self) -> None:
         """Commit pending work of every partition (graceful shutdown)."""
@@ -303,6 +305,7 @@ class _Stage:
         s = self.s
         prod = k.AIOKafkaProducer(
             bootstrap_servers=s.bootstrap,
+            **self.w.kafka_kwargs(),
             transactional_id=f"{s.app_id}.{self.name}.{p}",
             transaction_timeout_ms=int(s.transaction_timeout_s * 1000),
             client_id=f"{s.app_id}-{self.name}-{p}-{s.worker_id}",
@@ -455,7 +458,8 @@ class _Stage:
         coord = getattr(self.consumer, "_coordinator", None)
         if coord is None:
             return
-        await leave_group(self.s.bootstrap, self.group, str(coord.member_id or ""))
+        await leave_group(self.s.bootstrap, self.group, str(coord.member_id or ""),
+                          self.w.security)
         coord.reset_generation()
 
     # -- to implement ----------------------------------------------------------------------
@@ -818,6 +822,11 @@ class Worker:
         self.key = key if key is not None else settings.noise_key()
         self.domain = domain if domain is not None else load_domain(settings.domain_file)
         self.router = Router(self.domain, settings.shards)
+        from agents.security import KafkaSecurity
+
+        #: TLS / SASL of every Kafka client this worker creates
+        self.security = KafkaSecurity.from_settings(settings)
+        self.security.validate()
         self.privacy: dict[str, Any] = dict(settings.privacy.as_dict())
         self.ingest = IngestStage(
             self, settings.events_topic, settings.ingest_group, settings.ingest_checkpoints_topic
@@ -845,6 +854,10 @@ class Worker:
             origin=settings.origin, tick_seconds=settings.tick_seconds,
             lateness=settings.allowed_lateness_s, grace=settings.close_grace_s,
         )
+
+    def kafka_kwargs(self) -> dict[str, Any]:
+        """Security keyword arguments for an aiokafka client of this worker."""
+        return self.security.client_kwargs()
 
     def fail(self, exc: BaseException) -> None:
         """Stop the worker with ``exc`` (logged once; the stages raise it from their loops)."""
