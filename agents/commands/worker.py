@@ -145,8 +145,11 @@ async def serve(
     from stream_dp.accounting import Accountant
 
     accounting = Accountant.for_domain(domain, settings.privacy, cap=settings.cap).summary()
-    log.info("worker started", extra={"worker_id": settings.worker_id, "domain": domain.name,
-                                      "streams": len(domain.names), "privacy": accounting})
+    # the accounting in the message itself too, so plain (non-JSON) logs show it
+    log.info("worker started: %d streams of domain %r; privacy %s", len(domain.names),
+             domain.name, accounting,
+             extra={"worker_id": settings.worker_id, "domain": domain.name,
+                    "streams": len(domain.names), "privacy": accounting})
     if started is not None:
         started(server)
     stopper = asyncio.ensure_future(stop_event.wait())
@@ -232,9 +235,17 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = load_settings(args)
+        from agents.config import load_domain
         from agents.pipeline import check_backlog
 
         check_backlog(settings)
+        if not Path(settings.domain_file).is_file():
+            raise ValueError(
+                f"domain_file {settings.domain_file!r} not found (relative paths are resolved "
+                "against the current folder, or against the settings file's folder when they "
+                "come from one)"
+            )
+        load_domain(settings.domain_file)
     except (ValueError, OSError) as exc:
         print(f"stream-dp worker: {exc}", file=sys.stderr)
         return 2
