@@ -24,13 +24,15 @@ Rejection reasons (the ``reason`` of ``dp.events.dlq``):
 | ``no_timestamp`` | the record has no Kafka timestamp (clock schedule) |
 | ``late`` | the record's timestamp is at or after its tick's deadline (tick end + lateness) |
 | ``tick_closed`` | the event's tick closed before the record's offset (its release is out) |
+| ``value_not_integer`` | a fractional ``value`` with the ``naive-int`` strategy (whole numbers only) |
 
 ``late`` and ``tick_closed`` are decided from the record itself and from the partition's public
 closing points (:mod:`agents.ticks`), never from other events.
 
 **Close markers** (``schedule = "markers"``, written by ``stream-dp replay``): a record with the
 header ``stream-dp-close`` and the value ``{"schema": "dp.close.v1", "time": T, "final": bool}``
-closes every tick that ended by ``T`` (final: also the tick containing ``T``). Markers are not
+closes every tick whose deadline (end + allowed lateness) is ``≤ T`` (final: every tick up to the
+one containing ``T``). Markers are not
 events; on a clock-schedule deployment they are skipped.
 """
 
@@ -73,6 +75,7 @@ REASONS = (
     "no_timestamp",
     "late",
     "tick_closed",
+    "value_not_integer",
 )
 
 #: Kafka header that marks a close marker record (see the module docstring)

@@ -319,9 +319,10 @@ class IngestState:
         exactly, and live rules resume only after the last of them. Raises
         :class:`ScheduleMismatch` for entries of another schedule.
         """
-        s = self.settings
-        mine = [e for e in entries if (e.app_id, e.events_topic, e.partition) == (
-            s.app_id, s.events_topic, self.partition)]
+        # Keyed by deployment (app id) and partition, not by topic name: the same deployment
+        # reading a changed copy of its log from another topic is refused too.
+        mine = [e for e in entries if (e.app_id, e.partition) == (
+            self.settings.app_id, self.partition)]
         for e in mine:
             if e.schedule != self.schedule_id:
                 raise ScheduleMismatch(
@@ -331,7 +332,14 @@ class IngestState:
                     "differently bucketed data. Start a new epoch (or key) with its own "
                     "schedule_topic."
                 )
-        self.known = [e for e in mine if e.through >= self.next_tick]
+        unique: list[ScheduleEntry] = []
+        for e in mine:  # the same point written twice (e.g. a retried transaction) counts once
+            if unique and (e.first, e.through, e.close_offset, e.digest) == (
+                    unique[-1].first, unique[-1].through, unique[-1].close_offset,
+                    unique[-1].digest):
+                continue
+            unique.append(e)
+        self.known = [e for e in unique if e.through >= self.next_tick]
         prev = None
         for e in self.known:
             if prev is not None and (e.close_offset < prev.close_offset
@@ -424,10 +432,12 @@ class IngestState:
                     Partial(tick, self.partition, shard, tuple(i for i, _ in items),
                             tuple(x for _, x in items), decided)
                 )
-        self.out.entries.append(ScheduleEntry(
-            self.settings.app_id, self.settings.events_topic, self.partition, first, c.through, self.range_start,
-            c.offset, entry_digest, rule, decided, self.schedule_id,
-        ))
+        if c.rule != "persisted":  # a followed point is on the schedule topic already
+            self.out.entries.append(ScheduleEntry(
+                self.settings.app_id, self.settings.events_topic, self.partition, first,
+                c.through, self.range_start, c.offset, entry_digest, rule, decided,
+                self.schedule_id,
+            ))
         self.next_tick = c.through + 1
         self.digest = 0
         self.range_start = c.offset
@@ -457,6 +467,7 @@ class IngestState:
         skew = s.max_future_skew_s
         max_age = s.max_event_age_s if s.max_event_age_s > 0 else math.inf
         markers = self.markers
+        whole = s.strategy == "naive-int"  # integer releases: whole-number values only
         nodes_of = self.router.nodes
         buckets = self.buckets
         dead = self.out.dead_letters
@@ -489,7 +500,7 @@ class IngestState:
             headers = getattr(r, "headers", ())
             if headers and _is_marker(headers):
                 # A close marker belongs to the range it closes: digest it, then close after it.
-                digest += digest_of(offset, rts_ms, rtype, key, value)
+                digest += digest_of(offset, -1 if markers else rts_ms, rtype, key, value)
                 self.digest = digest % _DIGEST_MOD
                 self.offset = offset + 1
                 if markers and not self.replaying:
@@ -517,7 +528,7 @@ class IngestState:
                     self._apply(Close(through, offset, "log_append_time", arrival))
                     digest = self.digest
                     next_tick = self.next_tick
-            digest += digest_of(offset, rts_ms, rtype, key, value)
+            digest += digest_of(offset, -1 if markers else rts_ms, rtype, key, value)
             # Fast path: a well-formed event for a declared key, in range and on time. Any doubt
             # falls through to the full classification below (decode_event is the authoritative
             # validator; a property test checks that both paths agree).
@@ -536,6 +547,7 @@ class IngestState:
                     (tts is float or tts is int) and (tv is float or tv is int)
                     and origin <= rts and 0.0 <= rv <= max_value
                     and (markers or (rts <= arrival + skew and arrival - rts <= max_age))
+                    and (not whole or float(rv).is_integer())
                 ):
                     rk: Any = obj.get("key")
                     try:
@@ -591,6 +603,10 @@ class IngestState:
                     dead.append((key, Rejection("late", f"arrived at {arrival!r}, after the "
                                  f"deadline {sch.deadline(tick)!r} of tick {tick}"), value, offset))
                     continue
+            if whole and not float(v).is_integer():
+                dead.append((key, Rejection("value_not_integer", f"value={v!r} is not a whole "
+                             "number (strategy naive-int)"), value, offset))
+                continue
             if tick < next_tick:
                 late += 1
                 dead.append((key, Rejection("tick_closed", f"tick {tick} was closed before "

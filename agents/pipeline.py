@@ -70,14 +70,17 @@ from agents.groups import leave_group
 from agents.ingest import IngestState, Partial, Router, ScheduleEntry, ScheduleMismatch
 from agents.release import Release, ReleaseState
 
-__all__ = ["Metrics", "NullMetrics", "Release", "Worker", "run_worker"]
+__all__ = ["Metrics", "NullMetrics", "Release", "Worker", "check_backlog", "run_worker"]
 
 log = logging.getLogger("stream_dp.pipeline")
 
 OnRelease = Callable[[Release], Awaitable[None] | None]
 
-#: Most ticks one release transaction publishes (bounds transaction size after a long outage).
-_MAX_TICKS_PER_COMMIT = 32
+#: Most count messages one release transaction publishes (bounds a transaction's size after a
+#: long outage, while a backlog of many small ticks still goes out in few transactions).
+_MAX_MESSAGES_PER_COMMIT = 200_000
+#: ... and never more ticks than this per transaction
+_MAX_TICKS_PER_COMMIT = 1024
 
 
 class Metrics(Protocol):
@@ -163,6 +166,10 @@ class _Stage:
         self.consumer: Any = None
         self.reader: Any = None
         self.member_id = ""
+        #: partition -> (last committed offset seen, monotonic time it was first seen)
+        self._progress: dict[int, tuple[int, float]] = {}
+        self._next_owner_check = 0.0
+        self._rejoin_after = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -171,6 +178,7 @@ class _Stage:
         session_ms = int(s.session_timeout_s * 1000)
         self.reader = k.AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap,
+            **self.w.kafka_kwargs(),
             isolation_level="read_committed",
             enable_auto_commit=False,
             client_id=f"{s.app_id}-{self.name}-ckpt-{s.worker_id}",
@@ -180,6 +188,7 @@ class _Stage:
         await self.reader.start()
         self.consumer = k.AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap,
+            **self.w.kafka_kwargs(),
             group_id=self.group,
             group_instance_id=s.worker_id,
             client_id=f"{s.app_id}-{self.name}-{s.worker_id}",
@@ -237,7 +246,7 @@ class _Stage:
         if self.reader is not None:
             with contextlib.suppress(Exception):
                 await self.reader.stop()
-        await leave_group(self.s.bootstrap, self.group, self.member_id)
+        await leave_group(self.s.bootstrap, self.group, self.member_id, self.w.security)
 
     async def flush_all(self) -> None:
         """Commit pending work of every partition (graceful shutdown)."""
@@ -296,6 +305,7 @@ class _Stage:
         s = self.s
         prod = k.AIOKafkaProducer(
             bootstrap_servers=s.bootstrap,
+            **self.w.kafka_kwargs(),
             transactional_id=f"{s.app_id}.{self.name}.{p}",
             transaction_timeout_ms=int(s.transaction_timeout_s * 1000),
             client_id=f"{s.app_id}-{self.name}-{p}-{s.worker_id}",
@@ -400,6 +410,58 @@ class _Stage:
         tp = _kafka().TopicPartition(self.topic, p)
         await prod.send_offsets_to_transaction({tp: state.offset}, self.group)
 
+    # -- partitions without an owner --------------------------------------------------------
+    async def check_ownership(self) -> None:
+        """Find input partitions nobody works on, and rejoin the group if there are any.
+
+        A partition not assigned here whose committed offset has not moved for
+        ``stall_timeout_s`` while records wait behind it has no working owner (noida-db was seen
+        to re-run an assignment without a new generation after a kill -9 of the group leader,
+        leaving partitions unassigned; real Kafka would expire or fence the owner).
+        """
+        now = time.monotonic()
+        if now < self._next_owner_check or self.consumer is None or self.restoring:
+            return
+        self._next_owner_check = now + max(0.5, self.s.stall_timeout_s / 4)
+        k = _kafka()
+        parts = self.consumer.partitions_for_topic(self.topic) or set()
+        mine = {tp.partition for tp in self.consumer.assignment()}
+        others = [k.TopicPartition(self.topic, p) for p in sorted(parts) if p not in mine]
+        if not others:
+            self._progress.clear()
+            return
+        ends = await self.consumer.end_offsets(others)
+        stalled = []
+        for tp in others:
+            committed = await self.consumer.committed(tp)
+            committed = -1 if committed is None else int(committed)
+            last = self._progress.get(tp.partition)
+            if last is None or last[0] != committed:
+                self._progress[tp.partition] = (committed, now)
+                continue
+            if int(ends.get(tp, 0)) > max(committed, 0) and now - last[1] >= self.s.stall_timeout_s:
+                stalled.append(tp.partition)
+        if stalled:
+            await self.rejoin(f"partitions {stalled} of {self.topic} made no progress for "
+                              f"{self.s.stall_timeout_s:g} s with records waiting")
+
+    async def rejoin(self, why: str) -> None:
+        """Leave the group and join again as a new member (at most once per stall timeout)."""
+        now = time.monotonic()
+        if now < self._rejoin_after or self.consumer is None:
+            return
+        self._rejoin_after = now + self.s.stall_timeout_s
+        self._progress.clear()
+        self.w.stats["ownership_recoveries"] += 1
+        log.warning("%s: %s; leaving and rejoining the group so they are assigned again",
+                    self.name, why)
+        coord = getattr(self.consumer, "_coordinator", None)
+        if coord is None:
+            return
+        await leave_group(self.s.bootstrap, self.group, str(coord.member_id or ""),
+                          self.w.security)
+        coord.reset_generation()
+
     # -- to implement ----------------------------------------------------------------------
     def new_state(self, p: int) -> Any:
         raise NotImplementedError
@@ -429,6 +491,10 @@ class _Stage:
             async with self.lock:
                 await self._retry_missing()
                 await self.handle(batch)
+            try:
+                await self.check_ownership()
+            except Exception as exc:  # diagnostics only: never stop the stage for it
+                log.debug("%s: ownership check failed: %s", self.name, exc)
 
 
 class IngestStage(_Stage):
@@ -523,7 +589,8 @@ class IngestStage(_Stage):
         for p, state in list(self.states.items()):
             out = state.out
             due_commit = time.monotonic() - self.last_commit.get(p, 0.0) >= self.s.commit_interval_s
-            if out.entries or len(out.dead_letters) >= 10_000 or (state.dirty and due_commit):
+            if out.ticks_closed or len(out.dead_letters) >= 10_000 or (
+                    state.dirty and due_commit):
                 jobs.append(self._commit(p, state))
         self.w.metrics.set_consumer_lag(lag)
         if jobs:
@@ -590,9 +657,35 @@ class ReleaseStage(_Stage):
     def __init__(self, worker: Worker, topic: str, group: str, ckpt_topic: str) -> None:
         super().__init__(worker, topic, group, ckpt_topic)
         self._partitions: dict[int, list[int]] = {}
+        #: (shard, tick) -> monotonic time its first partial was seen while incomplete
+        self._incomplete: dict[tuple[int, int], float] = {}
+        #: shard -> monotonic time since which its next tick is ready but held back (backlog)
+        self._ready_since: dict[int, float] = {}
 
     def new_state(self, p: int) -> ReleaseState:
         return ReleaseState(self.s, self.w.router, p, self.w.new_bank(p))
+
+    async def check_ownership(self) -> None:
+        """Also: a tick that misses partials from some events partitions for
+        ``stall_timeout_s`` means an ingest partition has no working owner: rejoin ingest."""
+        await super().check_ownership()
+        now = time.monotonic()
+        waiting: set[int] = set()
+        for state in list(self.states.values()):
+            slot = state.pending.get(state.next_tick)
+            key = (state.shard, state.next_tick)
+            if not slot or len(slot) == state.sources:
+                self._incomplete.pop(key, None)
+                continue
+            since = self._incomplete.setdefault(key, now)
+            if now - since >= self.s.stall_timeout_s:
+                waiting.update(set(range(state.sources)) - set(slot))
+        for key in [k for k in self._incomplete if now - self._incomplete[k] > 600]:
+            del self._incomplete[key]
+        if waiting:
+            await self.w.ingest.rejoin(
+                f"ticks wait for partials of events partitions {sorted(waiting)} for more than "
+                f"{self.s.stall_timeout_s:g} s")
 
     def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
         state.restore(payload, seq, self.w.key)
@@ -613,9 +706,25 @@ class ReleaseStage(_Stage):
                 state.add(r.offset, partial)
         jobs = []
         wall = time.monotonic()
+        k = _kafka()
         for p, state in list(self.states.items()):
             due = wall - self.last_commit.get(p, 0.0) >= self.s.commit_interval_s
-            if state.ready() or (state.dirty and due):
+            if state.ready():
+                # While partials wait in the partition (a backlog), gather more ready ticks
+                # into one transaction, for at most 0.2 s: a backlog goes out at processing
+                # speed instead of one transaction per fetch.
+                since = self._ready_since.setdefault(p, wall)
+                tp = k.TopicPartition(self.topic, p)
+                end = self.consumer.highwater(tp)
+                try:
+                    behind = end is not None and await self.consumer.position(tp) < end
+                except Exception:
+                    behind = False
+                if behind and wall - since < 0.2:
+                    continue
+                self._ready_since.pop(p, None)
+                jobs.append(self._commit(p, state))
+            elif state.dirty and due:
                 jobs.append(self._commit(p, state))
         if jobs:
             await asyncio.gather(*jobs)
@@ -632,13 +741,15 @@ class ReleaseStage(_Stage):
         self._partitions[shard] = found
         return found
 
-    async def _send_counts(self, prod: Any, shard: int, rel: Release) -> None:
-        """All count messages of one release, as whole record batches per partition."""
+    async def _send_counts(self, prod: Any, shard: int, releases: list[Release]) -> None:
+        """All count messages of ``releases`` (in tick order), as whole record batches per
+        partition: a backlog of many ticks goes out in few produce requests."""
         topic = self.s.counts_topic
-        partition_of = await self._partitions_of(prod, shard, rel.streams)
         by_part: dict[int, list[tuple[bytes, bytes]]] = {}
-        for part, kv in zip(partition_of, rel.messages(self.s, self.w.privacy), strict=True):
-            by_part.setdefault(part, []).append(kv)
+        for rel in releases:
+            partition_of = await self._partitions_of(prod, shard, rel.streams)
+            for part, kv in zip(partition_of, rel.messages(self.s, self.w.privacy), strict=True):
+                by_part.setdefault(part, []).append(kv)
         for part, items in sorted(by_part.items()):
             batch = prod.create_batch()
             for key, value in items:
@@ -657,11 +768,12 @@ class ReleaseStage(_Stage):
         t0 = time.monotonic()
         releases: list[Release] = []
         try:
-            while state.ready() and len(releases) < _MAX_TICKS_PER_COMMIT:
+            per_commit = max(1, min(_MAX_TICKS_PER_COMMIT,
+                                    _MAX_MESSAGES_PER_COMMIT // max(1, len(state.names))))
+            while state.ready() and len(releases) < per_commit:
                 releases.append(state.step())
             await prod.begin_transaction()
-            for rel in releases:
-                await self._send_counts(prod, p, rel)
+            await self._send_counts(prod, p, releases)
             await self._send_checkpoint(prod, p, state)
             await prod.commit_transaction()
         except Exception as exc:
@@ -710,6 +822,11 @@ class Worker:
         self.key = key if key is not None else settings.noise_key()
         self.domain = domain if domain is not None else load_domain(settings.domain_file)
         self.router = Router(self.domain, settings.shards)
+        from agents.security import KafkaSecurity
+
+        #: TLS / SASL of every Kafka client this worker creates
+        self.security = KafkaSecurity.from_settings(settings)
+        self.security.validate()
         self.privacy: dict[str, Any] = dict(settings.privacy.as_dict())
         self.ingest = IngestStage(
             self, settings.events_topic, settings.ingest_group, settings.ingest_checkpoints_topic
@@ -720,7 +837,7 @@ class Worker:
         )
         self.stats: dict[str, int] = {
             "accepted": 0, "clamped": 0, "dead_letters": 0, "partition_ticks_closed": 0,
-            "shard_ticks_released": 0,
+            "shard_ticks_released": 0, "ownership_recoveries": 0,
         }
         #: seconds from the last source partition closing a tick to its release being committed
         #: (the most recent ones; for benchmarks and diagnostics)
@@ -738,6 +855,10 @@ class Worker:
             lateness=settings.allowed_lateness_s, grace=settings.close_grace_s,
         )
 
+    def kafka_kwargs(self) -> dict[str, Any]:
+        """Security keyword arguments for an aiokafka client of this worker."""
+        return self.security.client_kwargs()
+
     def fail(self, exc: BaseException) -> None:
         """Stop the worker with ``exc`` (logged once; the stages raise it from their loops)."""
         if self.fatal is None:
@@ -746,16 +867,7 @@ class Worker:
 
     def check_schedule(self, now: float | None = None) -> None:
         """Refuse a clock schedule whose origin lies too many ticks in the past."""
-        s = self.settings
-        if s.schedule != "clock":
-            return
-        behind = self.schedule.due_through(time.time() if now is None else now)
-        if behind > s.max_backlog_ticks:
-            raise ValueError(
-                f"origin {s.origin!r} lies {behind} ticks in the past (max_backlog_ticks = "
-                f"{s.max_backlog_ticks}): every tick from 1 on would be released. Set origin to "
-                "the deployment's start, or raise max_backlog_ticks"
-            )
+        check_backlog(self.settings, now)
 
     @property
     def ready(self) -> bool:
@@ -811,6 +923,24 @@ class Worker:
             self.metrics.set_ready(False)
             await self.ingest.stop()
             await self.release.stop()
+
+
+def check_backlog(settings: Settings, now: float | None = None) -> None:
+    """Raise ``ValueError`` if a clock schedule's origin lies more than ``max_backlog_ticks``
+    ticks in the past (every tick from 1 on is released: almost always a mistake)."""
+    if settings.schedule != "clock":
+        return
+    from agents.ticks import Schedule
+
+    sch = Schedule(settings.origin, settings.tick_seconds, settings.allowed_lateness_s,
+                   settings.close_grace_s)
+    behind = sch.due_through(time.time() if now is None else now)
+    if behind > settings.max_backlog_ticks:
+        raise ValueError(
+            f"origin {settings.origin!r} lies {behind} ticks in the past (max_backlog_ticks = "
+            f"{settings.max_backlog_ticks}): every tick from 1 on would be released. Set origin "
+            "to the deployment's start, or raise max_backlog_ticks"
+        )
 
 
 async def run_worker(

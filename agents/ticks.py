@@ -18,7 +18,8 @@ event's own record* (its event time and its Kafka record timestamp) and from the
   carries a broker time past the deadline, so it is late by its own record anyway).
 * **markers** schedule (replays of historical logs). Ticks close only at *close markers* that
   ``stream-dp replay`` writes into every events partition after the events they follow; the log
-  itself is the schedule, and record timestamps are not consulted.
+  itself is the schedule, and record timestamps are not consulted. A progress marker at ``T``
+  closes the ticks whose deadline is ``≤ T``, a final marker every tick up to the one holding ``T``.
 
 Per record (clock schedule): its *arrival* is its Kafka record timestamp (broker time on
 LogAppendTime topics, the producer's claim on CreateTime topics). An event is ``late`` if it
@@ -111,8 +112,10 @@ class Schedule:
     def closed_by_marker(self, marker_time: float, final: bool) -> int:
         """The last tick a close marker closes.
 
-        A progress marker at ``T`` closes every tick that ended by ``T``; a *final* marker (end of
-        the replayed log) also closes the tick containing ``T``.
+        A progress marker at ``T`` closes every tick whose deadline (end + lateness) is ``≤ T``,
+        so events up to ``lateness`` out of order in a paced replay still count; a *final* marker
+        (end of the replayed log) closes every tick up to the one containing ``T``.
         """
-        last_ended = math.floor((marker_time - self.origin) / self.tick_seconds)
-        return self.tick_of(marker_time) if final else last_ended
+        if final:
+            return self.tick_of(marker_time)
+        return self.closed_by_arrival(marker_time)

@@ -5,12 +5,18 @@
 2. Tick latency with 10^5 streams: wall seconds from the last events partition closing a tick
    to the shard's release (10^5 / shards count messages + checkpoint) being committed.
 3. Reconcile time per tick at ~10^4 nodes (stream_dp.consistency.reconcile on a 3-level tree).
+4. Backlog release speed: a deployment on the clock schedule started with N past ticks of events
+   already in the topic (record timestamps from when they happened): ticks released per second.
+5. Restart lag: a worker subprocess on the clock schedule (1 s ticks), killed with SIGKILL and
+   stopped with SIGTERM and restarted; release lag per tick (the count message's timestamp minus
+   the tick's end) before the restarts and in the ticks after each.
 
 Throughput is measured in the steady state, between 20% and 80% of the records consumed, for
 both sides (the start includes group joins, restores and a prefetch of up to one fetch per
 partition, which would otherwise dominate short runs).
 
 Usage: python benchmarks/service.py [--events 1000000] [--streams 100000] [--ticks 8]
+                                   [--backlog-ticks 600] [--only backlog,restart]
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ async def ingest_bench(bootstrap: str, tmp: Path, n_events: int) -> list[tuple[s
     span = n_events / 10_000  # 10k events per second of event time
     evs = [(leaves[i % len(leaves)], s.origin + span * i / n_events, 1.0) for i in range(n_events)]
     await ps.produce(s, (ps.event_bytes(*e) for e in evs))
+    await ps.close_ticks(s, int(span / s.tick_seconds) + 1)
     rows = []
     for rep in range(5):
         w_settings = s.replace(app_id=f"bench-ingest-w{rep}",
@@ -105,7 +112,8 @@ async def latency_bench(bootstrap: str, tmp: Path, n_streams: int, ticks: int) -
     dom.write_text('kind = "flat"\nstreams = [' + ",".join(json.dumps(n) for n in names) + "]\n")
     s = ps.make_settings(bootstrap, tmp, "bench-lat", ["x/y/z"], domain_file=str(dom),
                          tick_seconds=3.0, origin=float(int(time.time())) - 0.5,
-                         idle_timeout_s=0.1, allowed_lateness_s=0.0, events_partitions=2,
+                         schedule="clock", close_grace_s=0.1, allowed_lateness_s=0.0,
+                         events_partitions=2,
                          shards=4, counts_partitions=4, strategy="auto", horizon=4095,
                          checkpoint_chunk_bytes=1 << 20)
     await ps.create_topics(s)
@@ -125,6 +133,87 @@ async def latency_bench(bootstrap: str, tmp: Path, n_streams: int, ticks: int) -
         "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))],
         "strategy": w.mechanism().name,
     }
+
+
+async def backlog_bench(bootstrap: str, tmp: Path, n_ticks: int,
+                        shape: tuple[int, int, int] = (4, 4, 8)) -> dict[str, float]:
+    """Ticks per second for a backlog of ``n_ticks`` past ticks (clock schedule)."""
+    from aiokafka import AIOKafkaProducer
+
+    leaves = ps.hierarchy_paths(*shape)
+    now = float(int(time.time()))
+    name = "bench-backlog-" + "x".join(map(str, shape))
+    s = ps.make_settings(bootstrap, tmp, name, leaves, schedule="clock",
+                         tick_seconds=1.0, origin=now - n_ticks - 2, allowed_lateness_s=0.5,
+                         close_grace_s=0.2, events_partitions=4, shards=3,
+                         events_timestamp_type="CreateTime")
+    await ps.create_topics(s)
+    prod = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20)
+    await prod.start()
+    n_events = 0
+    try:  # 20 events per tick, stamped when they happened (as if the workers had been down)
+        for tick in range(1, n_ticks + 1):
+            for i in range(20):
+                ts = s.origin + tick - 1 + i / 20
+                key, value = ps.event_bytes(leaves[(tick + i) % len(leaves)], ts)
+                await prod.send(s.events_topic, value, key=key, timestamp_ms=int(ts * 1000) + 50)
+                n_events += 1
+        await prod.flush()
+    finally:
+        await prod.stop()
+    stop = asyncio.Event()
+    w = Worker(s)
+    t0 = time.perf_counter()
+    task = asyncio.create_task(w.run(stop))
+    while not w.ready:
+        await asyncio.sleep(0.01)
+    t_ready = time.perf_counter()
+    while w.stats["shard_ticks_released"] < n_ticks * s.shards:
+        await asyncio.sleep(0.01)
+    dt = time.perf_counter() - t_ready
+    stop.set()
+    await task
+    return {"ticks": n_ticks, "events": n_events, "seconds": dt, "ticks_per_s": n_ticks / dt,
+            "accepted": w.stats["accepted"], "startup": t_ready - t0,
+            "streams": len(w.domain.names)}
+
+
+async def restart_lag_bench(bootstrap: str, tmp: Path) -> list[tuple[str, float, float, float]]:
+    """Release lag (s) per phase: (phase, first tick after it, p50, max over its last 5 ticks)."""
+    s = ps.live_settings(bootstrap, tmp, "bench-restart", ps.hierarchy_paths(2, 4, 4),
+                         events_partitions=4, shards=2, origin=float(int(time.time())) + 3)
+    await ps.create_topics(s)
+    w = ps.WorkerProcess(s, "w0", tmp)
+    marks: list[tuple[str, float]] = []
+    try:
+        w.start()
+        marks.append(("start", time.time()))
+        await asyncio.sleep(14)
+        w.kill9()
+        await asyncio.sleep(4)
+        w.start()
+        marks.append(("after kill -9 (4 s down)", time.time()))
+        await asyncio.sleep(14)
+        w.terminate()
+        await asyncio.sleep(4)
+        w.start()
+        marks.append(("after SIGTERM (4 s down)", time.time()))
+        await asyncio.sleep(14)
+    finally:
+        w.stop()
+    lag: dict[int, float] = {}
+    for r in await ps.read_topic(bootstrap, s.counts_topic):
+        m = json.loads(r.value)
+        lag[m["tick"]] = max(lag.get(m["tick"], 0.0), r.timestamp / 1000 - m["tick_end"])
+    rows = []
+    bounds = [t for _, t in marks] + [time.time()]
+    for i, (name, t_from) in enumerate(marks):
+        ticks = sorted(t for t in lag if t_from <= s.tick_bounds(t)[1] + lag[t] < bounds[i + 1])
+        if not ticks:
+            continue
+        vals = [lag[t] for t in ticks]
+        rows.append((name, vals[0], statistics.median(vals), max(vals[-5:])))
+    return rows
 
 
 def reconcile_bench(reps: int = 5) -> dict[str, float]:
@@ -150,8 +239,37 @@ async def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--streams", type=int, default=100_000)
     ap.add_argument("--ticks", type=int, default=8)
+    ap.add_argument("--backlog-ticks", type=int, default=600)
+    ap.add_argument("--only", default="", help="comma-separated: ingest,latency,backlog,restart,"
+                    "reconcile (default: all)")
     args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
+
+    def want(name: str) -> bool:
+        return not only or name in only
+
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        if want("backlog"):
+            print(f"\n## backlog release, {args.backlog_ticks} past ticks (20 events per tick, "
+                  "clock schedule, CreateTime records, 3 release shards)")
+            print("| streams | start-up until ready (s) | ready -> all released (s) | ticks/s | "
+                  "count messages/s | events accepted |")
+            print("|---|---|---|---|---|---|")
+            for shape in ((2, 2, 2), (4, 4, 8)):
+                b = await backlog_bench(broker.bootstrap, Path(tmp), args.backlog_ticks, shape)
+                print(f"| {b['streams']} | {b['startup']:.1f} | {b['seconds']:.1f} | "
+                      f"{b['ticks_per_s']:.0f} | {b['ticks_per_s'] * b['streams']:,.0f} | "
+                      f"{b['accepted']} / {b['events']} |")
+        if want("restart"):
+            lag_rows = await restart_lag_bench(broker.bootstrap, Path(tmp))
+            print("\n## release lag around restarts (1 s ticks; lag = count message timestamp "
+                  "- tick end)")
+            print("| phase | first tick (s) | p50 (s) | max of last 5 ticks (s) |")
+            print("|---|---|---|---|")
+            for name, first, p50, tail in lag_rows:
+                print(f"| {name} | {first:.2f} | {p50:.2f} | {tail:.2f} |")
+        if not (want("ingest") or want("latency")):
+            return
         rows = await ingest_bench(broker.bootstrap, Path(tmp), args.events)
         print(f"\n## ingest, {args.events} events, 4 partitions, 149-node hierarchy")
         print("| run | bare aiokafka consumer (events/s) | worker (events/s) | ratio |")

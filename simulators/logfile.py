@@ -1,7 +1,8 @@
 """Event log files: the formats ``stream-dp simulate`` writes and ``stream-dp replay`` reads.
 
 Two formats, one event per line, in event-time order (replay does not require order, but a log
-out of order makes the worker's watermark drop the stragglers as late):
+out of order by more than the allowed lateness makes paced replays drop the stragglers as
+late):
 
 * **CSV** with a header line naming the columns ``ts``, ``key`` and optionally ``value`` (any
   order; other columns are ignored). ``ts`` is the event time, either Unix seconds (``1704067200.25``)

@@ -18,6 +18,13 @@ existing topic whose partition count differs from the settings is an error (inge
 and shard assignment are tied to it). Brokers' auto-create defaults differ, so create topics
 before the first worker starts. 'list' shows the topics with their partition counts.
 
+Configs it sets: the events topic gets message.timestamp.type = events_timestamp_type
+(LogAppendTime by default: the broker stamps every record on arrival, which the release schedule
+reads as the event's arrival; docs/privacy.md, "The release schedule"); the internal partials
+topic a short retention (partials_retention_s); the checkpoint topics compaction; the schedule
+topic (schedule_topic, closing points) no time limit. Topic names are settings, so several
+deployments can share one cluster.
+
 examples:
   stream-dp topics create                                   # broker from STREAM_DP_BOOTSTRAP
   stream-dp topics create --bootstrap 127.0.0.1:19092 --partitions 16
@@ -71,7 +78,10 @@ async def create_topics(settings: object) -> list[str]:
     created = await ensure_topics(bootstrap, settings)  # type: ignore[arg-type]
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    from agents.security import KafkaSecurity
+
+    security = KafkaSecurity.from_settings(settings)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **security.client_kwargs())
     await admin.start()
     try:
         leader_topic = getattr(settings, "leader_topic", LEADER_TOPIC)
@@ -79,15 +89,17 @@ async def create_topics(settings: object) -> list[str]:
     finally:
         await admin.close()
     if not had_leader:
-        await ensure_leader_topic(bootstrap, leader_topic)
+        await ensure_leader_topic(bootstrap, leader_topic, security)
         created.append(leader_topic)
     return created
 
 
-async def list_topics(bootstrap: str) -> list[tuple[str, int]]:
+async def list_topics(bootstrap: str, security: Any = None) -> list[tuple[str, int]]:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    from agents.security import client_kwargs
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_kwargs(security))
     await admin.start()
     try:
         names = sorted(n for n in await admin.list_topics() if not n.startswith("__"))
@@ -106,7 +118,10 @@ def run(args: argparse.Namespace) -> int:
     bootstrap: str = settings.bootstrap  # type: ignore[attr-defined]
     try:
         if args.action == "list":
-            for name, parts in asyncio.run(list_topics(bootstrap)):
+            from agents.security import KafkaSecurity
+
+            security = KafkaSecurity.from_settings(settings)
+            for name, parts in asyncio.run(list_topics(bootstrap, security)):
                 print(f"{name}\t{parts}")
             return 0
         created = asyncio.run(create_topics(settings))
@@ -114,8 +129,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"stream-dp topics: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # connection errors: say what failed, no traceback
-        print(f"stream-dp topics: cannot reach {bootstrap}: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        from agents.commands._client import connection_problem
+
+        why = connection_problem(exc).removeprefix("cannot connect to the broker: ")
+        print(f"stream-dp topics: cannot reach {bootstrap}: {why}", file=sys.stderr)
         return 1
     if created:
         for name in created:

@@ -32,6 +32,18 @@ STREAM_DP_WORKER_ID each (e.g. the StatefulSet pod name); Kafka partitions sprea
 over them. SIGTERM or SIGINT stops the worker gracefully: it finishes the current batch, leaves
 the consumer groups (partitions move to the other workers at once) and exits 0.
 
+Schedule (docs/privacy.md, "The release schedule"): with schedule = "clock" (default) tick n
+closes once the clock passes its end + allowed_lateness_s + close_grace_s, at the end offset of
+every events partition read then; each event's tick and lateness come from its own record (event
+time, Kafka record timestamp). With schedule = "markers" ticks close at the close markers of
+`stream-dp replay`. Closing points are persisted on schedule_topic; a restarted worker, or a
+fresh one of the same deployment, follows them and refuses a log that differs from the one
+released (exit status 3).
+
+Exit status: 0 stopped by a signal, 1 a part failed, 2 bad settings (also: origin more than
+max_backlog_ticks ticks in the past on the clock schedule), 3 refused: the events differ from the
+ones already released under this deployment's closing points.
+
 examples:
   STREAM_DP_BOOTSTRAP=kafka-0:9092 STREAM_DP_KEY_FILE=/run/secrets/dp-key \\
       STREAM_DP_ORIGIN=1767225600 stream-dp worker --config /etc/stream-dp/stream-dp.toml
@@ -134,8 +146,11 @@ async def serve(
     from stream_dp.accounting import Accountant
 
     accounting = Accountant.for_domain(domain, settings.privacy, cap=settings.cap).summary()
-    log.info("worker started", extra={"worker_id": settings.worker_id, "domain": domain.name,
-                                      "streams": len(domain.names), "privacy": accounting})
+    # the accounting in the message itself too, so plain (non-JSON) logs show it
+    log.info("worker started: %d streams of domain %r; privacy %s", len(domain.names),
+             domain.name, accounting,
+             extra={"worker_id": settings.worker_id, "domain": domain.name,
+                    "streams": len(domain.names), "privacy": accounting})
     if started is not None:
         started(server)
     stopper = asyncio.ensure_future(stop_event.wait())
@@ -149,8 +164,17 @@ async def serve(
                 continue
             exc = task.exception()
             if exc is not None:
-                log.error("worker part failed; stopping", extra={"part": name}, exc_info=exc)
-                rc = 1
+                from agents.ingest import ScheduleMismatch
+
+                if isinstance(exc, ScheduleMismatch):
+                    # the log differs from the one released under this key: refused, like
+                    # `stream-dp replay` (exit status 3)
+                    log.error("refusing to release: %s", exc, extra={"part": name})
+                    rc = 3
+                else:
+                    log.error("worker part failed; stopping", extra={"part": name},
+                              exc_info=exc)
+                    rc = 1
             elif stopper not in done and not stop_event.is_set():
                 log.error("worker part ended unexpectedly; stopping", extra={"part": name})
                 rc = 1
@@ -212,8 +236,16 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
     ranges, the domain file, the memory the strategy and streams need, the noise key.
     Returns ``(settings, key)``; raises ``ValueError`` / ``OSError`` with a one-line message."""
     from agents.config import check_memory, load_domain
+    from agents.pipeline import check_backlog
 
     settings = load_settings(args)
+    check_backlog(settings)
+    if not Path(settings.domain_file).is_file():
+        raise ValueError(
+            f"domain_file {settings.domain_file!r} not found (relative paths are resolved "
+            "against the current folder, or against the settings file's folder when they "
+            "come from one)"
+        )
     try:
         domain = load_domain(settings.domain_file)
     except OSError as exc:

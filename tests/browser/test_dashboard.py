@@ -230,7 +230,8 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
         partials_topic=f"{n}.partials", ingest_checkpoints_topic=f"{n}.ckpt.ingest",
         release_checkpoints_topic=f"{n}.ckpt.release", events_partitions=2, shards=2,
         counts_partitions=2, key_file=str(tmp_path / "key"), strategy="naive", horizon=255,
-        allowed_lateness_s=0.5, idle_timeout_s=0.5, max_future_skew_s=1e9,
+        allowed_lateness_s=0.5, max_future_skew_s=1e9, schedule_topic=f"{n}.schedule",
+        leader_topic=f"{n}.leader",
         session_timeout_s=6.0, transaction_timeout_s=10.0, commit_interval_s=0.5,
         web_host="127.0.0.1", web_port=free_port(),
     )

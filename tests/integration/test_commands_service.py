@@ -126,7 +126,6 @@ def _worker_env(tmp_path: Path, bootstrap: str, name: str, web_port: int) -> dic
         "STREAM_DP_ORIGIN": str(float(int(time.time()) - 2)),
         "STREAM_DP_TICK_SECONDS": "1",
         "STREAM_DP_ALLOWED_LATENESS_S": "0.2",
-        "STREAM_DP_IDLE_TIMEOUT_S": "1",
         "STREAM_DP_EVENTS_PARTITIONS": "2",
         "STREAM_DP_SHARDS": "2",
         "STREAM_DP_COUNTS_PARTITIONS": "2",
@@ -140,6 +139,8 @@ def _worker_env(tmp_path: Path, bootstrap: str, name: str, web_port: int) -> dic
         env[f"STREAM_DP_{setting.upper()}_TOPIC"] = prefix + setting
     env["STREAM_DP_INGEST_CHECKPOINTS_TOPIC"] = prefix + "ckpt-ingest"
     env["STREAM_DP_RELEASE_CHECKPOINTS_TOPIC"] = prefix + "ckpt-release"
+    env["STREAM_DP_SCHEDULE_TOPIC"] = prefix + "schedule"
+    env["STREAM_DP_LEADER_TOPIC"] = prefix + "leader"
     return env
 
 
@@ -205,9 +206,14 @@ def test_worker_serves_releases_histograms_health_and_stops_on_sigterm(
         assert {c["stream"] for c in counts} == {"all", "eu", "us", "eu/fr", "eu/de", "us/ny"}
         hists = asyncio.run(_read(kafka_broker, env["STREAM_DP_HISTOGRAMS_TOPIC"], 2))
         assert len(hists) >= 2 and all(h["domain"] == "shop" for h in hists)
+        accepted = 'stream_dp_events_total{result="accepted"} 30.0'
+        deadline = time.monotonic() + 30  # counted once their tick closes (deadline + grace)
         status, metrics = _http(base + "/metrics")
+        while accepted not in metrics and time.monotonic() < deadline:
+            time.sleep(0.3)
+            status, metrics = _http(base + "/metrics")
         assert status == 200
-        assert 'stream_dp_events_total{result="accepted"} 30.0' in metrics
+        assert accepted in metrics
         assert 'stream_dp_dead_letters_total{reason="malformed_json"} 1.0' in metrics
         assert "stream_dp_ready 1.0" in metrics
         assert "stream_dp_reconcile_leader 1.0" in metrics

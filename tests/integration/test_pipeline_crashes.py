@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import numpy as np
 import pytest
 
 from agents.config import Settings, load_domain
+from agents.pipeline import Worker
 from tests.integration import pipeline_support as ps
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -133,3 +136,136 @@ async def test_three_workers_join_and_leave(
     assert any(0 < len(p) < s.events_partitions for p in shares), shares
     stats = await check_run(s, domain, log, bound_of(s))
     print("scale-out run:", stats)
+
+
+async def test_kill9_of_the_group_leader_leaves_no_partition_unowned(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Clock schedule, two workers with static identities; the first (the groups' leader) is
+    killed with SIGKILL and restarted at once. noida-db has been seen to re-run the assignment
+    without a new generation then, leaving partitions with no owner; the workers detect
+    partitions that make no progress and rejoin. Every tick keeps being released, exactly."""
+    leaves = ps.hierarchy_paths(2, 2, 2)
+    s = ps.live_settings(kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4,
+                         events_partitions=4, shards=4, stall_timeout_s=float(os.environ.get("STALL", "4")),
+                         origin=float(int(time.time())) + 4.0)
+    await ps.create_topics(s)
+    domain = load_domain(s.domain_file)
+    sent: list[tuple[str, float, float]] = []
+    stop_traffic = asyncio.Event()
+
+    async def traffic() -> None:
+        rng = random.Random(3)
+        while not stop_traffic.is_set():
+            now = time.time()
+            if now >= s.origin:
+                batch = [(leaves[rng.randrange(8)], time.time(), 1.0) for _ in range(8)]
+                await ps.produce(s, (ps.event_bytes(*e) for e in batch))
+                sent.extend(batch)
+            await asyncio.sleep(0.25)
+
+    a = ps.WorkerProcess(s, "a", tmp_path)
+    b = ps.WorkerProcess(s, "b", tmp_path)
+    producer = asyncio.create_task(traffic())
+    try:
+        a.start()
+        await a.wait_log("release: assigned")
+        b.start()
+        await b.wait_log("release: assigned")
+        await asyncio.sleep(3.0)
+        a.kill9()
+        a.start()
+        await asyncio.sleep(2.0)
+        target = int((time.time() - s.origin) // s.tick_seconds) + 12
+        await ps.wait_for_ticks(s, domain.size, target, timeout_s=120, poll_s=1.0)
+        stop_traffic.set()
+        await producer
+        assert a.alive() and b.alive()
+    finally:
+        stop_traffic.set()
+        for w in (a, b):
+            w.stop()
+    got = await ps.released(s)
+    exact = ps.exact_decayed(domain, sent, s, target - 6)
+    for key, want in exact.items():
+        values = {json.loads(v)["value"] for v in got[key]}
+        assert len(values) == 1, key
+        assert abs(values.pop() - want) < 0.05, key
+
+
+async def test_partition_left_without_owner_is_detected_and_reassigned(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """The state noida-db leaves after a leader's kill -9, made on purpose: a group leader whose
+    first assignment gives events partition 0 to nobody (later ones are correct). The workers
+    see partition 0 make no progress, leave and rejoin; the new assignment covers it, and every
+    tick is released with every event counted. (STALL=1000000 turns the detection off: then
+    this test must fail — the negative control.)"""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+    from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment
+
+    leaves = ps.hierarchy_paths(2, 2, 2)
+    s = ps.make_settings(kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4,
+                         tick_seconds=1.0, events_partitions=3, shards=2,
+                         stall_timeout_s=float(os.environ.get("STALL", "3")))
+    await ps.create_topics(s)
+    domain = load_domain(s.domain_file)
+    first_members: set[str] = set()
+    calls = [0]
+
+    class FirstAssignmentDropsPartition0(RoundRobinPartitionAssignor):  # type: ignore[misc]
+        name = "roundrobin"
+
+        @classmethod
+        def assign(cls, cluster: Any, members: Any) -> Any:
+            workers = {m: md for m, md in members.items() if not m.startswith("rogue-")}
+            out = super().assign(cluster, workers)
+            if workers and not first_members:
+                first_members.update(workers)
+            calls[0] += 1
+            # broken while the workers are the members it first saw; a member that left and
+            # joined again (a new member id) gets a correct assignment
+            if workers and set(workers) <= first_members:
+                out = {m: ConsumerProtocolMemberAssignment(
+                    cls.version,
+                    [(t, [p for p in ps_ if not (t == s.events_topic and p == 0)])
+                     for t, ps_ in a.assignment], b"") for m, a in out.items()}
+            for m in members:
+                out.setdefault(m, ConsumerProtocolMemberAssignment(cls.version, [], b""))
+            return out
+
+    rogue = AIOKafkaConsumer(
+        bootstrap_servers=kafka_broker, group_id=s.ingest_group, enable_auto_commit=False,
+        client_id="rogue-leader",
+        partition_assignment_strategy=(FirstAssignmentDropsPartition0,),
+        session_timeout_ms=6000, heartbeat_interval_ms=500,
+    )
+    await rogue.start()
+    rogue.subscribe([s.events_topic])
+    stop_rogue = asyncio.Event()
+
+    async def keep_polling() -> None:
+        while not stop_rogue.is_set():
+            await rogue.getmany(timeout_ms=200)
+
+    poller = asyncio.create_task(keep_polling())
+    await asyncio.sleep(2.0)  # the rogue joins first: it is the group's leader
+    log = [(leaves[i % 8], s.origin + 0.02 * i, 1.0) for i in range(300)]  # ticks 1..6
+    await ps.produce(s, (ps.event_bytes(*e) for e in log))
+    await ps.close_ticks(s, 6)
+    stop = asyncio.Event()
+    worker = Worker(s)
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        got = await ps.wait_for_ticks(s, domain.size, 6, timeout_s=45, poll_s=0.5)
+    finally:
+        stop.set()
+        stop_rogue.set()
+        await task
+        await poller
+        await rogue.stop()
+    assert worker.stats["ownership_recoveries"] >= 1
+    exact = ps.exact_decayed(domain, log, s, 6)
+    for key, want in exact.items():
+        assert abs(json.loads(got[key][0])["value"] - want) < 0.05, key

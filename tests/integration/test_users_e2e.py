@@ -180,3 +180,34 @@ def test_released_with_huge_epsilon_equal_the_simulators_truth(
         v = [json.loads(got[(name, t)][0])["value"] for name in domain.names]
         assert all(abs(sum(c * x for c, x in zip(row, v, strict=True))) < 1e-2 for row in CONSTRAINTS)
     assert len(asyncio.run(released(s))) >= len(domain.names) * TICKS
+
+
+@pytest.mark.slow  # two deployments, about 20 s
+def test_replay_speed_and_worker_start_order_do_not_change_releases(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """P2 for replays: as fast as possible into a running worker, or paced (--speed, progress
+    markers) into a worker started afterwards: the same releases, byte for byte."""
+    log = tmp_path / "web.csv"
+    stream_dp("simulate", "searchlogs", "--seed", "5", "--ticks", str(TICKS), "--tick-seconds",
+              "2", "--rate", "30", "--out", str(log), "--domain-out", str(tmp_path / "domain.toml"),
+              "--settings-out", str(tmp_path / "stream-dp.toml"), check=True)
+    n = len(Domain.from_file(tmp_path / "domain.toml").names)
+    a = _settings(kafka_broker, tmp_path, f"{unique_name}-fast", KEY_1, epsilon=1.0)
+    fast, _ = _run(a, log, tmp_path, n)
+    b = _settings(kafka_broker, tmp_path, f"{unique_name}-paced", KEY_1, epsilon=1.0)
+    asyncio.run(ensure_topics(b.bootstrap, b))
+    out = _replay(log, b, "--restart", "--speed", "8", "--json", "--no-progress").stdout
+    status = json.loads(out)
+    assert status["status"] == "replayed" and status["key"] == "same"
+    from tests.integration._users import close_markers
+
+    markers = [m.json() for m in close_markers(kafka_broker, b.events_topic)]
+    assert sum(not m["final"] for m in markers) >= 2  # progress markers (one per second)
+    assert sum(m["final"] for m in markers) == b.events_partitions
+    with _worker(b, tmp_path) as proc:  # started after the replay
+        paced = asyncio.run(wait_for_ticks(b, n, TICKS, timeout_s=120, poll_s=0.5))
+        assert proc.poll() is None
+    keys = [k for k in fast if k[1] <= TICKS]
+    assert len(keys) == n * TICKS
+    assert {k: paced[k][0] for k in keys} == {k: fast[k][0] for k in keys}

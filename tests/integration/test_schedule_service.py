@@ -1,0 +1,213 @@
+"""The public release schedule against the real broker (issue: P1–P4).
+
+P1 — neighbouring logs: two deployments on the clock schedule read the same events, one of them
+plus nasty extra records (far-future, beyond-skew, before-origin, malformed, a forged close
+marker, one ordinary event, inside a burst, on several partitions); the released ticks are the
+same and the values differ only by the one accepted event's own decayed contribution.
+P2 — a fresh deployment reading the same log later (a backlog, at processing speed) publishes
+the very same values; a deployment following persisted closing points on a copy of the log too.
+P3 — partitions without events do not hold back releases.
+P4 — the same deployment on a changed copy of its log refuses to release (worker stops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agents.codec import close_marker
+from agents.config import Settings, load_domain
+from agents.ingest import ScheduleMismatch
+from agents.pipeline import Worker
+from tests.integration import pipeline_support as ps
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+LEAVES = ps.hierarchy_paths(2, 2, 2)
+
+
+def _values(got: dict[tuple[str, int], list[bytes]], through: int) -> dict[tuple[str, int], float]:
+    return {k: json.loads(v[0])["value"] for k, v in got.items() if k[1] <= through}
+
+
+async def _produce_raw(s: Settings, items: list[tuple[bytes | None, bytes, Any, list[Any]]]
+                       ) -> None:
+    """``(key, value, partition or None, headers)`` to the events topic, in order."""
+    from aiokafka import AIOKafkaProducer
+
+    prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2)
+    await prod.start()
+    try:
+        for key, value, part, headers in items:
+            await prod.send(s.events_topic, value, key=key, partition=part, headers=headers)
+        await prod.flush()
+    finally:
+        await prod.stop()
+
+
+def _rename(s: Settings, name: str, **kw: Any) -> Settings:
+    return s.replace(
+        app_id=name, counts_topic=f"{name}.counts", dlq_topic=f"{name}.dlq",
+        partials_topic=f"{name}.partials", ingest_checkpoints_topic=f"{name}.ckpt.ingest",
+        release_checkpoints_topic=f"{name}.ckpt.release", schedule_topic=f"{name}.schedule",
+        leader_topic=f"{name}.leader", **kw,
+    )
+
+
+async def test_p1_p2_p3_neighbouring_logs_backlog_and_silent_partitions(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    a = ps.live_settings(kafka_broker, tmp_path, f"{unique_name}-a", LEAVES, epsilon=1e4, p=0.8,
+                         events_partitions=3, shards=2, allowed_lateness_s=1.0,
+                         max_future_skew_s=60.0)
+    b = _rename(a, f"{unique_name}-b", events_topic=f"{unique_name}-b.events")
+    for s in (a, b):
+        await ps.create_topics(s)
+    domain = load_domain(a.domain_file)
+    o = a.origin
+    stop = asyncio.Event()
+    workers = [Worker(a), Worker(b)]
+    tasks = [asyncio.create_task(w.run(stop)) for w in workers]
+    e_tick = 3
+    try:
+        # Live traffic for ticks 1..4, only on partition 0 and 1 (partition 2 stays silent),
+        # each wave sent to both deployments; a burst of 1500 events in tick 2.
+        for tick in range(1, 5):
+            while time.time() < o + tick - 1 + 0.1:
+                await asyncio.sleep(0.02)
+            n = 1500 if tick == 2 else 30
+            wave = [(LEAVES[i % 8].encode(),
+                     json.dumps({"key": LEAVES[i % 8], "ts": time.time(), "value": 1.0}).encode(),
+                     i % 2, []) for i in range(n)]
+            extra: list[Any] = []
+            if tick == e_tick:
+                now = time.time()
+                marker_headers, marker = close_marker(o + 1e5, True)
+                extra = [
+                    (b"e", json.dumps({"key": LEAVES[0], "ts": now}).encode(), 2, []),  # counted
+                    (b"e", json.dumps({"key": LEAVES[1], "ts": now + 50}).encode(), 0, []),
+                    (b"e", json.dumps({"key": LEAVES[2], "ts": now + 1e6}).encode(), 1, []),
+                    (b"e", json.dumps({"key": LEAVES[3], "ts": o - 5e5}).encode(), 2, []),
+                    (b"e", b"{not json", 0, []),
+                    (None, marker, 1, marker_headers),  # a forged close marker: ignored
+                ]
+            half = len(wave) // 2
+            await asyncio.gather(
+                _produce_raw(a, wave),
+                _produce_raw(b, wave[:half] + extra + wave[half:]),
+            )
+        last = 7
+        got_a = await ps.wait_for_ticks(a, domain.size, last, timeout_s=60, poll_s=0.5)
+        got_b = await ps.wait_for_ticks(b, domain.size, last, timeout_s=60, poll_s=0.5)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    va, vb = _values(got_a, last), _values(got_b, last)
+    assert set(va) == set(vb) == {(n, t) for n in domain.names for t in range(1, last + 1)}
+    nodes_e = {domain.names[int(i)] for i in domain.nodes_for_event(LEAVES[0])}
+    for (name, t), x in va.items():
+        want = a.p ** (t - e_tick) if (name in nodes_e and t >= e_tick) else 0.0
+        assert vb[(name, t)] - x == pytest.approx(want, abs=5e-3), (name, t)
+    # everything sent on time was counted: ticks 1..4 exact (ε = 10^4)
+    total = [va[("all", t)] for t in range(1, 5)]
+    expect, acc = [], 0.0
+    for t, n in enumerate([30, 1500, 30, 30], start=1):
+        acc = a.p * acc + n
+        expect.append(acc)
+        assert total[t - 1] == pytest.approx(acc, abs=0.05)
+    reasons = sorted(json.loads(r.value)["reason"] for r in await ps.read_topic(kafka_broker,
+                                                                                b.dlq_topic))
+    assert reasons == ["before_origin", "future", "malformed_json"]
+    assert workers[1].stats["accepted"] == workers[0].stats["accepted"] + 2  # +now, +50 s ahead
+
+    # P2: a fresh deployment reads A's events topic later: a backlog of past ticks, released
+    # at processing speed, with the very same values.
+    c = _rename(a, f"{unique_name}-c", events_topic=a.events_topic)
+    await ps.create_topics(c)
+    stop = asyncio.Event()
+    worker = Worker(c)
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        got_c = await ps.wait_for_ticks(c, domain.size, last, timeout_s=60, poll_s=0.5)
+    finally:
+        stop.set()
+        await task
+    assert _values(got_c, last) == va
+    assert {k: got_c[k][0] for k in va} == {k: got_a[k][0] for k in va}  # byte for byte
+
+
+async def _run_until(s: Settings, n_streams: int, last: int, timeout_s: float = 90
+                     ) -> tuple[dict[tuple[str, int], list[bytes]], Worker]:
+    stop = asyncio.Event()
+    worker = Worker(s)
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        got = await ps.wait_for_ticks(s, n_streams, last, timeout_s=timeout_s, poll_s=0.5)
+    finally:
+        stop.set()
+        await task
+    return got, worker
+
+
+async def test_p2_p4_persisted_closing_points_reproduce_a_copy_and_refuse_a_changed_one(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    x = ps.make_settings(kafka_broker, tmp_path, unique_name, LEAVES, epsilon=1.0, p=0.7,
+                         tick_seconds=1.0, events_partitions=2, shards=2)
+    await ps.create_topics(x)
+    domain = load_domain(x.domain_file)
+    log = [(LEAVES[i % 8], x.origin + 0.013 * i, 1.0) for i in range(600)]  # ticks 1..8
+    await ps.produce(x, (ps.event_bytes(*e) for e in log))
+    await ps.close_ticks(x, 8)
+    first, _ = await _run_until(x, domain.size, 8)
+
+    # the same deployment (app id, schedule topic), fresh state, on an exact copy of its log
+    copy = x.replace(
+        events_topic=f"{unique_name}.copy", counts_topic=f"{unique_name}.counts2",
+        partials_topic=f"{unique_name}.partials2",
+        ingest_checkpoints_topic=f"{unique_name}.ckpt2.ingest",
+        release_checkpoints_topic=f"{unique_name}.ckpt2.release",
+    )
+    await ps.create_topics(copy)
+    records = await ps.read_topic(kafka_broker, x.events_topic)
+    await _produce_raw(copy, [(r.key, r.value, r.partition, list(r.headers or ()))
+                              for r in sorted(records, key=lambda r: (r.partition, r.offset))])
+    again, _ = await _run_until(copy, domain.size, 8)
+    assert {k: again[k][0] for k in first} == {k: v[0] for k, v in first.items()}
+
+    # ... and on a copy with one event changed (value 1 -> 0.5): refused, nothing published
+    changed = x.replace(
+        events_topic=f"{unique_name}.changed", counts_topic=f"{unique_name}.counts3",
+        partials_topic=f"{unique_name}.partials3",
+        ingest_checkpoints_topic=f"{unique_name}.ckpt3.ingest",
+        release_checkpoints_topic=f"{unique_name}.ckpt3.release",
+    )
+    await ps.create_topics(changed)
+    ordered = sorted(records, key=lambda r: (r.partition, r.offset))
+    victim = len(ordered) // 2
+    items = []
+    for i, r in enumerate(ordered):
+        value = r.value
+        if i == victim:
+            body = json.loads(value)
+            body["value"] = 0.5
+            value = json.dumps(body).encode()
+        items.append((r.key, value, r.partition, list(r.headers or ())))
+    await _produce_raw(changed, items)
+    stop = asyncio.Event()
+    worker = Worker(changed)
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        with pytest.raises(ScheduleMismatch, match="differ"):
+            await asyncio.wait_for(task, timeout=60)
+    finally:
+        stop.set()
+    published = await ps.released(changed)
+    # the partition without the changed record may release its share up to the change; the
+    # changed range itself never is: no tick of the victim's partition is complete
+    assert len(published) < domain.size * 8
