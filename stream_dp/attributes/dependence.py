@@ -1,11 +1,25 @@
 """Attribute dependence from a *noisy* bootstrap measurement (charged to the budget).
 
-The bootstrap measures, once, the ``2×2`` table of total counts of every pair of attributes
-(``C(m, 2)`` tables, ``4·C(m, 2)`` cells) with exact discrete Laplace noise from the keyed
-samplers. Sensitivity from first principles: adding or removing one event changes exactly one cell
-of every pair table by 1, so the L1 sensitivity is ``C(m, 2)`` and the scale is ``C(m, 2)/ε₀``
-(integer counts: no rounding slack). Everything computed from these noisy tables — one-way rates,
-mutual information, the null threshold, the structure — is post-processing.
+Two bootstraps, both measured once over the whole log with exact discrete Laplace noise from the
+keyed samplers; :func:`measure_bootstrap` uses the one with the smaller sensitivity:
+
+* **pair tables** (:func:`measure_pairs`): the ``2×2`` table of total counts of every pair
+  (``C(m, 2)`` tables). Adding or removing one event changes exactly one cell of every pair table
+  by 1: L1 sensitivity ``C(m, 2)`` (496 for m = 32), scale ``C(m, 2)/ε₀``, integer counts.
+* **bounded co-occurrence** (:func:`measure_cooccurrence`, for sparse data): the number of events
+  ``N``, the one-counts ``n_i`` and the co-occurrence counts ``n_ij``. An event with ``k`` ones adds
+  1 to ``N``, ``w₁`` to each of its ``k`` one-counts and ``w₂`` to each of its ``C(k, 2)``
+  co-occurrences, with ``w₁ = w₂ = 1`` if ``k ≤ K`` (``K = max_ones``) and otherwise
+  ``w₁ = K/k``, ``w₂ = C(K, 2)/C(k, 2)``, both rounded *down* to the grid ``g = 2**-8`` (a function
+  of the event alone). So one event changes the measured vector by at most
+  ``1 + K + C(K, 2)`` in L1 (37 for K = 8), whatever ``m``; every value is a multiple of ``g``
+  (exact in float64), so the noise is added in grid units with no rounding slack. The 2×2 table
+  of a pair is then ``n11 = n_ij, n10 = n_i − n_ij, n01 = n_j − n_ij, n00 = N − n_i − n_j + n_ij``.
+  Events with more than K ones are down-weighted: a bias acceptable for choosing the structure
+  only (the tables themselves are measured without it).
+
+Everything computed from the noisy values — one-way rates, mutual information, the null
+threshold, the structure — is post-processing.
 
 Mutual information (nats) of a pair is computed from the noisy table with negative cells clipped
 to 0. Noise alone makes the plug-in MI of independent attributes positive: to second order
@@ -26,14 +40,33 @@ from numpy.typing import NDArray
 
 from stream_dp.attributes.tables import count_table
 
-__all__ = ["PairSketch", "measure_pairs", "pair_sensitivity"]
+__all__ = [
+    "PairSketch",
+    "cooccurrence_sensitivity",
+    "cooccurrence_vector",
+    "measure_bootstrap",
+    "measure_cooccurrence",
+    "measure_pairs",
+    "pair_sensitivity",
+    "pair_vector",
+]
+
+#: Grid of the co-occurrence weights (a power of two: sums are exact in float64).
+WEIGHT_GRID = 2.0**-8
+#: Default bound K on the ones of an event counted at full weight by the co-occurrence bootstrap.
+DEFAULT_MAX_ONES = 8
 
 Float64Array = NDArray[np.float64]
 
 
 def pair_sensitivity(m: int) -> int:
-    """L1 sensitivity of the bootstrap: one event changes one cell of each of ``C(m, 2)`` tables."""
+    """L1 sensitivity of the pair-table bootstrap: one cell of each of ``C(m, 2)`` tables."""
     return m * (m - 1) // 2
+
+
+def cooccurrence_sensitivity(max_ones: int) -> int:
+    """L1 sensitivity of the co-occurrence bootstrap: ``1 + K + C(K, 2)`` (counts)."""
+    return 1 + max_ones + max_ones * (max_ones - 1) // 2
 
 
 @dataclass(frozen=True)
@@ -41,7 +74,8 @@ class PairSketch:
     """Noisy total-count ``2×2`` tables of every attribute pair (cells ``00, 01, 10, 11``).
 
     ``pairs[k] = (i, j)`` with ``i < j``; ``tables[k]`` its 4 noisy counts (events);
-    ``noise_variance``: variance of each cell's noise (events²); ``epsilon``: budget spent.
+    ``noise_variance``: (mean) variance of each cell's noise (events²); ``epsilon``: budget
+    spent; ``sensitivity``: its L1 sensitivity (counts); ``method``: which bootstrap.
     """
 
     m: int
@@ -49,6 +83,8 @@ class PairSketch:
     tables: Float64Array
     noise_variance: float
     epsilon: float
+    sensitivity: float = 0.0
+    method: str = "pairs"
 
     @property
     def total(self) -> float:
@@ -119,7 +155,7 @@ def measure_pairs(
     pairs = tuple(itertools.combinations(range(m), 2))
     if not pairs:
         return PairSketch(m, (), np.zeros((0, 4)), 0.0, 0.0)
-    exact = np.stack([count_table(bits, p) for p in pairs])
+    exact = pair_vector(bits).reshape(len(pairs), 4)
     # one ulp up: the correctly rounded quotient may lie half an ulp below Δ/ε
     scale = math.nextafter(pair_sensitivity(m) / epsilon, math.inf)
     names = [f"{description}/bootstrap/pair={i},{j}/cell={c}" for i, j in pairs for c in range(4)]
@@ -127,4 +163,95 @@ def measure_pairs(
     noisy = exact + noise.discrete_laplace(0, scale).reshape(len(pairs), 4).astype(np.float64)
     from stream_dp.noise import discrete_laplace_variance
 
-    return PairSketch(m, pairs, noisy, discrete_laplace_variance(scale), epsilon)
+    sens = pair_sensitivity(m)
+    return PairSketch(m, pairs, noisy, discrete_laplace_variance(scale), epsilon, sens, "pairs")
+
+
+def _down(x: Float64Array) -> Float64Array:
+    out: Float64Array = np.floor(x / WEIGHT_GRID) * WEIGHT_GRID
+    return out
+
+
+def cooccurrence_vector(bits: NDArray[np.uint8], max_ones: int = DEFAULT_MAX_ONES) -> Float64Array:
+    """Exact bounded co-occurrence vector ``[N, n_0 … n_{m-1}, n_01, n_02, …]`` (pairs in
+    ``itertools.combinations`` order), every entry a multiple of :data:`WEIGHT_GRID`."""
+    m = int(bits.shape[1])
+    k = bits.sum(axis=1).astype(np.float64)
+    big = k > max_ones
+    kk = np.where(big, k, 2.0)
+    w1 = np.where(big, _down(max_ones / kk), 1.0)
+    w2 = np.where(big, _down(max_ones * (max_ones - 1) / (kk * (kk - 1))), 1.0)
+    x = bits.astype(np.float64)
+    ones = x.T @ w1  # multiples of the grid: exact in any summation order
+    co = x.T @ (x * w2[:, None])
+    iu = np.triu_indices(m, 1)
+    out: Float64Array = np.concatenate([[float(bits.shape[0])], ones, co[iu]])
+    return out
+
+
+def pair_vector(bits: NDArray[np.uint8]) -> Float64Array:
+    """Exact counts of all pair tables, flattened (pairs in ``combinations`` order, 4 cells each)."""
+    m = int(bits.shape[1])
+    pairs = list(itertools.combinations(range(m), 2))
+    if not pairs:
+        return np.zeros(0)
+    out: Float64Array = np.concatenate([count_table(bits, p) for p in pairs])
+    return out
+
+
+def measure_cooccurrence(
+    bits: NDArray[np.uint8],
+    epsilon: float,
+    key: bytes,
+    description: str,
+    max_ones: int = DEFAULT_MAX_ONES,
+) -> PairSketch:
+    """Bootstrap for sparse data: noisy ``N``, ``n_i``, ``n_ij`` with bounded contributions
+    (module doc); returns the derived 2×2 pair tables."""
+    from stream_dp.noise import KeyedNoise, discrete_laplace_variance, stream_ids
+
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"bootstrap epsilon must be a finite number > 0, got {epsilon!r}")
+    if max_ones < 2:
+        raise ValueError(f"max_ones must be ≥ 2, got {max_ones}")
+    m = int(bits.shape[1])
+    pairs = tuple(itertools.combinations(range(m), 2))
+    exact = cooccurrence_vector(bits, max_ones) / WEIGHT_GRID  # integers, exactly
+    sens_units = cooccurrence_sensitivity(max_ones) / WEIGHT_GRID
+    scale = math.nextafter(sens_units / epsilon, math.inf)
+    names = (
+        [f"{description}/cooc/N"]
+        + [f"{description}/cooc/one={i}" for i in range(m)]
+        + [f"{description}/cooc/pair={i},{j}" for i, j in pairs]
+    )
+    noise = KeyedNoise(
+        key, f"attributes-cooccurrence/v1/K={max_ones}/{description}", stream_ids(names)
+    )
+    noisy = (exact + noise.discrete_laplace(0, scale).astype(np.float64)) * WEIGHT_GRID
+    n_hat, ones_hat, co_hat = noisy[0], noisy[1 : m + 1], noisy[m + 1 :]
+    i_idx = np.array([p[0] for p in pairs], dtype=np.int64)
+    j_idx = np.array([p[1] for p in pairs], dtype=np.int64)
+    n11 = co_hat
+    n10 = ones_hat[i_idx] - co_hat
+    n01 = ones_hat[j_idx] - co_hat
+    n00 = n_hat - ones_hat[i_idx] - ones_hat[j_idx] + co_hat
+    tables = np.stack([n00, n01, n10, n11], axis=1) if pairs else np.zeros((0, 4))
+    var = discrete_laplace_variance(scale) * WEIGHT_GRID**2
+    # cells combine 1, 2, 2 and 4 noisy values: mean variance 2.25 σ²
+    return PairSketch(
+        m, pairs, tables, 2.25 * var, epsilon, float(cooccurrence_sensitivity(max_ones)), "cooc"
+    )
+
+
+def measure_bootstrap(
+    bits: NDArray[np.uint8],
+    epsilon: float,
+    key: bytes,
+    description: str,
+    max_ones: int = DEFAULT_MAX_ONES,
+) -> PairSketch:
+    """The bootstrap with the smaller sensitivity for this ``m`` (module doc)."""
+    m = int(bits.shape[1])
+    if cooccurrence_sensitivity(max_ones) < pair_sensitivity(m):
+        return measure_cooccurrence(bits, epsilon, key, description, max_ones)
+    return measure_pairs(bits, epsilon, key, description)

@@ -1,7 +1,9 @@
 """The whole pipeline for a binary-attribute stream, with its exact privacy accounting.
 
-1. **Bootstrap** (budget ``ε₀ = bootstrap_fraction · ε``): noisy total counts of every pair table
-   (:func:`~stream_dp.attributes.dependence.measure_pairs`), sensitivity ``C(m, 2)``.
+1. **Bootstrap** (budget ``ε₀ = bootstrap_fraction · ε``), once over the whole log:
+   :func:`~stream_dp.attributes.dependence.measure_bootstrap` — bounded co-occurrence counts
+   (L1 sensitivity ``1 + K + C(K, 2)``, 37 for ``K = max_ones = 8``) or, when smaller, all pair
+   tables (sensitivity ``C(m, 2)``).
 2. **Structure** (free, post-processing of 1): :func:`~stream_dp.attributes.structure.choose_structure`.
 3. **Tables** (budget ``ε − ε₀``, split equally over the ``K`` measured tables, ``ε_t`` each):
    every cell of every table is a stream of a :class:`~stream_dp.counters.CounterBank` at
@@ -10,8 +12,8 @@
 4. **Answers** (free): GLS consistency (:mod:`stream_dp.attributes.consistency`) and the
    junction-tree estimator (:mod:`stream_dp.attributes.model`).
 
-**Accounting from first principles.** Adding or removing one event changes: one cell of each of
-the ``C(m, 2)`` bootstrap tables by 1 (L1 ``C(m, 2)``, Laplace scale ``C(m, 2)/ε₀`` → ``ε₀``), and,
+**Accounting from first principles.** Adding or removing one event changes: the bootstrap's
+measured vector by at most its sensitivity Δ₀ in L1 (Laplace scale ``Δ₀/ε₀`` → ``ε₀``), and,
 in the one tick the event's own timestamp selects, one cell of each of the ``K`` measured tables
 by 1 (``K`` streams, each ``ε_t``-DP → ``K·ε_t``). Basic composition (the structure is chosen
 adaptively from the bootstrap's output, which adaptive composition allows) gives
@@ -35,7 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stream_dp.attributes.consistency import make_consistent
-from stream_dp.attributes.dependence import PairSketch, measure_pairs, pair_sensitivity
+from stream_dp.attributes.dependence import DEFAULT_MAX_ONES, PairSketch, measure_bootstrap
 from stream_dp.attributes.model import JunctionTreeModel
 from stream_dp.attributes.structure import Structure, choose_structure
 from stream_dp.attributes.tables import cell_index
@@ -64,7 +66,8 @@ class BudgetSplit:
     bootstrap: float
     per_table: float
     n_tables: int
-    bootstrap_sensitivity: int
+    bootstrap_sensitivity: float
+    bootstrap_method: str = "none"
 
     @property
     def spent(self) -> float:
@@ -74,15 +77,21 @@ class BudgetSplit:
     def lines(self) -> list[str]:
         """Human-readable accounting."""
         return [
-            f"bootstrap: {self.bootstrap_sensitivity} pair tables, one cell each per event, "
-            f"ε₀ = {self.bootstrap:.6g}",
+            f"bootstrap ({self.bootstrap_method}): L1 sensitivity {self.bootstrap_sensitivity:g} "
+            f"per event, ε₀ = {self.bootstrap:.6g}",
             f"tables: {self.n_tables} measured tables, one cell each per event, "
             f"ε_t = {self.per_table:.6g} each, {self.n_tables * self.per_table:.6g} together",
             f"total per event: {self.spent:.6g} ≤ ε = {self.epsilon:.6g} (pure DP, all ticks)",
         ]
 
 
-def split_budget(epsilon: float, m: int, n_tables: int, bootstrap: float) -> BudgetSplit:
+def split_budget(
+    epsilon: float,
+    n_tables: int,
+    bootstrap: float,
+    bootstrap_sensitivity: float = 0.0,
+    bootstrap_method: str = "none",
+) -> BudgetSplit:
     """The split with ``ε_t = (ε − bootstrap)/n_tables``, rounded down so the sum stays ≤ ε."""
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
@@ -93,7 +102,7 @@ def split_budget(epsilon: float, m: int, n_tables: int, bootstrap: float) -> Bud
     per = (epsilon - bootstrap) / n_tables
     while bootstrap + n_tables * per > epsilon:
         per = math.nextafter(per, 0.0)
-    return BudgetSplit(epsilon, bootstrap, per, n_tables, pair_sensitivity(m))
+    return BudgetSplit(epsilon, bootstrap, per, n_tables, bootstrap_sensitivity, bootstrap_method)
 
 
 class MarginalRelease:
@@ -195,6 +204,7 @@ def run_offline(
     description: str,
     bootstrap_fraction: float = DEFAULT_BOOTSTRAP_FRACTION,
     max_cluster: int = DEFAULT_MAX_CLUSTER,
+    max_ones: int = DEFAULT_MAX_ONES,
     strategy: str = "auto",
     progress: Callable[[str], None] | None = None,
 ) -> OfflineResult:
@@ -216,11 +226,17 @@ def run_offline(
     sketch: PairSketch | None = None
     eps0 = bootstrap_fraction * epsilon if m > 1 else 0.0
     if eps0 > 0:
-        sketch = measure_pairs(bits, eps0, key, description)
+        sketch = measure_bootstrap(bits, eps0, key, description, max_ones)
         structure = choose_structure(sketch.excess(), max_cluster=max_cluster)
     else:
         structure = Structure(m, tuple((a,) for a in range(m)), ())
-    split = split_budget(epsilon, m, len(structure.tables), eps0)
+    split = split_budget(
+        epsilon,
+        len(structure.tables),
+        eps0,
+        sketch.sensitivity if sketch else 0.0,
+        sketch.method if sketch else "none",
+    )
     say(
         f"structure: {len(structure.tables)} tables "
         f"({sum(1 for t in structure.tables if len(t) > 2)} clusters of 3+, "

@@ -24,15 +24,17 @@ Read a log of events with M yes/no attributes, release the decayed counts (decay
 tick) of a few marginal tables at every tick under pure ε-DP, and answer α-way queries (α ≤ 8)
 at the last tick from those tables.
 
-How: ε is split explicitly. A bootstrap (--bootstrap-fraction of ε, default 0.2) measures the
-noisy total counts of all C(M,2) pair tables (one event touches one cell of each: sensitivity
-C(M,2)); from it alone (post-processing) a Chow–Liu spanning forest over the attributes is cut
-into clusters of at most --max-cluster attributes (one joint table each) joined by 2-way bridge
-tables. The rest of ε is split equally over those K tables; every cell of every table is a
-decayed DP counter (stream_dp.counters.CounterBank, --strategy, default auto). One event touches
-one cell of every table, so the costs add: ε₀ + K·ε_t ≤ ε (printed on stderr). At the last tick
-the tables are made consistent (GLS) and every query is answered by the junction-tree
-(maximum-entropy) estimator.
+How: ε is split explicitly. A bootstrap (--bootstrap-fraction of ε, default 0.2) measures once,
+over the whole log, noisy counts from which every pair's 2×2 table follows: the number of events,
+each attribute's 1s and each pair's co-occurrences, an event with k > K ones (--max-ones, default
+8) counted with weights K/k and C(K,2)/C(k,2), so one event moves them by at most 1 + K + C(K,2)
+in L1 (or the C(M,2) pair tables themselves, sensitivity C(M,2), when that is smaller). From it
+alone (post-processing) a Chow–Liu spanning forest over the attributes is cut into clusters of at
+most --max-cluster attributes (one joint table each) joined by 2-way bridge tables. The rest of ε
+is split equally over those K tables; every cell of every table is a decayed DP counter
+(stream_dp.counters.CounterBank, --strategy, default auto). One event touches one cell of every
+table, so the costs add: ε₀ + K·ε_t ≤ ε (printed on stderr). At the last tick the tables are made
+consistent (GLS) and every query is answered by the junction-tree (maximum-entropy) estimator.
 
 Input:
   EVENTS.jsonl   one event a line: {"ts": <unix seconds>, "attrs": "<M characters 0/1>"};
@@ -127,6 +129,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=4,
         metavar="G",
         help="largest number of attributes in one joint table, 1..8 (default 4)",
+    )
+    parser.add_argument(
+        "--max-ones",
+        type=int,
+        default=8,
+        metavar="K",
+        help="bootstrap: ones of an event counted at full weight, ≥ 2 (default 8)",
     )
     parser.add_argument(
         "--strategy",
@@ -252,6 +261,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--bootstrap-fraction must be in (0, 1), got {args.bootstrap_fraction}")
     if not 1 <= args.max_cluster <= MAX_ALPHA:
         raise InputError(f"--max-cluster must be in 1..{MAX_ALPHA}, got {args.max_cluster}")
+    if args.max_ones < 2:
+        raise InputError(f"--max-ones must be ≥ 2, got {args.max_ones}")
     if args.max_ticks < 1:
         raise InputError(f"--max-ticks must be ≥ 1, got {args.max_ticks}")
 
@@ -293,6 +304,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         f"marginals/v1/m={m}/epsilon={float(args.epsilon)!r}/p={float(args.decay)!r}"
         f"/tick={args.tick_seconds}/origin={args.origin}"
         f"/bootstrap={float(args.bootstrap_fraction)!r}/max_cluster={args.max_cluster}"
+        f"/max_ones={args.max_ones}"
         f"/strategy={args.strategy}/log=sha256:{digest}"
     )
     try:
@@ -305,6 +317,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             description=description,
             bootstrap_fraction=float(args.bootstrap_fraction),
             max_cluster=int(args.max_cluster),
+            max_ones=int(args.max_ones),
             strategy=args.strategy,
             progress=say,
         )
@@ -321,6 +334,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             "epsilon": result.split.epsilon,
             "bootstrap": result.split.bootstrap,
             "bootstrap_sensitivity": result.split.bootstrap_sensitivity,
+            "bootstrap_method": result.split.bootstrap_method,
             "per_table": result.split.per_table,
             "n_tables": result.split.n_tables,
             "spent": result.split.spent,
