@@ -53,6 +53,7 @@ __all__ = [
 
 #: Grid of the co-occurrence weights (a power of two: sums are exact in float64).
 WEIGHT_GRID = 2.0**-8
+_CHUNK = 1 << 16
 #: Default bound K on the ones of an event counted at full weight by the co-occurrence bootstrap.
 DEFAULT_MAX_ONES = 8
 
@@ -176,14 +177,18 @@ def cooccurrence_vector(bits: NDArray[np.uint8], max_ones: int = DEFAULT_MAX_ONE
     """Exact bounded co-occurrence vector ``[N, n_0 … n_{m-1}, n_01, n_02, …]`` (pairs in
     ``itertools.combinations`` order), every entry a multiple of :data:`WEIGHT_GRID`."""
     m = int(bits.shape[1])
-    k = bits.sum(axis=1).astype(np.float64)
-    big = k > max_ones
-    kk = np.where(big, k, 2.0)
-    w1 = np.where(big, _down(max_ones / kk), 1.0)
-    w2 = np.where(big, _down(max_ones * (max_ones - 1) / (kk * (kk - 1))), 1.0)
-    x = bits.astype(np.float64)
-    ones = x.T @ w1  # multiples of the grid: exact in any summation order
-    co = x.T @ (x * w2[:, None])
+    ones = np.zeros(m)
+    co = np.zeros((m, m))
+    for start in range(0, bits.shape[0], _CHUNK):  # bounded memory; sums stay exact
+        chunk = bits[start : start + _CHUNK]
+        k = chunk.sum(axis=1, dtype=np.int64).astype(np.float64)
+        big = k > max_ones
+        kk = np.where(big, k, 2.0)
+        w1 = np.where(big, _down(max_ones / kk), 1.0)
+        w2 = np.where(big, _down(max_ones * (max_ones - 1) / (kk * (kk - 1))), 1.0)
+        x = chunk.astype(np.float64)
+        ones += x.T @ w1  # multiples of the grid: exact in any summation order
+        co += x.T @ (x * w2[:, None])
     iu = np.triu_indices(m, 1)
     out: Float64Array = np.concatenate([[float(bits.shape[0])], ones, co[iu]])
     return out

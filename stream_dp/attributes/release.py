@@ -60,6 +60,7 @@ DEFAULT_MAX_CLUSTER = 4
 #: release forward (post-processing). Keeps the planner's exact-error search short; for p < 1 the
 #: error of every strategy stays bounded across epochs.
 MAX_EPOCH_TICKS = 4095
+_CHUNK_EVENTS = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -256,12 +257,19 @@ def run_offline(
         strategy,
     )
     order = np.argsort(ticks, kind="stable")
-    ids = rel.cell_ids(bits)[order]
-    sorted_ticks = ticks[order]
-    bounds = np.searchsorted(sorted_ticks, np.arange(1, last + 2), side="left")
+    sorted_bits = bits[order]
+    bounds = np.searchsorted(ticks[order], np.arange(1, last + 2), side="left")
     step = max(1, last // 20)
-    for t in range(1, last + 1):
-        rel.step_ids(ids[bounds[t - 1] : bounds[t]])
-        if t % step == 0 or t == last:
-            say(f"tick {t}/{last}")
+    t = 1
+    while t <= last:
+        # a chunk of ticks with at most ~2**17 events (bounded memory for the cell ids)
+        end = int(np.searchsorted(bounds, bounds[t - 1] + _CHUNK_EVENTS, side="right")) - 1
+        end = min(max(end, t), last)
+        lo = int(bounds[t - 1])
+        ids = rel.cell_ids(sorted_bits[lo : int(bounds[end])])
+        for u in range(t, end + 1):
+            rel.step_ids(ids[int(bounds[u - 1]) - lo : int(bounds[u]) - lo])
+            if u % step == 0 or u == last:
+                say(f"tick {u}/{last}")
+        t = end + 1
     return OfflineResult(last, structure, split, sketch, rel.model(), rel)

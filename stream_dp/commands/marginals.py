@@ -9,6 +9,7 @@ import math
 import os
 import sys
 import time
+from array import array
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
@@ -74,8 +75,8 @@ class InputError(ValueError):
 Number = int | float | Decimal
 
 
-def _number(text: str) -> int | Decimal:
-    """A command-line number exactly as written (``int`` or ``Decimal``)."""
+def _number(text: str, option: str) -> int | Decimal:
+    """A command-line number exactly as written (``int`` or ``Decimal``); ``InputError`` else."""
     try:
         return int(text)
     except ValueError:
@@ -83,57 +84,59 @@ def _number(text: str) -> int | Decimal:
     try:
         value = Decimal(text)
     except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        raise InputError(f"{option} must be a number, got {text!r}") from None
     if not value.is_finite():
-        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
+        raise InputError(f"{option} must be a finite number, got {text!r}")
+    return value
+
+
+def _typed(text: str, option: str, kind: type[int] | type[float]) -> Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise InputError(f"{option} must be {what}, got {text!r}") from None
     return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``stream-dp marginals``."""
     parser.add_argument("--events", required=True, metavar="EVENTS.jsonl", help="event log")
-    parser.add_argument("--attributes", required=True, type=int, metavar="M", help="M in 1..64")
+    parser.add_argument("--attributes", required=True, metavar="M", help="M in 1..64")
     parser.add_argument(
         "--epsilon",
         required=True,
-        type=float,
         metavar="E",
         help="ε per event for the whole run (pure DP), > 0",
     )
-    parser.add_argument(
-        "--decay", required=True, type=float, metavar="P", help="decay per tick, in (0, 1]"
-    )
+    parser.add_argument("--decay", required=True, metavar="P", help="decay per tick, in (0, 1]")
     parser.add_argument(
         "--tick-seconds",
         required=True,
-        type=_number,
         metavar="S",
         help="tick length in seconds, > 0",
     )
     parser.add_argument(
-        "--origin", required=True, type=_number, metavar="O", help="start of tick 1 (unix seconds)"
+        "--origin", required=True, metavar="O", help="start of tick 1 (unix seconds)"
     )
     parser.add_argument("--queries", required=True, metavar="QUERIES.json", help="queries")
     parser.add_argument("--out", required=True, metavar="ANSWERS.json", help="answers file")
     parser.add_argument("--key-file", metavar="KEY", help="noise key file (default: fresh random)")
     parser.add_argument(
         "--bootstrap-fraction",
-        type=float,
-        default=0.2,
+        default="0.2",
         metavar="F",
         help="share of ε for the bootstrap measurement, in (0, 1) (default 0.2)",
     )
     parser.add_argument(
         "--max-cluster",
-        type=int,
-        default=4,
+        default="4",
         metavar="G",
         help="largest number of attributes in one joint table, 1..8 (default 4)",
     )
     parser.add_argument(
         "--max-ones",
-        type=int,
-        default=8,
+        default="8",
         metavar="K",
         help="bootstrap: ones of an event counted at full weight, ≥ 2 (default 8)",
     )
@@ -144,8 +147,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-ticks",
-        type=int,
-        default=DEFAULT_MAX_TICKS,
+        default=str(DEFAULT_MAX_TICKS),
         help=f"refuse logs spanning more ticks (default {DEFAULT_MAX_TICKS})",
     )
     parser.add_argument(
@@ -176,47 +178,63 @@ def read_events(
     path: str, m: int, origin: Number, tick_seconds: Number, max_ticks: int
 ) -> tuple[NDArray[np.uint8], NDArray[np.int64], str]:
     """``(bits, ticks, sha256 hex of the file)``; ``InputError`` naming the line on bad input."""
+    hasher = hashlib.sha256()
+    rows = bytearray()
+    ticks = array("q")
     try:
-        raw = Path(path).read_bytes()
+        fh = open(path, "rb")  # noqa: SIM115 - closed below; lines streamed, bounded memory
     except OSError as exc:
         raise InputError(f"--events: cannot read {path!r}: {exc.strerror}") from None
-    digest = hashlib.sha256(raw).hexdigest()
-    rows: list[bytes] = []
-    ticks: list[int] = []
-    for lineno, line in enumerate(raw.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            ev = json.loads(line, parse_float=Decimal, parse_constant=_no_constants)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InputError(f"{path}:{lineno}: not valid JSON ({exc})") from None
-        if not isinstance(ev, dict) or "ts" not in ev or "attrs" not in ev:
-            raise InputError(f'{path}:{lineno}: an event must be an object with "ts" and "attrs"')
-        ts, attrs = ev["ts"], ev["attrs"]
-        if isinstance(ts, bool) or not isinstance(ts, (int, Decimal)):
-            raise InputError(f"{path}:{lineno}: ts must be a finite number (unix seconds)")
-        if not isinstance(attrs, str):
-            raise InputError(f"{path}:{lineno}: attrs must be a string of {m} characters 0/1")
-        if len(attrs) != m:
-            raise InputError(
-                f"{path}:{lineno}: attrs has {len(attrs)} characters, --attributes is {m}"
-            )
-        if attrs.strip("01"):
-            bad = next(c for c in attrs if c not in "01")
-            raise InputError(f"{path}:{lineno}: attrs may contain only 0 and 1, found {bad!r}")
-        t = tick_of(ts, origin, tick_seconds)
-        if t < 1:
-            raise InputError(f"{path}:{lineno}: ts {ts} is before the origin {origin}")
-        if t > max_ticks:
-            raise InputError(
-                f"{path}:{lineno}: ts {ts} falls in tick {t}, beyond --max-ticks {max_ticks}"
-            )
-        rows.append(attrs.encode("ascii"))
-        ticks.append(t)
-    if not rows:
+    with fh:
+        for lineno, line in enumerate(fh, start=1):
+            hasher.update(line)
+            _parse_line(line, lineno, path, m, origin, tick_seconds, max_ticks, rows, ticks)
+    if not ticks:
         raise InputError(f"--events: {path!r} holds no events")
-    bits = (np.frombuffer(b"".join(rows), dtype=np.uint8) - np.uint8(48)).reshape(len(rows), m)
-    return bits, np.array(ticks, dtype=np.int64), digest
+    bits = (np.frombuffer(bytes(rows), dtype=np.uint8) - np.uint8(48)).reshape(len(ticks), m)
+    return bits, np.frombuffer(ticks, dtype=np.int64).copy(), hasher.hexdigest()
+
+
+def _parse_line(
+    line: bytes,
+    lineno: int,
+    path: str,
+    m: int,
+    origin: Number,
+    tick_seconds: Number,
+    max_ticks: int,
+    rows: bytearray,
+    ticks: array[int],
+) -> None:
+    """Validate one line and append its event (blank lines are skipped)."""
+    if not line.strip():
+        return
+    try:
+        ev = json.loads(line, parse_float=Decimal, parse_constant=_no_constants)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}:{lineno}: not valid JSON ({exc})") from None
+    if not isinstance(ev, dict) or "ts" not in ev or "attrs" not in ev:
+        raise InputError(f'{path}:{lineno}: an event must be an object with "ts" and "attrs"')
+    ts, attrs = ev["ts"], ev["attrs"]
+    if isinstance(ts, bool) or not isinstance(ts, (int, Decimal)):
+        raise InputError(f"{path}:{lineno}: ts must be a finite number (unix seconds)")
+    if not isinstance(attrs, str):
+        raise InputError(f"{path}:{lineno}: attrs must be a string of {m} characters 0/1")
+    if len(attrs) != m:
+        raise InputError(f"{path}:{lineno}: attrs has {len(attrs)} characters, --attributes is {m}")
+    if attrs.strip("01"):
+        bad = next(c for c in attrs if c not in "01")
+        raise InputError(f"{path}:{lineno}: attrs may contain only 0 and 1, found {bad!r}")
+    t = tick_of(ts, origin, tick_seconds)
+    if t < 1:
+        raise InputError(f"{path}:{lineno}: ts {ts} is before the origin {origin}")
+    if t > max_ticks:
+        raise InputError(
+            f"{path}:{lineno}: ts {ts} lies beyond tick --max-ticks {max_ticks} "
+            "(raise --max-ticks if this is intended)"
+        )
+    rows += attrs.encode("ascii")
+    ticks.append(t)
 
 
 def read_queries(path: str, m: int) -> list[tuple[int, ...]]:
@@ -249,6 +267,23 @@ def read_queries(path: str, m: int) -> list[tuple[int, ...]]:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    """Convert and validate the options in place (``InputError`` with one line)."""
+    for name, kind in (
+        ("attributes", int),
+        ("epsilon", float),
+        ("decay", float),
+        ("bootstrap_fraction", float),
+        ("max_cluster", int),
+        ("max_ones", int),
+        ("max_ticks", int),
+    ):
+        value = getattr(args, name)
+        if isinstance(value, str):
+            setattr(args, name, _typed(value, "--" + name.replace("_", "-"), kind))
+    for name in ("tick_seconds", "origin"):
+        value = getattr(args, name)
+        if isinstance(value, str):
+            setattr(args, name, _number(value, "--" + name.replace("_", "-")))
     if not 1 <= args.attributes <= 64:
         raise InputError(f"--attributes must be in 1..64, got {args.attributes}")
     if not (math.isfinite(args.epsilon) and args.epsilon > 0):
@@ -263,8 +298,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--max-cluster must be in 1..{MAX_ALPHA}, got {args.max_cluster}")
     if args.max_ones < 2:
         raise InputError(f"--max-ones must be ≥ 2, got {args.max_ones}")
-    if args.max_ticks < 1:
-        raise InputError(f"--max-ticks must be ≥ 1, got {args.max_ticks}")
+    if not 1 <= args.max_ticks <= 1 << 40:
+        raise InputError(f"--max-ticks must be in 1..2**40, got {args.max_ticks}")
 
 
 def _key(args: argparse.Namespace) -> bytes:

@@ -166,6 +166,10 @@ def test_bad_parameters(tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
         {"--epsilon": "0"},
         {"--decay": "1.5"},
         {"--tick-seconds": "0"},
+        {"--tick-seconds": "abc"},
+        {"--origin": "nan"},
+        {"--attributes": "six"},
+        {"--epsilon": "x"},
     ):
         assert main(_args(tmp, **over)) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
