@@ -9,13 +9,15 @@ Modules (small, one job each):
 * :mod:`~stream_dp.attributes.structure` — capped Chow–Liu clusters + bridges (decomposable);
 * :mod:`~stream_dp.attributes.consistency` — GLS consistency of overlapping tables (seed 000);
 * :mod:`~stream_dp.attributes.model` — the junction-tree / maximum-entropy estimator;
-* :mod:`~stream_dp.attributes.release` — the pipeline and its accounting (``stream-dp marginals``).
+* :mod:`~stream_dp.attributes.release` — the pipeline and its accounting (``stream-dp marginals``);
+* :mod:`~stream_dp.attributes.query` — the query helper (names, labelled cells, standard errors).
 """
 
 from __future__ import annotations
 
 from stream_dp.attributes.domain import BinaryDomain
 from stream_dp.attributes.model import JunctionTreeModel
+from stream_dp.attributes.query import QueryAnswer, answer, answer_all
 from stream_dp.attributes.release import (
     BudgetSplit,
     MarginalRelease,
@@ -31,7 +33,10 @@ __all__ = [
     "JunctionTreeModel",
     "MarginalRelease",
     "OfflineResult",
+    "QueryAnswer",
     "Structure",
+    "answer",
+    "answer_all",
     "choose_structure",
     "run_offline",
     "split_budget",

@@ -323,3 +323,23 @@ def test_answers_are_unbiased_within_the_stderr() -> None:
 def test_structure_from_explicit_tables() -> None:
     s = Structure.from_tables(4, [(2, 0), (1, 3)])
     assert s.tables == ((0, 2), (1, 3))
+
+
+# ---------------------------------------------------------------- query helper
+def test_query_helper_names_cells_and_errors() -> None:
+    from stream_dp.attributes import answer, answer_all
+
+    d = BinaryDomain(["x", "y", "z"])
+    model = JunctionTreeModel(
+        [(0, 1), (1, 2)], [np.array([4.0, 2, 2, 2]), np.array([3.0, 3, 1, 3])]
+    )
+    a = answer(model, ["z", 0], d)
+    assert a.attributes == (2, 0) and a.names == ("z", "x")
+    assert a.cell({"z": 1, "x": 0}) == pytest.approx(a.counts[2])
+    assert a.as_dict()["stderr_bound"] is None
+    assert len(answer_all(model, [[0], [1, 2]])) == 2
+    for bad in (["x", "x"], ["w"], [5]):
+        with pytest.raises(ValueError):
+            answer(model, bad, d)
+    with pytest.raises(ValueError):
+        answer(model, ["x"])
