@@ -46,6 +46,8 @@ __all__ = [
     "BudgetSplit",
     "MarginalRelease",
     "OfflineResult",
+    "auto_bridge_size",
+    "decayed_total_estimate",
     "run_offline",
     "split_budget",
 ]
@@ -187,6 +189,43 @@ class MarginalRelease:
         return JunctionTreeModel(self.tables, consistent, [var] * len(self.tables))
 
 
+#: Signal-to-noise a bridge table's average cell must keep (decayed events per cell over the
+#: noise standard deviation of a cell), for :func:`auto_bridge_size`.
+BRIDGE_SNR = 8.0
+
+
+def decayed_total_estimate(n_total: float, ticks: int, p: float) -> float:
+    """Decayed count at the last tick if ``n_total`` events were spread evenly over ``ticks``."""
+    if ticks < 1:
+        return 0.0
+    rate = n_total / ticks
+    if p >= 1.0:
+        return n_total
+    return rate * (1.0 - p**ticks) / (1.0 - p)
+
+
+def auto_bridge_size(
+    n_decayed: float, epsilon_per_table: float, p: float, max_size: int, snr: float = BRIDGE_SNR
+) -> int:
+    """Largest bridge-table size ``s`` in ``[2, max_size]`` whose average cell
+    ``n_decayed / 2**s`` is at least ``snr`` times the noise of one cell, approximated by input
+    perturbation's ``√(2/(ε_t²(1 − p²)))`` (an upper bound on the planner's pick); 2 if none.
+
+    More attributes per bridge keep more dependence between clusters but spread the events over
+    more cells; measured on the attribute simulator (benchmarks/marginals.py), 4-attribute
+    bridges help at ~95 000 decayed events and hurt at ~4 800.
+    """
+    if p < 1.0:
+        sigma = math.sqrt(2.0 / (epsilon_per_table**2 * (1.0 - p * p)))
+    else:
+        sigma = math.sqrt(2.0) / epsilon_per_table
+    best = 2
+    for size in range(2, max(2, max_size) + 1):
+        if n_decayed / (1 << size) >= snr * sigma:
+            best = size
+    return best
+
+
 @dataclass(frozen=True)
 class OfflineResult:
     """Outcome of :func:`run_offline` at the last tick."""
@@ -210,6 +249,7 @@ def run_offline(
     bootstrap_fraction: float = DEFAULT_BOOTSTRAP_FRACTION,
     max_cluster: int = DEFAULT_MAX_CLUSTER,
     max_ones: int = DEFAULT_MAX_ONES,
+    bridge_size: int | None = None,
     strategy: str = "auto",
     progress: Callable[[str], None] | None = None,
 ) -> OfflineResult:
@@ -232,7 +272,16 @@ def run_offline(
     eps0 = bootstrap_fraction * epsilon if m > 1 else 0.0
     if eps0 > 0:
         sketch = measure_bootstrap(bits, eps0, key, description, max_ones)
-        structure = choose_structure(sketch.excess(), max_cluster=max_cluster)
+        excess = sketch.excess()
+        structure = choose_structure(excess, max_cluster=max_cluster, bridge_size=2)
+        if bridge_size is None and structure.bridges:
+            # the table count does not depend on the bridge size: size the bridges from the
+            # noisy total (post-processing) and the per-table budget this structure leaves
+            per_table = (epsilon - eps0) / len(structure.tables)
+            n_dec = decayed_total_estimate(sketch.total, last, p)
+            bridge_size = auto_bridge_size(n_dec, per_table, p, max_cluster)
+        if bridge_size is not None and bridge_size != 2:
+            structure = choose_structure(excess, max_cluster=max_cluster, bridge_size=bridge_size)
     else:
         structure = Structure(m, tuple((a,) for a in range(m)), ())
     split = split_budget(

@@ -10,15 +10,19 @@ to the data in KL divergence (Chow & Liu 1968). We promote its strongest parts t
   cluster, not only the tree's pairs (the idea of seed 003: tables within clusters of dependent
   attributes);
 * an edge that would exceed the cap, between two clusters not yet connected, becomes a
-  **bridge**: a 2-way table linking the clusters (what seed 003 drops by treating clusters as
-  independent);
+  **bridge** linking the clusters (what seed 003 drops by treating clusters as independent); its
+  table holds the edge plus the attributes of the two clusters most dependent on its endpoints
+  (up to ``bridge_size`` attributes, never a whole cluster), so it overlaps each cluster in a
+  set of attributes, not only one;
 * edges with excess MI ≤ 0 (noise-level dependence) never become bridges; they still fill
   clusters that have room (in decreasing MI order), because the budget is per table, not per
   cell: four attributes in one 16-cell table cost a quarter of four 1-way tables.
 
 Every attribute is covered by its cluster's table (a singleton is a 1-way table) unless a bridge
-already covers it. The measured cliques form a forest of cliques joined through single attributes,
-i.e. a **decomposable** model: the maximum-entropy distribution with these marginals has the closed
+already covers it. Each bridge joins two components of the forest built so far and meets each
+of them inside one
+cluster (a complete set): the measured cliques are the maximal cliques of a chordal graph, a
+**decomposable** model: the maximum-entropy distribution with these marginals has the closed
 junction-tree form used by :mod:`stream_dp.attributes.model`.
 
 Why not spectral clustering + k-means++ (seed 003): it needs the number of clusters, has no
@@ -38,19 +42,24 @@ __all__ = ["Structure", "choose_structure"]
 
 @dataclass(frozen=True)
 class Structure:
-    """The measured tables: ``clusters`` (joint tables, attribute tuples sorted ascending) and
-    ``bridges`` (2-way tables ``(i, j)``, ``i < j``). ``tables`` lists all of them."""
+    """The measured tables: ``clusters`` (joint tables, attribute tuples sorted ascending),
+    ``bridges`` (the forest edges ``(i, j)``, ``i < j``, joining two clusters) and
+    ``bridge_tables`` (the table measured for each bridge: its two endpoints, possibly extended
+    by attributes of the two clusters, sorted; default the edge itself). ``tables`` lists the
+    clusters and bridge tables."""
 
     m: int
     clusters: tuple[tuple[int, ...], ...]
     bridges: tuple[tuple[int, int], ...]
+    bridge_tables: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def tables(self) -> tuple[tuple[int, ...], ...]:
-        """Every measured table: clusters (singletons covered by a bridge omitted), then bridges."""
-        covered = {a for b in self.bridges for a in b}
-        kept = tuple(c for c in self.clusters if len(c) > 1 or c[0] not in covered)
-        return kept + tuple(self.bridges)
+        """Every measured table: clusters (those inside a bridge table omitted), bridge tables."""
+        extra = self.bridge_tables if self.bridge_tables is not None else self.bridges
+        covering = [set(b) for b in extra]
+        kept = tuple(c for c in self.clusters if not any(set(c) <= b for b in covering))
+        return kept + tuple(tuple(b) for b in extra)
 
     def describe(self) -> str:
         """Canonical text of the structure (keys the noise of the tables)."""
@@ -85,12 +94,19 @@ class _UnionFind:
 
 
 def choose_structure(
-    excess: NDArray[np.float64], max_cluster: int = 4, max_bridges: int | None = None
+    excess: NDArray[np.float64],
+    max_cluster: int = 4,
+    max_bridges: int | None = None,
+    bridge_size: int | None = None,
 ) -> Structure:
     """Capped Kruskal on the ``(m, m)`` excess-MI matrix (see the module doc).
 
     ``max_cluster`` ≥ 1 caps the attributes of one joint table (its cells are ``2**max_cluster``);
-    ``max_bridges`` caps the number of bridge tables (strongest first; default no cap).
+    ``max_bridges`` caps the number of bridge tables (strongest first; default no cap);
+    ``bridge_size`` (default ``max_cluster``, at least 2) caps a bridge table: the edge ``(i, j)``
+    is extended by the attributes of the two clusters most dependent on ``i`` (from ``i``'s
+    cluster) or ``j`` (from ``j``'s), never a whole cluster of two or more, so the table keeps
+    the dependence between the clusters' cores, not only between two attributes.
     Deterministic: ties are broken by the pair's indices.
     """
     m = int(excess.shape[0])
@@ -121,4 +137,20 @@ def choose_structure(
     for a in range(m):
         groups.setdefault(cluster.find(a), []).append(a)
     clusters = tuple(sorted(tuple(g) for g in groups.values()))
-    return Structure(m, clusters, tuple(bridges))
+    size = max(2, max_cluster if bridge_size is None else bridge_size)
+    where = {a: c for c in clusters for a in c}
+    tables = []
+    for i, j in bridges:
+        chosen = {i, j}
+        room = {i: len(where[i]) - 1, j: len(where[j]) - 1}  # never swallow a whole cluster
+        cands = sorted(
+            [(-float(excess[e, x]), x, e) for e in (i, j) for x in where[e] if x != e],
+        )
+        for _, x, e in cands:
+            if len(chosen) >= size:
+                break
+            side = {a for a in chosen if a in where[e]}
+            if len(side) < room[e]:
+                chosen.add(x)
+        tables.append(tuple(sorted(chosen)))
+    return Structure(m, clusters, tuple(bridges), tuple(tables))

@@ -31,7 +31,9 @@ each attribute's 1s and each pair's co-occurrences, an event with k > K ones (--
 8) counted with weights K/k and C(K,2)/C(k,2), so one event moves them by at most 1 + K + C(K,2)
 in L1 (or the C(M,2) pair tables themselves, sensitivity C(M,2), when that is smaller). From it
 alone (post-processing) a Chow–Liu spanning forest over the attributes is cut into clusters of at
-most --max-cluster attributes (one joint table each) joined by 2-way bridge tables. The rest of ε
+most --max-cluster attributes (one joint table each) joined by bridge tables (the bridge's two
+attributes plus, when the data is large enough, --bridge-size, the attributes of the two clusters
+most dependent on them). The rest of ε
 is split equally over those K tables; every cell of every table is a decayed DP counter
 (stream_dp.counters.CounterBank, --strategy, default auto). One event touches one cell of every
 table, so the costs add: ε₀ + K·ε_t ≤ ε (printed on stderr). At the last tick the tables are made
@@ -133,6 +135,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="4",
         metavar="G",
         help="largest number of attributes in one joint table, 1..8 (default 4)",
+    )
+    parser.add_argument(
+        "--bridge-size",
+        default="auto",
+        metavar="B",
+        help="attributes of a bridge table, 2..--max-cluster, or auto (default): as many as keep "
+        "8× more decayed events per cell than noise, from the bootstrap's noisy total",
     )
     parser.add_argument(
         "--max-ones",
@@ -280,6 +289,12 @@ def _check_args(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if isinstance(value, str):
             setattr(args, name, _typed(value, "--" + name.replace("_", "-"), kind))
+    if args.bridge_size == "auto":
+        args.bridge_size = None
+    elif isinstance(args.bridge_size, str):
+        args.bridge_size = _typed(args.bridge_size, "--bridge-size", int)
+    if args.bridge_size is not None and not 2 <= args.bridge_size <= MAX_ALPHA:
+        raise InputError(f"--bridge-size must be auto or in 2..{MAX_ALPHA}, got {args.bridge_size}")
     for name in ("tick_seconds", "origin"):
         value = getattr(args, name)
         if isinstance(value, str):
@@ -339,7 +354,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         f"marginals/v1/m={m}/epsilon={float(args.epsilon)!r}/p={float(args.decay)!r}"
         f"/tick={args.tick_seconds}/origin={args.origin}"
         f"/bootstrap={float(args.bootstrap_fraction)!r}/max_cluster={args.max_cluster}"
-        f"/max_ones={args.max_ones}"
+        f"/max_ones={args.max_ones}/bridge_size={args.bridge_size or 'auto'}"
         f"/strategy={args.strategy}/log=sha256:{digest}"
     )
     try:
@@ -353,6 +368,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             bootstrap_fraction=float(args.bootstrap_fraction),
             max_cluster=int(args.max_cluster),
             max_ones=int(args.max_ones),
+            bridge_size=args.bridge_size,
             strategy=args.strategy,
             progress=say,
         )
@@ -365,6 +381,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         "tables": [list(t) for t in result.structure.tables],
         "clusters": [list(c) for c in result.structure.clusters],
         "bridges": [list(b) for b in result.structure.bridges],
+        "bridge_tables": [list(b) for b in result.structure.bridge_tables or ()],
         "budget": {
             "epsilon": result.split.epsilon,
             "bootstrap": result.split.bootstrap,

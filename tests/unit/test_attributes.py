@@ -343,3 +343,30 @@ def test_query_helper_names_cells_and_errors() -> None:
             answer(model, bad, d)
     with pytest.raises(ValueError):
         answer(model, ["x"])
+
+
+def test_bridge_tables_extend_into_clusters_and_stay_decomposable() -> None:
+    m = 8
+    excess = np.full((m, m), -1.0)
+    for group in ([0, 1, 2], [3, 4, 5], [6, 7]):
+        for i, j in itertools.combinations(group, 2):
+            excess[i, j] = excess[j, i] = 2.0
+    excess[2, 3] = excess[3, 2] = 1.0
+    excess[5, 6] = excess[6, 5] = 0.9
+    excess[1, 3] = excess[3, 1] = 0.5
+    s = choose_structure(excess, max_cluster=3, bridge_size=4)
+    assert s.bridges == ((2, 3), (5, 6))
+    assert s.bridge_tables is not None
+    # each side keeps at most |cluster| - 1 attributes: never a whole cluster
+    assert s.bridge_tables[0] in {(0, 2, 3, 4), (1, 2, 3, 4), (0, 2, 3, 5), (1, 2, 3, 5)}
+    assert set(s.bridge_tables[1]) >= {5, 6} and 7 not in s.bridge_tables[1]
+    assert choose_structure(excess, max_cluster=3, bridge_size=2).bridge_tables == ((2, 3), (5, 6))
+
+
+def test_auto_bridge_size_grows_with_the_data() -> None:
+    from stream_dp.attributes.release import auto_bridge_size, decayed_total_estimate
+
+    sizes = [auto_bridge_size(n, 0.04, 0.99, 6) for n in (1e3, 3e4, 1e5, 1e6, 1e8)]
+    assert sizes == sorted(sizes) and sizes[0] == 2 and sizes[-1] == 6
+    assert decayed_total_estimate(30000, 300, 0.99) == pytest.approx(100 * (1 - 0.99**300) / 0.01)
+    assert decayed_total_estimate(500, 7, 1.0) == 500
