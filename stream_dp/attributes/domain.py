@@ -3,6 +3,14 @@
 An event is a bit string (character ``i`` = attribute ``i``, ``"0"``/``"1"``) or the list of the
 names of the attributes that are 1. Events are held as a ``(n, m)`` ``uint8`` matrix of 0/1.
 
+Domain file (TOML; the ``[domain]`` table if present, else the top level), read by
+:meth:`BinaryDomain.from_file`::
+
+    [domain]
+    name = "basket"                   # optional
+    kind = "binary"
+    attributes = ["milk", "bread", "eggs"]   # 1..64 distinct names; index = position
+
 One event touches exactly one cell of every marginal table over the domain, whatever the table:
 that is what the accounting of :mod:`stream_dp.attributes.release` composes over.
 
@@ -15,7 +23,10 @@ that is what the accounting of :mod:`stream_dp.attributes.release` composes over
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -57,6 +68,32 @@ class BinaryDomain:
             raise ValueError("attribute names must be distinct")
         self.names = names_t
         self._index = {n: i for i, n in enumerate(names_t)}
+
+    @classmethod
+    def from_toml(cls, doc: Mapping[str, Any]) -> BinaryDomain:
+        """The domain of a parsed domain file (``kind = "binary"``, ``attributes = [...]``)."""
+        table = doc.get("domain", doc)
+        if not isinstance(table, Mapping) or table.get("kind") != "binary":
+            raise ValueError('a binary-attribute domain file needs kind = "binary"')
+        names = table.get("attributes")
+        if not isinstance(names, list):
+            raise ValueError("a binary-attribute domain needs attributes = [names, ...]")
+        return cls(names)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> BinaryDomain:
+        """Read a domain file (module doc); ``ValueError`` naming the file on any problem."""
+        try:
+            with open(path, "rb") as fh:
+                doc = tomllib.load(fh)
+        except OSError as exc:
+            raise ValueError(f"cannot read domain file {str(path)!r}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"domain file {str(path)!r} is not valid TOML: {exc}") from None
+        try:
+            return cls.from_toml(doc)
+        except ValueError as exc:
+            raise ValueError(f"domain file {str(path)!r}: {exc}") from None
 
     @classmethod
     def numbered(cls, m: int) -> BinaryDomain:

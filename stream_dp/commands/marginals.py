@@ -31,13 +31,13 @@ each attribute's 1s and each pair's co-occurrences, an event with k > K ones (--
 8) counted with weights K/k and C(K,2)/C(k,2), so one event moves them by at most 1 + K + C(K,2)
 in L1 (or the C(M,2) pair tables themselves, sensitivity C(M,2), when that is smaller). From it
 alone (post-processing) a Chow–Liu spanning forest over the attributes is cut into clusters of at
-most --max-cluster attributes (one joint table each) joined by bridge tables (the bridge's two
-attributes plus, when the data is large enough, --bridge-size, the attributes of the two clusters
-most dependent on them). The rest of ε
-is split equally over those K tables; every cell of every table is a decayed DP counter
-(stream_dp.counters.CounterBank, --strategy, default auto). One event touches one cell of every
-table, so the costs add: ε₀ + K·ε_t ≤ ε (printed on stderr). At the last tick the tables are made
-consistent (GLS) and every query is answered by the junction-tree (maximum-entropy) estimator.
+most --max-cluster attributes (one joint table each) joined by bridge tables: a bridge's two
+attributes plus the attributes of their clusters most dependent on them, up to --bridge-size
+(auto: as many as the bootstrap's noisy total supports). The rest of ε is split equally over
+those K tables; every cell of every table is a decayed DP counter (stream_dp.counters.CounterBank,
+--strategy, default auto). One event touches one cell of every table, so the costs add:
+ε₀ + K·ε_t ≤ ε (printed on stderr). At the last tick the tables are made consistent (GLS) and
+every query is answered by the junction-tree (maximum-entropy) estimator.
 
 Input:
   EVENTS.jsonl   one event a line: {"ts": <unix seconds>, "attrs": "<M characters 0/1>"};

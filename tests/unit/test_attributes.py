@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -370,3 +371,18 @@ def test_auto_bridge_size_grows_with_the_data() -> None:
     assert sizes == sorted(sizes) and sizes[0] == 2 and sizes[-1] == 6
     assert decayed_total_estimate(30000, 300, 0.99) == pytest.approx(100 * (1 - 0.99**300) / 0.01)
     assert decayed_total_estimate(500, 7, 1.0) == 500
+
+
+def test_binary_domain_file(tmp_path: Path) -> None:
+    ok = tmp_path / "d.toml"
+    ok.write_text('[domain]\nkind = "binary"\nattributes = ["a", "b", "c"]\n')
+    assert BinaryDomain.from_file(ok).names == ("a", "b", "c")
+    example = Path(__file__).resolve().parents[2] / "examples" / "domain-binary.toml"
+    assert BinaryDomain.from_file(example).m == 8
+    for text in ('kind = "grid"\nattributes = ["a"]\n', 'kind = "binary"\n', "kind = [\n"):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(text)
+        with pytest.raises(ValueError, match=r"bad\.toml"):
+            BinaryDomain.from_file(bad)
+    with pytest.raises(ValueError, match="cannot read"):
+        BinaryDomain.from_file(tmp_path / "missing.toml")
