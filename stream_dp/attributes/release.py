@@ -21,10 +21,12 @@ adaptively from the bootstrap's output, which adaptive composition allows) gives
 every table. Releasing every tick costs nothing more (the decayed counters' guarantee covers all
 ticks), and everything after step 3 is post-processing.
 
-**Re-deciding the structure** (a live service, at epoch boundaries — not implemented by the
-offline command): a new bootstrap over the previous epoch's events is charged again (``ε₀`` more
-for every event of that epoch); choosing the structure from the already released, consistent
-tables instead is free. The offline ``stream-dp marginals`` bootstraps once over the whole log.
+**Re-deciding the structure** (a live service, at epoch boundaries — not implemented here):
+bootstrap epoch k's events, choose epoch k+1's tables from that (and from the released tables,
+free), count only epoch k+1's events in them, and start their decayed values from epoch k's
+consistent model decayed by ``p^Δ`` (post-processing). Each event lies in one epoch, hence in one
+bootstrap and one set of tables: the cost per event stays ``ε₀ + K·ε_t``. The offline
+``stream-dp marginals`` bootstraps once over the whole log.
 """
 
 from __future__ import annotations
