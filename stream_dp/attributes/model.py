@@ -1,5 +1,10 @@
 """Answers to any α-way query from consistent marginal tables: the junction-tree estimator.
 
+Noisy tables are first made non-negative by the Euclidean projection onto the non-negative tables
+with the same total (subtract one threshold, floor at 0: "norm-sub"); plain clipping would add
+mass to the many near-empty cells of sparse data (at 50 events a tick, mean TV 0.100/0.159 with
+clipping vs 0.081/0.131 with the projection, benchmarks/marginals.py).
+
 The measured cliques (tables) of a decomposable structure (:mod:`stream_dp.attributes.structure`)
 are joined into a junction tree: a maximum-weight spanning forest of the clique graph, weight =
 number of shared attributes (for a decomposable clique set this satisfies the running-intersection
@@ -42,6 +47,29 @@ Float64Array = NDArray[np.float64]
 _Factor = tuple[tuple[int, ...], Float64Array]  # (attributes, array of shape (2,)*k)
 
 
+def _nonnegative(v: Float64Array, how: str) -> Float64Array:
+    """Non-negative version of a noisy table: ``"clip"`` (negative cells to 0) or ``"normsub"``
+    (subtract the common threshold ``τ`` with ``Σ max(v − τ, 0) = Σ v``: the Euclidean projection
+    onto the non-negative tables with the same total, which does not inflate the many small
+    cells of sparse data the way clipping does)."""
+    if how == "clip":
+        out: Float64Array = np.clip(v, 0.0, None)
+        return out
+    if how != "normsub":
+        raise ValueError(f"nonneg must be 'clip' or 'normsub', got {how!r}")
+    total = float(v.sum())
+    if total <= 0:
+        return np.zeros_like(v)
+    srt = np.sort(v)[::-1]
+    cum = np.cumsum(srt)
+    k = np.arange(1, v.size + 1)
+    taus = (cum - total) / k
+    valid = srt - taus > 0
+    tau = float(taus[np.nonzero(valid)[0][-1]]) if valid.any() else 0.0
+    res: Float64Array = np.maximum(v - tau, 0.0)
+    return res
+
+
 def _multiply(factors: Sequence[_Factor]) -> _Factor:
     """Product of factors over the union of their attributes (sorted)."""
     attrs = tuple(sorted({a for f in factors for a in f[0]}))
@@ -69,7 +97,8 @@ class JunctionTreeModel:
     ``tables``: attribute tuples of the measured tables; ``values``: their consistent flat cell
     values (decayed counts, cell order of :mod:`stream_dp.attributes.tables`); ``cell_variance``:
     per-table noise variance of one cell before consistency (counts²), for standard errors.
-    Negative cells (noise) are clipped to 0 before building the model.
+    Negative cells (noise) are removed before building the model: ``nonneg="normsub"`` (default,
+    projection onto the non-negative tables with the same total) or ``"clip"``.
     """
 
     def __init__(
@@ -77,11 +106,12 @@ class JunctionTreeModel:
         tables: Sequence[Sequence[int]],
         values: Sequence[Float64Array],
         cell_variance: Sequence[float] | None = None,
+        nonneg: str = "normsub",
     ) -> None:
         if not tables or len(tables) != len(values):
             raise ValueError("give at least one table and one value array per table")
         self.tables = tuple(tuple(int(a) for a in t) for t in tables)
-        self.values = tuple(np.clip(np.asarray(v, dtype=np.float64), 0.0, None) for v in values)
+        self.values = tuple(_nonnegative(np.asarray(v, dtype=np.float64), nonneg) for v in values)
         for t, v in zip(self.tables, self.values, strict=True):
             if v.shape != (1 << len(t),):
                 raise ValueError(f"table over {list(t)} needs {1 << len(t)} cells")

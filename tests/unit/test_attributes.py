@@ -386,3 +386,31 @@ def test_binary_domain_file(tmp_path: Path) -> None:
             BinaryDomain.from_file(bad)
     with pytest.raises(ValueError, match="cannot read"):
         BinaryDomain.from_file(tmp_path / "missing.toml")
+
+
+def test_normsub_is_the_simplex_projection() -> None:
+    from scipy.optimize import minimize
+
+    from stream_dp.attributes.model import _nonnegative
+
+    rng = np.random.default_rng(11)
+    for _ in range(5):
+        v = rng.normal(2.0, 5.0, 8)
+        v[0] = 40.0
+        got = _nonnegative(v, "normsub")
+        assert np.all(got >= 0) and got.sum() == pytest.approx(v.sum())
+        total = float(v.sum())
+        cons = [{"type": "eq", "fun": lambda x, t=total: x.sum() - t}]
+        opt = minimize(
+            lambda x, v=v: ((x - v) ** 2).sum(),
+            np.full(8, total / 8),
+            bounds=[(0, None)] * 8,
+            constraints=cons,
+            method="SLSQP",
+            options={"ftol": 1e-12},
+        )
+        assert np.allclose(got, opt.x, atol=1e-3)
+        assert ((got - v) ** 2).sum() <= ((opt.x - v) ** 2).sum() + 1e-9
+    ok = np.array([3.0, 0.0, 1.0])
+    assert np.array_equal(_nonnegative(ok, "normsub"), ok)
+    assert np.array_equal(_nonnegative(np.array([-1.0, 2.0]), "clip"), [0.0, 2.0])
