@@ -14,7 +14,7 @@ Data: :class:`simulators.attributes.AttributeEvents` (clusters of dependent attr
 * **(b) all 2-way** — all C(m, 2) pair tables measured with the same counters at ε/C(m, 2) each
   (one event touches one cell of each), made consistent with the same GLS code, each query
   answered by the maximum-entropy distribution (iterative proportional fitting, 500 sweeps) that
-  matches the query's C(α, 2) consistent pair tables.
+  matches the query's C(α, 2) consistent pair tables, each made non-negative like the method's.
 
 Usage: python benchmarks/marginals.py [--m 32] [--ticks 300] [--rate 300] [--epsilon 1]
        [--p 0.99] [--queries 200] [--reps 3] [--seed 0]
@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 
 from simulators.attributes import AttributeEvents
 from stream_dp.attributes.consistency import make_consistent
-from stream_dp.attributes.model import JunctionTreeModel
+from stream_dp.attributes.model import JunctionTreeModel, _nonnegative
 from stream_dp.attributes.release import MarginalRelease, run_offline
 from stream_dp.attributes.tables import cell_index, count_table, marginalize
 
@@ -65,7 +65,7 @@ def ipf(q: Sequence[int], pair_tables: dict[tuple[int, int], F64], sweeps: int =
         a, b = q[i], q[j]
         t = pair_tables[(min(a, b), max(a, b))]
         t = marginalize(t, (min(a, b), max(a, b)), (a, b))
-        t = np.clip(t, 0.0, None)
+        t = _nonnegative(t, "normsub")  # the method's own non-negativity step, for fairness
         t = t / t.sum() if t.sum() > 0 else np.full(4, 0.25)
         targets.append((cell_index(grid, (i, j)), t))
     for _ in range(sweeps):

@@ -47,6 +47,7 @@ __all__ = [
     "measure_bootstrap",
     "measure_cooccurrence",
     "measure_pairs",
+    "noisy_cooccurrence",
     "pair_sensitivity",
     "pair_vector",
 ]
@@ -204,21 +205,21 @@ def pair_vector(bits: NDArray[np.uint8]) -> Float64Array:
     return out
 
 
-def measure_cooccurrence(
+def noisy_cooccurrence(
     bits: NDArray[np.uint8],
     epsilon: float,
     key: bytes,
     description: str,
     max_ones: int = DEFAULT_MAX_ONES,
-) -> PairSketch:
-    """Bootstrap for sparse data: noisy ``N``, ``n_i``, ``n_ij`` with bounded contributions
-    (module doc); returns the derived 2×2 pair tables."""
-    from stream_dp.noise import KeyedNoise, discrete_laplace_variance, stream_ids
+    _weaken: float = 1.0,
+) -> tuple[Float64Array, float]:
+    """The noisy bounded co-occurrence vector (counts) and its noise scale (grid units).
 
-    if not (math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"bootstrap epsilon must be a finite number > 0, got {epsilon!r}")
-    if max_ones < 2:
-        raise ValueError(f"max_ones must be ≥ 2, got {max_ones}")
+    ``_weaken`` divides the noise scale: for the privacy audit's control only (a broken
+    mechanism the audit must catch), never in releases.
+    """
+    from stream_dp.noise import KeyedNoise, stream_ids
+
     m = int(bits.shape[1])
     pairs = tuple(itertools.combinations(range(m), 2))
     exact = cooccurrence_vector(bits, max_ones) / WEIGHT_GRID  # integers, exactly
@@ -232,7 +233,29 @@ def measure_cooccurrence(
     noise = KeyedNoise(
         key, f"attributes-cooccurrence/v1/K={max_ones}/{description}", stream_ids(names)
     )
-    noisy = (exact + noise.discrete_laplace(0, scale).astype(np.float64)) * WEIGHT_GRID
+    draws = noise.discrete_laplace(0, scale / _weaken).astype(np.float64)
+    noisy: Float64Array = (exact + draws) * WEIGHT_GRID
+    return noisy, scale
+
+
+def measure_cooccurrence(
+    bits: NDArray[np.uint8],
+    epsilon: float,
+    key: bytes,
+    description: str,
+    max_ones: int = DEFAULT_MAX_ONES,
+) -> PairSketch:
+    """Bootstrap for sparse data: noisy ``N``, ``n_i``, ``n_ij`` with bounded contributions
+    (module doc); returns the derived 2×2 pair tables."""
+    from stream_dp.noise import discrete_laplace_variance
+
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"bootstrap epsilon must be a finite number > 0, got {epsilon!r}")
+    if max_ones < 2:
+        raise ValueError(f"max_ones must be ≥ 2, got {max_ones}")
+    m = int(bits.shape[1])
+    pairs = tuple(itertools.combinations(range(m), 2))
+    noisy, scale = noisy_cooccurrence(bits, epsilon, key, description, max_ones)
     n_hat, ones_hat, co_hat = noisy[0], noisy[1 : m + 1], noisy[m + 1 :]
     i_idx = np.array([p[0] for p in pairs], dtype=np.int64)
     j_idx = np.array([p[1] for p in pairs], dtype=np.int64)
