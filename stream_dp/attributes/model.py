@@ -2,8 +2,8 @@
 
 Noisy tables are first made non-negative by the Euclidean projection onto the non-negative tables
 with the same total (subtract one threshold, floor at 0: "norm-sub"); plain clipping would add
-mass to the many near-empty cells of sparse data (at 50 events a tick, mean TV 0.100/0.159 with
-clipping vs 0.081/0.131 with the projection, benchmarks/marginals.py).
+mass to the many near-empty cells of sparse data (at 50 events a tick, mean TV 0.103/0.164 with
+clipping vs 0.080/0.135 with the projection, benchmarks/RESULTS.md).
 
 The measured cliques (tables) of a decomposable structure (:mod:`stream_dp.attributes.structure`)
 are joined into a junction tree: a maximum-weight spanning forest of the clique graph, weight =
