@@ -252,6 +252,7 @@ def run_offline(
     max_cluster: int = DEFAULT_MAX_CLUSTER,
     max_ones: int = DEFAULT_MAX_ONES,
     bridge_size: int | None = None,
+    last_tick: int | None = None,
     strategy: str = "auto",
     progress: Callable[[str], None] | None = None,
 ) -> OfflineResult:
@@ -259,7 +260,9 @@ def run_offline(
 
     ``bits``: ``(n, m)`` 0/1 events; ``ticks``: each event's tick (≥ 1, from its own timestamp);
     ``epsilon`` per event for the whole run; ``p`` decay per tick; ``key`` the noise secret;
-    ``description`` a canonical text of the run (keys the noise).
+    ``description`` a canonical text of the run (keys the noise); ``last_tick`` the public last
+    tick to release (default: the last event's tick, which then is *not* protected: removing the
+    last event can change it).
     """
     n, m = bits.shape
     if n == 0 or ticks.shape != (n,):
@@ -270,6 +273,12 @@ def run_offline(
         raise ValueError(f"bootstrap fraction must be in [0, 1), got {bootstrap_fraction!r}")
     say = progress or (lambda _msg: None)
     last = int(ticks.max())
+    if last_tick is not None:
+        if last_tick < last:
+            raise ValueError(
+                f"an event falls in tick {last}, after the declared last tick {last_tick}"
+            )
+        last = int(last_tick)
     sketch: PairSketch | None = None
     eps0 = bootstrap_fraction * epsilon if m > 1 else 0.0
     if eps0 > 0:

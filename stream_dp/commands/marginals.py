@@ -49,6 +49,10 @@ Output:
                  of each query's cells at the last tick; cell index = bits of the queried
                  attributes in query order, first attribute most significant.
 
+Released ticks: 1 .. the last event's tick (as specified), so the end of the data is not hidden:
+removing the very last event can change the "tick" field. Give --last-tick T to release 1..T, a
+public end fixed in advance, for a guarantee that also covers it.
+
 The noise key is read from --key-file (hex or raw, ≥ 16 bytes); without it a fresh random key is
 used (said on stderr) and the run cannot be reproduced. The noise also depends on the log's
 digest, so the same key never reuses noise for a different log. Progress goes to stderr.
@@ -155,6 +159,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="decayed-counter strategy (default auto, see 'stream-dp plan')",
     )
     parser.add_argument(
+        "--last-tick",
+        default=None,
+        metavar="T",
+        help="release ticks 1..T, a public end fixed in advance (default: the last event's "
+        "tick, as the issue specifies; the end of the data is then not protected)",
+    )
+    parser.add_argument(
         "--max-ticks",
         default=str(DEFAULT_MAX_TICKS),
         help=f"refuse logs spanning more ticks (default {DEFAULT_MAX_TICKS})",
@@ -239,8 +250,8 @@ def _parse_line(
         raise InputError(f"{path}:{lineno}: ts {ts} is before the origin {origin}")
     if t > max_ticks:
         raise InputError(
-            f"{path}:{lineno}: ts {ts} lies beyond tick --max-ticks {max_ticks} "
-            "(raise --max-ticks if this is intended)"
+            f"{path}:{lineno}: ts {ts} lies after tick {max_ticks} "
+            "(the --last-tick given, else --max-ticks)"
         )
     rows += attrs.encode("ascii")
     ticks.append(t)
@@ -289,6 +300,10 @@ def _check_args(args: argparse.Namespace) -> None:
         value = getattr(args, name)
         if isinstance(value, str):
             setattr(args, name, _typed(value, "--" + name.replace("_", "-"), kind))
+    if isinstance(args.last_tick, str):
+        args.last_tick = _typed(args.last_tick, "--last-tick", int)
+        if args.last_tick < 1:
+            raise InputError(f"--last-tick must be ≥ 1, got {args.last_tick}")
     if args.bridge_size == "auto":
         args.bridge_size = None
     elif isinstance(args.bridge_size, str):
@@ -346,9 +361,8 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     def say(msg: str) -> None:
         print(f"stream-dp marginals: [{time.monotonic() - started:6.1f} s] {msg}", file=sys.stderr)
 
-    bits, ticks, digest = read_events(
-        args.events, m, args.origin, args.tick_seconds, args.max_ticks
-    )
+    limit = args.max_ticks if args.last_tick is None else args.last_tick
+    bits, ticks, digest = read_events(args.events, m, args.origin, args.tick_seconds, limit)
     say(f"{bits.shape[0]} events, ticks 1..{int(ticks.max())}")
     description = (
         f"marginals/v1/m={m}/epsilon={float(args.epsilon)!r}/p={float(args.decay)!r}"
@@ -369,6 +383,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             max_cluster=int(args.max_cluster),
             max_ones=int(args.max_ones),
             bridge_size=args.bridge_size,
+            last_tick=args.last_tick,
             strategy=args.strategy,
             progress=say,
         )

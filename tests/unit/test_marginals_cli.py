@@ -183,3 +183,12 @@ def test_empty_ticks_are_released_and_tick_is_last_events(tmp: Path) -> None:
     assert doc["tick"] == 30
     exact = _exact(rows, [0, 1, 2], 0.9, 30)
     assert np.allclose(doc["answers"][0], exact, atol=0.5), (doc["answers"][0], exact)
+
+
+def test_last_tick_is_a_public_end(tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(_args(tmp, **{"--last-tick": "25"})) == 0
+    doc = json.loads((tmp / "ans.json").read_text())
+    assert doc["tick"] == 25  # the data ends in tick 20; ticks 21..25 are released too
+    assert main(_args(tmp, **{"--last-tick": "10"})) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "lies after tick 10" in err[-1]
