@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from array import array
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from pathlib import Path
@@ -195,9 +196,15 @@ def _no_constants(name: str) -> object:
 
 
 def read_events(
-    path: str, m: int, origin: Number, tick_seconds: Number, max_ticks: int
+    path: str,
+    m: int,
+    origin: Number,
+    tick_seconds: Number,
+    max_ticks: int,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[NDArray[np.uint8], NDArray[np.int64], str]:
-    """``(bits, ticks, sha256 hex of the file)``; ``InputError`` naming the line on bad input."""
+    """``(bits, ticks, sha256 hex of the file)``; ``InputError`` naming the line on bad input.
+    ``progress`` is told every 10^6 lines."""
     hasher = hashlib.sha256()
     rows = bytearray()
     ticks = array("q")
@@ -209,6 +216,8 @@ def read_events(
         for lineno, line in enumerate(fh, start=1):
             hasher.update(line)
             _parse_line(line, lineno, path, m, origin, tick_seconds, max_ticks, rows, ticks)
+            if progress is not None and lineno % 1_000_000 == 0:
+                progress(f"read {lineno} lines")
     if not ticks:
         raise InputError(f"--events: {path!r} holds no events")
     bits = (np.frombuffer(bytes(rows), dtype=np.uint8) - np.uint8(48)).reshape(len(ticks), m)
@@ -362,7 +371,9 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         print(f"stream-dp marginals: [{time.monotonic() - started:6.1f} s] {msg}", file=sys.stderr)
 
     limit = args.max_ticks if args.last_tick is None else args.last_tick
-    bits, ticks, digest = read_events(args.events, m, args.origin, args.tick_seconds, limit)
+    bits, ticks, digest = read_events(
+        args.events, m, args.origin, args.tick_seconds, limit, progress=say
+    )
     say(f"{bits.shape[0]} events, ticks 1..{int(ticks.max())}")
     description = (
         f"marginals/v1/m={m}/epsilon={float(args.epsilon)!r}/p={float(args.decay)!r}"
