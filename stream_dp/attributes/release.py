@@ -1,9 +1,9 @@
 """The whole pipeline for a binary-attribute stream, with its exact privacy accounting.
 
 1. **Bootstrap** (budget ``ε₀ = bootstrap_fraction · ε``), once over the whole log:
-   :func:`~stream_dp.attributes.dependence.measure_bootstrap` — bounded co-occurrence counts
-   (L1 sensitivity ``1 + K + C(K, 2)``, 37 for ``K = max_ones = 8``) or, when smaller, all pair
-   tables (sensitivity ``C(m, 2)``).
+   :func:`~stream_dp.attributes.dependence.measure_bootstrap` — a noisy histogram of ones per
+   event (5 % of ε₀, sensitivity 1) to choose K, then bounded co-occurrence counts (L1
+   sensitivity ``1 + K + C(K, 2)``) or, when smaller, all pair tables (sensitivity ``C(m, 2)``).
 2. **Structure** (free, post-processing of 1): :func:`~stream_dp.attributes.structure.choose_structure`.
 3. **Tables** (budget ``ε − ε₀``, split equally over the ``K`` measured tables, ``ε_t`` each):
    every cell of every table is a stream of a :class:`~stream_dp.counters.CounterBank` at
@@ -12,8 +12,9 @@
 4. **Answers** (free): GLS consistency (:mod:`stream_dp.attributes.consistency`) and the
    junction-tree estimator (:mod:`stream_dp.attributes.model`).
 
-**Accounting from first principles.** Adding or removing one event changes: the bootstrap's
-measured vector by at most its sensitivity Δ₀ in L1 (Laplace scale ``Δ₀/ε₀`` → ``ε₀``), and,
+**Accounting from first principles.** Adding or removing one event changes: one bin of the
+ones histogram by 1 (scale ``1/ε_h`` → ``ε_h``), the bootstrap's measured vector by at most its
+sensitivity Δ₀ in L1 (scale ``Δ₀/(ε₀ − ε_h)`` → ``ε₀ − ε_h``), and,
 in the one tick the event's own timestamp selects, one cell of each of the ``K`` measured tables
 by 1 (``K`` streams, each ``ε_t``-DP → ``K·ε_t``). Basic composition (the structure is chosen
 adaptively from the bootstrap's output, which adaptive composition allows) gives
@@ -39,7 +40,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stream_dp.attributes.consistency import make_consistent
-from stream_dp.attributes.dependence import DEFAULT_MAX_ONES, PairSketch, measure_bootstrap
+from stream_dp.attributes.dependence import PairSketch, measure_bootstrap
 from stream_dp.attributes.model import JunctionTreeModel
 from stream_dp.attributes.structure import Structure, choose_structure
 from stream_dp.attributes.tables import cell_index
@@ -228,6 +229,15 @@ def auto_bridge_size(
     return best
 
 
+def _method(sketch: PairSketch | None) -> str:
+    if sketch is None:
+        return "none"
+    parts = [sketch.method if sketch.max_ones is None else f"{sketch.method}, K={sketch.max_ones}"]
+    if sketch.histogram_epsilon > 0:
+        parts.append(f"ones histogram ε {sketch.histogram_epsilon:.4g} of it, sensitivity 1")
+    return "; ".join(parts)
+
+
 @dataclass(frozen=True)
 class OfflineResult:
     """Outcome of :func:`run_offline` at the last tick."""
@@ -250,7 +260,7 @@ def run_offline(
     description: str,
     bootstrap_fraction: float = DEFAULT_BOOTSTRAP_FRACTION,
     max_cluster: int = DEFAULT_MAX_CLUSTER,
-    max_ones: int = DEFAULT_MAX_ONES,
+    max_ones: int | None = None,
     bridge_size: int | None = None,
     last_tick: int | None = None,
     strategy: str = "auto",
@@ -300,7 +310,7 @@ def run_offline(
         len(structure.tables),
         eps0,
         sketch.sensitivity if sketch else 0.0,
-        sketch.method if sketch else "none",
+        _method(sketch),
     )
     say(
         f"structure: {len(structure.tables)} tables "

@@ -28,9 +28,11 @@ at the last tick from those tables.
 
 How: ε is split explicitly. A bootstrap (--bootstrap-fraction of ε, default 0.2) measures once,
 over the whole log, noisy counts from which every pair's 2×2 table follows: the number of events,
-each attribute's 1s and each pair's co-occurrences, an event with k > K ones (--max-ones, default
-8) counted with weights K/k and C(K,2)/C(k,2), so one event moves them by at most 1 + K + C(K,2)
-in L1 (or the C(M,2) pair tables themselves, sensitivity C(M,2), when that is smaller). From it
+each attribute's 1s and each pair's co-occurrences, an event with k > K ones counted with weights
+K/k and C(K,2)/C(k,2), so one event moves them by at most 1 + K + C(K,2) in L1 (or the C(M,2)
+pair tables themselves, sensitivity C(M,2), when that is smaller). K (--max-ones, default auto)
+covers 98% of the events, read from a noisy histogram of ones per event (5% of the bootstrap
+budget, sensitivity 1). From it
 alone (post-processing) a Chow–Liu spanning forest over the attributes is cut into clusters of at
 most --max-cluster attributes (one joint table each) joined by bridge tables: a bridge's two
 attributes plus the attributes of their clusters most dependent on them, up to --bridge-size
@@ -150,9 +152,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-ones",
-        default="8",
+        default="auto",
         metavar="K",
-        help="bootstrap: ones of an event counted at full weight, ≥ 2 (default 8)",
+        help="bootstrap: ones of an event counted at full weight, ≥ 2, or auto (default: from a "
+        "noisy histogram of ones per event, 5%% of the bootstrap budget)",
     )
     parser.add_argument(
         "--strategy",
@@ -303,7 +306,6 @@ def _check_args(args: argparse.Namespace) -> None:
         ("decay", float),
         ("bootstrap_fraction", float),
         ("max_cluster", int),
-        ("max_ones", int),
         ("max_ticks", int),
     ):
         value = getattr(args, name)
@@ -335,8 +337,12 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--bootstrap-fraction must be in (0, 1), got {args.bootstrap_fraction}")
     if not 1 <= args.max_cluster <= MAX_ALPHA:
         raise InputError(f"--max-cluster must be in 1..{MAX_ALPHA}, got {args.max_cluster}")
-    if args.max_ones < 2:
-        raise InputError(f"--max-ones must be ≥ 2, got {args.max_ones}")
+    if args.max_ones == "auto":
+        args.max_ones = None
+    elif isinstance(args.max_ones, str):
+        args.max_ones = _typed(args.max_ones, "--max-ones", int)
+    if args.max_ones is not None and args.max_ones < 2:
+        raise InputError(f"--max-ones must be auto or ≥ 2, got {args.max_ones}")
     if not 1 <= args.max_ticks <= 1 << 40:
         raise InputError(f"--max-ticks must be in 1..2**40, got {args.max_ticks}")
 
@@ -379,7 +385,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         f"marginals/v1/m={m}/epsilon={float(args.epsilon)!r}/p={float(args.decay)!r}"
         f"/tick={args.tick_seconds}/origin={args.origin}"
         f"/bootstrap={float(args.bootstrap_fraction)!r}/max_cluster={args.max_cluster}"
-        f"/max_ones={args.max_ones}/bridge_size={args.bridge_size or 'auto'}"
+        f"/max_ones={args.max_ones or 'auto'}/bridge_size={args.bridge_size or 'auto'}"
         f"/strategy={args.strategy}/log=sha256:{digest}"
     )
     try:
@@ -392,7 +398,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             description=description,
             bootstrap_fraction=float(args.bootstrap_fraction),
             max_cluster=int(args.max_cluster),
-            max_ones=int(args.max_ones),
+            max_ones=args.max_ones,
             bridge_size=args.bridge_size,
             last_tick=args.last_tick,
             strategy=args.strategy,

@@ -222,27 +222,37 @@ def _run_vectors(bits: np.ndarray, ticks: np.ndarray, tables: list[tuple[int, ..
     return out
 
 
-@pytest.mark.parametrize("m", [5, 12])
-def test_accounting_from_first_principles(m: int) -> None:
+@pytest.mark.parametrize(("m", "max_ones"), [(5, 4), (12, 4), (12, None), (8, None)])
+def test_accounting_from_first_principles(m: int, max_ones: int | None) -> None:
     """Remove (or add) one event: every measured quantity's L1 change, budgets summed."""
+    from stream_dp.attributes.dependence import ones_histogram
+
     rng = np.random.default_rng(m)
     n, T, eps = 60, 6, 1.0
     bits = (rng.random((n, m)) < 0.35).astype(np.uint8)
     bits[0] = 1  # a heavy event: more than K ones
     ticks = rng.integers(1, T + 1, n)
     ticks[-1] = T
-    res = run_offline(bits, ticks, epsilon=eps, p=0.9, key=KEY, description="acct", max_ones=4)
-    split, tables = res.split, list(res.structure.tables)
+    res = run_offline(
+        bits, ticks, epsilon=eps, p=0.9, key=KEY, description="acct", max_ones=max_ones
+    )
+    split, tables, sketch = res.split, list(res.structure.tables), res.sketch
+    assert sketch is not None and sketch.epsilon == split.bootstrap
     mech = res.release.bank.mechanism
     assert mech.cap == 1.0 and mech.privacy.epsilon == split.per_table  # type: ignore[attr-defined]
-    boot = cooccurrence_vector if split.bootstrap_method == "cooc" else pair_vector
-    boot_args = (4,) if split.bootstrap_method == "cooc" else ()
-    want_sens = (
-        cooccurrence_sensitivity(4) if split.bootstrap_method == "cooc" else pair_sensitivity(m)
-    )
-    assert split.bootstrap_sensitivity == want_sens
-    assert split.bootstrap_method == ("cooc" if want_sens < pair_sensitivity(m) else "pairs")
+    k = sketch.max_ones
+    if sketch.method == "cooc":
+        assert k is not None and cooccurrence_sensitivity(k) < pair_sensitivity(m)
+        boot, boot_args, want = cooccurrence_vector, (k,), cooccurrence_sensitivity(k)
+    else:
+        assert k is None
+        boot, boot_args, want = pair_vector, (), pair_sensitivity(m)  # type: ignore[assignment]
+    assert split.bootstrap_sensitivity == sketch.sensitivity == want
+    if max_ones is None:
+        assert sketch.histogram_epsilon > 0
+    eps_boot = split.bootstrap - sketch.histogram_epsilon
     full_b = boot(bits, *boot_args)
+    full_h = ones_histogram(bits)
     full_t = _run_vectors(bits, ticks, tables)
     extra = np.ones((1, m), dtype=np.uint8)
     neighbours = [(np.delete(bits, i, 0), np.delete(ticks, i)) for i in range(n)]
@@ -250,7 +260,9 @@ def test_accounting_from_first_principles(m: int) -> None:
     worst = 0.0
     for nb_bits, nb_ticks in neighbours:
         d_boot = float(np.abs(boot(nb_bits, *boot_args) - full_b).sum())
-        assert d_boot <= split.bootstrap_sensitivity + 1e-12
+        assert d_boot <= want + 1e-12
+        d_hist = float(np.abs(ones_histogram(nb_bits)[: m + 1] - full_h).sum())
+        assert d_hist == 1.0
         vec = _run_vectors(nb_bits, nb_ticks, tables)
         rows = min(vec.shape[0], full_t.shape[0])
         diff = np.abs(vec[:rows] - full_t[:rows])
@@ -259,11 +271,27 @@ def test_accounting_from_first_principles(m: int) -> None:
         assert changed.size == 1
         per_table = np.add.reduceat(diff[changed[0]], res.release.offsets[:-1])
         assert per_table.tolist() == [1.0] * len(tables)
-        loss = split.bootstrap * d_boot / split.bootstrap_sensitivity
-        loss += split.per_table * float(diff.sum())
+        loss = sketch.histogram_epsilon * d_hist  # histogram: scale 1/ε_h
+        loss += eps_boot * d_boot / want  # bootstrap: scale Δ₀/(ε₀ − ε_h)
+        loss += split.per_table * float(diff.sum())  # tables: ε_t per unit change
         worst = max(worst, loss)
-    assert worst <= eps
+    assert worst <= eps + 1e-12
     assert split.spent <= eps
+
+
+def test_max_ones_follows_the_histogram() -> None:
+    from stream_dp.attributes.dependence import choose_max_ones
+
+    m = 32
+    sparse = np.zeros(m + 1)
+    sparse[:6] = [100, 400, 300, 150, 40, 10]
+    assert choose_max_ones(sparse, m) == 3  # 50 of 1000 events (≤ 10 %) above 3 ones
+    dense = np.zeros(m + 1)
+    dense[20:33] = 100
+    assert choose_max_ones(dense, m) is None  # K = 31: 1 + K + C(K,2) > ⅔ C(32,2)
+    dense64 = np.zeros(65)
+    dense64[20:33] = 100
+    assert choose_max_ones(dense64, 64) == 31
 
 
 def test_split_budget_never_exceeds_epsilon() -> None:
@@ -296,8 +324,15 @@ def test_bootstrap_noise_scale_matches_its_variance() -> None:
     # another description: other noise
     other = measure_cooccurrence(bits, 0.5, KEY, "noise-test-2", max_ones=4)
     assert not np.array_equal(other.tables, sk.tables)
-    assert measure_bootstrap(bits, 0.5, KEY, "x").method == "cooc"
-    assert measure_bootstrap(bits[:, :6], 0.5, KEY, "x").method == "pairs"
+    assert measure_bootstrap(bits, 0.5, KEY, "x", max_ones=8).method == "cooc"
+    assert measure_bootstrap(bits[:, :6], 0.5, KEY, "x", max_ones=8).method == "pairs"
+    sparse = np.zeros((20000, 40), dtype=np.uint8)
+    sparse[np.arange(20000), np.arange(20000) % 40] = 1
+    sparse[::2, 7] = 1
+    auto = measure_bootstrap(sparse, 0.5, KEY, "x")
+    assert (auto.method, auto.max_ones, auto.histogram_epsilon) == ("cooc", 2, 0.025)
+    dense = np.ones((20000, 40), dtype=np.uint8)
+    assert measure_bootstrap(dense, 0.5, KEY, "x").method == "pairs"
 
 
 def test_answers_are_unbiased_within_the_stderr() -> None:
