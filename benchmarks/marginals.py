@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from simulators.attributes import AttributeEvents
+from simulators.attributes import AttributeEvents, TreeAttributes
 from stream_dp.attributes.consistency import make_consistent
 from stream_dp.attributes.model import JunctionTreeModel, _nonnegative
 from stream_dp.attributes.release import MarginalRelease, run_offline
@@ -88,9 +88,19 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-cluster", type=int, default=4)
     ap.add_argument("--bootstrap-fraction", type=float, default=0.2)
+    ap.add_argument(
+        "--data",
+        choices=("clusters", "tree"),
+        default="clusters",
+        help="clusters: AttributeEvents (sparse); tree: TreeAttributes (dense, robustness check)",
+    )
     args = ap.parse_args()
 
-    gen = AttributeEvents(m=args.m, ticks=args.ticks, rate=args.rate, seed=args.seed)
+    gen: AttributeEvents | TreeAttributes
+    if args.data == "tree":
+        gen = TreeAttributes(m=args.m, ticks=args.ticks, rate=args.rate, seed=args.seed)
+    else:
+        gen = AttributeEvents(m=args.m, ticks=args.ticks, rate=args.rate, seed=args.seed)
     bits, tick0, _ = gen.generate()
     ticks = tick0 + 1
     last = int(ticks.max())
@@ -107,7 +117,7 @@ def main() -> None:
     print(
         f"# {gen.describe()}: {bits.shape[0]} events; decayed total at tick {last}: {w.sum():.0f}"
     )
-    print(f"# true clusters: {gen.clusters}")
+    print(f"# true {'tree edges' if args.data == 'tree' else 'clusters'}: {gen.clusters}")
     print(
         f"# ε = {args.epsilon}, p = {args.p}, {args.queries} queries per α, {args.reps} key seeds; "
         f"machine: {platform.machine()} {platform.processor() or ''} python "

@@ -26,9 +26,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["AttributeEvents"]
+__all__ = ["AttributeEvents", "TreeAttributes"]
 
 DEFAULT_START = 1_704_067_200
+
+
+def _lines(bits: NDArray[np.uint8], ts: NDArray[np.float64]) -> Iterator[str]:
+    chars = (bits + np.uint8(48)).view("S1").reshape(bits.shape)
+    for row, t in zip(chars, ts, strict=True):
+        yield json.dumps({"ts": float(t), "attrs": row.tobytes().decode("ascii")})
 
 
 @dataclass
@@ -99,13 +105,67 @@ class AttributeEvents:
     def lines(self) -> Iterator[str]:
         """The events as JSON lines (no trailing newline)."""
         bits, _, ts = self.generate()
-        chars = (bits + np.uint8(48)).view("S1").reshape(bits.shape)
-        for row, t in zip(chars, ts, strict=True):
-            yield json.dumps({"ts": float(t), "attrs": row.tobytes().decode("ascii")})
+        return _lines(bits, ts)
 
     def describe(self) -> str:
         """One line: sizes and parameters."""
         return (
             f"attributes m={self.m}, {len(self.clusters)} clusters "
             f"{[len(c) for c in self.clusters]}, {self.ticks} ticks × ~{self.rate:g} events"
+        )
+
+
+@dataclass
+class TreeAttributes:
+    """Dense attributes on a random tree (a robustness check for the benchmark): attribute 0 is
+    1 with probability 0.5, every other attribute copies a random earlier one (its parent) and
+    flips it with probability ``flip``; 1-rates ≈ 0.5, every event has ≈ m/2 ones. Same
+    :meth:`generate` / :meth:`lines` interface as :class:`AttributeEvents`, no drift."""
+
+    m: int = 32
+    ticks: int = 300
+    rate: float = 300.0
+    seed: int = 0
+    tick_seconds: float = 60.0
+    start: float = DEFAULT_START
+    flip: float = 0.15
+    parents: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.m <= 64 or self.ticks < 1 or not self.rate > 0 or self.seed < 0:
+            raise ValueError("m in 1..64, ticks ≥ 1, rate > 0 and seed ≥ 0 are required")
+        rng = np.random.default_rng([self.seed, 15])
+        self.parents = [-1] + [int(rng.integers(0, i)) for i in range(1, self.m)]
+
+    @property
+    def clusters(self) -> list[list[int]]:
+        """The tree's edges (parent, child), listed where the cluster generator lists clusters."""
+        return [[p, i] for i, p in enumerate(self.parents) if p >= 0]
+
+    def generate(self) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.float64]]:
+        """``(bits (n, m) uint8, tick (n,) 0-based, ts (n,) unix seconds)``, sorted by time."""
+        rng = np.random.default_rng([self.seed, 16])
+        counts = rng.poisson(self.rate, self.ticks)
+        ticks = np.repeat(np.arange(self.ticks, dtype=np.int64), counts)
+        n = ticks.size
+        bits = np.zeros((n, self.m), dtype=np.uint8)
+        bits[:, 0] = rng.random(n) < 0.5
+        for i in range(1, self.m):
+            flip = rng.random(n) < self.flip
+            bits[:, i] = np.where(flip, 1 - bits[:, self.parents[i]], bits[:, self.parents[i]])
+        tick_ms = round(self.tick_seconds * 1000)
+        ms = round(self.start * 1000) + ticks * tick_ms + rng.integers(0, tick_ms, n)
+        order = np.argsort(ms, kind="stable")
+        return bits[order], ticks[order], ms[order] / 1000.0
+
+    def lines(self) -> Iterator[str]:
+        """The events as JSON lines (no trailing newline)."""
+        bits, _, ts = self.generate()
+        return _lines(bits, ts)
+
+    def describe(self) -> str:
+        """One line: sizes and parameters."""
+        return (
+            f"tree attributes m={self.m}, flip {self.flip:g}, {self.ticks} ticks × "
+            f"~{self.rate:g} events"
         )

@@ -85,3 +85,14 @@ def test_simulate_command_writes_marginals_input(
     ]
     assert main(args) == 0
     assert len(json.loads((tmp_path / "a.json").read_text())["answers"][0]) == 8
+
+
+def test_tree_attributes_are_dense_and_deterministic() -> None:
+    from simulators.attributes import TreeAttributes
+
+    g = TreeAttributes(m=12, ticks=20, rate=50, seed=2)
+    assert list(g.lines()) == list(TreeAttributes(m=12, ticks=20, rate=50, seed=2).lines())
+    bits, _, _ = g.generate()
+    assert 0.3 < bits.mean() < 0.7
+    p, c = g.clusters[0]
+    assert (bits[:, p] == bits[:, c]).mean() > 0.75  # a child copies its parent 85 % of the time
