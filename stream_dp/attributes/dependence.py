@@ -314,11 +314,12 @@ def noisy_ones_histogram(
     return out
 
 
-def choose_max_ones(histogram: Float64Array, m: int, coverage: float = COVERAGE) -> int | None:
+def choose_max_ones(histogram: Float64Array, m: int, coverage: float | None = None) -> int | None:
     """Smallest ``K ≥ 2`` such that at most ``1 − coverage`` of the (noisy, clipped) events have
     more than ``K`` ones — those are the only ones the co-occurrence bootstrap down-weights, and
     down-weighting by ``k`` biases the dependence (on dense data badly). ``None`` when that ``K``
     makes the co-occurrence bootstrap no cheaper than the pair tables: use those."""
+    coverage = COVERAGE if coverage is None else coverage
     h = np.clip(np.asarray(histogram, dtype=np.float64), 0.0, None)
     total = float(h.sum())
     above = total - np.cumsum(h)  # above[K] = events with more than K ones
