@@ -314,8 +314,8 @@ def run_offline(
     )
     say(
         f"structure: {len(structure.tables)} tables "
-        f"({sum(1 for t in structure.tables if len(t) > 2)} clusters of 3+, "
-        f"{len(structure.bridges)} bridges); " + "; ".join(split.lines())
+        f"({len(structure.tables) - len(structure.bridges)} cluster tables, "
+        f"{len(structure.bridges)} bridge tables); " + "; ".join(split.lines())
     )
     rel = MarginalRelease(
         structure.tables,
