@@ -16,26 +16,14 @@ from types import ModuleType
 
 #: subcommand -> (module, one-line help). Order is the order shown in ``stream-dp --help``.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": (
-        "agents.commands.demo",
-        "run broker, worker, reconciler and simulator; show live releases",
-    ),
-    "plan": (
-        "stream_dp.commands.plan",
-        "compare strategies' exact error for (p, horizon, privacy)",
-    ),
-    "marginals": (
-        "stream_dp.commands.marginals",
-        "DP decayed α-way marginals of binary-attribute events (chosen from noisy dependence)",
-    ),
+    "demo": ("agents.commands.demo", "run broker, worker, reconciler and simulator; show live releases"),
+    "plan": ("stream_dp.commands.plan", "compare strategies' exact error for (p, horizon, privacy)"),
+    "marginals": ("stream_dp.commands.marginals", "DP decayed α-way marginals of binary-attribute events"),
     "worker": ("agents.commands.worker", "run a production worker (broker and settings from env)"),
     "broker": ("agents.commands.broker", "start or stop the embedded development broker"),
     "topics": ("agents.commands.topics", "create the service's topics with explicit partitions"),
     "tail": ("agents.commands.tail", "subscribe to released counts or consistent histograms"),
-    "replay": (
-        "agents.commands.replay",
-        "replay a CSV / JSON-lines event log into the events topic",
-    ),
+    "replay": ("agents.commands.replay", "replay a CSV / JSON-lines event log into the events topic"),
     "simulate": ("simulators.cli", "generate deterministic synthetic event logs or live traffic"),
 }
 

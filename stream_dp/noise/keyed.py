@@ -40,7 +40,8 @@ from stream_dp.noise.keys import SecretKey
 from stream_dp.noise.laplace import discrete_laplace_params, sample_discrete_laplace
 from stream_dp.noise.prf import MAX_DRAWS, MAX_NODE, BlockPRF
 
-__all__ = ["NOISE_FORMAT", "KeyedNoise", "NoiseExhaustedError"]
+__all__ = [
+    "NOISE_FORMAT","KeyedNoise", "NoiseExhaustedError"]
 
 
 class NoiseExhaustedError(RuntimeError):
