@@ -36,6 +36,7 @@ CommandTable = Mapping[str, tuple[str, str]]
 #: The library's commands (need nothing beyond the base install). Order = order in ``--help``.
 LIBRARY_COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("stream_dp.commands.plan", "compare strategies' exact error for (p, horizon, privacy)"),
+    "marginals": ("stream_dp.commands.marginals", "DP decayed α-way marginals of binary-attribute events"),
 }
 
 #: Commands this module runs by itself (``python -m stream_dp.cli``).

@@ -146,11 +146,8 @@ async def serve(
     from stream_dp.accounting import Accountant
 
     accounting = Accountant.for_domain(domain, settings.privacy, cap=settings.cap).summary()
-    # the accounting in the message itself too, so plain (non-JSON) logs show it
-    log.info("worker started: %d streams of domain %r; privacy %s", len(domain.names),
-             domain.name, accounting,
-             extra={"worker_id": settings.worker_id, "domain": domain.name,
-                    "streams": len(domain.names), "privacy": accounting})
+    log.info("worker started", extra={"worker_id": settings.worker_id, "domain": domain.name,
+                                      "streams": len(domain.names), "privacy": accounting})
     if started is not None:
         started(server)
     stopper = asyncio.ensure_future(stop_event.wait())
