@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -133,6 +134,28 @@ class FenwickMechanism(Mechanism):
             w.setflags(write=False)
             self._weights_cache[n] = w
         return w
+
+    def describe(self) -> dict[str, Any]:
+        """Base description plus the Fenwick layout: epoch lengths, the first epoch's grid,
+        noise scale, value range, and its weights (the diagonal Λ, exact bytes hashed).
+
+        Later epochs (p = 1 doubling) derive their weights from these same inputs.
+        """
+        n = self.epoch_of(1)[2]
+        plan = self.plan(n)
+        return super().describe() | {
+            "family": "fenwick",
+            "epoch_base": self._base,
+            "epoch_max": self._max_epoch,
+            "first_epoch": n,
+            "levels": plan.levels,
+            "grid": plan.grid,
+            "scale_units": plan.scale_units,
+            "max_units": plan.max_units,
+            "slack_units": SLACK_UNITS,
+            "resolution_bits": RESOLUTION_BITS,
+            "weights": self.weights(n),
+        }
 
     # ------------------------------------------------------------------ epochs and plans
     def epoch_of(self, t: int) -> tuple[int, int, int]:
