@@ -179,6 +179,17 @@ class Mechanism(ABC):
         """
         return True
 
+    def max_count(self) -> float:
+        """Numeric range: the largest per-tick count (value units, per stream) such that *any*
+        sequence of counts each ``≤`` it is released on every tick, forever.
+
+        :meth:`step` raises ``ValueError`` (state unchanged) for counts beyond the range; the
+        service refuses at start-up a configuration whose ``cap × max_events_per_tick`` exceeds
+        this (docs/accuracy.md, "Numeric range"). ``math.inf`` means the strategy handles every
+        finite count exactly. Strategies with a finite range override it.
+        """
+        return math.inf
+
     @abstractmethod
     def sensitivity(self) -> float:
         """Sensitivity of the noisy measurements to one event of size ``cap``.

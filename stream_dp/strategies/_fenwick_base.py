@@ -157,6 +157,37 @@ class FenwickMechanism(Mechanism):
             "weights": self.weights(n),
         }
 
+    def max_count(self) -> float:
+        """Largest per-tick count ``D`` with every node value in range, forever.
+
+        ``p < 1``: node ``τ`` sums at most ``lowbit(τ)`` decayed counts, so it stays in range iff
+        ``D·a_τ·Σ_{i<lowbit τ} p^i < max_units·g`` (every epoch has the same plan).
+        ``p = 1``: counts are rounded to the grid (≤ ``D + g/2``) and node ``τ`` sums
+        ``lowbit(τ) ≤ n`` of them; the bound is taken over every epoch length up to the largest
+        (``max(B, 2**24)``), with ``max(1, a) ≤ max(1, max a of the first epoch)`` — the
+        weights of ``dm``, ``dmfda`` and ``fenwick-opt`` are ≤ 1 (own column sum ≤ 1).
+        """
+        if self.p < 1.0:
+            n = self.horizon
+            plan = self.plan(n)
+            w = self.weights(n)
+            tau = np.arange(1, n + 1, dtype=np.int64)
+            low = (tau & -tau).astype(np.float64)
+            geo = -np.expm1(low * math.log(self.p)) / -math.expm1(math.log(self.p))
+            worst = float(np.max(w * geo))
+            return plan.max_units * plan.grid / worst * (1.0 - 2.0**-40)
+        a_bound = max(1.0, float(np.max(self.weights(self.epoch_of(1)[2]))))
+        best = math.inf
+        n = self._base
+        while True:
+            grid = choose_grid(self.cap / (SLACK_UNITS * levels_for(n)),
+                               resolution_bits=RESOLUTION_BITS)
+            best = min(best, MAX_EXACT_UNITS * grid / (a_bound * n) - grid / 2)
+            if n >= self._max_epoch:
+                break
+            n = min(2 * n, self._max_epoch)
+        return best * (1.0 - 2.0**-40)
+
     # ------------------------------------------------------------------ epochs and plans
     def epoch_of(self, t: int) -> tuple[int, int, int]:
         """``(epoch index, ticks before the epoch, epoch length)`` for global tick ``t ≥ 1``."""

@@ -59,6 +59,10 @@ class NaiveMechanism(Mechanism):
             "resolution_bits": RESOLUTION_BITS,
         }
 
+    def max_count(self) -> float:
+        """Counts must stay below ``2**52`` grid units (exact float64 arithmetic)."""
+        return float(np.nextafter(MAX_GRID_UNITS / 2 * self.grid, 0.0))
+
     def new_state(self, n_streams: int) -> State:
         n_streams = check_n_streams(n_streams)
         return {

@@ -113,6 +113,12 @@ class SqrtMechanism(Mechanism):
             "resolution_bits": RESOLUTION_BITS,
         }
 
+    def max_count(self) -> float:
+        """Largest per-tick count ``D``: the measurement ``Σ_k c_k·D/g`` (``c_k ≥ 0``) must stay
+        below ``2**50/K`` grid units (the check in :meth:`step`)."""
+        total = float(np.sum(self.coefficients))
+        return MAX_MEASURED_UNITS / self.taps * self.grid / total * (1.0 - 2.0**-40)
+
     def new_state(self, n_streams: int) -> State:
         n_streams = check_n_streams(n_streams)
         r = self.taps - 1

@@ -216,6 +216,18 @@ class TreeMechanism(Mechanism):
         state["tick"] = np.array(t, dtype=np.int64)
         return np.array(release, dtype=np.float64, copy=True)
 
+    def max_count(self) -> float:
+        """Largest per-tick count ``D`` with every open block in range, forever: level ``i``'s
+        open block holds at most ``b_i`` decayed counts, so ``D·w_i·Σ_{k<b_i} p^k/g`` must stay
+        below ``max_units`` (the check in :meth:`step` is this bound)."""
+        worst = 0.0
+        for w, b in zip(self.weights.tolist(), self._blocks, strict=True):
+            geo = float(b) if self.p == 1.0 else -math.expm1(b * math.log(self.p)) / -math.expm1(
+                math.log(self.p)
+            )
+            worst = max(worst, w * geo)
+        return self.max_units * self.grid / worst * (1.0 - 2.0**-40)
+
     # ------------------------------------------------------------------ exact figures
     def mse_curve(self, horizon: int) -> Float64Array:
         if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
