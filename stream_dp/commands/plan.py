@@ -70,6 +70,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the integer-grid strategies (naive-int)",
     )
     parser.add_argument(
+        "--max-events-per-tick",
+        type=int,
+        default=None,
+        metavar="N",
+        help="declared maximum events per stream and tick: only strategies whose numeric range "
+        "covers cap × N are picked (error if none does; docs/accuracy.md, 'Numeric range')",
+    )
+    parser.add_argument(
         "--domain",
         default=None,
         metavar="FILE",
@@ -129,8 +137,13 @@ def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
 
     privacy = privacy_from_args(args)
     from stream_dp.planner import compare
+    from stream_dp.strategies import make_mechanism
 
     integer_counts = bool(getattr(args, "integer_counts", False))
+    rate = getattr(args, "max_events_per_tick", None)
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate < 1):
+        raise ValueError(f"--max-events-per-tick must be an integer ≥ 1, got {rate!r}")
+    limit = None if rate is None else float(args.cap) * rate
     figs = compare(args.p, args.horizon, privacy, args.cap, integer_counts=integer_counts)
     best = min(f.mean_mse for f in figs)
     out: list[dict[str, object]] = [
@@ -141,10 +154,15 @@ def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
             "mse": f.mean_mse,
             "ratio": f.mean_mse / best,
             "unbounded_ok": f.unbounded_ok,
+            "max_count": make_mechanism(
+                f.strategy, args.p, args.horizon, privacy, args.cap
+            ).max_count(),
         }
         for f in sorted(figs, key=lambda f: f.mean_mse)
     ]
-    return out, pick(args.p, args.horizon, privacy, cap=args.cap, integer_counts=integer_counts)
+    chosen = pick(args.p, args.horizon, privacy, cap=args.cap, integer_counts=integer_counts,
+                  max_tick_count=limit)
+    return out, chosen
 
 
 def run(args: argparse.Namespace) -> int:
@@ -177,14 +195,15 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"p = {args.p:g}, horizon = {args.horizon} ticks, {privacy} per event, cap = {args.cap:g}"
     )
-    print(f"{'strategy':<14}{'sensitivity':>13}{'RMSE/release':>14}{'MSE/release':>14}{'ratio':>9}")
+    print(f"{'strategy':<14}{'sensitivity':>13}{'RMSE/release':>14}{'MSE/release':>14}{'ratio':>9}"
+          f"{'range/tick':>12}")
     for r in table:
         mark = "  <- pick" if r["strategy"] == chosen else ""
         if not r["unbounded_ok"]:
             mark += "  (error grows linearly past the horizon)"
         print(
             f"{r['strategy']!s:<14}{r['sensitivity']:>13.6f}{r['rmse']:>14.4f}"
-            f"{r['mse']:>14.4f}{r['ratio']:>9.3f}{mark}"
+            f"{r['mse']:>14.4f}{r['ratio']:>9.3f}{float(r['max_count']):>12.3g}{mark}"  # type: ignore[arg-type]
         )
     print(f"pick: {chosen}")
     lb = lower_bound_row(args, privacy)
