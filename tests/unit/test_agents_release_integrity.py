@@ -189,3 +189,30 @@ def test_overflow_in_the_release_stage_is_fatal_not_a_retry_loop() -> None:
     w.release.producers[0] = Prod()
     asyncio.run(w.release._commit(0, st))
     assert isinstance(w.fatal, ReleaseOverflow) and errors == ["overflow"]
+
+
+def test_worker_command_refuses_an_out_of_range_configuration_before_connecting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit status 2 and one line naming the setting; the bootstrap is a closed port."""
+    import argparse
+
+    from agents.commands import worker
+
+    domain = tmp_path / "d.toml"
+    domain.write_text('kind = "flat"\nstreams = ["busy"]\n', encoding="utf-8")
+    for k in [k for k in __import__("os").environ if k.startswith("STREAM_DP_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("STREAM_DP_ORIGIN", str(__import__("time").time()))
+    monkeypatch.setenv("STREAM_DP_DOMAIN_FILE", str(domain))
+    monkeypatch.setenv("STREAM_DP_BOOTSTRAP", "127.0.0.1:1")
+    monkeypatch.setenv("STREAM_DP_STRATEGY", "dmfda")
+    monkeypatch.setenv("STREAM_DP_P", "0.999")
+    monkeypatch.setenv("STREAM_DP_MAX_EVENTS_PER_TICK", "60000")
+    monkeypatch.setenv("STREAM_DP_KEY", KEY.hex())
+    parser = argparse.ArgumentParser()
+    worker.add_arguments(parser)
+    rc = worker.run(parser.parse_args([]))
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "max_events_per_tick" in err and "numeric range" in err
