@@ -24,6 +24,7 @@ Rejection reasons (the ``reason`` of ``dp.events.dlq``):
 | ``no_timestamp`` | the record has no Kafka timestamp (clock schedule) |
 | ``late`` | the record's timestamp is at or after its tick's deadline (tick end + lateness) |
 | ``tick_closed`` | the event's tick closed before the record's offset (its release is out) |
+| ``value_not_integer`` | a fractional ``value`` with the ``naive-int`` strategy (whole numbers only) |
 
 ``late`` and ``tick_closed`` are decided from the record itself and from the partition's public
 closing points (:mod:`agents.ticks`), never from other events.
@@ -74,6 +75,7 @@ REASONS = (
     "no_timestamp",
     "late",
     "tick_closed",
+    "value_not_integer",
 )
 
 #: Kafka header that marks a close marker record (see the module docstring)

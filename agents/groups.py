@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 log = logging.getLogger(__name__)
 
 
-async def leave_group(bootstrap: str, group: str, member_id: str) -> None:
+async def leave_group(bootstrap: str, group: str, member_id: str, security: Any = None) -> None:
     """Send LeaveGroup for a static member, so the group rebalances at once (best effort).
 
     aiokafka never sends LeaveGroup for static members (``group_instance_id``): without it a
@@ -19,7 +20,9 @@ async def leave_group(bootstrap: str, group: str, member_id: str) -> None:
     from aiokafka.client import AIOKafkaClient, CoordinationType
     from aiokafka.protocol.group import LeaveGroupRequest
 
-    client = AIOKafkaClient(bootstrap_servers=bootstrap)
+    from agents.security import client_kwargs
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, **client_kwargs(security))
     try:
         await client.bootstrap()
         node = await client.coordinator_lookup(CoordinationType.GROUP, group)

@@ -467,6 +467,7 @@ class IngestState:
         skew = s.max_future_skew_s
         max_age = s.max_event_age_s if s.max_event_age_s > 0 else math.inf
         markers = self.markers
+        whole = s.strategy == "naive-int"  # integer releases: whole-number values only
         nodes_of = self.router.nodes
         buckets = self.buckets
         dead = self.out.dead_letters
@@ -546,6 +547,7 @@ class IngestState:
                     (tts is float or tts is int) and (tv is float or tv is int)
                     and origin <= rts and 0.0 <= rv <= max_value
                     and (markers or (rts <= arrival + skew and arrival - rts <= max_age))
+                    and (not whole or float(rv).is_integer())
                 ):
                     rk: Any = obj.get("key")
                     try:
@@ -601,6 +603,10 @@ class IngestState:
                     dead.append((key, Rejection("late", f"arrived at {arrival!r}, after the "
                                  f"deadline {sch.deadline(tick)!r} of tick {tick}"), value, offset))
                     continue
+            if whole and not float(v).is_integer():
+                dead.append((key, Rejection("value_not_integer", f"value={v!r} is not a whole "
+                             "number (strategy naive-int)"), value, offset))
+                continue
             if tick < next_tick:
                 late += 1
                 dead.append((key, Rejection("tick_closed", f"tick {tick} was closed before "

@@ -175,6 +175,22 @@ def parse_level(level: str | int) -> int:
         ) from None
 
 
+class PlainFormatter(logging.Formatter):
+    """Human-readable lines; the record's ``extra=`` fields follow the message as key=value, so
+    plain logs show what JSON logs show (e.g. the start-up privacy accounting)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        extras = {k: v for k, v in record.__dict__.items()
+                  if k not in _STANDARD_ATTRS and not k.startswith("_")}
+        if extras:
+            text += " " + " ".join(f"{k}={v}" for k, v in extras.items())
+        return text
+
+
 def make_handler(stream: TextIO | None = None, *, json_lines: bool = True) -> logging.Handler:
     """A stream handler with :class:`PrivacyFilter` and the JSON (or plain text) formatter."""
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
@@ -182,7 +198,7 @@ def make_handler(stream: TextIO | None = None, *, json_lines: bool = True) -> lo
     if json_lines:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(PlainFormatter())
     return handler
 
 

@@ -183,6 +183,7 @@ class _Stage:
         session_ms = int(s.session_timeout_s * 1000)
         self.reader = k.AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap,
+            **self.w.kafka_kwargs(),
             isolation_level="read_committed",
             enable_auto_commit=False,
             client_id=f"{s.app_id}-{self.name}-ckpt-{s.worker_id}",
@@ -192,6 +193,7 @@ class _Stage:
         await self.reader.start()
         self.consumer = k.AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap,
+            **self.w.kafka_kwargs(),
             group_id=self.group,
             group_instance_id=s.worker_id,
             client_id=f"{s.app_id}-{self.name}-{s.worker_id}",
@@ -249,7 +251,7 @@ class _Stage:
         if self.reader is not None:
             with contextlib.suppress(Exception):
                 await self.reader.stop()
-        await leave_group(self.s.bootstrap, self.group, self.member_id)
+        await leave_group(self.s.bootstrap, self.group, self.member_id, self.w.security)
 
     async def flush_all(self) -> None:
         """Commit pending work of every partition (graceful shutdown)."""
@@ -308,6 +310,7 @@ class _Stage:
         s = self.s
         prod = k.AIOKafkaProducer(
             bootstrap_servers=s.bootstrap,
+            **self.w.kafka_kwargs(),
             transactional_id=f"{s.app_id}.{self.name}.{p}",
             transaction_timeout_ms=int(s.transaction_timeout_s * 1000),
             client_id=f"{s.app_id}-{self.name}-{p}-{s.worker_id}",
@@ -470,7 +473,8 @@ class _Stage:
         coord = getattr(self.consumer, "_coordinator", None)
         if coord is None:
             return
-        await leave_group(self.s.bootstrap, self.group, str(coord.member_id or ""))
+        await leave_group(self.s.bootstrap, self.group, str(coord.member_id or ""),
+                          self.w.security)
         coord.reset_generation()
 
     # -- to implement ----------------------------------------------------------------------
@@ -842,6 +846,12 @@ class Worker:
         self.key = key if key is not None else settings.noise_key()
         self.domain = domain if domain is not None else load_domain(settings.domain_file)
         self.router = Router(self.domain, settings.shards)
+        from agents.security import KafkaSecurity
+
+        #: TLS / SASL of every Kafka client this worker creates
+        self.security = KafkaSecurity.from_settings(settings)
+        self.security.validate()
+
         #: the domain's digest: noise and checkpoints are bound to it (and to settings.epoch)
         self.domain_id: str = str(self.domain.digest())
         self.privacy: dict[str, Any] = dict(settings.privacy.as_dict())
@@ -871,6 +881,10 @@ class Worker:
             origin=settings.origin, tick_seconds=settings.tick_seconds,
             lateness=settings.allowed_lateness_s, grace=settings.close_grace_s,
         )
+
+    def kafka_kwargs(self) -> dict[str, Any]:
+        """Security keyword arguments for an aiokafka client of this worker."""
+        return self.security.client_kwargs()
 
     def release_error(self, reason: str) -> None:
         """Count a fatal release error (metric ``stream_dp_release_errors_total{reason}``)."""

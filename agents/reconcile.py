@@ -294,9 +294,18 @@ class _LeaderListener(ConsumerRebalanceListener):  # type: ignore[misc]
             self.owner._step_up()
 
 
-async def ensure_leader_topic(bootstrap: str, topic: str = LEADER_TOPIC) -> None:
+def _security_of(settings: Any) -> Any:
+    from agents.security import KafkaSecurity
+
+    return KafkaSecurity.from_settings(settings)
+
+
+async def ensure_leader_topic(bootstrap: str, topic: str = LEADER_TOPIC,
+                              security: Any = None) -> None:
     """Create the one-partition leader topic if it does not exist (idempotent)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    from agents.security import client_kwargs
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_kwargs(security))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -337,6 +346,14 @@ class ReconcilerConfig:
     max_message_bytes: int = 64 << 20
     #: Most ticks buffered while waiting for every node's release (see :class:`TickAssembler`).
     max_pending_ticks: int = 256
+    #: TLS / SASL of the agent's Kafka clients (:class:`agents.security.KafkaSecurity`);
+    #: ``None``: from the ``STREAM_DP_*`` environment
+    security: Any = None
+
+    def kafka_kwargs(self) -> dict[str, Any]:
+        from agents.security import client_kwargs
+
+        return client_kwargs(self.security)
 
     def __post_init__(self) -> None:
         if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
@@ -358,6 +375,7 @@ class ReconcilerConfig:
             "counts_topic": settings.counts_topic,
             "histograms_topic": settings.histograms_topic,
             "leader_topic": getattr(settings, "leader_topic", LEADER_TOPIC),
+            "security": _security_of(settings),
             "leader_group": f"{settings.app_id}.reconcile",
             "domain_name": domain_name,
             "every": settings.reconcile_every,
@@ -425,7 +443,7 @@ class Reconciler:
         cfg = self.config
         await ensure_leader_topic(cfg.bootstrap, cfg.leader_topic)
         election = AIOKafkaConsumer(
-            bootstrap_servers=cfg.bootstrap,
+            bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(),
             group_id=cfg.leader_group,
             group_instance_id=cfg.instance_id,
             client_id=f"{cfg.client_id}-election",
@@ -455,7 +473,7 @@ class Reconciler:
             await self._step_down()
             await election.stop()  # a dynamic member leaves the group here
             if cfg.instance_id is not None:  # aiokafka skips LeaveGroup for static members
-                await leave_group(cfg.bootstrap, cfg.leader_group, member_id)
+                await leave_group(cfg.bootstrap, cfg.leader_group, member_id, cfg.security)
 
     # -- the leader's work --------------------------------------------------------------------
     async def last_published_tick(self) -> int:
@@ -463,7 +481,7 @@ class Reconciler:
         cfg = self.config
         key = cfg.domain_name.encode()
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=cfg.bootstrap, client_id=f"{cfg.client_id}-resume",
+            bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(), client_id=f"{cfg.client_id}-resume",
             enable_auto_commit=False, group_id=None,
         )
         await consumer.start()
@@ -504,7 +522,7 @@ class Reconciler:
                                   max_pending=cfg.max_pending_ticks)
         log.info("reconcile leader resuming", extra={"after_tick": after})
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=cfg.bootstrap,
+            bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(),
             group_id=f"{cfg.leader_group}.offsets",
             client_id=f"{cfg.client_id}-counts",
             enable_auto_commit=False,
@@ -513,7 +531,7 @@ class Reconciler:
             max_poll_records=10_000,
         )
         producer = AIOKafkaProducer(
-            bootstrap_servers=cfg.bootstrap, client_id=f"{cfg.client_id}-out", acks="all",
+            bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(), client_id=f"{cfg.client_id}-out", acks="all",
             enable_idempotence=True, linger_ms=0, compression_type="gzip",
             max_request_size=cfg.max_message_bytes,
         )

@@ -92,7 +92,10 @@ async def ensure_topics(bootstrap: str, settings: Settings, timeout_s: float = 3
     """
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    from agents.security import KafkaSecurity
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
+                                **KafkaSecurity.from_settings(settings).client_kwargs())
     await admin.start()
     try:
         specs = topic_specs(settings)

@@ -19,7 +19,7 @@ from simulators.web_traffic import PROFILES, WebTraffic
 
 HELP = "generate deterministic synthetic event logs or live traffic"
 
-SCENARIOS = ("restaurant", "census", *PROFILES)
+SCENARIOS = ("restaurant", "census", "attributes", *PROFILES)
 
 DESCRIPTION = f"""\
 Generate synthetic events, deterministic given --seed (same arguments, same bytes), to a log file
@@ -32,6 +32,9 @@ Scenarios:
                1024 ticks by default
   census       paper 002: households with k dependent categorical attributes (--attributes,
                1..{len(ATTRIBUTES)}), keys are grid cells like age=18-34|tenure=rent; 365 ticks
+  attributes   events with M yes/no attributes (--attributes, default 32): clusters of
+               dependent attributes, sparse 1s, drifting rates; JSON lines {"ts", "attrs"} for
+               'stream-dp marginals' (--out only); 300 ticks of 60 s, --rate 300 events/tick
   searchlogs   bursty web traffic over site/section paths, 32 768 ticks of 60 s
   nettrace     the same model, 65 536 ticks of 1 s
   worldcup98   the same model, exactly 7 518 579 events over 2 088 hourly ticks
@@ -44,6 +47,7 @@ is released as tick t+1.
 Examples:
   stream-dp simulate restaurant --seed 7 --out sales.csv --domain-out domain.toml
   stream-dp simulate census --attributes 4 --ticks 100 --out census.jsonl
+  stream-dp simulate attributes --attributes 32 --ticks 300 --out events.jsonl
   stream-dp simulate nettrace --ticks 4096 --out net.csv --domain-out domain.toml \\
       --settings-out stream-dp.toml
   stream-dp simulate searchlogs --start now --ticks 600 --to-topic --speed 60
@@ -67,7 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="mean events (census: households) per tick; restaurant: multiplier of its rates",
     )
     parser.add_argument(
-        "--attributes", type=int, default=3, metavar="K", help="census: number of attributes"
+        "--attributes", type=int, default=None, metavar="K",
+        help="census: number of attributes (default 3); attributes: M (default 32)"
     )
     parser.add_argument("--out", metavar="FILE", help="write the log here ('-' = stdout)")
     parser.add_argument(
@@ -118,7 +123,43 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
         return RestaurantSales(axis, args.seed, scale=args.rate or 1.0)
     tick_seconds = args.tick_seconds or 86_400.0
     axis = TimeAxis(args.ticks or 365, tick_seconds, _start_time(args.start, tick_seconds))
-    return CensusHouseholds(axis, args.seed, k=args.attributes, rate=args.rate or 50.0)
+    k = 3 if args.attributes is None else args.attributes
+    return CensusHouseholds(axis, args.seed, k=k, rate=args.rate or 50.0)
+
+
+def _run_attributes(args: argparse.Namespace) -> int:
+    """``stream-dp simulate attributes``: JSON lines for ``stream-dp marginals``."""
+    from simulators.attributes import AttributeEvents
+
+    if not args.out or args.to_topic or args.domain_out or args.settings_out:
+        print("stream-dp simulate attributes: give --out FILE (only a JSON-lines log is written)",
+              file=sys.stderr)
+        return 2
+    try:
+        tick_seconds = args.tick_seconds or 60.0
+        gen = AttributeEvents(
+            m=32 if args.attributes is None else args.attributes,
+            ticks=args.ticks or 300,
+            rate=args.rate or 300.0,
+            seed=args.seed,
+            tick_seconds=tick_seconds,
+            start=_start_time(args.start, tick_seconds),
+        )
+    except ValueError as exc:
+        print(f"stream-dp simulate: {exc}", file=sys.stderr)
+        return 2
+    out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
+    try:
+        n = 0
+        for line in gen.lines():
+            out.write(line + "\n")
+            n += 1
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    print(f"{gen.describe()}: {n} events written to {args.out} (origin {gen.start:.3f})",
+          file=sys.stderr)
+    return 0
 
 
 def _records(events: Iterator[Event]) -> Iterator[LogRecord]:
@@ -127,6 +168,8 @@ def _records(events: Iterator[Event]) -> Iterator[LogRecord]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.scenario == "attributes":
+        return _run_attributes(args)
     if not (args.out or args.to_topic or args.domain_out or args.settings_out):
         print("stream-dp simulate: nothing to do; give --out, --to-topic, --domain-out or "
               "--settings-out", file=sys.stderr)

@@ -18,6 +18,7 @@ from types import ModuleType
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("agents.commands.demo", "run broker, worker, reconciler and simulator; show live releases"),
     "plan": ("stream_dp.commands.plan", "compare strategies' exact error for (p, horizon, privacy)"),
+    "marginals": ("stream_dp.commands.marginals", "DP decayed α-way marginals of binary-attribute events"),
     "worker": ("agents.commands.worker", "run a production worker (broker and settings from env)"),
     "broker": ("agents.commands.broker", "start or stop the embedded development broker"),
     "topics": ("agents.commands.topics", "create the service's topics with explicit partitions"),

@@ -45,6 +45,39 @@ def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def security_problem() -> str | None:
+    """One line describing why the ``STREAM_DP_SECURITY_*`` / ``SSL_*`` / ``SASL_*`` variables
+    cannot work (checked before any connection), or ``None``."""
+    from agents.security import KafkaSecurity
+
+    try:
+        KafkaSecurity.from_env().validate()
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def is_kafka_error(exc: BaseException) -> bool:
+    """True for aiokafka's errors (connection, TLS handshake, authentication, timeouts)."""
+    try:
+        from aiokafka.errors import KafkaError
+    except ImportError:  # pragma: no cover - the service extra is installed with the commands
+        return False
+    return isinstance(exc, KafkaError)
+
+
+def connection_problem(exc: BaseException) -> str:
+    """One line for a failed connection, with a hint for TLS certificate problems."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    hint = ""
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        hint = (" (the broker's certificate is not signed by STREAM_DP_SSL_CAFILE, or names "
+                "another host: check the CA file and the bootstrap address)")
+    elif "SSL" in text or "TLS" in text:
+        hint = " (TLS handshake failed: check STREAM_DP_SECURITY_PROTOCOL and the broker's port)"
+    return f"cannot connect to the broker: {type(exc).__name__}: {text}{hint}"
+
+
 class TopicMissingError(RuntimeError):
     """The topic does not exist on the broker."""
 

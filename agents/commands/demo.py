@@ -129,6 +129,12 @@ class DemoEvent:
     value: float = 1.0
 
 
+def _security(settings: Any) -> dict[str, Any]:
+    from agents.security import KafkaSecurity
+
+    return KafkaSecurity.from_settings(settings).client_kwargs()
+
+
 class Traffic:
     """Live events in event-time order: the web-traffic simulator, else a built-in one."""
 
@@ -377,7 +383,8 @@ class Demo:
 
         from agents.codec import encode
 
-        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=20)
+        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=20,
+                                    **_security(settings))
         await producer.start()
         try:
             for ev in traffic.events():
@@ -402,7 +409,7 @@ class Demo:
 
         consumer = AIOKafkaConsumer(
             settings.counts_topic, settings.histograms_topic,
-            bootstrap_servers=settings.bootstrap, group_id=None,
+            bootstrap_servers=settings.bootstrap, group_id=None, **_security(settings),
             auto_offset_reset="earliest", enable_auto_commit=False,
             isolation_level="read_committed",
         )

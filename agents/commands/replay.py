@@ -50,7 +50,10 @@ from typing import Any, TextIO
 from agents.commands._client import (
     add_bootstrap_argument,
     bootstrap_from,
+    connection_problem,
     default_topic,
+    is_kafka_error,
+    security_problem,
     topic_partitions,
 )
 from agents.commands._progress import ProgressBar
@@ -320,8 +323,11 @@ async def send_events(
         raise ValueError(f"chunk must be ≥ 1, got {chunk}")
     if speed is not None and not speed > 0:
         raise ValueError(f"speed must be > 0, got {speed}")
+    from agents.security import client_kwargs
+
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
+        **client_kwargs(),
         enable_idempotence=True,
         acks="all",
         linger_ms=5,
@@ -428,9 +434,11 @@ async def find_unacknowledged(
     """
     from aiokafka import AIOKafkaConsumer
 
+    from agents.security import client_kwargs
+
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-        auto_offset_reset="earliest",
+        auto_offset_reset="earliest", **client_kwargs(),
     )
     await consumer.start()
     found: set[int] = set()
@@ -477,7 +485,10 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[str, int]:
     """Current end offset of every partition of ``topic`` (keys are partition numbers as text)."""
     from aiokafka import AIOKafkaConsumer
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    from agents.security import client_kwargs
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                                **client_kwargs())
     await consumer.start()
     try:
         tps = await topic_partitions(consumer, topic)
@@ -567,6 +578,10 @@ async def _async_run(args: argparse.Namespace) -> int:
         print(f"stream-dp replay: --chunk must be an integer >= 1, got {args.chunk}",
               file=sys.stderr)
         return out.finish("error", 2, error="--chunk must be >= 1")
+    problem = security_problem()
+    if problem:
+        print(f"stream-dp replay: {problem}", file=sys.stderr)
+        return out.finish("error", 2, error=problem)
     until: float | None = None
     if args.until is not None:
         try:
@@ -736,5 +751,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     except (ValueError, RuntimeError, OSError) as exc:
         print(f"stream-dp replay: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # connection and TLS/SASL failures: one line, no traceback
+        if not is_kafka_error(exc):
+            raise
+        print(f"stream-dp replay: {connection_problem(exc)}", file=sys.stderr)
         return 1
 

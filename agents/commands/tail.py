@@ -20,7 +20,10 @@ from agents.commands._client import (
     TopicMissingError,
     add_bootstrap_argument,
     bootstrap_from,
+    connection_problem,
     default_topic,
+    is_kafka_error,
+    security_problem,
     topic_partitions,
 )
 
@@ -38,8 +41,11 @@ Where to start: live (default: only messages published from now on), --from-begi
 whole retained topic) or --from-tick N (from the beginning, showing ticks >= N).
 Output: a table (default) or --json (each message as one JSON line, exactly as published).
 --prefix P keeps streams whose name starts with P (for histograms: nodes).
-For scripts: --max-messages N stops after N printed messages; --timeout S stops after S seconds
-without a new message (exit status 0 either way).
+For scripts: --max-messages N stops after N printed messages; --to-end stops at the end of the
+topic as it was when tail started (with --from-beginning / --from-tick: "what is there now");
+--timeout S stops after S seconds without a new message (note: a running worker publishes every
+stream at every tick, zeros included, so --timeout alone does not stop a tail of a live
+deployment). Exit status 0 in all three cases.
 
 The broker comes from --bootstrap, else $STREAM_DP_BOOTSTRAP (the worker's variable), else
 127.0.0.1:9092; topic names from --topic or $STREAM_DP_COUNTS_TOPIC / $STREAM_DP_HISTOGRAMS_TOPIC.
@@ -48,7 +54,8 @@ Examples:
   stream-dp tail                                   # live counts, as a table
   stream-dp tail counts --prefix www/ --json       # live counts of the www/ subtree, JSON lines
   stream-dp tail counts --from-tick 100 --max-messages 50
-  stream-dp tail histograms --from-beginning --timeout 5 --json | jq .diagnostics
+  stream-dp tail histograms --from-beginning --to-end --json | jq .diagnostics
+  stream-dp tail counts --from-beginning --to-end --prefix www/ --json > releases.jsonl
   STREAM_DP_BOOTSTRAP=kafka-1:9092 stream-dp tail histograms
 """
 
@@ -69,6 +76,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-messages", type=int, metavar="N", help="exit after printing N messages"
+    )
+    parser.add_argument(
+        "--to-end", action="store_true",
+        help="exit at the end of the topic as it was when tail started"
     )
     parser.add_argument(
         "--timeout", type=float, metavar="S", help="exit after S seconds without a new message"
@@ -204,8 +215,11 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
     from aiokafka import AIOKafkaConsumer
 
     topic = args.topic or default_topic(args.what)
+    from agents.security import client_kwargs
+
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap_from(args.bootstrap),
+        **client_kwargs(),
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="latest",
@@ -223,11 +237,25 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
             await consumer.seek_to_end(*tps)
             for tp in tps:  # resolve the live position now, before anything new is published
                 await consumer.position(tp)
-        where = "from the beginning" if args.from_beginning or args.from_tick else "live"
+        where = ("live" if not (args.from_beginning or args.from_tick is not None)
+                 else f"from tick {args.from_tick}" if args.from_tick is not None
+                 else "from the beginning")
+        ends = await consumer.end_offsets(tps) if getattr(args, "to_end", False) else None
+
+        async def at_end() -> bool:
+            if ends is None:
+                return False
+            for tp in tps:
+                if await consumer.position(tp) < ends[tp]:
+                    return False
+            return True
+
         print(f"stream-dp tail: following {topic} ({len(tps)} partitions) {where}; "
               "Ctrl-C stops", file=sys.stderr, flush=True)
         last_message = loop.time()
         while not printer.done and not (stop is not None and stop.is_set()):
+            if await at_end():
+                break
             batch = await consumer.getmany(timeout_ms=200, max_records=500)
             records = sorted(
                 (m for msgs in batch.values() for m in msgs), key=lambda m: (m.timestamp, m.offset)
@@ -253,6 +281,10 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout is not None and not args.timeout > 0:
         print("stream-dp tail: --timeout must be > 0 seconds", file=sys.stderr)
         return 2
+    problem = security_problem()
+    if problem:
+        print(f"stream-dp tail: {problem}", file=sys.stderr)
+        return 2
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -265,6 +297,11 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(main())
     except TopicMissingError as exc:
         print(f"stream-dp tail: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # connection and TLS/SASL failures: one line, no traceback
+        if not is_kafka_error(exc):
+            raise
+        print(f"stream-dp tail: {connection_problem(exc)}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `stream-dp tail | head`
         with contextlib.suppress(OSError):

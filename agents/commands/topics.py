@@ -78,7 +78,10 @@ async def create_topics(settings: object) -> list[str]:
     created = await ensure_topics(bootstrap, settings)  # type: ignore[arg-type]
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    from agents.security import KafkaSecurity
+
+    security = KafkaSecurity.from_settings(settings)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **security.client_kwargs())
     await admin.start()
     try:
         leader_topic = getattr(settings, "leader_topic", LEADER_TOPIC)
@@ -86,15 +89,17 @@ async def create_topics(settings: object) -> list[str]:
     finally:
         await admin.close()
     if not had_leader:
-        await ensure_leader_topic(bootstrap, leader_topic)
+        await ensure_leader_topic(bootstrap, leader_topic, security)
         created.append(leader_topic)
     return created
 
 
-async def list_topics(bootstrap: str) -> list[tuple[str, int]]:
+async def list_topics(bootstrap: str, security: Any = None) -> list[tuple[str, int]]:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    from agents.security import client_kwargs
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_kwargs(security))
     await admin.start()
     try:
         names = sorted(n for n in await admin.list_topics() if not n.startswith("__"))
@@ -113,7 +118,10 @@ def run(args: argparse.Namespace) -> int:
     bootstrap: str = settings.bootstrap  # type: ignore[attr-defined]
     try:
         if args.action == "list":
-            for name, parts in asyncio.run(list_topics(bootstrap)):
+            from agents.security import KafkaSecurity
+
+            security = KafkaSecurity.from_settings(settings)
+            for name, parts in asyncio.run(list_topics(bootstrap, security)):
                 print(f"{name}\t{parts}")
             return 0
         created = asyncio.run(create_topics(settings))
@@ -121,8 +129,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"stream-dp topics: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # connection errors: say what failed, no traceback
-        print(f"stream-dp topics: cannot reach {bootstrap}: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        from agents.commands._client import connection_problem
+
+        why = connection_problem(exc).removeprefix("cannot connect to the broker: ")
+        print(f"stream-dp topics: cannot reach {bootstrap}: {why}", file=sys.stderr)
         return 1
     if created:
         for name in created:

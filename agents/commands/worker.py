@@ -243,10 +243,18 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = load_settings(args)
+        from agents.config import load_domain
         from agents.pipeline import check_backlog
         from agents.release import build_mechanism
 
         check_backlog(settings)
+        if not Path(settings.domain_file).is_file():
+            raise ValueError(
+                f"domain_file {settings.domain_file!r} not found (relative paths are resolved "
+                "against the current folder, or against the settings file's folder when they "
+                "come from one)"
+            )
+        load_domain(settings.domain_file)
         build_mechanism(settings)  # refuses a numeric range that cap × max_events_per_tick exceeds
     except (ValueError, OSError) as exc:
         print(f"stream-dp worker: {exc}", file=sys.stderr)

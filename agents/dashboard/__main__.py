@@ -31,10 +31,19 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     async def serve() -> None:
-        runner = web.AppRunner(make_dashboard_app(config=config), handle_signals=False)
+        # the same layout as a worker's web server: /dashboard/, with / redirecting there
+        root = web.Application()
+
+        async def to_dashboard(request: web.Request) -> web.StreamResponse:
+            raise web.HTTPFound("/dashboard/")
+
+        root.router.add_get("/", to_dashboard)
+        root.add_subapp("/dashboard/", make_dashboard_app(config=config))
+        runner = web.AppRunner(root, handle_signals=False)
         await runner.setup()
         await web.TCPSite(runner, args.host, args.port).start()
-        print(f"dashboard on http://{args.host}:{args.port}/ (Ctrl-C to stop)", flush=True)
+        print(f"dashboard on http://{args.host}:{args.port}/dashboard/ (Ctrl-C to stop)",
+              flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -140,6 +140,14 @@ class DashboardState:
             q.put_nowait((kind, payload))
 
 
+def _security_of(settings: Any) -> Any:
+    from agents.security import KafkaSecurity
+
+    if not hasattr(settings, "security_protocol"):
+        return None
+    return KafkaSecurity.from_settings(settings)
+
+
 @dataclass(frozen=True)
 class DashboardConfig:
     """Where the dashboard reads from: broker, topic names, ticks of history kept per stream."""
@@ -148,6 +156,8 @@ class DashboardConfig:
     counts_topic: str = "dp.counts.v1"
     histograms_topic: str = "dp.histograms.v1"
     history: int = DEFAULT_HISTORY
+    #: TLS / SASL (:class:`agents.security.KafkaSecurity`); ``None``: the environment's
+    security: Any = None
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
@@ -163,6 +173,7 @@ class DashboardConfig:
             counts_topic=settings.counts_topic,
             histograms_topic=settings.histograms_topic,
             history=history,
+            security=_security_of(settings),
         )
 
 
@@ -175,11 +186,14 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
     """Follow both topics from their latest offsets until cancelled; reconnects on errors."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
+    from agents.security import client_kwargs
+
     topics = (config.counts_topic, config.histograms_topic)
     while True:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=config.bootstrap, group_id=None, enable_auto_commit=False,
             auto_offset_reset="latest", isolation_level="read_committed",
+            **client_kwargs(config.security),
         )
         try:
             await consumer.start()

@@ -85,3 +85,23 @@ def test_example_files_parse() -> None:
     ]
     grid = load_domain(ROOT / "examples" / "domain-grid.toml")
     assert grid.kind == "grid" and grid.size == 1 + 7 + 12
+
+
+def test_internal_topics_follow_the_app_id_unless_named() -> None:
+    base = Settings(origin=1.0)
+    assert (base.partials_topic, base.ingest_checkpoints_topic, base.release_checkpoints_topic,
+            base.schedule_topic, base.leader_topic) == (
+        "dp.partials.v1", "dp.checkpoints.ingest.v1", "dp.checkpoints.release.v1",
+        "dp.schedule.v1", "dp.reconcile.leader")
+    other = base.replace(app_id="shop-v2")
+    assert other.partials_topic == "shop-v2.partials.v1"
+    assert other.ingest_checkpoints_topic == "shop-v2.checkpoints.ingest.v1"
+    assert other.release_checkpoints_topic == "shop-v2.checkpoints.release.v1"
+    assert other.schedule_topic == "shop-v2.schedule.v1"
+    assert other.leader_topic == "shop-v2.reconcile.leader"
+    named = Settings(origin=1.0, app_id="x", partials_topic="mine")
+    assert named.partials_topic == "mine" and named.replace(app_id="y").partials_topic == "mine"
+    env = Settings.load(env={"STREAM_DP_ORIGIN": "1", "STREAM_DP_APP_ID": "z"})
+    assert env.schedule_topic == "z.schedule.v1"
+    # the user-facing topics keep their contract names
+    assert other.counts_topic == "dp.counts.v1" and other.events_topic == "dp.events.v1"

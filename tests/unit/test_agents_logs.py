@@ -140,3 +140,21 @@ def test_parse_level() -> None:
     assert parse_level(10) == 10
     with pytest.raises(ValueError, match="log level must be one of"):
         parse_level("loud")
+
+
+def test_plain_logs_show_the_extra_fields_like_json_logs() -> None:
+    import io
+
+    from agents.logs import make_handler
+
+    out = io.StringIO()
+    logger = logging.getLogger("test.plain.extras")
+    logger.propagate = False
+    handler = make_handler(out, json_lines=False)
+    logger.addHandler(handler)
+    try:
+        logger.warning("worker started", extra={"privacy": {"total_epsilon": 3.0}, "streams": 7})
+    finally:
+        logger.removeHandler(handler)
+    line = out.getvalue()
+    assert "worker started" in line and "streams=7" in line and "total_epsilon" in line

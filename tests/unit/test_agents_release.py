@@ -136,3 +136,28 @@ def test_fast_path_agrees_with_decode_event(
         assert st_.out.accepted == 0 and len(st_.out.dead_letters) == 1
         if isinstance(ref, Rejection):
             assert st_.out.dead_letters[0][1] == ref
+
+
+def test_naive_int_in_the_service_counts_whole_values_and_releases_integers(
+    tmp_path: Path,
+) -> None:
+    s = settings(tmp_path).replace(strategy="naive-int", cap=2.0, epsilon=50.0)
+    with pytest.raises(ValueError, match="whole number"):
+        s.replace(cap=1.5)
+    dom = Domain.from_paths(["x/a", "y/c"])
+    router = Router(dom, 1)
+    s = s.replace(shards=1, events_partitions=1)
+    ing = IngestState(s, router, 0, offset=0)
+    for i, v in enumerate([1, 3, 0.5, 2.0]):
+        raw = json.dumps({"key": "x/a", "ts": 1001.0 + i, "value": v}).encode()
+        ing.process(i, b"k", raw, timestamp=1_001_500 + 1000 * i)
+    assert [r.reason for _, r, _, _ in ing.out.dead_letters] == ["value_not_integer"]
+    assert ing.schedule_close(1, 4, "clock", 1012.0) and ing.apply_due() == 1
+    mech = make_mechanism("naive-int", s.p, s.horizon, s.privacy, s.cap)
+    rel = ReleaseState(s, router, 0, CounterBank(mech, router.shard_names(0), KEY))
+    for off, part in enumerate(ing.out.partials):
+        rel.add(off, part)
+    out = rel.step()
+    leaf = out.streams.index("x/a")
+    assert out.values[leaf] == round(out.values[leaf])  # whole numbers on the integer grid
+    assert abs(out.values[leaf] - 5.0) <= 2.0  # 1 + min(3, cap 2) + 2; noise sd ≈ 0.06 at ε = 50

@@ -259,3 +259,20 @@ def test_dockerfile_runs_the_worker_as_non_root() -> None:
     root = DEPLOY.parent
     for src in re.findall(r"^COPY (\S+)", text, re.M):
         assert (root / src).exists(), src
+
+
+def test_k8s_mounts_kafka_credentials_as_files_and_the_example_names_them() -> None:
+    """Secured clusters: credentials are files from a Secret, never environment values."""
+    sts = yaml.safe_load((DEPLOY / "k8s" / "statefulset.yaml").read_text())
+    pod = sts["spec"]["template"]["spec"]
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["kafka-credentials"]["secret"]["secretName"] == "stream-dp-kafka-credentials"
+    mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["kafka-credentials"]["readOnly"] is True
+    env = {e["name"] for e in pod["containers"][0]["env"]}
+    assert not any("PASSWORD" in e and not e.endswith("_FILE") for e in env)
+    example = yaml.safe_load((DEPLOY / "k8s" / "secret.kafka.example.yaml").read_text())
+    assert example["kind"] == "Secret" and example["metadata"]["name"] == "stream-dp-kafka-credentials"
+    cm = yaml.safe_load((DEPLOY / "k8s" / "configmap.yaml").read_text())
+    for name in ("security_protocol", "ssl_cafile", "sasl_password_file"):
+        assert f"# {name} = " in cm["data"]["stream-dp.toml"]

@@ -1,0 +1,345 @@
+"""The whole pipeline for a binary-attribute stream, with its exact privacy accounting.
+
+1. **Bootstrap** (budget ``ε₀ = bootstrap_fraction · ε``), once over the whole log:
+   :func:`~stream_dp.attributes.dependence.measure_bootstrap` — a noisy histogram of ones per
+   event (5 % of ε₀, sensitivity 1) to choose K, then bounded co-occurrence counts (L1
+   sensitivity ``1 + K + C(K, 2)``) or, when smaller, all pair tables (sensitivity ``C(m, 2)``).
+2. **Structure** (free, post-processing of 1): :func:`~stream_dp.attributes.structure.choose_structure`.
+3. **Tables** (budget ``ε − ε₀``, split equally over the ``K`` measured tables, ``ε_t`` each):
+   every cell of every table is a stream of a :class:`~stream_dp.counters.CounterBank` at
+   ``PureDP(ε_t)``, cap 1, decay ``p``; its per-tick count is the number of the tick's events in
+   that cell. A bank is ``ε_t``-DP for a unit change of one stream's count in one tick.
+4. **Answers** (free): GLS consistency (:mod:`stream_dp.attributes.consistency`) and the
+   junction-tree estimator (:mod:`stream_dp.attributes.model`).
+
+**Accounting from first principles.** Adding or removing one event changes: one bin of the
+ones histogram by 1 (scale ``1/ε_h`` → ``ε_h``), the bootstrap's measured vector by at most its
+sensitivity Δ₀ in L1 (scale ``Δ₀/(ε₀ − ε_h)`` → ``ε₀ − ε_h``), and,
+in the one tick the event's own timestamp selects, one cell of each of the ``K`` measured tables
+by 1 (``K`` streams, each ``ε_t``-DP → ``K·ε_t``). Basic composition (the structure is chosen
+adaptively from the bootstrap's output, which adaptive composition allows) gives
+``ε₀ + K·ε_t ≤ ε``. No parallel composition across attribute groups is used: every event lies in
+every table. Releasing every tick costs nothing more (the decayed counters' guarantee covers all
+ticks), and everything after step 3 is post-processing.
+
+**Re-deciding the structure** (a live service, at epoch boundaries — not implemented here):
+bootstrap epoch k's events, choose epoch k+1's tables from that (and from the released tables,
+free), count only epoch k+1's events in them, and start their decayed values from epoch k's
+consistent model decayed by ``p^Δ`` (post-processing). Each event lies in one epoch, hence in one
+bootstrap and one set of tables: the cost per event stays ``ε₀ + K·ε_t``. The offline
+``stream-dp marginals`` bootstraps once over the whole log.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from stream_dp.attributes.consistency import make_consistent
+from stream_dp.attributes.dependence import PairSketch, measure_bootstrap
+from stream_dp.attributes.model import JunctionTreeModel
+from stream_dp.attributes.structure import Structure, choose_structure
+from stream_dp.attributes.tables import cell_index
+
+__all__ = [
+    "BudgetSplit",
+    "MarginalRelease",
+    "OfflineResult",
+    "auto_bridge_size",
+    "decayed_total_estimate",
+    "run_offline",
+    "split_budget",
+]
+
+Float64Array = NDArray[np.float64]
+
+#: Default share of ε spent on the bootstrap measurement.
+DEFAULT_BOOTSTRAP_FRACTION = 0.2
+#: Default largest number of attributes of one joint table.
+DEFAULT_MAX_CLUSTER = 4
+#: Largest epoch (ticks) of the counters: longer runs roll into new epochs, carrying the decayed
+#: release forward (post-processing). Keeps the planner's exact-error search short; for p < 1 the
+#: error of every strategy stays bounded across epochs.
+MAX_EPOCH_TICKS = 4095
+_CHUNK_EVENTS = 1 << 17
+
+
+@dataclass(frozen=True)
+class BudgetSplit:
+    """ε per event: ``bootstrap`` once, ``per_table`` for each of ``n_tables`` tables."""
+
+    epsilon: float
+    bootstrap: float
+    per_table: float
+    n_tables: int
+    bootstrap_sensitivity: float
+    bootstrap_method: str = "none"
+
+    @property
+    def spent(self) -> float:
+        """Total ε per event: ``bootstrap + n_tables · per_table`` (≤ ``epsilon``)."""
+        return self.bootstrap + self.n_tables * self.per_table
+
+    def lines(self) -> list[str]:
+        """Human-readable accounting."""
+        return [
+            f"bootstrap ({self.bootstrap_method}): L1 sensitivity {self.bootstrap_sensitivity:g} "
+            f"per event, ε₀ = {self.bootstrap:.6g}",
+            f"tables: {self.n_tables} measured tables, one cell each per event, "
+            f"ε_t = {self.per_table:.6g} each, {self.n_tables * self.per_table:.6g} together",
+            f"total per event: {self.spent:.6g} ≤ ε = {self.epsilon:.6g} (pure DP, all ticks)",
+        ]
+
+
+def split_budget(
+    epsilon: float,
+    n_tables: int,
+    bootstrap: float,
+    bootstrap_sensitivity: float = 0.0,
+    bootstrap_method: str = "none",
+) -> BudgetSplit:
+    """The split with ``ε_t = (ε − bootstrap)/n_tables``, rounded down so the sum stays ≤ ε."""
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if n_tables < 1:
+        raise ValueError("at least one table must be measured")
+    if not 0 <= bootstrap < epsilon:
+        raise ValueError(f"bootstrap budget must be in [0, ε), got {bootstrap!r}")
+    per = (epsilon - bootstrap) / n_tables
+    while bootstrap + n_tables * per > epsilon:
+        per = math.nextafter(per, 0.0)
+    return BudgetSplit(epsilon, bootstrap, per, n_tables, bootstrap_sensitivity, bootstrap_method)
+
+
+class MarginalRelease:
+    """Decayed DP counts of every cell of the measured ``tables``, tick after tick.
+
+    One :class:`~stream_dp.counters.CounterBank` at ``PureDP(epsilon_per_table)``, cap 1, decay
+    ``p`` (per tick), ``horizon`` ticks per epoch; stream names
+    ``"{description}/table={attrs}/cell={c}"`` so no two tables or runs share noise.
+    """
+
+    def __init__(
+        self,
+        tables: Sequence[Sequence[int]],
+        p: float,
+        horizon: int,
+        epsilon_per_table: float,
+        key: bytes,
+        description: str,
+        strategy: str = "auto",
+    ) -> None:
+        from stream_dp.budget import PureDP
+        from stream_dp.counters import CounterBank
+        from stream_dp.strategies import make_mechanism
+
+        self.tables = tuple(tuple(int(a) for a in t) for t in tables)
+        sizes = [1 << len(t) for t in self.tables]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        names = [
+            f"{description}/table={','.join(map(str, t))}/cell={c}"
+            for t in self.tables
+            for c in range(1 << len(t))
+        ]
+        mech = make_mechanism(
+            strategy, p, horizon, PureDP(epsilon_per_table), 1.0, integer_counts=True
+        )
+        self.bank = CounterBank(mech, names, key)
+
+    @property
+    def n_cells(self) -> int:
+        """Streams in the bank (cells of all tables)."""
+        return int(self.offsets[-1])
+
+    def cell_ids(self, bits: NDArray[np.uint8]) -> NDArray[np.int64]:
+        """``(n, K)`` bank positions of each event's cell in each table."""
+        return np.stack(
+            [cell_index(bits, t) + self.offsets[i] for i, t in enumerate(self.tables)], axis=1
+        ).astype(np.int64)
+
+    def step_ids(self, ids: NDArray[np.int64]) -> None:
+        """Release one tick whose events have the bank positions ``ids`` (``(n, K)``)."""
+        counts = np.bincount(ids.reshape(-1), minlength=self.n_cells).astype(np.float64)
+        self.bank.step(counts)
+
+    def step(self, bits: NDArray[np.uint8]) -> None:
+        """Release one tick whose events are the rows of the 0/1 matrix ``bits``."""
+        self.step_ids(self.cell_ids(bits))
+
+    @property
+    def tick(self) -> int:
+        """Ticks released so far."""
+        return self.bank.tick
+
+    def released(self) -> list[Float64Array]:
+        """The last tick's noisy decayed counts, one flat array per table."""
+        rel = self.bank.releases
+        return [rel[self.offsets[i] : self.offsets[i + 1]] for i in range(len(self.tables))]
+
+    def cell_variance(self) -> float:
+        """Noise variance of one released cell at the current tick (counts², analytic)."""
+        return float(self.bank.stderr**2)
+
+    def model(self) -> JunctionTreeModel:
+        """Consistent tables and the junction-tree estimator for the current tick."""
+        noisy = self.released()
+        consistent = make_consistent(self.tables, noisy)
+        var = self.cell_variance()
+        return JunctionTreeModel(self.tables, consistent, [var] * len(self.tables))
+
+
+#: Signal-to-noise a bridge table's average cell must keep (decayed events per cell over the
+#: noise standard deviation of a cell), for :func:`auto_bridge_size`.
+BRIDGE_SNR = 8.0
+
+
+def decayed_total_estimate(n_total: float, ticks: int, p: float) -> float:
+    """Decayed count at the last tick if ``n_total`` events were spread evenly over ``ticks``."""
+    if ticks < 1:
+        return 0.0
+    rate = n_total / ticks
+    if p >= 1.0:
+        return n_total
+    return rate * (1.0 - p**ticks) / (1.0 - p)
+
+
+def auto_bridge_size(
+    n_decayed: float, epsilon_per_table: float, p: float, max_size: int, snr: float = BRIDGE_SNR
+) -> int:
+    """Largest bridge-table size ``s`` in ``[2, max_size]`` whose average cell
+    ``n_decayed / 2**s`` is at least ``snr`` times the noise of one cell, approximated by input
+    perturbation's ``√(2/(ε_t²(1 − p²)))`` (an upper bound on the planner's pick); 2 if none.
+
+    More attributes per bridge keep more dependence between clusters but spread the events over
+    more cells; measured on the attribute simulator (benchmarks/marginals.py), 4-attribute
+    bridges help at ~95 000 decayed events and hurt at ~4 800.
+    """
+    if p < 1.0:
+        sigma = math.sqrt(2.0 / (epsilon_per_table**2 * (1.0 - p * p)))
+    else:
+        sigma = math.sqrt(2.0) / epsilon_per_table
+    best = 2
+    for size in range(2, max(2, max_size) + 1):
+        if n_decayed / (1 << size) >= snr * sigma:
+            best = size
+    return best
+
+
+def _method(sketch: PairSketch | None) -> str:
+    if sketch is None:
+        return "none"
+    parts = [sketch.method if sketch.max_ones is None else f"{sketch.method}, K={sketch.max_ones}"]
+    if sketch.histogram_epsilon > 0:
+        parts.append(f"ones histogram ε {sketch.histogram_epsilon:.4g} of it, sensitivity 1")
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class OfflineResult:
+    """Outcome of :func:`run_offline` at the last tick."""
+
+    tick: int
+    structure: Structure
+    split: BudgetSplit
+    sketch: PairSketch | None
+    model: JunctionTreeModel
+    release: MarginalRelease
+
+
+def run_offline(
+    bits: NDArray[np.uint8],
+    ticks: NDArray[np.int64],
+    *,
+    epsilon: float,
+    p: float,
+    key: bytes,
+    description: str,
+    bootstrap_fraction: float = DEFAULT_BOOTSTRAP_FRACTION,
+    max_cluster: int = DEFAULT_MAX_CLUSTER,
+    max_ones: int | None = None,
+    bridge_size: int | None = None,
+    last_tick: int | None = None,
+    strategy: str = "auto",
+    progress: Callable[[str], None] | None = None,
+) -> OfflineResult:
+    """Bootstrap, choose the structure, release ticks ``1 … max(ticks)``; the model at the end.
+
+    ``bits``: ``(n, m)`` 0/1 events; ``ticks``: each event's tick (≥ 1, from its own timestamp);
+    ``epsilon`` per event for the whole run; ``p`` decay per tick; ``key`` the noise secret;
+    ``description`` a canonical text of the run (keys the noise); ``last_tick`` the public last
+    tick to release (default: the last event's tick, which then is *not* protected: removing the
+    last event can change it).
+    """
+    n, m = bits.shape
+    if n == 0 or ticks.shape != (n,):
+        raise ValueError("give at least one event and one tick per event")
+    if int(ticks.min()) < 1:
+        raise ValueError("ticks must be ≥ 1")
+    if not 0 <= bootstrap_fraction < 1:
+        raise ValueError(f"bootstrap fraction must be in [0, 1), got {bootstrap_fraction!r}")
+    say = progress or (lambda _msg: None)
+    last = int(ticks.max())
+    if last_tick is not None:
+        if last_tick < last:
+            raise ValueError(
+                f"an event falls in tick {last}, after the declared last tick {last_tick}"
+            )
+        last = int(last_tick)
+    sketch: PairSketch | None = None
+    eps0 = bootstrap_fraction * epsilon if m > 1 else 0.0
+    if eps0 > 0:
+        sketch = measure_bootstrap(bits, eps0, key, description, max_ones)
+        excess = sketch.excess()
+        structure = choose_structure(excess, max_cluster=max_cluster, bridge_size=2)
+        if bridge_size is None and structure.bridges:
+            # the table count does not depend on the bridge size: size the bridges from the
+            # noisy total (post-processing) and the per-table budget this structure leaves
+            per_table = (epsilon - eps0) / len(structure.tables)
+            n_dec = decayed_total_estimate(sketch.total, last, p)
+            bridge_size = auto_bridge_size(n_dec, per_table, p, max_cluster)
+        if bridge_size is not None and bridge_size != 2:
+            structure = choose_structure(excess, max_cluster=max_cluster, bridge_size=bridge_size)
+    else:
+        structure = Structure(m, tuple((a,) for a in range(m)), ())
+    split = split_budget(
+        epsilon,
+        len(structure.tables),
+        eps0,
+        sketch.sensitivity if sketch else 0.0,
+        _method(sketch),
+    )
+    say(
+        f"structure: {len(structure.tables)} tables "
+        f"({len(structure.tables) - len(structure.bridges)} cluster tables, "
+        f"{len(structure.bridges)} bridge tables); " + "; ".join(split.lines())
+    )
+    rel = MarginalRelease(
+        structure.tables,
+        p,
+        min(max(last, 1), MAX_EPOCH_TICKS),
+        split.per_table,
+        key,
+        f"{description}/structure={structure.describe()}",
+        strategy,
+    )
+    order = np.argsort(ticks, kind="stable")
+    sorted_bits = bits[order]
+    bounds = np.searchsorted(ticks[order], np.arange(1, last + 2), side="left")
+    step = max(1, last // 20)
+    t = 1
+    while t <= last:
+        # a chunk of ticks with at most ~2**17 events (bounded memory for the cell ids)
+        end = int(np.searchsorted(bounds, bounds[t - 1] + _CHUNK_EVENTS, side="right")) - 1
+        end = min(max(end, t), last)
+        lo = int(bounds[t - 1])
+        ids = rel.cell_ids(sorted_bits[lo : int(bounds[end])])
+        for u in range(t, end + 1):
+            rel.step_ids(ids[int(bounds[u - 1]) - lo : int(bounds[u]) - lo])
+            if u % step == 0 or u == last:
+                say(f"tick {u}/{last}")
+        t = end + 1
+    return OfflineResult(last, structure, split, sketch, rel.model(), rel)
