@@ -136,8 +136,8 @@ def event_ticks(mech: Mechanism) -> dict[str, tuple[int, int]]:
 def releases(
     mech: Mechanism, tag: str, n: int, j: int, last: int, neighbour: bool, weaken: bool
 ) -> NDArray[np.float64]:
-    """Releases of ticks ``max(1, 2j − last)..last`` (rows) of ``n`` keyed trials (columns)."""
-    first = max(1, 2 * j - last)
+    """Releases of ticks ``max(1, min(2j − last, j − 1))..last`` (rows) of ``n`` keyed trials (columns)."""
+    first = max(1, min(2 * j - last, j - 1))
     bank = CounterBank(mech, [f"{tag}-{i}" for i in range(n)], KEY)
     if weaken:
         bank._noise = Weakened(bank._noise)  # type: ignore[assignment]
