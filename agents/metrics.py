@@ -38,6 +38,10 @@ name                                       type       meaning
                                                       (must stay 0: a release rule violation)
 ``stream_dp_reconcile_skipped_ticks_total`` counter   ticks without a histogram (incomplete or
                                                       unsolvable input)
+``stream_dp_release_errors_total{reason}`` counter    fatal release errors; ``reason`` ∈ overflow
+                                                      (counts beyond the strategy's numeric range),
+                                                      checkpoint_refused (tampered / other key /
+                                                      other configuration); the worker stops
 =========================================  =========  ===============================================
 """
 
@@ -181,6 +185,12 @@ class Metrics:
             "Ticks without a consistent histogram (incomplete or unsolvable releases).",
             registry=r,
         )
+        self.release_errors = Counter(
+            "stream_dp_release_errors",
+            "Fatal release errors by reason (overflow, checkpoint_refused); the worker stops.",
+            ["reason"],
+            registry=r,
+        )
         self.reconcile_last_tick = Gauge(
             "stream_dp_reconcile_last_tick", "Last tick with a published consistent histogram.",
             registry=r,
@@ -214,6 +224,10 @@ class Metrics:
     def checkpoint_written(self, seconds: float) -> None:
         """One checkpoint written in ``seconds``."""
         self.checkpoint_seconds.observe(max(0.0, float(seconds)))
+
+    def release_error(self, reason: str) -> None:
+        """One fatal release error (``overflow``, ``checkpoint_refused``)."""
+        self.release_errors.labels(reason=_reason_label(reason)).inc()
 
     def set_consumer_lag(self, messages: int) -> None:
         """Total input lag in messages over the assigned partitions."""

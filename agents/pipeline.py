@@ -68,7 +68,8 @@ from agents.codec import dlq_message, encode
 from agents.config import Settings, load_domain
 from agents.groups import leave_group
 from agents.ingest import IngestState, Partial, Router, ScheduleEntry, ScheduleMismatch
-from agents.release import Release, ReleaseState
+from agents.release import CheckpointRefused, Release, ReleaseOverflow, ReleaseState
+from stream_dp.integrity import IntegrityError
 
 __all__ = ["Metrics", "NullMetrics", "Release", "Worker", "check_backlog", "run_worker"]
 
@@ -94,6 +95,7 @@ class Metrics(Protocol):
     def event_late(self, n: int = 1) -> None: ...
     def tick_released(self, latency_seconds: float, n_streams: int = 0) -> None: ...
     def checkpoint_written(self, seconds: float) -> None: ...
+    def release_error(self, reason: str) -> None: ...
     def set_consumer_lag(self, messages: int) -> None: ...
     def set_ready(self, ready: bool) -> None: ...
 
@@ -114,6 +116,9 @@ class NullMetrics:
         pass
 
     def checkpoint_written(self, seconds: float) -> None:
+        pass
+
+    def release_error(self, reason: str) -> None:
         pass
 
     def set_consumer_lag(self, messages: int) -> None:
@@ -357,13 +362,23 @@ class _Stage:
         """Restore ``tp``; on failure log it and leave it to :meth:`_retry_missing`.
 
         A :class:`ScheduleMismatch` (or any error the stage marks fatal) is not retried: the
-        worker stops with it, because continuing would publish under a broken guarantee.
+        worker stops with it, because continuing would publish under a broken guarantee. So is a
+        checkpoint that fails authentication or was written under another configuration
+        (:class:`~agents.release.CheckpointRefused`, :class:`~stream_dp.integrity.IntegrityError`):
+        the worker must not start with it, and retrying cannot change it.
         """
         try:
             await self._restore(tp)
         except ScheduleMismatch as exc:
             await self._drop(tp.partition)
             self.w.fail(exc)
+        except (CheckpointRefused, IntegrityError) as exc:
+            await self._drop(tp.partition)
+            self.w.release_error("checkpoint_refused")
+            refused = exc if isinstance(exc, CheckpointRefused) else CheckpointRefused(
+                f"{self.name} partition {tp.partition}: refusing the checkpoint: {exc}"
+            )
+            self.w.fail(refused)
         except Exception as exc:
             await self._drop(tp.partition)
             self._retry_at = time.monotonic() + 1.0
@@ -663,7 +678,10 @@ class ReleaseStage(_Stage):
         self._ready_since: dict[int, float] = {}
 
     def new_state(self, p: int) -> ReleaseState:
-        return ReleaseState(self.s, self.w.router, p, self.w.new_bank(p))
+        return ReleaseState(
+            self.s, self.w.router, p, self.w.new_bank(p), key=self.w.key,
+            mechanism=self.w.mechanism(),
+        )
 
     async def check_ownership(self) -> None:
         """Also: a tick that misses partials from some events partitions for
@@ -771,7 +789,13 @@ class ReleaseStage(_Stage):
             per_commit = max(1, min(_MAX_TICKS_PER_COMMIT,
                                     _MAX_MESSAGES_PER_COMMIT // max(1, len(state.names))))
             while state.ready() and len(releases) < per_commit:
-                releases.append(state.step())
+                try:
+                    releases.append(state.step())
+                except ReleaseOverflow as exc:
+                    # Not transient: the same counts fail again after any restore. Stop.
+                    self.w.release_error("overflow")
+                    self.w.fail(exc)
+                    return
             await prod.begin_transaction()
             await self._send_counts(prod, p, releases)
             await self._send_checkpoint(prod, p, state)
@@ -827,6 +851,9 @@ class Worker:
         #: TLS / SASL of every Kafka client this worker creates
         self.security = KafkaSecurity.from_settings(settings)
         self.security.validate()
+
+        #: the domain's digest: noise and checkpoints are bound to it (and to settings.epoch)
+        self.domain_id: str = str(self.domain.digest())
         self.privacy: dict[str, Any] = dict(settings.privacy.as_dict())
         self.ingest = IngestStage(
             self, settings.events_topic, settings.ingest_group, settings.ingest_checkpoints_topic
@@ -859,6 +886,12 @@ class Worker:
         """Security keyword arguments for an aiokafka client of this worker."""
         return self.security.client_kwargs()
 
+    def release_error(self, reason: str) -> None:
+        """Count a fatal release error (metric ``stream_dp_release_errors_total{reason}``)."""
+        record = getattr(self.metrics, "release_error", None)
+        if record is not None:
+            record(reason)
+
     def fail(self, exc: BaseException) -> None:
         """Stop the worker with ``exc`` (logged once; the stages raise it from their loops)."""
         if self.fatal is None:
@@ -882,10 +915,9 @@ class Worker:
 
     def mechanism(self) -> Any:
         if self._mechanism is None:
-            from stream_dp.strategies import make_mechanism
+            from agents.release import build_mechanism
 
-            s = self.settings
-            self._mechanism = make_mechanism(s.strategy, s.p, s.horizon, s.privacy, s.cap)
+            self._mechanism = build_mechanism(self.settings)
         return self._mechanism
 
     def new_bank(self, shard: int) -> Any:
@@ -894,7 +926,9 @@ class Worker:
         names = self.router.shard_names(shard)
         if not names:
             return None
-        return CounterBank(self.mechanism(), names, self.key)
+        return CounterBank(
+            self.mechanism(), names, self.key, domain_id=self.domain_id, epoch=self.settings.epoch
+        )
 
     async def run(self, stop_event: asyncio.Event | None = None) -> None:
         stop = stop_event if stop_event is not None else asyncio.Event()

@@ -7,8 +7,20 @@ float sums are bit-identical on every replay), the bank steps over every stream 
 (zeros included), and one ``dp.counts.v1`` message per stream is produced.
 
 State (bank bytes, next tick, pending partials of later ticks, input offset) round-trips through
-:meth:`ReleaseState.to_bytes`; together with noise keyed by ``(secret, stream, node)`` a replay
-from a checkpoint republishes bit-identical values.
+:meth:`ReleaseState.to_bytes`; together with noise keyed by ``(secret, mechanism, domain, epoch,
+stream, node)`` a replay from a checkpoint republishes bit-identical values.
+
+**Authenticated checkpoints.** :meth:`ReleaseState.to_bytes` is sealed with
+:func:`stream_dp.integrity.seal` (HMAC-SHA256 under a key derived from the noise secret) and bound
+to :meth:`ReleaseState.context`: the full mechanism description, the domain digest, the epoch,
+the shard and the shard/partition counts and tick schedule. :meth:`ReleaseState.restore` raises
+:class:`CheckpointRefused` for a changed byte, another key or another configuration; the worker
+treats it as fatal (it does not start with that state, and does not retry).
+
+**Numbers out of range.** A count beyond the strategy's numeric range makes
+:meth:`ReleaseState.step` raise :class:`ReleaseOverflow` (state unchanged); the worker counts it
+(metric ``stream_dp_release_errors_total{reason="overflow"}``), logs it and stops: retrying
+would fail the same way forever.
 """
 
 from __future__ import annotations
@@ -24,10 +36,48 @@ from numpy.typing import NDArray
 from agents.codec import encode
 from agents.config import Settings
 from agents.ingest import Partial, Router
+from stream_dp.integrity import IntegrityError, seal, unseal
+from stream_dp.mechanism import canonical_json
 
-__all__ = ["Release", "ReleaseState"]
+__all__ = [
+    "CHECKPOINT_PURPOSE",
+    "CheckpointRefused",
+    "Release",
+    "ReleaseOverflow",
+    "ReleaseState",
+    "build_mechanism",
+]
 
-_MAGIC = b"SDPREL1\n"
+_MAGIC = b"SDPREL2\n"
+#: :func:`stream_dp.integrity.seal` purpose of release-stage checkpoints.
+CHECKPOINT_PURPOSE = "release checkpoint"
+
+
+def build_mechanism(settings: Settings) -> Any:
+    """The deployment's mechanism; ``ValueError`` if ``cap × max_events_per_tick`` can exceed
+    its numeric range. ``auto`` picks among the strategies whose range covers it."""
+    from stream_dp.planner import check_range, pick
+    from stream_dp.strategies import make_mechanism
+
+    s = settings
+    limit = s.cap * s.max_events_per_tick
+    strategy = s.strategy
+    if strategy == "auto":
+        strategy = pick(s.p, s.horizon, s.privacy, cap=s.cap, max_tick_count=limit)
+    mech = make_mechanism(strategy, s.p, s.horizon, s.privacy, s.cap)
+    check_range(mech, limit, what=f"cap × max_events_per_tick = {s.cap:g} × "
+                                  f"{s.max_events_per_tick}")
+    return mech
+
+
+class CheckpointRefused(ValueError):
+    """A release checkpoint that must not be used: tampered, written under another key, or
+    under another configuration (ε, strategy, weights, domain, epoch, shards, …). Fatal."""
+
+
+class ReleaseOverflow(ValueError):
+    """A tick's counts are beyond the strategy's numeric range (state unchanged). Fatal: a
+    retry would fail the same way."""
 
 
 @dataclass(frozen=True)
@@ -84,11 +134,26 @@ def _json_names(streams: tuple[str, ...]) -> list[tuple[bytes, str]]:
 class ReleaseState:
     """Counter bank, next tick, pending partials and input offset of one release shard."""
 
-    def __init__(self, settings: Settings, router: Router, shard: int, bank: Any) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        router: Router,
+        shard: int,
+        bank: Any,
+        *,
+        key: bytes | None = None,
+        mechanism: Any = None,
+    ) -> None:
         self.settings = settings
         self.router = router
         self.shard = shard
         self.bank = bank
+        self._key = key
+        self._mechanism = mechanism if mechanism is not None else (
+            bank.mechanism if bank is not None else None
+        )
+        self._context: bytes | None = None
+        self._domain_id: str | None = None
         self.names = tuple(router.shard_names(shard))
         self.sources = settings.events_partitions
         self.next_tick = 1
@@ -142,7 +207,16 @@ class ReleaseState:
         if self.bank is None:  # a shard without streams still keeps the schedule
             values = np.zeros(0, dtype=np.float64)
         else:
-            values = np.asarray(self.bank.step(counts), dtype=np.float64)
+            try:
+                values = np.asarray(self.bank.step(counts), dtype=np.float64)
+            except ValueError as exc:
+                self.pending[tick] = slot  # state unchanged
+                raise ReleaseOverflow(
+                    f"shard {self.shard}, tick {tick}: {exc}. The configuration lets counts "
+                    "exceed the strategy's numeric range (docs/accuracy.md, 'Numeric range'); "
+                    "lower max_events_per_tick × cap or choose another strategy/decay in a new "
+                    "epoch"
+                ) from None
         self.next_tick = tick + 1
         self.dirty = True
         start, end = self.settings.tick_bounds(tick)
@@ -159,7 +233,43 @@ class ReleaseState:
         )
 
     # ------------------------------------------------------------------ checkpoint
+    def mechanism(self) -> Any:
+        """The configured mechanism (from the bank, or built from the settings)."""
+        if self._mechanism is None:
+            self._mechanism = build_mechanism(self.settings)
+        return self._mechanism
+
+    @property
+    def domain_id(self) -> str:
+        """The digest of the declared domain (binds noise and checkpoints to it)."""
+        if self._domain_id is None:
+            self._domain_id = str(self.router.domain.digest())
+        return self._domain_id
+
+    def context(self) -> bytes:
+        """Canonical description of everything this shard's checkpoint is only valid under."""
+        if self._context is None:
+            s = self.settings
+            self._context = canonical_json(
+                {
+                    "context": "stream-dp/release-checkpoint",
+                    "version": 1,
+                    "mechanism": self.mechanism().describe(),
+                    "domain": self.domain_id,
+                    "epoch": s.epoch,
+                    "shard": self.shard,
+                    "shards": s.shards,
+                    "events_partitions": s.events_partitions,
+                    "origin": s.origin,
+                    "tick_seconds": s.tick_seconds,
+                }
+            )
+        return self._context
+
     def to_bytes(self) -> bytes:
+        """The shard's state, sealed (HMAC) under the noise key and bound to :meth:`context`."""
+        if self._key is None:
+            raise ValueError("ReleaseState needs the noise key (key=...) to seal checkpoints")
         header = json.dumps(
             {
                 "v": 1,
@@ -177,18 +287,33 @@ class ReleaseState:
             allow_nan=False,
         ).encode()
         bank = self.bank.to_bytes() if self.bank is not None else b""
-        return _MAGIC + struct.pack(">Q", len(header)) + header + bank
+        body = _MAGIC + struct.pack(">Q", len(header)) + header + bank
+        return seal(self._key, CHECKPOINT_PURPOSE, self.context(), body)
 
     def restore(self, data: bytes, seq: int, key: bytes) -> None:
+        """Restore from :meth:`to_bytes` output; :class:`CheckpointRefused` unless it was
+        written under this key and exactly this configuration (nothing changed then)."""
+        try:
+            self._restore(data, seq, key)
+        except IntegrityError as exc:
+            raise CheckpointRefused(
+                f"release shard {self.shard}: refusing the checkpoint: {exc}. A deployment's "
+                "configuration changes only with a new epoch (docs/operations.md, 'Changing "
+                "the configuration')"
+            ) from None
+
+    def _restore(self, data: bytes, seq: int, key: bytes) -> None:
         from stream_dp.counters import CounterBank
 
+        data = unseal(key, CHECKPOINT_PURPOSE, self.context(), data)
+        self._key = key
         if not data.startswith(_MAGIC):
-            raise ValueError("release checkpoint: bad magic")
+            raise CheckpointRefused("release checkpoint: bad magic")
         (n,) = struct.unpack(">Q", data[len(_MAGIC) : len(_MAGIC) + 8])
         start = len(_MAGIC) + 8
         header = json.loads(data[start : start + n])
         if header.get("v") != 1 or header.get("shard") != self.shard:
-            raise ValueError("release checkpoint of another version or shard")
+            raise CheckpointRefused("release checkpoint of another version or shard")
         self.offset = int(header["offset"])
         self.next_tick = int(header["next_tick"])
         self.seq = seq
@@ -199,14 +324,17 @@ class ReleaseState:
         if not self.names:
             self.bank = None
             return
-        bank = CounterBank.from_bytes(data[start + n :], key)
+        bank = CounterBank.from_bytes(
+            data[start + n :], key, mechanism=self.mechanism(), domain_id=self.domain_id,
+            epoch=self.settings.epoch,
+        )
         if tuple(bank.names) != self.names:
-            raise ValueError(
+            raise CheckpointRefused(
                 f"shard {self.shard}: checkpoint streams differ from the domain's "
                 "(the domain file or the shard count changed)"
             )
         self.bank = bank
         if bank.tick != self.next_tick - 1:
-            raise ValueError(
+            raise CheckpointRefused(
                 f"shard {self.shard}: checkpoint bank tick {bank.tick} != next_tick - 1"
             )

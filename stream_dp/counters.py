@@ -5,9 +5,18 @@ declared streams; :meth:`CounterBank.step` takes one tick's per-stream counts an
 release of every stream — a few vector operations, no Python loop over streams. Every stream
 releases at every tick (zeros included): the schedule never depends on the data.
 
-Noise is keyed by ``(secret, mechanism tag, stream id, node)`` (:class:`stream_dp.noise.KeyedNoise`),
-so restoring a checkpoint (:meth:`CounterBank.to_bytes` / :meth:`CounterBank.from_bytes`) and
-replaying the same counts reproduces bit-identical releases. The key is never serialised.
+Noise is keyed by ``(secret, bank context, stream id, node)`` (:class:`stream_dp.noise.KeyedNoise`)
+where the *bank context* (:func:`bank_context`) is the canonical, versioned description of the
+whole mechanism (:meth:`stream_dp.mechanism.Mechanism.describe`: strategy, exact budget, grid,
+decay, horizon, weights, …) plus the deployment's ``domain_id`` and ``epoch``, hashed with SHA-256
+into the HKDF label of the noise key. Two banks that differ in any of these draw unrelated noise
+under one secret; the stream name keys each stream within a bank.
+
+Restoring a checkpoint (:meth:`CounterBank.to_bytes` / :meth:`CounterBank.from_bytes`) and
+replaying the same counts reproduces bit-identical releases. Checkpoints are sealed
+(:mod:`stream_dp.integrity`: HMAC-SHA256 under a key derived from the secret, bound to the bank
+context), so a changed byte, another key or another configuration is refused with
+:class:`~stream_dp.integrity.IntegrityError`. The key is never serialised.
 
 Units: counts are per tick and per stream, each event already clamped to ``cap``; ``epsilon`` is
 per event, per stream.
@@ -26,16 +35,67 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from stream_dp.budget import Privacy, PureDP, privacy_from_dict
-from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
+from stream_dp.integrity import IntegrityError, seal, unseal
+from stream_dp.mechanism import (
+    DESCRIPTION_VERSION,
+    BoundNoise,
+    Float64Array,
+    Mechanism,
+    State,
+    canonical_json,
+)
 from stream_dp.noise.keyed import NOISE_FORMAT
 
-__all__ = ["DEFAULT_HORIZON", "CounterBank", "DecayedCounter"]
+__all__ = ["CHECKPOINT_PURPOSE", "DEFAULT_HORIZON", "CounterBank", "DecayedCounter",
+           "bank_context"]
 
 #: Horizon (ticks per epoch) used by :class:`DecayedCounter` when none is given.
 DEFAULT_HORIZON = 2**16 - 1
 
-_MAGIC = b"SDPBANK1"
-_DIGEST = 32
+#: :func:`stream_dp.integrity.seal` purpose of :meth:`CounterBank.to_bytes`.
+CHECKPOINT_PURPOSE = "counter-bank checkpoint"
+
+_MAGIC = b"SDPBANK2"
+_MAX_EPOCH = 2**63 - 1
+
+
+def _check_domain_id(domain_id: object) -> str:
+    if not isinstance(domain_id, str):
+        raise ValueError(f"domain_id must be a str (e.g. Domain.digest()), got {domain_id!r}")
+    try:
+        domain_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("domain_id must be valid Unicode text (no lone surrogates)") from None
+    return domain_id
+
+
+def _check_epoch(epoch: object) -> int:
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)):
+        raise ValueError(f"epoch must be an integer in [0, 2**63), got {epoch!r}")
+    e = int(epoch)
+    if not 0 <= e <= _MAX_EPOCH:
+        raise ValueError(f"epoch must be an integer in [0, 2**63), got {epoch!r}")
+    return e
+
+
+def bank_context(mechanism: Mechanism, domain_id: str = "", epoch: int = 0) -> bytes:
+    """Canonical bytes naming everything a bank's noise and checkpoints depend on.
+
+    The mechanism's full description (:meth:`Mechanism.describe`), the noise format, the
+    description version, the deployment's ``domain_id`` (e.g. :meth:`Domain.digest`) and
+    ``epoch`` (a new epoch = fresh noise and its own budget). SHA-256 of it keys the noise;
+    it is the MAC context of :meth:`CounterBank.to_bytes`.
+    """
+    return canonical_json(
+        {
+            "context": "stream-dp/counter-bank",
+            "description_version": DESCRIPTION_VERSION,
+            "noise_format": NOISE_FORMAT,
+            "mechanism": mechanism.describe(),
+            "domain": _check_domain_id(domain_id),
+            "epoch": _check_epoch(epoch),
+        }
+    )
 
 
 def _check_key(key: object) -> bytes:
@@ -75,13 +135,25 @@ def _make_noise(key: bytes, tag: str, names: tuple[str, ...]) -> BoundNoise:
 class CounterBank:
     """The state of S streams under one mechanism; one :meth:`step` per tick.
 
+    ``domain_id`` names the deployment's declared domain (the service passes
+    :meth:`stream_dp.domain.Domain.digest`) and ``epoch`` its configuration epoch; both are
+    part of the noise key and of the checkpoint context (see the module docstring).
+
     >>> from stream_dp.strategies import make_mechanism
     >>> bank = CounterBank(make_mechanism("dmfda", 0.9, 63, PureDP(1.0)), ["a", "b"], b"k" * 32)
     >>> bank.step([3, 0]).shape, bank.tick
     ((2,), 1)
     """
 
-    def __init__(self, mechanism: Mechanism, stream_names: Sequence[str], key: bytes) -> None:
+    def __init__(
+        self,
+        mechanism: Mechanism,
+        stream_names: Sequence[str],
+        key: bytes,
+        *,
+        domain_id: str = "",
+        epoch: int = 0,
+    ) -> None:
         if not isinstance(mechanism, Mechanism):
             raise ValueError(
                 f"mechanism must be a stream_dp Mechanism, got {type(mechanism).__name__}"
@@ -90,7 +162,15 @@ class CounterBank:
         # Fail fast on a budget the samplers refuse (e.g. an enormous ε), before any tick.
         mechanism.variance(1)
         self._mechanism = mechanism
-        self._noise = _make_noise(_check_key(key), mechanism.tag, self._names)
+        self._domain_id = _check_domain_id(domain_id)
+        self._epoch = _check_epoch(epoch)
+        self._context = bank_context(mechanism, self._domain_id, self._epoch)
+        secret = _check_key(key)
+        from stream_dp.noise.keys import SecretKey
+
+        self._secret = SecretKey(secret)
+        tag = "stream-dp/bank/v1/" + hashlib.sha256(self._context).hexdigest()
+        self._noise = _make_noise(secret, tag, self._names)
         self._state: State = mechanism.new_state(len(self._names))
 
     # ------------------------------------------------------------------ properties
@@ -98,6 +178,21 @@ class CounterBank:
     def mechanism(self) -> Mechanism:
         """The configured mechanism (strategy, p, horizon, privacy, cap)."""
         return self._mechanism
+
+    @property
+    def domain_id(self) -> str:
+        """The domain identity this bank's noise and checkpoints are bound to."""
+        return self._domain_id
+
+    @property
+    def epoch(self) -> int:
+        """The configuration epoch this bank's noise and checkpoints are bound to."""
+        return self._epoch
+
+    @property
+    def context(self) -> bytes:
+        """:func:`bank_context` of this bank (canonical JSON; no secret in it)."""
+        return self._context
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -187,7 +282,8 @@ class CounterBank:
         }
 
     def to_bytes(self) -> bytes:
-        """Mechanism config, stream names and state as bytes (never the key), with a checksum."""
+        """Mechanism config, stream names and state as bytes (never the key), sealed with an
+        HMAC-SHA256 under a key derived from the noise secret and bound to :attr:`context`."""
         arrays = []
         blobs = []
         for name in sorted(self._state):
@@ -197,10 +293,11 @@ class CounterBank:
             blobs.append(le.tobytes())
         header = json.dumps(
             {
-                "version": 1,
+                "version": 2,
                 "noise_format": NOISE_FORMAT,
-                "tag": self._mechanism.tag,
                 "mechanism": self._config(),
+                "domain": self._domain_id,
+                "epoch": self._epoch,
                 "streams": list(self._names),
                 "arrays": arrays,
             },
@@ -208,24 +305,47 @@ class CounterBank:
             allow_nan=False,
         ).encode("utf-8")
         body = _MAGIC + struct.pack("<Q", len(header)) + header + b"".join(blobs)
-        return body + hashlib.blake2b(body, digest_size=_DIGEST).digest()
+        return seal(self._secret.reveal(), CHECKPOINT_PURPOSE, self._context, body)
 
     @classmethod
-    def from_bytes(cls, data: bytes, key: bytes) -> CounterBank:
-        """Restore a bank written by :meth:`to_bytes`; ``key`` is the same noise secret."""
+    def from_bytes(
+        cls,
+        data: bytes,
+        key: bytes,
+        *,
+        mechanism: Mechanism | None = None,
+        domain_id: str | None = None,
+        epoch: int | None = None,
+    ) -> CounterBank:
+        """Restore a bank written by :meth:`to_bytes`; ``key`` is the same noise secret.
+
+        With ``mechanism`` (and ``domain_id``/``epoch``, default ``""``/``0``) the checkpoint
+        must have been written under exactly that configuration; without it the configuration
+        stored in the (authenticated) checkpoint is rebuilt and must describe itself the same
+        way. Raises :class:`~stream_dp.integrity.IntegrityError` (a ``ValueError``) for a
+        changed byte, another key or another configuration, ``ValueError`` for other damage.
+        """
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise ValueError("data must be bytes written by CounterBank.to_bytes")
         raw = bytes(data)
-        if len(raw) < len(_MAGIC) + 8 + _DIGEST or not raw.startswith(_MAGIC):
+        secret = _check_key(key)
+        if mechanism is not None:
+            expected = bank_context(
+                mechanism,
+                "" if domain_id is None else domain_id,
+                0 if epoch is None else epoch,
+            )
+            body = unseal(secret, CHECKPOINT_PURPOSE, expected, raw)
+        else:
+            stored = _stored_context(raw)
+            body = unseal(secret, CHECKPOINT_PURPOSE, stored, raw)
+        if len(body) < len(_MAGIC) + 8 or not body.startswith(_MAGIC):
             raise ValueError("data is not a CounterBank checkpoint (bad magic or too short)")
-        body, digest = raw[:-_DIGEST], raw[-_DIGEST:]
-        if hashlib.blake2b(body, digest_size=_DIGEST).digest() != digest:
-            raise ValueError("data is corrupt: CounterBank checkpoint checksum mismatch")
         (hlen,) = struct.unpack_from("<Q", body, len(_MAGIC))
         start = len(_MAGIC) + 8
         try:
             header = json.loads(body[start : start + hlen].decode("utf-8"))
-            if header.get("version") != 1:
+            if header.get("version") != 2:
                 raise ValueError(
                     f"unsupported CounterBank checkpoint version {header.get('version')!r}"
                 )
@@ -235,18 +355,29 @@ class CounterBank:
                     f"library's {NOISE_FORMAT!r}: resumed ticks would not reproduce earlier "
                     "releases bit for bit; restore it with the library version that wrote it"
                 )
-            from stream_dp.strategies import make_mechanism
+            if mechanism is None:
+                from stream_dp.strategies import make_mechanism
 
-            cfg = header["mechanism"]
-            privacy = privacy_from_dict(cfg["privacy"])
-            mech = make_mechanism(cfg["strategy"], cfg["p"], cfg["horizon"], privacy, cfg["cap"])
-            if mech.tag != header["tag"]:
-                # e.g. a tree plan re-derived differently by another library version: resuming
-                # would key the noise differently and re-release ticks with other values.
-                raise ValueError(
-                    f"checkpoint mechanism {header['tag']!r} differs from the one rebuilt here "
-                    f"({mech.tag!r}); restore it with the library version that wrote it"
+                cfg = header["mechanism"]
+                privacy = privacy_from_dict(cfg["privacy"])
+                mech = make_mechanism(
+                    cfg["strategy"], cfg["p"], cfg["horizon"], privacy, cfg["cap"]
                 )
+                rebuilt = bank_context(mech, header["domain"], header["epoch"])
+                if rebuilt != stored:
+                    # e.g. a tree plan re-derived differently by another library version:
+                    # resuming would key the noise differently and re-release other values.
+                    raise IntegrityError(
+                        "counter-bank checkpoint describes a mechanism that this library "
+                        "version rebuilds differently; restore it with the library version "
+                        "that wrote it",
+                        "configuration",
+                    )
+                dom, ep = str(header["domain"]), int(header["epoch"])
+            else:
+                mech = mechanism
+                dom = "" if domain_id is None else domain_id
+                ep = 0 if epoch is None else epoch
             streams = header["streams"]
             specs = header["arrays"]
         except (
@@ -257,7 +388,7 @@ class CounterBank:
             json.JSONDecodeError,
         ) as exc:
             raise ValueError(f"data is not a valid CounterBank checkpoint header: {exc}") from exc
-        bank = cls(mech, streams, key)
+        bank = cls(mech, streams, secret, domain_id=dom, epoch=ep)
         offset = start + hlen
         state: State = {}
         for spec in specs:
@@ -283,19 +414,36 @@ class CounterBank:
         return bank
 
 
+def _stored_context(raw: bytes) -> bytes:
+    """The context stored in a sealed blob (unauthenticated: only to verify the MAC with)."""
+    head = b"SDPSEAL1"
+    if len(raw) < len(head) + 8 or not raw.startswith(head):
+        raise IntegrityError(
+            "counter-bank checkpoint: not a sealed blob (bad magic or too short; checkpoints "
+            "of library versions before the sealed format cannot be restored)",
+            "malformed",
+        )
+    (n,) = struct.unpack_from(">Q", raw, len(head))
+    if n > len(raw):
+        raise IntegrityError("counter-bank checkpoint: sealed blob truncated", "malformed")
+    return raw[len(head) + 8 : len(head) + 8 + n]
+
+
 class DecayedCounter:
     """One stream's DP decayed count: ``update(count)`` returns the release for that tick.
 
     ``p`` ∈ (0, 1] decay per tick; ``epsilon`` per event (pure DP) — or ``rho`` per event
     (ρ-zCDP) instead; ``strategy`` a registered name or ``"auto"``; ``horizon`` ticks per epoch;
     ``key`` the noise secret (bytes, ≥ 16); ``cap`` bounds one event's contribution; ``name`` the
-    stream name (keys its noise); ``integer_counts=True`` declares whole-number counts, which
-    lets ``auto`` use the integer-grid strategies (``naive-int``).
+    stream name, **required**: it keys the counter's noise, so two counters under one key must
+    have different names (otherwise they would share their noise); ``integer_counts=True``
+    declares whole-number counts, which lets ``auto`` use the integer-grid strategies
+    (``naive-int``); ``domain_id``/``epoch`` as for :class:`CounterBank`.
 
-    >>> c = DecayedCounter(p=0.9, epsilon=1.0, strategy="naive", key=b"k" * 32)
+    >>> c = DecayedCounter(p=0.9, epsilon=1.0, strategy="naive", key=b"k" * 32, name="visits")
     >>> isinstance(c.update(2), float), c.tick
     (True, 1)
-    >>> DecayedCounter(p=0.99, rho=0.5, key=b"k" * 32).strategy
+    >>> DecayedCounter(p=0.99, rho=0.5, key=b"k" * 32, name="sales").strategy
     'sqrt'
     """
 
@@ -307,15 +455,22 @@ class DecayedCounter:
         horizon: int = DEFAULT_HORIZON,
         key: bytes | None = None,
         cap: float = 1.0,
-        name: str = "counter",
+        name: str | None = None,
         *,
         rho: float | None = None,
         integer_counts: bool = False,
+        domain_id: str = "",
+        epoch: int = 0,
     ) -> None:
         from stream_dp.budget import ZCDP
         from stream_dp.strategies import make_mechanism
 
         key_bytes = _check_key(key)
+        if not isinstance(name, str) or not name:
+            raise ValueError(
+                "name must be a non-empty string naming the counter: it keys the counter's "
+                "noise, so two counters under one key must have different names"
+            )
         if (epsilon is None) == (rho is None):
             raise ValueError(
                 "give exactly one budget: epsilon (pure ε-DP, > 0) or rho (ρ-zCDP, > 0), "
@@ -323,7 +478,7 @@ class DecayedCounter:
             )
         privacy: Privacy = PureDP(epsilon) if epsilon is not None else ZCDP(float(rho or 0.0))
         mech = make_mechanism(strategy, p, horizon, privacy, cap, integer_counts=integer_counts)
-        self._bank = CounterBank(mech, [name], key_bytes)
+        self._bank = CounterBank(mech, [name], key_bytes, domain_id=domain_id, epoch=epoch)
 
     @property
     def bank(self) -> CounterBank:

@@ -55,6 +55,7 @@ else the top level; :meth:`Domain.from_toml` takes that table as a dict)::
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import tomllib
@@ -429,6 +430,30 @@ class Domain:
     def size(self) -> int:
         """Number of released nodes (streams)."""
         return len(self.names)
+
+    def digest(self) -> str:
+        """SHA-256 (hex) of a canonical description of the whole domain: name, kind, node names
+        in order, parents, attributes and constraint groups (exact bytes).
+
+        The service binds its noise and checkpoints to it (``CounterBank(domain_id=...)``):
+        two deployments with one key and different domains draw unrelated noise, and a changed
+        domain file refuses the old checkpoints (change it with a new ``epoch``).
+        """
+        from stream_dp.mechanism import canonical_json
+
+        desc: dict[str, object] = {
+            "domain_version": 1,
+            "name": self.name,
+            "kind": self.kind,
+            "names": list(self.names),
+            "parent": None if self.parent is None else [int(x) for x in self.parent],
+            "attributes": [[a, list(c)] for a, c in self.attributes],
+            "groups": [
+                {"name": g.name, "matrix": np.asarray(g.matrix), "rows": np.asarray(g.rows)}
+                for g in self.groups
+            ],
+        }
+        return hashlib.sha256(canonical_json(desc)).hexdigest()
 
     def index(self, stream: str) -> int:
         """Position of a node name; ``KeyError`` if undeclared."""

@@ -13,8 +13,12 @@ other streams share its bank, and a replay from a checkpoint is bit-identical.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 from abc import ABC, abstractmethod
-from typing import ClassVar, Protocol
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,6 +29,55 @@ State = dict[str, NDArray[np.generic]]
 
 Float64Array = NDArray[np.float64]
 Int64Array = NDArray[np.int64]
+
+#: Version of the canonical mechanism description (:meth:`Mechanism.canonical_bytes`). The noise
+#: key of every bank and the context of every checkpoint derive from it, so any change to the
+#: description's layout or meaning must bump it (it changes every noise sample).
+DESCRIPTION_VERSION = 1
+
+
+def canonical_value(value: object) -> object:
+    """A JSON value describing ``value`` *exactly* (for hashing into keys and MAC contexts).
+
+    Floats become their exact ``float.hex`` (ε = 1 and ε = 1.99998 never collide, nor do
+    values that print alike); ints stay ints; NumPy arrays become their dtype, shape and the
+    SHA-256 of their little-endian bytes; mappings are canonicalised key by key (sorted on
+    output); sequences element by element; objects with ``as_dict()`` (privacy budgets) by it.
+    Anything else raises ``TypeError`` so that nothing is silently left out.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        f = float(value)
+        if not math.isfinite(f):
+            raise TypeError(f"cannot describe a non-finite float {f!r}")
+        return {"f": f.hex()}
+    if isinstance(value, np.ndarray):
+        a = np.ascontiguousarray(value)
+        le = a.astype(a.dtype.newbyteorder("<"), copy=False)
+        return {
+            "array": le.dtype.str,
+            "shape": list(a.shape),
+            "sha256": hashlib.sha256(le.tobytes()).hexdigest(),
+        }
+    if isinstance(value, Mapping):
+        return {str(k): canonical_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [canonical_value(v) for v in value]
+    as_dict = getattr(value, "as_dict", None)
+    if callable(as_dict):
+        return canonical_value(as_dict())
+    raise TypeError(f"cannot describe a value of type {type(value).__name__}")
+
+
+def canonical_json(obj: Mapping[str, object]) -> bytes:
+    """Canonical JSON bytes of ``obj`` (keys sorted, no spaces, ASCII, exact floats)."""
+    return json.dumps(
+        canonical_value(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+        allow_nan=False,
+    ).encode("ascii")
 
 
 class BoundNoise(Protocol):
@@ -59,10 +112,39 @@ class Mechanism(ABC):
     horizon: int
     cap: float
 
+    def describe(self) -> dict[str, Any]:
+        """Everything that defines this mechanism's measurements and noise, as a mapping.
+
+        The base lists what every strategy has: strategy name, privacy model and budget (exact),
+        decay ``p``, ``horizon``, ``cap``, and the exact sensitivity. Each strategy extends it
+        (``super().describe() | {...}``) with its grid, noise scale, weights/lambdas and plan
+        parameters. Two mechanisms whose descriptions differ in anything get unrelated noise
+        under one key (:class:`stream_dp.counters.CounterBank` hashes
+        :meth:`canonical_bytes` into the noise key) and refuse each other's checkpoints.
+        """
+        privacy = getattr(self, "privacy", None)
+        return {
+            "strategy": self.name,
+            "privacy": privacy.as_dict() if privacy is not None else None,
+            "p": self.p,
+            "horizon": self.horizon,
+            "cap": self.cap,
+            "sensitivity": self.sensitivity(),
+        }
+
+    def canonical_bytes(self) -> bytes:
+        """Canonical, versioned bytes of :meth:`describe` (exact floats, sorted keys)."""
+        return canonical_json({"description_version": DESCRIPTION_VERSION,
+                               "mechanism": self.describe()})
+
+    def fingerprint(self) -> str:
+        """SHA-256 (hex) of :meth:`canonical_bytes`."""
+        return hashlib.sha256(self.canonical_bytes()).hexdigest()
+
     @property
     def tag(self) -> str:
-        """Domain-separation label for the noise generator (strategy and its parameters)."""
-        return f"{self.name}/p={self.p!r}/T={self.horizon}/cap={self.cap!r}"
+        """Domain-separation label of the mechanism: its name and :meth:`fingerprint`."""
+        return f"{self.name}/{self.fingerprint()}"
 
     @abstractmethod
     def new_state(self, n_streams: int) -> State:
@@ -96,6 +178,17 @@ class Mechanism(ABC):
         False while another one qualifies, because the service runs streams forever.
         """
         return True
+
+    def max_count(self) -> float:
+        """Numeric range: the largest per-tick count (value units, per stream) such that *any*
+        sequence of counts each ``≤`` it is released on every tick, forever.
+
+        :meth:`step` raises ``ValueError`` (state unchanged) for counts beyond the range; the
+        service refuses at start-up a configuration whose ``cap × max_events_per_tick`` exceeds
+        this (docs/accuracy.md, "Numeric range"). ``math.inf`` means the strategy handles every
+        finite count exactly. Strategies with a finite range override it.
+        """
+        return math.inf
 
     @abstractmethod
     def sensitivity(self) -> float:

@@ -14,10 +14,42 @@ earlier-registered strategy (simpler first).
 
 from __future__ import annotations
 
+import math
+
 from stream_dp.analysis import StrategyFigures
 from stream_dp.budget import Privacy
+from stream_dp.mechanism import Mechanism
 
-__all__ = ["Candidate", "compare", "pick"]
+__all__ = ["Candidate", "check_range", "compare", "pick"]
+
+
+def check_range(mechanism: Mechanism, max_tick_count: float, what: str | None = None) -> None:
+    """Raise ``ValueError`` if per-tick counts up to ``max_tick_count`` (value units, per
+    stream: ``cap ×`` the declared maximum events per tick) can leave the strategy's numeric
+    range :meth:`~stream_dp.mechanism.Mechanism.max_count`.
+
+    Such a configuration would release for a while and then stop at the first tick whose
+    counts overflow, so the planner and the service refuse it up front.
+
+    >>> from stream_dp.budget import PureDP
+    >>> from stream_dp.strategies import make_mechanism
+    >>> check_range(make_mechanism("naive", 0.9, 63, PureDP(1.0)), 1e6)
+    >>> check_range(make_mechanism("dmfda", 0.999, 4095, PureDP(1.0)), 60_000)
+    Traceback (most recent call last):
+    ...
+    ValueError: per-tick count 60000 can exceed the numeric range of dmfda (p = 0.999, horizon = 4095, cap = 1): counts up to 3.63e+04 per tick and stream; declare fewer events per tick, or choose a strategy with a larger range (docs/accuracy.md, 'Numeric range')
+    """
+    limit = mechanism.max_count()
+    if not (isinstance(max_tick_count, (int, float)) and max_tick_count >= 0):
+        raise ValueError(f"max_tick_count must be a number ≥ 0, got {max_tick_count!r}")
+    if max_tick_count > limit:
+        shown = what if what is not None else f"per-tick count {max_tick_count:g}"
+        raise ValueError(
+            f"{shown} can exceed the numeric range of {mechanism.name} (p = {mechanism.p:g}, "
+            f"horizon = {mechanism.horizon}, cap = {mechanism.cap:g}): counts up to "
+            f"{limit:.3g} per tick and stream; declare fewer events per tick, or choose a "
+            "strategy with a larger range (docs/accuracy.md, 'Numeric range')"
+        )
 
 #: One strategy's exact figures for ``(p, horizon, privacy, cap)``.
 Candidate = StrategyFigures
@@ -55,15 +87,36 @@ def compare(
 
 
 def pick(
-    p: float, horizon: int, privacy: Privacy, cap: float = 1.0, *, integer_counts: bool = False
+    p: float,
+    horizon: int,
+    privacy: Privacy,
+    cap: float = 1.0,
+    *,
+    integer_counts: bool = False,
+    max_tick_count: float | None = None,
 ) -> str:
     """Name of the strategy with the lowest mean per-release MSE over ``horizon`` ticks.
 
     Strategies whose error grows linearly past the horizon are only picked if no other one
-    qualifies (see the module docstring).
+    qualifies (see the module docstring). With ``max_tick_count`` (``cap ×`` the declared
+    maximum events per tick and stream) only strategies whose numeric range covers it are
+    considered; ``ValueError`` if none does.
     """
     candidates = compare(p, horizon, privacy, cap, integer_counts=integer_counts)
     if not candidates:
         raise ValueError(f"no strategy registered for privacy model {privacy.model!r}")
+    if max_tick_count is not None:
+        from stream_dp.strategies import make_mechanism
+
+        def in_range(name: str) -> bool:
+            mech = make_mechanism(name, p, horizon, privacy, cap)
+            return not math.isnan(mech.max_count()) and mech.max_count() >= max_tick_count
+
+        candidates = [c for c in candidates if in_range(c.strategy)]
+        if not candidates:
+            raise ValueError(
+                f"no strategy's numeric range covers per-tick counts up to {max_tick_count:g} "
+                f"at p = {p:g}, horizon = {horizon} (docs/accuracy.md, 'Numeric range')"
+            )
     safe = [c for c in candidates if c.unbounded_ok] or candidates
     return min(safe, key=lambda c: c.error_mse).strategy

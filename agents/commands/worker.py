@@ -40,9 +40,12 @@ time, Kafka record timestamp). With schedule = "markers" ticks close at the clos
 fresh one of the same deployment, follows them and refuses a log that differs from the one
 released (exit status 3).
 
-Exit status: 0 stopped by a signal, 1 a part failed, 2 bad settings (also: origin more than
-max_backlog_ticks ticks in the past on the clock schedule), 3 refused: the events differ from the
-ones already released under this deployment's closing points.
+Exit status: 0 stopped by a signal, 1 a part failed (also: a count beyond the strategy's numeric
+range), 2 bad settings (also: origin more than max_backlog_ticks ticks in the past on the clock
+schedule, or cap x max_events_per_tick beyond the strategy's numeric range), 3 refused: the
+events differ from the ones already released under this deployment's closing points, 4 refused:
+a checkpoint failed authentication or was written under another configuration (change the
+configuration only with a new epoch, docs/operations.md).
 
 examples:
   STREAM_DP_BOOTSTRAP=kafka-0:9092 STREAM_DP_KEY_FILE=/run/secrets/dp-key \\
@@ -162,8 +165,16 @@ async def serve(
             exc = task.exception()
             if exc is not None:
                 from agents.ingest import ScheduleMismatch
+                from agents.release import CheckpointRefused, ReleaseOverflow
 
-                if isinstance(exc, ScheduleMismatch):
+                if isinstance(exc, CheckpointRefused):
+                    # tampered, another key, or another configuration: never start with it
+                    log.error("refusing to start: %s", exc, extra={"part": name})
+                    rc = 4
+                elif isinstance(exc, ReleaseOverflow):
+                    log.error("stopping: %s", exc, extra={"part": name})
+                    rc = 1
+                elif isinstance(exc, ScheduleMismatch):
                     # the log differs from the one released under this key: refused, like
                     # `stream-dp replay` (exit status 3)
                     log.error("refusing to release: %s", exc, extra={"part": name})
@@ -250,6 +261,9 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
             f"domain_file {settings.domain_file!r} cannot be read: {exc.strerror or exc}"
         ) from None
     check_memory(settings, len(domain.names))
+    from agents.release import build_mechanism
+
+    build_mechanism(settings)  # refuses a numeric range that cap × max_events_per_tick exceeds
     key: bytes = settings.noise_key()
     return settings, key
 

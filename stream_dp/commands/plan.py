@@ -75,6 +75,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the integer-grid strategies (naive-int)",
     )
     parser.add_argument(
+        "--max-events-per-tick",
+        type=int,
+        default=None,
+        metavar="N",
+        help="declared maximum events per stream and tick: only strategies whose numeric range "
+        "covers cap × N are picked (error if none does; docs/accuracy.md, 'Numeric range')",
+    )
+    parser.add_argument(
         "--domain",
         default=None,
         metavar="FILE",
@@ -150,12 +158,16 @@ def validate(args: argparse.Namespace) -> None:
 
 def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
     """Table rows (one per strategy, best first by MSE) and the planner's pick."""
-    from stream_dp.planner import compare
-    from stream_dp.strategies import get
+    from stream_dp.planner import compare, pick
+    from stream_dp.strategies import get, make_mechanism
 
     validate(args)
     privacy = privacy_from_args(args)
     integer_counts = bool(getattr(args, "integer_counts", False))
+    rate = getattr(args, "max_events_per_tick", None)
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate < 1):
+        raise ValueError(f"--max-events-per-tick must be an integer ≥ 1, got {rate!r}")
+    limit = None if rate is None else float(args.cap) * rate
     figs = compare(args.p, args.horizon, privacy, args.cap, integer_counts=integer_counts)
     best = min(f.error_mse for f in figs)
     out: list[dict[str, object]] = [
@@ -169,12 +181,15 @@ def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
             "ratio": f.error_mse / best,
             "unbounded_ok": f.unbounded_ok,
             "integer_only": get(f.strategy).integer_only,
+            "max_count": make_mechanism(
+                f.strategy, args.p, args.horizon, privacy, args.cap
+            ).max_count(),
         }
         for f in sorted(figs, key=lambda f: f.error_mse)
     ]
-    # the planner's rule (stream_dp.planner.pick) on the figures computed above
-    safe = [f for f in figs if f.unbounded_ok] or figs
-    return out, min(safe, key=lambda f: f.error_mse).strategy
+    chosen = pick(args.p, args.horizon, privacy, cap=args.cap, integer_counts=integer_counts,
+                  max_tick_count=limit)
+    return out, chosen
 
 
 def _bound_ratio(table: list[dict[str, object]], chosen: str, bound: float) -> tuple[str, float]:
@@ -230,14 +245,16 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"p = {args.p:g}, horizon = {args.horizon} ticks, {privacy} per event, cap = {args.cap:g}"
     )
-    print(f"{'strategy':<14}{'sensitivity':>13}{'RMSE/release':>14}{'MSE/release':>14}{'ratio':>11}")
+    print(f"{'strategy':<14}{'sensitivity':>13}{'RMSE/release':>14}{'MSE/release':>14}{'ratio':>11}"
+          f"{'range/tick':>12}")
     for r in table:
         mark = "  <- pick" if r["strategy"] == chosen else ""
         if not r["unbounded_ok"]:
             mark += "  (error grows linearly past the horizon)"
         print(
             f"{r['strategy']!s:<14}{r['sensitivity']:>13.6f}{_num(r['rmse'], 14)}"
-            f"{_num(r['mse'], 14)}{_num(r['ratio'], 11, 3)}{mark}"
+            f"{_num(r['mse'], 14)}{_num(r['ratio'], 11, 3)}"
+            f"{float(r['max_count']):>12.3g}{mark}"  # type: ignore[arg-type]
         )
     print(f"pick: {chosen}")
     lb = lower_bound_row(args, privacy)

@@ -46,6 +46,7 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -133,6 +134,59 @@ class FenwickMechanism(Mechanism):
             w.setflags(write=False)
             self._weights_cache[n] = w
         return w
+
+    def describe(self) -> dict[str, Any]:
+        """Base description plus the Fenwick layout: epoch lengths, the first epoch's grid,
+        noise scale, value range, and its weights (the diagonal Λ, exact bytes hashed).
+
+        Later epochs (p = 1 doubling) derive their weights from these same inputs.
+        """
+        n = self.epoch_of(1)[2]
+        plan = self.plan(n)
+        return super().describe() | {
+            "family": "fenwick",
+            "epoch_base": self._base,
+            "epoch_max": self._max_epoch,
+            "first_epoch": n,
+            "levels": plan.levels,
+            "grid": plan.grid,
+            "scale_units": plan.scale_units,
+            "max_units": plan.max_units,
+            "slack_units": SLACK_UNITS,
+            "resolution_bits": RESOLUTION_BITS,
+            "weights": self.weights(n),
+        }
+
+    def max_count(self) -> float:
+        """Largest per-tick count ``D`` with every node value in range, forever.
+
+        ``p < 1``: node ``τ`` sums at most ``lowbit(τ)`` decayed counts, so it stays in range iff
+        ``D·a_τ·Σ_{i<lowbit τ} p^i < max_units·g`` (every epoch has the same plan).
+        ``p = 1``: counts are rounded to the grid (≤ ``D + g/2``) and node ``τ`` sums
+        ``lowbit(τ) ≤ n`` of them; the bound is taken over every epoch length up to the largest
+        (``max(B, 2**24)``), with ``max(1, a) ≤ max(1, max a of the first epoch)`` — the
+        weights of ``dm``, ``dmfda`` and ``fenwick-opt`` are ≤ 1 (own column sum ≤ 1).
+        """
+        if self.p < 1.0:
+            n = self.horizon
+            plan = self.plan(n)
+            w = self.weights(n)
+            tau = np.arange(1, n + 1, dtype=np.int64)
+            low = (tau & -tau).astype(np.float64)
+            geo = -np.expm1(low * math.log(self.p)) / -math.expm1(math.log(self.p))
+            worst = float(np.max(w * geo))
+            return plan.max_units * plan.grid / worst * (1.0 - 2.0**-40)
+        a_bound = max(1.0, float(np.max(self.weights(self.epoch_of(1)[2]))))
+        best = math.inf
+        n = self._base
+        while True:
+            grid = choose_grid(self.cap / (SLACK_UNITS * levels_for(n)),
+                               resolution_bits=RESOLUTION_BITS)
+            best = min(best, MAX_EXACT_UNITS * grid / (a_bound * n) - grid / 2)
+            if n >= self._max_epoch:
+                break
+            n = min(2 * n, self._max_epoch)
+        return best * (1.0 - 2.0**-40)
 
     # ------------------------------------------------------------------ epochs and plans
     def epoch_of(self, t: int) -> tuple[int, int, int]:

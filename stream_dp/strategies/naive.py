@@ -11,6 +11,8 @@ Laplace variance times ``g²`` — about ``2(cap/ε)²/(1 − p²)`` in the limi
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from stream_dp.budget import Privacy
@@ -48,6 +50,18 @@ class NaiveMechanism(Mechanism):
             self._sensitivity / (self.epsilon * self.grid), MIN_SCALE, f"epsilon = {self.epsilon!r}"
         )
         self.measurement_variance = self.grid**2 * discrete_laplace_variance(self.scale_units)
+
+    def describe(self) -> dict[str, Any]:
+        """Base description plus the grid and the noise scale (grid units)."""
+        return super().describe() | {
+            "grid": self.grid,
+            "scale_units": self.scale_units,
+            "resolution_bits": RESOLUTION_BITS,
+        }
+
+    def max_count(self) -> float:
+        """Counts must stay below ``2**52`` grid units (exact float64 arithmetic)."""
+        return float(np.nextafter(MAX_GRID_UNITS / 2 * self.grid, 0.0))
 
     def new_state(self, n_streams: int) -> State:
         n_streams = check_n_streams(n_streams)

@@ -29,6 +29,7 @@ reports it exactly. ``auto`` never prefers it there (the trees are polylogarithm
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -99,9 +100,24 @@ class SqrtMechanism(Mechanism):
         )
         self.unit_variance = self.grid**2 * discrete_gaussian_variance(self.sigma_units)
 
-    @property
-    def tag(self) -> str:
-        return f"{super().tag}/K={self.taps}"
+    def describe(self) -> dict[str, Any]:
+        """Base description plus the taps ``K``, the coefficients, the grid and ``σ``."""
+        return super().describe() | {
+            "family": "toeplitz-sqrt",
+            "taps": self.taps,
+            "coefficients": np.asarray(self.coefficients, dtype=np.float64),
+            "grid": self.grid,
+            "sigma_units": self.sigma_units,
+            "slack_units": SLACK_UNITS,
+            "max_units": MAX_MEASURED_UNITS,
+            "resolution_bits": RESOLUTION_BITS,
+        }
+
+    def max_count(self) -> float:
+        """Largest per-tick count ``D``: the measurement ``Σ_k c_k·D/g`` (``c_k ≥ 0``) must stay
+        below ``2**50/K`` grid units (the check in :meth:`step`)."""
+        total = float(np.sum(self.coefficients))
+        return MAX_MEASURED_UNITS / self.taps * self.grid / total * (1.0 - 2.0**-40)
 
     def new_state(self, n_streams: int) -> State:
         n_streams = check_n_streams(n_streams)

@@ -31,6 +31,7 @@ linearly in the number of completed top blocks (see :meth:`variance`).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -137,11 +138,22 @@ class TreeMechanism(Mechanism):
     def _default_plan(self) -> TreePlan:
         return best_plan(self.p, self.horizon, self.model)
 
-    @property
-    def tag(self) -> str:
-        lv = ",".join(str(x) for x in self.levels)
-        w = ",".join(f"{x:.12g}" for x in self.weights)
-        return f"{super().tag}/levels={lv}/weights={w}/model={self.model}"
+    def describe(self) -> dict[str, Any]:
+        """Base description plus the plan (levels, normalised weights, Honaker weights), the
+        grid, the noise scale and the value range."""
+        return super().describe() | {
+            "family": "tree",
+            "model": self.model,
+            "levels": list(self.levels),
+            "weights": self.weights,
+            "alpha": np.asarray(self.alpha, dtype=np.float64),
+            "grid": self.grid,
+            "scale_units": self.scale_units,
+            "max_units": self.max_units,
+            "slack_units": SLACK_UNITS,
+            "node_shift": _NODE_SHIFT,
+            "resolution_bits": RESOLUTION_BITS,
+        }
 
     # ------------------------------------------------------------------ state and step
     def new_state(self, n_streams: int) -> State:
@@ -203,6 +215,18 @@ class TreeMechanism(Mechanism):
         state["release"] = release
         state["tick"] = np.array(t, dtype=np.int64)
         return np.array(release, dtype=np.float64, copy=True)
+
+    def max_count(self) -> float:
+        """Largest per-tick count ``D`` with every open block in range, forever: level ``i``'s
+        open block holds at most ``b_i`` decayed counts, so ``D·w_i·Σ_{k<b_i} p^k/g`` must stay
+        below ``max_units`` (the check in :meth:`step` is this bound)."""
+        worst = 0.0
+        for w, b in zip(self.weights.tolist(), self._blocks, strict=True):
+            geo = float(b) if self.p == 1.0 else -math.expm1(b * math.log(self.p)) / -math.expm1(
+                math.log(self.p)
+            )
+            worst = max(worst, w * geo)
+        return self.max_units * self.grid / worst * (1.0 - 2.0**-40)
 
     # ------------------------------------------------------------------ exact figures
     def mse_curve(self, horizon: int) -> Float64Array:

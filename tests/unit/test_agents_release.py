@@ -68,7 +68,9 @@ def test_ingest_to_release_end_to_end_without_kafka(tmp_path: Path) -> None:
     partials = [p for state in ing for p in state.out.partials]
     assert len(partials) == 3 * 2 * 2  # ticks × sources × shards, empty ones included
     mech = make_mechanism("naive", 0.5, 63, s.privacy)
-    rel_states = [ReleaseState(s, router, sh, CounterBank(mech, router.shard_names(sh), KEY))
+    rel_states = [ReleaseState(s, router, sh,
+                               CounterBank(mech, router.shard_names(sh), KEY,
+                                           domain_id=dom.digest(), epoch=s.epoch), key=KEY)
                   for sh in range(2)]
     for off, part in enumerate(partials):
         rel_states[part.shard].add(off, Partial.decode(part.encode()))

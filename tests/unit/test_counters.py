@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from stream_dp import CounterBank, DecayedCounter
 from stream_dp.analysis import expected_mse
 from stream_dp.budget import PureDP
+from stream_dp.integrity import IntegrityError, seal, unseal
 from stream_dp.strategies import make_mechanism
 from tests.unit._montecarlo import empirical_mse_curve
 
@@ -47,12 +50,14 @@ def test_monte_carlo_mse_within_5_percent(
 
 def test_decayed_counter_replays_bit_identically_and_keys_matter() -> None:
     counts = [3, 0, 1, 7, 2, 0, 0, 5]
-    a = DecayedCounter(p=0.9, epsilon=1.0, strategy="dmfda", horizon=7, key=KEY)
-    b = DecayedCounter(p=0.9, epsilon=1.0, strategy="dmfda", horizon=7, key=KEY)
-    c = DecayedCounter(p=0.9, epsilon=1.0, strategy="dmfda", horizon=7, key=bytes(32))
+    a = DecayedCounter(p=0.9, epsilon=1.0, strategy="dmfda", horizon=7, key=KEY, name="x")
+    b = DecayedCounter(p=0.9, epsilon=1.0, strategy="dmfda", horizon=7, key=KEY, name="x")
+    c = DecayedCounter(p=0.9, epsilon=1.0, strategy="dmfda", horizon=7, key=bytes(32), name="x")
+    d = DecayedCounter(p=0.9, epsilon=1.0, strategy="dmfda", horizon=7, key=KEY, name="y")
     ra = [a.update(x) for x in counts]
     assert ra == [b.update(x) for x in counts]
     assert ra != [c.update(x) for x in counts]
+    assert ra != [d.update(x) for x in counts]
     assert all(isinstance(x, float) for x in ra)
     assert a.tick == len(counts) and a.strategy == "dmfda"
 
@@ -130,6 +135,7 @@ def test_decayed_counter_bad_parameters(kwargs: dict[str, object], match: str) -
         "strategy": "naive",
         "horizon": 15,
         "key": KEY,
+        "name": "c",
     }
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
@@ -137,7 +143,7 @@ def test_decayed_counter_bad_parameters(kwargs: dict[str, object], match: str) -
 
 
 def test_decayed_counter_bad_count_leaves_state() -> None:
-    c = DecayedCounter(p=0.9, epsilon=1.0, strategy="naive", key=KEY)
+    c = DecayedCounter(p=0.9, epsilon=1.0, strategy="naive", key=KEY, name="c")
     c.update(1)
     blob = c.to_bytes()
     for bad in (-1, math.nan, "3", None):
@@ -159,9 +165,9 @@ def test_bank_bad_construction_and_corrupt_checkpoints() -> None:
     bank = CounterBank(mech, ["a", "b"], KEY)
     bank.step([1, 2])
     blob = bank.to_bytes()
-    with pytest.raises(ValueError, match="checksum"):
+    with pytest.raises(IntegrityError, match="failed authentication"):
         CounterBank.from_bytes(blob[:-40] + bytes([blob[-40] ^ 1]) + blob[-39:], KEY)
-    with pytest.raises(ValueError, match="not a CounterBank"):
+    with pytest.raises(IntegrityError, match="not a sealed blob"):
         CounterBank.from_bytes(b"garbage", KEY)
     assert math.isnan(CounterBank(mech, ["z"], KEY).stderr)
 
@@ -170,7 +176,9 @@ def test_bank_bad_construction_and_corrupt_checkpoints() -> None:
 def test_budget_beyond_the_samplers_range_fails_at_construction_not_mid_tick(strategy: str) -> None:
     """An ε so large the noise falls below the grid is refused up front, naming ε — or works."""
     try:
-        counter = DecayedCounter(p=0.9, epsilon=1e12, strategy=strategy, horizon=63, key=KEY)
+        counter = DecayedCounter(
+            p=0.9, epsilon=1e12, strategy=strategy, horizon=63, key=KEY, name="c"
+        )
     except ValueError as exc:
         assert "epsilon" in str(exc)
         return
@@ -180,58 +188,81 @@ def test_budget_beyond_the_samplers_range_fails_at_construction_not_mid_tick(str
 
 
 def test_decayed_counter_takes_exactly_one_budget() -> None:
-    zcdp = DecayedCounter(p=0.9, rho=0.5, strategy="auto", horizon=63, key=KEY)
+    zcdp = DecayedCounter(p=0.9, rho=0.5, strategy="auto", horizon=63, key=KEY, name="c")
     assert zcdp.strategy == "sqrt"
     assert abs(zcdp.update(1.0)) < 50
     for bad in ({}, {"epsilon": 1.0, "rho": 0.5}):
         with pytest.raises(ValueError, match="exactly one budget"):
-            DecayedCounter(p=0.9, key=KEY, **bad)  # type: ignore[arg-type]
+            DecayedCounter(p=0.9, key=KEY, name="c", **bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="rho"):
-        DecayedCounter(p=0.9, rho=float("nan"), key=KEY)
+        DecayedCounter(p=0.9, rho=float("nan"), key=KEY, name="c")
+
+
+def test_decayed_counter_requires_a_name() -> None:
+    """Two unnamed counters under one key would share their noise: refuse to build one."""
+    with pytest.raises(ValueError, match="name"):
+        DecayedCounter(p=0.9, epsilon=1.0, key=KEY)
+    with pytest.raises(ValueError, match="name"):
+        DecayedCounter(p=0.9, epsilon=1.0, key=KEY, name="")
+
+
+def _reseal_header(data: bytes, edit: Callable[[dict[str, Any]], None]) -> bytes:
+    """``data`` with its JSON header edited and sealed again *with the key* (what another
+    library version holding the key would write); the stored context is kept."""
+    import json
+    import struct
+
+    from stream_dp.counters import CHECKPOINT_PURPOSE, _stored_context
+
+    context = _stored_context(data)
+    body = unseal(KEY, CHECKPOINT_PURPOSE, context, data)
+    magic_len = body.index(b"{") - 8
+    (hlen,) = struct.unpack_from("<Q", body, magic_len)
+    header = json.loads(body[magic_len + 8 : magic_len + 8 + hlen])
+    edit(header)
+    new_header = json.dumps(header).encode()
+    new_body = body[:magic_len] + struct.pack("<Q", len(new_header)) + new_header
+    new_body += body[magic_len + 8 + hlen :]
+    return seal(KEY, CHECKPOINT_PURPOSE, context, new_body)
 
 
 def test_checkpoint_from_another_noise_format_is_refused() -> None:
     """Resuming with different noise would re-release ticks with different values."""
-    import hashlib
-    import json
-    import struct
-
     from stream_dp.noise import NOISE_FORMAT
 
     bank = CounterBank(make_mechanism("naive", 0.9, 63, PureDP(1.0)), ["a", "b"], KEY)
     bank.step(np.array([1.0, 2.0]))
     data = bank.to_bytes()
     assert CounterBank.from_bytes(data, KEY).to_bytes() == data
-    # rewrite the header with another format and a valid checksum
-    magic_len = data.index(b"{") - 8
-    (hlen,) = struct.unpack_from("<Q", data, magic_len)
-    header = json.loads(data[magic_len + 8 : magic_len + 8 + hlen])
-    assert header["noise_format"] == NOISE_FORMAT
-    header["noise_format"] = "older"
-    new_header = json.dumps(header).encode()
-    body = data[:magic_len] + struct.pack("<Q", len(new_header)) + new_header
-    body += data[magic_len + 8 + hlen : -32]
-    forged = body + hashlib.blake2b(body, digest_size=32).digest()
+
+    def older(header: dict[str, Any]) -> None:
+        assert header["noise_format"] == NOISE_FORMAT
+        header["noise_format"] = "older"
+
     with pytest.raises(ValueError, match="noise format"):
-        CounterBank.from_bytes(forged, KEY)
+        CounterBank.from_bytes(_reseal_header(data, older), KEY)
 
 
 def test_checkpoint_whose_mechanism_rebuilds_differently_is_refused() -> None:
-    import hashlib
-    import json
-    import struct
-
     bank = CounterBank(make_mechanism("tree", 0.99, 63, PureDP(1.0)), ["a"], KEY)
     bank.step(np.array([1.0]))
     data = bank.to_bytes()
-    magic_len = data.index(b"{") - 8
-    (hlen,) = struct.unpack_from("<Q", data, magic_len)
-    header = json.loads(data[magic_len + 8 : magic_len + 8 + hlen])
-    assert header["tag"] == bank.mechanism.tag
-    header["tag"] += "/weights-from-another-version"
-    new_header = json.dumps(header).encode()
-    body = data[:magic_len] + struct.pack("<Q", len(new_header)) + new_header
-    body += data[magic_len + 8 + hlen : -32]
-    forged = body + hashlib.blake2b(body, digest_size=32).digest()
-    with pytest.raises(ValueError, match="differs from the one rebuilt"):
+
+    def other_horizon(header: dict[str, Any]) -> None:
+        header["mechanism"]["horizon"] = 127
+
+    with pytest.raises(IntegrityError, match="rebuilds differently"):
+        CounterBank.from_bytes(_reseal_header(data, other_horizon), KEY)
+
+
+def test_forged_checkpoint_with_a_valid_unkeyed_checksum_is_refused() -> None:
+    """Whoever can write the checkpoint topic but lacks the key cannot forge state."""
+    import hashlib
+
+    bank = CounterBank(make_mechanism("dmfda", 0.9, 63, PureDP(1.0)), ["a"], KEY)
+    bank.step(np.array([1.0]))
+    data = bank.to_bytes()
+    forged = data[:-32] + hashlib.sha256(data[:-32]).digest()
+    with pytest.raises(IntegrityError, match="failed authentication") as info:
         CounterBank.from_bytes(forged, KEY)
+    assert info.value.reason == "tampered"

@@ -81,7 +81,7 @@ def test_auto_considers_it_only_for_declared_integer_counts() -> None:
     assert chosen.mse_curve(1023).mean() == min(c.mean_mse for c in cands)
     # a fractional cap makes the integer strategies inapplicable rather than an error
     assert pick(0.9, 1023, privacy, cap=1.5, integer_counts=True) == "naive"
-    counter = DecayedCounter(p=0.9, epsilon=1.0, key=KEY, integer_counts=True)
+    counter = DecayedCounter(p=0.9, epsilon=1.0, key=KEY, integer_counts=True, name="c")
     assert counter.strategy == "naive-int"
     restored = DecayedCounter.from_bytes(counter.to_bytes(), KEY)
     assert restored.strategy == "naive-int"

@@ -1,0 +1,218 @@
+"""Release-stage checkpoints are authenticated and bound to the whole configuration; counts
+beyond a strategy's numeric range stop the release (refused at start-up when declared)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agents.config import Settings
+from agents.ingest import Partial, Router
+from agents.pipeline import Worker
+from agents.release import CheckpointRefused, ReleaseOverflow, ReleaseState, build_mechanism
+from stream_dp.counters import CounterBank
+from stream_dp.domain import Domain
+from stream_dp.strategies._fenwick_base import FenwickMechanism
+
+KEY = b"0123456789abcdef0123456789abcdef"
+DOMAIN = Domain.from_paths(["x/a", "x/b", "y/c"])
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAM_DP_CACHE_DIR", str(tmp_path))
+
+
+def settings(**kw: Any) -> Settings:
+    base: dict[str, Any] = dict(origin=1000.0, tick_seconds=10.0, domain_file="unused.toml",
+                                events_partitions=1, shards=1, epsilon=1.0, p=0.9,
+                                strategy="dmfda", horizon=63)
+    base.update(kw)
+    return Settings(**base)
+
+
+def shard(s: Settings, domain: Domain = DOMAIN, key: bytes = KEY, mechanism: Any = None
+          ) -> ReleaseState:
+    router = Router(domain, s.shards)
+    mech = mechanism if mechanism is not None else build_mechanism(s)
+    bank = CounterBank(mech, router.shard_names(0), key, domain_id=domain.digest(),
+                       epoch=s.epoch)
+    return ReleaseState(s, router, 0, bank, key=key, mechanism=mech)
+
+
+def run_ticks(st: ReleaseState, counts: list[float], first: int = 1) -> None:
+    for i, c in enumerate(counts):
+        tick = first + i
+        st.add(st.offset if st.offset >= 0 else 0,
+               Partial(tick, 0, 0, tuple(range(len(st.names))), (c,) * len(st.names), 0.0))
+        st.step()
+
+
+def checkpoint(s: Settings) -> bytes:
+    st = shard(s)
+    run_ticks(st, [1.0, 2.0, 0.0])
+    return st.to_bytes()
+
+
+def test_same_configuration_restores_and_continues_bit_identically() -> None:
+    s = settings()
+    a = shard(s)
+    run_ticks(a, [1.0, 2.0, 0.0])
+    blob = a.to_bytes()
+    b = ReleaseState(s, Router(DOMAIN, 1), 0, None)
+    b.restore(blob, 1, KEY)
+    assert b.next_tick == 4 and b.bank.tick == 3
+    for st in (a, b):
+        st.add(st.offset, Partial(4, 0, 0, (0,), (5.0,), 0.0))
+    assert a.step().values.tobytes() == b.step().values.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"epsilon": 1.5}, "epsilon"),
+        ({"strategy": "dm"}, "strategy"),
+        ({"p": 0.91}, "p"),
+        ({"horizon": 127}, "horizon"),
+        ({"cap": 2.0}, "cap"),
+        ({"epoch": 1}, "epoch"),
+        ({"privacy_model": "zcdp", "strategy": "tree"}, "strategy"),
+    ],
+)
+def test_another_configuration_is_refused_naming_it(change: dict[str, Any], field: str) -> None:
+    blob = checkpoint(settings())
+    other = ReleaseState(settings(**change), Router(DOMAIN, 1), 0, None)
+    with pytest.raises(CheckpointRefused, match="another configuration") as info:
+        other.restore(blob, 1, KEY)
+    assert field in str(info.value)
+    assert "new epoch" in str(info.value)
+
+
+def test_other_weights_domain_key_or_a_changed_byte_are_refused() -> None:
+    s = settings(strategy="fenwick-opt")
+    blob = checkpoint(s)
+    mech = build_mechanism(s)
+
+    class Bumped(type(mech)):  # type: ignore[misc]
+        def _compute_weights(self, n: int) -> np.ndarray:
+            w = np.array(super()._compute_weights(n))
+            w[0] *= 1.1
+            return w
+
+    assert isinstance(mech, FenwickMechanism)
+    bumped = Bumped(mech.p, mech.horizon, mech.privacy, mech.cap)
+    router = Router(DOMAIN, 1)
+    with pytest.raises(CheckpointRefused, match="weights"):
+        ReleaseState(s, router, 0, None, mechanism=bumped).restore(blob, 1, KEY)
+    other_domain = Domain.from_paths(["x/a", "x/b", "y/d"])
+    with pytest.raises(CheckpointRefused, match="domain"):
+        ReleaseState(s, Router(other_domain, 1), 0, None).restore(blob, 1, KEY)
+    with pytest.raises(CheckpointRefused, match="failed authentication"):
+        ReleaseState(s, router, 0, None).restore(blob, 1, bytes(32))
+    for i in range(0, len(blob), max(1, len(blob) // 97)):
+        bad = blob[:i] + bytes([blob[i] ^ 0x04]) + blob[i + 1 :]
+        with pytest.raises(CheckpointRefused):
+            ReleaseState(s, router, 0, None).restore(bad, 1, KEY)
+
+
+def test_a_refused_checkpoint_stops_the_worker_instead_of_retrying() -> None:
+    """_try_restore: CheckpointRefused is fatal (no retry loop), counted in a metric."""
+    errors: list[str] = []
+
+    class M:
+        def release_error(self, reason: str) -> None:
+            errors.append(reason)
+
+        def __getattr__(self, name: str) -> Any:
+            return lambda *a, **k: None
+
+    w = Worker(settings(), key=KEY, domain=DOMAIN, metrics=M())  # type: ignore[arg-type]
+
+    async def refuse(tp: Any) -> None:
+        raise CheckpointRefused("release shard 0: refusing the checkpoint: tampered")
+
+    w.release._restore = refuse  # type: ignore[method-assign]
+
+    class TP:
+        partition = 0
+
+    asyncio.run(w.release._try_restore(TP()))
+    assert isinstance(w.fatal, CheckpointRefused)
+    assert errors == ["checkpoint_refused"]
+    assert w.release._retry_at == 0.0  # no retry scheduled
+
+
+def test_dmfda_at_p_0999_and_1000_events_per_second_overflows_at_tick_1024() -> None:
+    """Reproduces the halt of issue #11 (60 s ticks → 60 000 events per tick): now a fatal
+    ReleaseOverflow with the state unchanged, and refused at start-up when declared."""
+    s = settings(p=0.999, horizon=4095, strategy="dmfda", tick_seconds=60.0,
+                 max_events_per_tick=10_000)
+    st = shard(s, domain=Domain.flat(["busy"]))
+    with pytest.raises(ReleaseOverflow, match="numeric range") as info:
+        run_ticks(st, [60_000.0] * 1100)
+    assert "tick 1024" in str(info.value)
+    assert st.next_tick == 1024 and st.bank.tick == 1023 and st.ready()  # state unchanged
+    with pytest.raises(ValueError, match="max_events_per_tick"):
+        build_mechanism(s.replace(max_events_per_tick=60_000))
+    # auto picks a strategy whose range covers the declared rate
+    assert build_mechanism(s.replace(max_events_per_tick=60_000, strategy="auto")).max_count() \
+        >= 60_000
+
+
+def test_overflow_in_the_release_stage_is_fatal_not_a_retry_loop() -> None:
+    errors: list[str] = []
+
+    class M:
+        def release_error(self, reason: str) -> None:
+            errors.append(reason)
+
+        def __getattr__(self, name: str) -> Any:
+            return lambda *a, **k: None
+
+    s = settings(p=0.999, horizon=4095, strategy="dmfda", max_events_per_tick=10_000)
+    w = Worker(s, key=KEY, domain=Domain.flat(["busy"]), metrics=M())  # type: ignore[arg-type]
+    st = w.release.new_state(0)
+    for tick in range(1, 1024):
+        st.add(tick - 1, Partial(tick, 0, 0, (0,), (60_000.0,), 0.0))
+        if tick < 1023:
+            st.step()
+    st.add(1023, Partial(1024, 0, 0, (0,), (60_000.0,), 0.0))
+
+    class Prod:
+        async def begin_transaction(self) -> None:  # pragma: no cover - must not be reached
+            raise AssertionError("no transaction for an overflowing tick")
+
+    w.release.producers[0] = Prod()
+    asyncio.run(w.release._commit(0, st))
+    assert isinstance(w.fatal, ReleaseOverflow) and errors == ["overflow"]
+
+
+def test_worker_command_refuses_an_out_of_range_configuration_before_connecting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Exit status 2 and one line naming the setting; the bootstrap is a closed port."""
+    import argparse
+
+    from agents.commands import worker
+
+    domain = tmp_path / "d.toml"
+    domain.write_text('kind = "flat"\nstreams = ["busy"]\n', encoding="utf-8")
+    for k in [k for k in __import__("os").environ if k.startswith("STREAM_DP_")]:
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("STREAM_DP_ORIGIN", str(__import__("time").time()))
+    monkeypatch.setenv("STREAM_DP_DOMAIN_FILE", str(domain))
+    monkeypatch.setenv("STREAM_DP_BOOTSTRAP", "127.0.0.1:1")
+    monkeypatch.setenv("STREAM_DP_STRATEGY", "dmfda")
+    monkeypatch.setenv("STREAM_DP_P", "0.999")
+    monkeypatch.setenv("STREAM_DP_MAX_EVENTS_PER_TICK", "60000")
+    monkeypatch.setenv("STREAM_DP_KEY", KEY.hex())
+    parser = argparse.ArgumentParser()
+    worker.add_arguments(parser)
+    rc = worker.run(parser.parse_args([]))
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "max_events_per_tick" in err and "numeric range" in err
