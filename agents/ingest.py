@@ -277,9 +277,13 @@ class IngestState:
 
     def __init__(
         self, settings: Settings, router: Router, partition: int, wall: float = 0.0,
-        offset: int = -1,
+        offset: int = -1, key: bytes | None = None, domain_id: str = "",
     ) -> None:
         self.settings = settings
+        #: the noise key: checkpoints are sealed with a MAC under a key derived from it
+        #: (:mod:`stream_dp.integrity`); ``None`` leaves them unsealed (tests of the pure state)
+        self._key = key
+        self.domain_id = domain_id
         self.router = router
         self.partition = partition
         #: next offset to process; -1 = not known yet (no checkpoint: start per events_start)
@@ -640,8 +644,30 @@ class IngestState:
         self.apply_due()
 
     # ------------------------------------------------------------------ checkpoint
+    def context(self) -> bytes:
+        """Canonical description of everything this partition's state depends on: the
+        checkpoint is bound to it (a restore under anything else is refused)."""
+        from stream_dp.mechanism import canonical_json
+
+        s = self.settings
+        return canonical_json({
+            "kind": "ingest checkpoint", "version": 3, "partition": self.partition,
+            "events_partitions": s.events_partitions, "shards": s.shards,
+            "domain": self.domain_id, "epoch": getattr(s, "epoch", 0), "cap": float(s.cap),
+            "schedule": list(self.schedule_id), "strategy": s.strategy,
+        })
+
     def to_bytes(self) -> bytes:
-        """Offset, next tick, running digest and open buckets (JSON; floats round-trip)."""
+        """Offset, next tick, running digest and open buckets (JSON; floats round-trip),
+        sealed with a MAC bound to :meth:`context` when the state has a key."""
+        payload = self._payload()
+        if self._key is None:
+            return payload
+        from stream_dp.integrity import seal
+
+        return seal(self._key, "ingest checkpoint", self.context(), payload)
+
+    def _payload(self) -> bytes:
         return json.dumps(
             {
                 "v": 3,
@@ -661,6 +687,13 @@ class IngestState:
         ).encode()
 
     def restore(self, data: bytes, seq: int, wall: float = 0.0) -> None:
+        """Restore from :meth:`to_bytes`; a sealed checkpoint that is tampered with, written
+        under another key or another configuration raises
+        :class:`stream_dp.integrity.IntegrityError` (the worker refuses to start with it)."""
+        if self._key is not None:
+            from stream_dp.integrity import unseal
+
+            data = unseal(self._key, "ingest checkpoint", self.context(), data)
         d = json.loads(data)
         if d.get("v") != 3 or d.get("partition") != self.partition:
             raise ValueError(

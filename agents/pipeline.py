@@ -516,7 +516,7 @@ class IngestStage(_Stage):
     name = "ingest"
 
     def new_state(self, p: int) -> IngestState:
-        return IngestState(self.s, self.w.router, p)
+        return IngestState(self.s, self.w.router, p, key=self.w.key, domain_id=self.w.domain_id)
 
     def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
         state.restore(payload, seq)

@@ -271,3 +271,30 @@ def test_clock_rule_ignores_markers(tmp_path: Path) -> None:
     state = IngestState(s, _ROUTER, 0, offset=0)
     state.process_batch([Record(0, None, raw, int(ORIGIN * 1000), 0, headers)])
     assert state.next_tick == 1 and not state.out.entries and not state.out.dead_letters
+
+
+def test_sealed_ingest_checkpoints_refuse_tampering_another_key_or_configuration(
+    tmp_path: Path,
+) -> None:
+    from stream_dp.integrity import IntegrityError
+
+    s = _settings(tmp_path)
+    key = bytes(range(32))
+    state = IngestState(s, _ROUTER, 0, offset=0, key=key, domain_id="d1")
+    state.process_batch(_honest_log(9)[:20])
+    blob = state.to_bytes()
+    twin = IngestState(s, _ROUTER, 0, key=key, domain_id="d1")
+    twin.restore(blob, 1)
+    assert twin.buckets == state.buckets and twin.digest == state.digest
+    for i in (0, len(blob) // 2, len(blob) - 1):  # any changed byte
+        forged = bytearray(blob)
+        forged[i] ^= 1
+        with pytest.raises(IntegrityError):
+            IngestState(s, _ROUTER, 0, key=key, domain_id="d1").restore(bytes(forged), 1)
+    with pytest.raises(IntegrityError):  # another key
+        IngestState(s, _ROUTER, 0, key=bytes(range(1, 33)), domain_id="d1").restore(blob, 1)
+    for other in (IngestState(s, _ROUTER, 0, key=key, domain_id="d2"),
+                  IngestState(s.replace(cap=2.0), _ROUTER, 0, key=key, domain_id="d1"),
+                  IngestState(s.replace(tick_seconds=5.0), _ROUTER, 0, key=key, domain_id="d1")):
+        with pytest.raises(IntegrityError, match="configuration"):
+            other.restore(blob, 1)
