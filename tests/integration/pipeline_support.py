@@ -214,6 +214,22 @@ async def wait_for_ticks(
         await asyncio.sleep(poll_s)
 
 
+async def run_worker_until(s: Settings, n_streams: int, last_tick: int, timeout_s: float = 90
+                           ) -> tuple[dict[tuple[str, int], list[bytes]], Any]:
+    """Run an in-process worker until every stream released ticks 1..last_tick; stop it."""
+    from agents.pipeline import Worker
+
+    stop = asyncio.Event()
+    worker = Worker(s)
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        got = await wait_for_ticks(s, n_streams, last_tick, timeout_s=timeout_s, poll_s=0.5)
+    finally:
+        stop.set()
+        await task
+    return got, worker
+
+
 def exact_decayed(
     domain: Any, events: Iterable[tuple[str, float, float]], s: Settings, last_tick: int
 ) -> dict[tuple[str, int], float]:

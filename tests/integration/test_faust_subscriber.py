@@ -15,7 +15,6 @@ import pytest
 
 from agents.config import load_domain
 from agents.embedded_broker import free_port
-from agents.pipeline import Worker
 from stream_dp.releases import LatestReleases, decode_count
 from tests.integration import pipeline_support as ps
 
@@ -35,14 +34,7 @@ async def test_faust_subscriber_keeps_the_latest_release_of_every_stream(
     log = [(leaves[i % 8], s.origin + 0.03 * i, 1.0) for i in range(200)]  # ticks 1..6
     await ps.produce(s, (ps.event_bytes(*e) for e in log))
     await ps.close_ticks(s, 6)
-    stop = asyncio.Event()
-    worker = Worker(s)
-    task = asyncio.create_task(worker.run(stop))
-    try:
-        got = await ps.wait_for_ticks(s, domain.size, 6, timeout_s=60, poll_s=0.5)
-    finally:
-        stop.set()
-        await task
+    got, _ = await ps.run_worker_until(s, domain.size, 6, timeout_s=60)
     want = LatestReleases()
     for values in got.values():
         for raw in values:

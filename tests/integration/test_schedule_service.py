@@ -141,17 +141,19 @@ async def test_p1_p2_p3_neighbouring_logs_backlog_and_silent_partitions(
     assert {k: got_c[k][0] for k in va} == {k: got_a[k][0] for k in va}  # byte for byte
 
 
-async def _run_until(s: Settings, n_streams: int, last: int, timeout_s: float = 90
-                     ) -> tuple[dict[tuple[str, int], list[bytes]], Worker]:
-    stop = asyncio.Event()
-    worker = Worker(s)
-    task = asyncio.create_task(worker.run(stop))
-    try:
-        got = await ps.wait_for_ticks(s, n_streams, last, timeout_s=timeout_s, poll_s=0.5)
-    finally:
-        stop.set()
-        await task
-    return got, worker
+def _fresh_state(s: Settings, tag: str) -> Settings:
+    """The same deployment (app id, schedule topic) with fresh state, reading events topic
+    ``<name>.<tag>``, publishing to its own counts topic."""
+    name = s.app_id
+    return s.replace(
+        events_topic=f"{name}.{tag}", counts_topic=f"{name}.counts-{tag}",
+        partials_topic=f"{name}.partials-{tag}",
+        ingest_checkpoints_topic=f"{name}.ckpt-{tag}.ingest",
+        release_checkpoints_topic=f"{name}.ckpt-{tag}.release",
+    )
+
+
+_run_until = ps.run_worker_until
 
 
 async def test_p2_p4_persisted_closing_points_reproduce_a_copy_and_refuse_a_changed_one(
@@ -167,12 +169,7 @@ async def test_p2_p4_persisted_closing_points_reproduce_a_copy_and_refuse_a_chan
     first, _ = await _run_until(x, domain.size, 8)
 
     # the same deployment (app id, schedule topic), fresh state, on an exact copy of its log
-    copy = x.replace(
-        events_topic=f"{unique_name}.copy", counts_topic=f"{unique_name}.counts2",
-        partials_topic=f"{unique_name}.partials2",
-        ingest_checkpoints_topic=f"{unique_name}.ckpt2.ingest",
-        release_checkpoints_topic=f"{unique_name}.ckpt2.release",
-    )
+    copy = _fresh_state(x, "copy")
     await ps.create_topics(copy)
     records = await ps.read_topic(kafka_broker, x.events_topic)
     await _produce_raw(copy, [(r.key, r.value, r.partition, list(r.headers or ()))
@@ -181,12 +178,7 @@ async def test_p2_p4_persisted_closing_points_reproduce_a_copy_and_refuse_a_chan
     assert {k: again[k][0] for k in first} == {k: v[0] for k, v in first.items()}
 
     # ... and on a copy with one event changed (value 1 -> 0.5): refused, nothing published
-    changed = x.replace(
-        events_topic=f"{unique_name}.changed", counts_topic=f"{unique_name}.counts3",
-        partials_topic=f"{unique_name}.partials3",
-        ingest_checkpoints_topic=f"{unique_name}.ckpt3.ingest",
-        release_checkpoints_topic=f"{unique_name}.ckpt3.release",
-    )
+    changed = _fresh_state(x, "changed")
     await ps.create_topics(changed)
     ordered = sorted(records, key=lambda r: (r.partition, r.offset))
     victim = len(ordered) // 2
