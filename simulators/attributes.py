@@ -37,6 +37,17 @@ def _lines(bits: NDArray[np.uint8], ts: NDArray[np.float64]) -> Iterator[str]:
         yield json.dumps({"ts": float(t), "attrs": row.tobytes().decode("ascii")})
 
 
+
+def _in_time_order(
+    bits: NDArray[np.uint8], ticks: NDArray[np.int64], rng: np.random.Generator,
+    tick_seconds: float, start: float,
+) -> tuple[NDArray[np.uint8], NDArray[np.int64], NDArray[np.float64]]:
+    """Give each event a millisecond time inside its tick (drawn from ``rng``) and sort by it."""
+    tick_ms = round(tick_seconds * 1000)
+    ms = round(start * 1000) + ticks * tick_ms + rng.integers(0, tick_ms, ticks.size)
+    order = np.argsort(ms, kind="stable")
+    return bits[order], ticks[order], ms[order] / 1000.0
+
 @dataclass
 class AttributeEvents:
     """The generator; :meth:`generate` gives the events as arrays, :meth:`lines` as JSON lines."""
@@ -96,11 +107,7 @@ class AttributeEvents:
             all_ticks.append(np.full(n, t, dtype=np.int64))
         bits = np.concatenate(all_bits) if all_bits else np.zeros((0, self.m), np.uint8)
         ticks = np.concatenate(all_ticks)
-        tick_ms = round(self.tick_seconds * 1000)
-        offs = rng.integers(0, tick_ms, ticks.size)
-        ms = round(self.start * 1000) + ticks * tick_ms + offs
-        order = np.argsort(ms, kind="stable")
-        return bits[order], ticks[order], ms[order] / 1000.0
+        return _in_time_order(bits, ticks, rng, self.tick_seconds, self.start)
 
     def lines(self) -> Iterator[str]:
         """The events as JSON lines (no trailing newline)."""
@@ -153,10 +160,7 @@ class TreeAttributes:
         for i in range(1, self.m):
             flip = rng.random(n) < self.flip
             bits[:, i] = np.where(flip, 1 - bits[:, self.parents[i]], bits[:, self.parents[i]])
-        tick_ms = round(self.tick_seconds * 1000)
-        ms = round(self.start * 1000) + ticks * tick_ms + rng.integers(0, tick_ms, n)
-        order = np.argsort(ms, kind="stable")
-        return bits[order], ticks[order], ms[order] / 1000.0
+        return _in_time_order(bits, ticks, rng, self.tick_seconds, self.start)
 
     def lines(self) -> Iterator[str]:
         """The events as JSON lines (no trailing newline)."""

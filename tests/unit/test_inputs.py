@@ -8,25 +8,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agents.cli import main
+from tests.unit._cli_env import CLOSED, clean_env  # noqa: F401 - autouse fixture
 
-CLOSED = "127.0.0.1:1"  # nothing listens there: a connection attempt would hang or fail late
 GOOD_KEY = "9c41e7a2d05fb3688e1d4ca7f26b90e53da8c17f4e92b06d15a3f8ce7702b4d9"
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    for var in list(os.environ):
-        if var.startswith("STREAM_DP_"):
-            monkeypatch.delenv(var)
-    monkeypatch.setenv("STREAM_DP_BOOTSTRAP", CLOSED)
-    monkeypatch.chdir(tmp_path)
-    yield
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

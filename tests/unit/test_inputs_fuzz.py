@@ -12,7 +12,6 @@ import argparse
 import math
 import os
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.cli import build_parser, main
+from tests.unit._cli_env import CLOSED, clean_env  # noqa: F401 - autouse fixture
 
-CLOSED = "127.0.0.1:1"
 FUZZ = settings(
     max_examples=int(os.environ.get("FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -44,14 +43,6 @@ TEXT = st.one_of(
 VALUES = st.one_of(NUMBERS, TEXT)
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    for var in list(os.environ):
-        if var.startswith("STREAM_DP_"):
-            monkeypatch.delenv(var)
-    monkeypatch.setenv("STREAM_DP_BOOTSTRAP", CLOSED)
-    monkeypatch.chdir(tmp_path)
-    yield
 
 
 def _options(command: str) -> list[tuple[str, bool]]:
