@@ -2,7 +2,7 @@
 
 Everything is analytic (no simulation) and O(T log T) without dense matrices: the mechanisms'
 ``mse_curve`` sums ``p^(2(t−k))/a_k²`` over Fenwick query paths level by level, and their
-sensitivities come from the exact column sums of ``ΛL`` (:func:`stream_dp.fenwick.column_sums`).
+sensitivities come from the exact column sums of ``ΛL`` (:func:`stream_dp.strategies.fenwick.plan.column_sums`).
 
 Conventions: pure ε-DP with (discrete) Laplace noise, contribution cap 1 unless given, MSE in
 squared count units, per release. The values include the grid slack the implementation adds to
@@ -21,13 +21,19 @@ lower bound (:mod:`stream_dp.lower_bound`), which assumes noise on real-valued m
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass
-
 from stream_dp.budget import Privacy, PureDP
+from stream_dp.figures import (
+    NEGLIGIBLE_ROUNDING,
+    StrategyFigures,
+    error_curve,
+    figures,
+    rounding_bias,
+    with_rounding,
+)
 from stream_dp.mechanism import Float64Array, Mechanism
 
 __all__ = [
+    "NEGLIGIBLE_ROUNDING",
     "StrategyFigures",
     "error_curve",
     "expected_mse",
@@ -41,53 +47,49 @@ __all__ = [
 
 
 def _mechanism(strategy: str, p: float, horizon: int, privacy: Privacy, cap: float) -> Mechanism:
-    from stream_dp.strategies import make_mechanism
+    from stream_dp.planner import make_mechanism
 
     return make_mechanism(strategy, p, horizon, privacy, cap)
 
 
-#: A squared rounding bias below this fraction of the noise variance is left out of the reported
-#: errors (it is far below their precision, and leaving it out keeps them equal to the exact noise
-#: variance, e.g. the standard error of a release to ``sqrt(Mechanism.variance(t))``).
-NEGLIGIBLE_ROUNDING = 2.0**-20
-
-
-def with_rounding(variance: float, bias: float) -> float:
-    """``variance + bias²`` (an MSE bound), or ``variance`` if ``bias²`` is negligible."""
-    b2 = bias * bias
-    return variance + b2 if b2 > NEGLIGIBLE_ROUNDING * variance else variance
-
-
-def rounding_bias(mech: Mechanism, ticks: int | None = None) -> float:
-    """The mechanism's bound on the grid-rounding bias of any release over the first ``ticks``
-    ticks (default: its horizon; the bound is the same for every tick when ``p < 1``)."""
-    bound = mech.rounding_bound
-    if ticks is not None and "ticks" in inspect.signature(bound).parameters:
-        return float(bound(ticks=ticks))  # type: ignore[call-arg]
-    return float(bound())
-
-
-def error_curve(mech: Mechanism, horizon: int) -> Float64Array:
-    """Per-release MSE bound at ticks ``1..horizon``: noise variance + rounding bias² (left
-    out when negligible, see :data:`NEGLIGIBLE_ROUNDING`)."""
-    curve: Float64Array = mech.mse_curve(horizon)
-    extra = with_rounding(float(curve.mean()), rounding_bias(mech, horizon)) - float(curve.mean())
-    if extra > 0.0:
-        curve = curve + rounding_bias(mech, horizon) ** 2
-    return curve
+def _budget(budget: float | Privacy) -> Privacy:
+    """A float is ε for pure DP (the historical signature); ``PureDP``/``ZCDP`` pass through."""
+    if isinstance(budget, bool):
+        raise ValueError(f"budget must be ε (a float), PureDP or ZCDP, got {budget!r}")
+    if isinstance(budget, (int, float)):
+        return PureDP(float(budget))
+    if getattr(budget, "model", None) in ("pure", "zcdp"):
+        return budget
+    raise ValueError(f"budget must be ε (a float), PureDP or ZCDP, got {budget!r}")
 
 
 def mse_curve(
-    strategy: str, p: float, horizon: int, epsilon: float, cap: float = 1.0
+    strategy: str, p: float, horizon: int, budget: float | Privacy, cap: float = 1.0
 ) -> Float64Array:
-    """Per-release MSE at ticks ``t = 1..horizon`` (ε per event, pure DP), rounding included."""
-    mech = _mechanism(strategy, p, horizon, PureDP(epsilon), cap)
+    """Per-release MSE at ticks ``t = 1..horizon``, rounding included (squared value units).
+
+    ``budget`` per event and stream: a float ε (pure DP), or a ``PureDP``/``ZCDP`` budget;
+    ``strategy`` may be ``"auto"`` (resolved by the planner for that budget).
+
+    >>> from stream_dp.budget import ZCDP
+    >>> bool(mse_curve("sqrt", 0.9, 15, ZCDP(0.5))[-1] > 0)
+    True
+    """
+    mech = _mechanism(strategy, p, horizon, _budget(budget), cap)
     return error_curve(mech, horizon)
 
 
-def expected_mse(strategy: str, p: float, horizon: int, epsilon: float, cap: float = 1.0) -> float:
-    """Mean over ``t = 1..horizon`` of the per-release MSE (pure ε-DP, Laplace, cap 1 by default)."""
-    return float(mse_curve(strategy, p, horizon, epsilon, cap).mean())
+def expected_mse(
+    strategy: str, p: float, horizon: int, budget: float | Privacy, cap: float = 1.0
+) -> float:
+    """Mean over ``t = 1..horizon`` of the per-release MSE (squared value units), cap 1 by
+    default; ``budget`` a float ε (pure DP, Laplace) or a ``PureDP``/``ZCDP`` budget.
+
+    >>> from stream_dp.budget import PureDP
+    >>> expected_mse("dm", 0.3, 7, 1.0) == expected_mse("dm", 0.3, 7, PureDP(1.0))
+    True
+    """
+    return float(mse_curve(strategy, p, horizon, budget, cap).mean())
 
 
 def sensitivity(strategy: str, p: float, horizon: int, cap: float = 1.0) -> float:
@@ -96,54 +98,6 @@ def sensitivity(strategy: str, p: float, horizon: int, cap: float = 1.0) -> floa
     Independent of ε (the measurement weights do not depend on it).
     """
     return float(_mechanism(strategy, p, horizon, PureDP(1.0), cap).sensitivity())
-
-
-@dataclass(frozen=True)
-class StrategyFigures:
-    """One row of ``stream-dp plan``: exact figures of a strategy for (p, horizon, privacy, cap)."""
-
-    strategy: str
-    sensitivity: float
-    #: Mean over ticks 1..horizon of the noise variance of a release (``Mechanism.mse_curve``).
-    mean_mse: float
-    final_mse: float
-    #: The error stays bounded / polylogarithmic past the horizon (``error_stays_bounded``).
-    unbounded_ok: bool = True
-    #: Squared bound on the grid-rounding bias of a release (:func:`rounding_bias`).
-    rounding_mse: float = 0.0
-
-    @property
-    def error_mse(self) -> float:
-        """Mean per-release MSE bound: noise variance + rounding bias² (what ``plan`` reports
-        and ``auto`` minimises)."""
-        return self.mean_mse + self.rounding_mse
-
-    @property
-    def rmse(self) -> float:
-        """Root of the mean per-release MSE bound (rounding included)."""
-        return float(self.error_mse**0.5)
-
-
-def figures(
-    strategies: tuple[str, ...], p: float, horizon: int, privacy: Privacy, cap: float = 1.0
-) -> list[StrategyFigures]:
-    """Exact figures of each strategy (sensitivity, mean and last-tick MSE over the horizon)."""
-    out = []
-    for name in strategies:
-        mech = _mechanism(name, p, horizon, privacy, cap)
-        curve = mech.mse_curve(horizon)
-        out.append(
-            StrategyFigures(
-                name,
-                float(mech.sensitivity()),
-                float(curve.mean()),
-                float(curve[-1]),
-                mech.error_stays_bounded(),
-                with_rounding(float(curve.mean()), rounding_bias(mech, horizon))
-                - float(curve.mean()),
-            )
-        )
-    return out
 
 
 def lower_bound(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> float:

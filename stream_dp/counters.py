@@ -228,12 +228,12 @@ class CounterBank:
         t = self.tick
         if t == 0:
             return math.nan
-        from stream_dp.analysis import with_rounding
+        from stream_dp.figures import with_rounding
 
         return math.sqrt(with_rounding(self._mechanism.variance(t), self._rounding_bias(t)))
 
     def _rounding_bias(self, t: int) -> float:
-        from stream_dp.analysis import rounding_bias
+        from stream_dp.figures import rounding_bias
 
         # the bound is constant for p < 1 and grows with the ticks for p = 1: evaluate it at
         # the horizon, then at doublings of it (an upper bound for every tick up to there)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import math
 
-from stream_dp.analysis import StrategyFigures
 from stream_dp.budget import Privacy
+from stream_dp.figures import StrategyFigures, figures
 from stream_dp.mechanism import Mechanism
+from stream_dp.strategies.registry import available, check_arguments, get, make
 
-__all__ = ["Candidate", "check_range", "compare", "pick"]
+__all__ = ["Candidate", "check_range", "compare", "make_mechanism", "pick"]
 
 
 def check_range(mechanism: Mechanism, max_tick_count: float, what: str | None = None) -> None:
@@ -62,9 +63,6 @@ def compare(
 
     Integer-grid strategies take part only with ``integer_counts=True`` (whole-number counts).
     """
-    from stream_dp.analysis import figures
-    from stream_dp.strategies import available, get
-
     # a fractional cap makes the integer strategies inapplicable (the library's documented
     # behaviour); `stream-dp plan --integer-counts --cap 1.5` refuses the contradiction instead
     names = available(
@@ -106,10 +104,8 @@ def pick(
     if not candidates:
         raise ValueError(f"no strategy registered for privacy model {privacy.model!r}")
     if max_tick_count is not None:
-        from stream_dp.strategies import make_mechanism
-
         def in_range(name: str) -> bool:
-            mech = make_mechanism(name, p, horizon, privacy, cap)
+            mech = make(name, p, horizon, privacy, cap)
             return not math.isnan(mech.max_count()) and mech.max_count() >= max_tick_count
 
         candidates = [c for c in candidates if in_range(c.strategy)]
@@ -120,3 +116,26 @@ def pick(
             )
     safe = [c for c in candidates if c.unbounded_ok] or candidates
     return min(safe, key=lambda c: c.error_mse).strategy
+
+
+def make_mechanism(
+    strategy: str,
+    p: float,
+    horizon: int,
+    privacy: Privacy,
+    cap: float = 1.0,
+    *,
+    integer_counts: bool = False,
+) -> Mechanism:
+    """A configured :class:`~stream_dp.mechanism.Mechanism`; ``"auto"`` resolves through
+    :func:`pick`, any other name through the registry (:func:`stream_dp.strategies.registry.make`).
+
+    ``p`` ∈ (0, 1] decay per tick; ``horizon`` ticks per epoch (≥ 1); ``privacy`` per event and
+    stream; ``cap`` (> 0) bounds one event's contribution to a tick's count. ``integer_counts``
+    declares that every count will be a whole number (whole-number event values and cap), which
+    lets ``auto`` consider the integer-grid strategies.
+    """
+    if strategy == "auto":
+        p, horizon, cap, _ = check_arguments(p, horizon, privacy, cap)
+        strategy = pick(p, horizon, privacy, cap=cap, integer_counts=integer_counts)
+    return make(strategy, p, horizon, privacy, cap)

@@ -1,29 +1,13 @@
-"""``dmfda``: paper 004's DMFDA — Fenwick strategy with the diagonal Λ of Alg. 4 (recursion (30)).
+"""Moved: this code now lives in :mod:`stream_dp.strategies.fenwick.dmfda`.
 
-The weights are :func:`stream_dp.dmfda.lambdas` (δ clamped to [1 − p, 1], seeds/README.md), whose
-``ΛL`` column sums are ≤ 1; the noise is calibrated to the exact maximum column sum plus the
-grid slack (:mod:`stream_dp.strategies._fenwick_base`).
+Thin re-export kept so that old imports keep working; the old module name is the same module
+object as the new one (private names and monkeypatching included). New code imports from
+``stream_dp.strategies.fenwick.dmfda``.
 """
 
-from __future__ import annotations
+import sys
 
-from stream_dp.budget import Privacy
-from stream_dp.dmfda import lambdas
-from stream_dp.mechanism import Float64Array
-from stream_dp.strategies._fenwick_base import FenwickMechanism
+from stream_dp.strategies.fenwick.dmfda import *  # noqa: F403
+from stream_dp.strategies.fenwick.dmfda import __all__ as __all__
 
-__all__ = ["DMFDAMechanism"]
-
-
-class DMFDAMechanism(FenwickMechanism):
-    """Fenwick strategy, weights λ_k of Alg. 4."""
-
-    name = "dmfda"
-
-    def _compute_weights(self, n: int) -> Float64Array:
-        return lambdas(n, self.p)
-
-
-def make(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> DMFDAMechanism:
-    """Factory registered as ``"dmfda"``."""
-    return DMFDAMechanism(p, horizon, privacy, cap)
+sys.modules[__name__] = sys.modules["stream_dp.strategies.fenwick.dmfda"]

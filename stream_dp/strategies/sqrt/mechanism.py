@@ -1,8 +1,8 @@
 """``sqrt``: the Toeplitz square-root factorisation ``W_p ≈ B·L_K`` under ρ-zCDP.
 
-Maths and exact error: :mod:`stream_dp.toeplitz`. ``L_K`` holds the first ``K`` coefficients of
+Maths and exact error: :mod:`stream_dp.strategies.sqrt.toeplitz`. ``L_K`` holds the first ``K`` coefficients of
 ``W_p^½`` (``c_k = binom(2k, k)/4^k·p^k``), ``B = W_p·L_K⁻¹`` exactly, so the release is unbiased.
-``K`` is chosen per ``(p, horizon)`` (:func:`stream_dp.toeplitz.choose_taps`: the smallest power
+``K`` is chosen per ``(p, horizon)`` (:func:`stream_dp.strategies.sqrt.toeplitz.choose_taps`: the smallest power
 of two after which doubling improves the mean error by < 1%).
 
 **Measurement** at tick ``t``: ``y_t = round_to_grid(Σ_{k<K} c_k·D_{t−k} / g) + Z_t``, ``Z`` exact
@@ -15,7 +15,7 @@ error ≤ ``2K·2^-53·m``; :meth:`step` keeps ``|m/g| < 2**50/K``, so < 3/8 uni
 ``Δ₂ = cap·‖c‖₂ + 2√K·g``. Grid ``g``: largest power of two ≤ ``cap·‖c‖₂/√(2ρ)/2**17``.
 
 **Release**: ``u_t = g·y_t − Σ_{1≤k<K} c_k u_{t−k}``, ``s_t = p·s_{t−1} + u_t`` (stable:
-:mod:`stream_dp.toeplitz`). Exact per-release MSE ``g²·Var(Z)·Σ_{k<t} B_k²``.
+:mod:`stream_dp.strategies.sqrt.toeplitz`). Exact per-release MSE ``g²·Var(Z)·Σ_{k<t} B_k²``.
 
 **State** (stream axis last): the last ``K − 1`` counts and ``u`` values as rings (slot
 ``t mod (K − 1)``) plus the release: ``2K − 1`` floats per stream. A tick is ``2K`` vector
@@ -47,7 +47,7 @@ from stream_dp.strategies._common import (
     check_noise_scale,
     check_p,
 )
-from stream_dp.toeplitz import (
+from stream_dp.strategies.sqrt.toeplitz import (
     choose_taps,
     error_curve_factor,
     l2_sensitivity,
@@ -195,7 +195,7 @@ def make(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> SqrtMech
 
 
 def _register() -> None:
-    from stream_dp.strategies import register
+    from stream_dp.strategies.registry import register
 
     register("sqrt", make, models=("zcdp",))
 

@@ -1,6 +1,6 @@
 """``tree`` and ``binary-tree``: sparse dyadic hierarchies with the causal Honaker estimate.
 
-The mathematics (level sets, weights, exact variance, plan search) is in :mod:`stream_dp.tree_plan`.
+The mathematics (level sets, weights, exact variance, plan search) is in :mod:`stream_dp.strategies.tree.plan`.
 ``tree`` uses the plan minimising the exact mean release variance for ``(p, horizon, model)``
 (cached on disk); ``binary-tree`` keeps every level ``0..⌊log2 horizon⌋`` with equal weights (the
 classic binary mechanism with Honaker's estimate), as a baseline.
@@ -50,7 +50,7 @@ from stream_dp.strategies._common import (
     check_noise_scale,
     check_p,
 )
-from stream_dp.tree_plan import (
+from stream_dp.strategies.tree.plan import (
     Model,
     TreePlan,
     best_plan,
@@ -333,7 +333,7 @@ def make_binary(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> B
 
 
 def _register() -> None:
-    from stream_dp.strategies import register
+    from stream_dp.strategies.registry import register
 
     register("tree", make, models=("pure", "zcdp"))
     register("binary-tree", make_binary, models=("pure", "zcdp"))
