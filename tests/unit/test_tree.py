@@ -13,6 +13,7 @@ from stream_dp.counters import CounterBank
 from stream_dp.mechanism import Int64Array
 from stream_dp.strategies import make_mechanism
 from stream_dp.strategies.tree import SLACK_UNITS, BinaryTreeMechanism, TreeMechanism
+from stream_dp.strategies.tree._oracle import measurement_matrix
 from stream_dp.tree_plan import (
     TreePlan,
     best_plan,
@@ -56,24 +57,13 @@ def _rows(mech: TreeMechanism, n: int) -> list[tuple[int, int]]:
     return [(i, t) for t in range(1, n + 1) for i, b in enumerate(blocks) if t % b == 0]
 
 
-def _dense_l(mech: TreeMechanism, n: int) -> np.ndarray:
-    """Measurement matrix built independently from the definition (block decayed sums)."""
-    rows = _rows(mech, n)
-    out = np.zeros((len(rows), n))
-    for k, (i, e) in enumerate(rows):
-        b = 1 << mech.levels[i]
-        j = np.arange(e - b + 1, e + 1)
-        out[k, j - 1] = mech.weights[i] * mech.p ** (e - j)
-    return out
-
-
 @pytest.mark.parametrize(("plan", "p"), PLANS)
 @pytest.mark.parametrize("privacy", PRIVACIES)
 def test_structured_release_equals_dense(plan: TreePlan, p: float, privacy: Privacy) -> None:
     n, s = 48, 3
     mech = TreeMechanism(p, 63, privacy, 2.0, plan)
     big_l, big_b = mech.dense_matrices(n)
-    assert np.allclose(big_l, _dense_l(mech, n), rtol=0, atol=1e-15)
+    assert np.allclose(big_l, measurement_matrix(mech, n), rtol=0, atol=1e-15)
     # W = B·L: the estimator is unbiased for the decayed sums
     w = np.tril(p ** np.clip(np.subtract.outer(np.arange(n), np.arange(n)), 0, None))
     assert np.allclose(big_b @ big_l, w, atol=1e-12)
@@ -121,7 +111,7 @@ def test_causal_honaker_is_the_best_linear_unbiased_causal_estimate(
     """At every t, the release variance equals the GLS (BLUE) variance from all completed nodes."""
     n = 40
     mech = TreeMechanism(p, 63, PureDP(1.0), 1.0, plan)
-    big_l = _dense_l(mech, n)
+    big_l = measurement_matrix(mech, n)
     rows = _rows(mech, n)
     for t in (5, 8, 17, 31, 40):
         done = [k for k, (_, e) in enumerate(rows) if e <= t]

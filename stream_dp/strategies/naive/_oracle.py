@@ -1,0 +1,24 @@
+"""Dense-matrix oracle of the naive family (library-private; tests and checks only).
+
+``dense(mech, n) = (L, B, v)``: the release at ticks ``1..n`` is ``B @ (L @ x + z)`` with
+independent noise coordinates ``z_j`` of variance ``v_j`` (squared value units), so the
+per-release noise variance is ``(B**2) @ v``; ``B @ L`` is the decayed-sum workload.
+Input perturbation: ``L = I``, ``B = W_p``, one measurement per tick.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = ["dense"]
+
+
+def dense(mech: object, n: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """``(L, B, v)`` for ticks ``1..n`` of a ``naive``/``naive-int`` mechanism."""
+    p = float(mech.p)  # type: ignore[attr-defined]
+    idx = np.arange(n)
+    lag = idx[:, None] - idx[None, :]
+    big_b = np.where(lag >= 0, p ** np.clip(lag, 0, None).astype(float), 0.0)
+    var = np.full(n, float(mech.measurement_variance))  # type: ignore[attr-defined]
+    return np.eye(n), big_b, var

@@ -1,0 +1,96 @@
+"""Accuracy of EVERY registered strategy against its exact error (issue #12): parametrised over
+``available("pure")`` and ``available("zcdp")`` (integer-grid strategies included, with integer
+data), so a strategy registered later is covered without editing this file.
+
+* Monte Carlo: a real :class:`~stream_dp.counters.CounterBank` runs ``S`` streams (fixed key:
+  the keyed noise is independent across stream ids) with zero data and with random data; the
+  empirical per-release MSE at several ticks, and its mean over ticks crossing an epoch
+  boundary, must match :func:`stream_dp.analysis.error_curve` / ``mse_curve`` within a fixed
+  statistical bound. Bound: the error ``e`` of a release is a linear combination of independent
+  Laplace / Gaussian variables, so ``E e⁴ ≤ 6 σ⁴`` (kurtosis of a sum ≤ the largest, 6 for
+  Laplace) and the mean of ``S`` squared errors has standard deviation ``≤ σ²·√(5/S)``; we allow
+  ``Z = 4.9`` of them (two-sided p ≈ 1e-6 per comparison, normal approximation), plus the grid
+  rounding bias (``2·b·σ + b²``, ``b`` the mechanism's bound).
+* Dense oracle: each family's ``_oracle.dense(mech, n)`` gives ``(L, B, v)``; ``B @ L`` must be
+  the decayed-sum workload and ``(B**2) @ v`` the per-release MSE ``mse_curve`` reports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+import pytest
+
+from stream_dp.analysis import error_curve, expected_mse, mse_curve, rounding_bias
+from stream_dp.budget import ZCDP, Privacy, PureDP
+from stream_dp.strategies import available, get, make_mechanism
+from tests.unit._montecarlo import empirical_mse_curve
+
+BUDGETS: dict[str, Privacy] = {"pure": PureDP(1.0), "zcdp": ZCDP(0.5)}
+CASES = [
+    (name, model)
+    for model in ("pure", "zcdp")
+    for name in available(model, integer_counts=True)
+]
+IDS = [f"{n}-{m}" for n, m in CASES]
+
+S = 20_000  # streams = independent samples of each release's error
+HORIZON = 15  # epochs of 15 ticks (p < 1; doubling epochs at p = 1): 40 ticks cross two
+TICKS = 40
+Z = 4.9  # two-sided normal quantile for p ≈ 1e-6
+KEY = b"accuracy-all-strategies-key-0123"
+
+
+def _draw(name: str, kind: str, rng: np.random.Generator) -> object:
+    if kind == "zero":
+        return lambda t: np.zeros(S)
+    if get(name).integer_only:
+        return lambda t: rng.integers(0, 2, size=S).astype(np.float64)
+    return lambda t: rng.uniform(0.0, 1.0, size=S)
+
+
+@pytest.mark.parametrize("p", [0.9, 1.0])
+@pytest.mark.parametrize("kind", ["zero", "random"])
+@pytest.mark.parametrize(("name", "model"), CASES, ids=IDS)
+def test_counter_bank_mse_matches_exact_error(name: str, model: str, kind: str, p: float) -> None:
+    privacy = BUDGETS[model]
+    mech = make_mechanism(name, p, HORIZON, privacy, 1.0)
+    rng = np.random.default_rng(20_000)
+    sq, _ = empirical_mse_curve(mech, KEY, S, TICKS, _draw(name, kind, rng))  # type: ignore[arg-type]
+    exact = error_curve(mech, TICKS)
+    # the analysis's public figures are the same curve (first epoch) and its mean
+    np.testing.assert_allclose(mse_curve(name, p, HORIZON, privacy), exact[:HORIZON], rtol=1e-12)
+    assert expected_mse(name, p, HORIZON, privacy) == pytest.approx(exact[:HORIZON].mean())
+    b = rounding_bias(mech, TICKS)
+    noise = mech.mse_curve(TICKS)
+    slack = Z * noise * math.sqrt(5.0 / S) + 2.0 * b * np.sqrt(noise) + b * b
+    for t in (1, 2, HORIZON, HORIZON + 1, 2 * HORIZON + 3, TICKS):
+        assert abs(sq[t - 1] - exact[t - 1]) <= slack[t - 1], (t, sq[t - 1], exact[t - 1])
+    # mean over 40 ticks (two epoch boundaries): its sd is at most the mean of the per-tick sds
+    assert abs(sq.mean() - exact.mean()) <= slack.mean()
+
+
+def _workload(n: int, p: float) -> np.ndarray:
+    lag = np.subtract.outer(np.arange(n), np.arange(n))
+    return np.where(lag >= 0, p ** np.clip(lag, 0, None).astype(float), 0.0)
+
+
+@pytest.mark.parametrize("p", [0.5, 0.99, 1.0])
+@pytest.mark.parametrize(("name", "model"), CASES, ids=IDS)
+def test_dense_oracle_of_every_family(name: str, model: str, p: float) -> None:
+    privacy = BUDGETS[model]
+    horizon, n = 63, 40
+    mech = make_mechanism(name, p, horizon, privacy, 1.0)
+    family = type(mech).__module__.rpartition(".")[0]
+    try:
+        oracle = importlib.import_module(f"{family}._oracle")
+    except ModuleNotFoundError:  # pragma: no cover - a family without its oracle
+        pytest.fail(f"strategy family {family} has no _oracle.py with dense(mech, n)")
+    big_l, big_b, var = oracle.dense(mech, n)
+    np.testing.assert_allclose(big_b @ big_l, _workload(n, p), rtol=0, atol=1e-9)
+    dense_mse = (big_b**2) @ var
+    np.testing.assert_allclose(mech.mse_curve(n), dense_mse, rtol=1e-9)
+    curve = mse_curve(name, p, horizon, privacy)[:n]
+    np.testing.assert_allclose(curve, dense_mse, rtol=1e-6)
