@@ -22,7 +22,7 @@ def dense(mech: object, n: int) -> tuple[NDArray[np.float64], NDArray[np.float64
     if n > length:
         raise ValueError(f"n must be at most the first epoch's length {length}, got {n}")
     p = float(mech.p)  # type: ignore[attr-defined]
-    w = np.asarray(mech.weights(length), dtype=float)[:n]  # type: ignore[attr-defined]
+    w: NDArray[np.float64] = np.asarray(mech.weights(length), dtype=np.float64)[:n]  # type: ignore[attr-defined]
     big_l = w[:, None] * strategy_matrix(n, p)
     big_b = reconstruction_matrix(n, p) / w[None, :]
     var = np.full(n, float(mech.plan(length).measurement_variance))  # type: ignore[attr-defined]
