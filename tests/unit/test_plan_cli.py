@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stream_dp.budget import PureDP
+from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.cli import main
 from stream_dp.planner import pick
 from stream_dp.strategies import available
@@ -81,3 +81,31 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["plan", "--help"])
     assert "stream-dp plan --p 0.9 --epsilon 1 --horizon 32767" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flags", "privacy"),
+    [(["--epsilon", "1"], PureDP(1.0)), (["--privacy", "zcdp", "--rho", "0.5"], ZCDP(0.5))],
+)
+def test_every_row_shows_its_ratio_to_the_lower_bound(
+    flags: list[str], privacy: Privacy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stream_dp.analysis import expected_mse, lower_bound
+
+    argv = ["plan", "--p", "0.99", "--horizon", "1023", *flags]
+    assert main([*argv, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    bound = lower_bound(0.99, 1023, privacy)
+    assert doc["lower_bound"]["mse"] == pytest.approx(bound, rel=1e-12)
+    assert {r["strategy"] for r in doc["strategies"]} == set(available(privacy.model))
+    for r in doc["strategies"]:
+        mse = expected_mse(r["strategy"], 0.99, 1023, privacy)
+        assert r["bound_ratio"] == pytest.approx(mse / bound, rel=1e-9)
+        assert r["bound_ratio"] >= 1.0  # no real-valued strategy beats the bound
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "x bound" in lines[1]
+    col = lines[1].split().index("bound") - 1  # "x bound" is two words in the header
+    for r in doc["strategies"]:
+        row = next(ln.split() for ln in lines if ln.split()[:1] == [r["strategy"]])
+        assert float(row[col].rstrip("*")) == pytest.approx(r["bound_ratio"], rel=2e-3)
