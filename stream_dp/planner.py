@@ -2,10 +2,26 @@
 
 The criterion is the mean per-release MSE over ticks ``1..horizon`` (``Mechanism.mse_curve``,
 analytic, no simulation, plus the squared bound on the grid-rounding bias, which matters only at
-a budget so large that the noise shrinks towards the grid), among the strategies registered for the privacy model whose error stays
-bounded (or polylogarithmic at p = 1) on an unbounded stream past the horizon — the service runs
-streams forever; only if none qualifies are the others considered. Ties go to the
-earlier-registered strategy (simpler first).
+a budget so large that the noise shrinks towards the grid). Ties go to the earlier-listed
+strategy (simpler first; :func:`stream_dp.strategies.registry.available`).
+
+**Past the horizon** (the service runs streams forever). Only strategies whose
+``Mechanism.error_stays_bounded()`` is True are candidates, unless none is; the claim means:
+
+* p < 1: the per-release error is **bounded** in ``t`` (every strategy: epochs carry the last
+  release times ``p^T``, so earlier epochs' noise decays geometrically);
+* p = 1: the error past the horizon grows **at most polylogarithmically** in ``t`` (doubling
+  epochs of a Fenwick tree: O(log² t)-ish), as opposed to linearly (a fixed-horizon tree or
+  Toeplitz factorisation restarted every ``T`` ticks adds one epoch's error per epoch).
+
+``tests/unit/test_accuracy_all.py`` checks every registered strategy's claim numerically from
+its exact variance at ``t = T, 16T, 256T`` (p = 1 and p = 0.999), so a wrong claim fails.
+This is why at p = 1 ``auto`` may pick a strategy with a larger error *within* the horizon:
+the others' error keeps growing linearly afterwards (docs/accuracy.md, "p = 1").
+
+This module sits above the registry (:mod:`stream_dp.strategies.registry`) and the figures
+(:mod:`stream_dp.figures`) and below :mod:`stream_dp.analysis`; :func:`make_mechanism` here
+resolves ``"auto"``.
 
 >>> from stream_dp.budget import PureDP
 >>> pick(0.3, 1023, PureDP(1.0))
@@ -95,8 +111,8 @@ def pick(
 ) -> str:
     """Name of the strategy with the lowest mean per-release MSE over ``horizon`` ticks.
 
-    Strategies whose error grows linearly past the horizon are only picked if no other one
-    qualifies (see the module docstring). With ``max_tick_count`` (``cap ×`` the declared
+    Strategies whose error grows linearly past the horizon (``error_stays_bounded()`` False)
+    are only picked if no other one qualifies (see the module docstring). With ``max_tick_count`` (``cap ×`` the declared
     maximum events per tick and stream) only strategies whose numeric range covers it are
     considered; ``ValueError`` if none does.
     """

@@ -94,3 +94,25 @@ def test_dense_oracle_of_every_family(name: str, model: str, p: float) -> None:
     np.testing.assert_allclose(mech.mse_curve(n), dense_mse, rtol=1e-9)
     curve = mse_curve(name, p, horizon, privacy)[:n]
     np.testing.assert_allclose(curve, dense_mse, rtol=1e-6)
+
+
+@pytest.mark.parametrize("p", [1.0, 0.999])
+@pytest.mark.parametrize(("name", "model"), CASES, ids=IDS)
+def test_error_stays_bounded_claim_holds(name: str, model: str, p: float) -> None:
+    """The planner's p = 1 rule (stream_dp.planner) rests on ``error_stays_bounded()``; check
+    each strategy's claim from its exact variance at ``t = T, 16T, 256T`` past the horizon ``T``.
+
+    Claimed True: bounded for p < 1 (``var(256T) ≤ 1.05·var(16T)``), at most polylogarithmic at
+    p = 1 (``var(256T) ≤ 4·var(16T)``; ``(log 256T / log 16T)^4 ≈ 3.2`` allows degree 4 in
+    ``log t``). Claimed False: the error must really grow about linearly
+    (``var(256T) ≥ 8·var(16T)``; linear growth gives 16), so no claim is needlessly modest.
+    """
+    horizon = 255
+    mech = make_mechanism(name, p, horizon, BUDGETS[model], 1.0)
+    v1, v16, v256 = (mech.variance(k * horizon) for k in (1, 16, 256))
+    assert v1 > 0
+    if mech.error_stays_bounded():
+        assert v256 <= (4.0 if p == 1.0 else 1.05) * v16, (v1, v16, v256)
+    else:
+        assert p == 1.0, "every strategy's error is bounded for p < 1 (epochs carry p^T)"
+        assert v256 >= 8.0 * v16, (v1, v16, v256)

@@ -109,3 +109,12 @@ def test_every_row_shows_its_ratio_to_the_lower_bound(
     for r in doc["strategies"]:
         row = next(ln.split() for ln in lines if ln.split()[:1] == [r["strategy"]])
         assert float(row[col].rstrip("*")) == pytest.approx(r["bound_ratio"], rel=2e-3)
+
+
+def test_accuracy_doc_examples_run() -> None:
+    """The Python example in docs/accuracy.md (expected_mse with a zCDP budget) is a doctest."""
+    import doctest
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "accuracy.md"
+    result = doctest.testfile(str(doc), module_relative=False)
+    assert result.attempted >= 4 and result.failed == 0
