@@ -2,6 +2,9 @@
 ``available("pure")`` and ``available("zcdp")`` (integer-grid strategies included, with integer
 data), so a strategy registered later is covered without editing this file.
 
+(The per-strategy Monte-Carlo tests that lived in test_counters/test_tree/test_sqrt/test_naive_int
+with a fixed 5% tolerance are folded in here.)
+
 * Monte Carlo: a real :class:`~stream_dp.counters.CounterBank` runs ``S`` streams (fixed key:
   the keyed noise is independent across stream ids) with zero data and with random data; the
   empirical per-release MSE at several ticks, and its mean over ticks crossing an epoch
@@ -51,18 +54,25 @@ def _draw(name: str, kind: str, rng: np.random.Generator) -> object:
     return lambda t: rng.uniform(0.0, 1.0, size=S)
 
 
-@pytest.mark.parametrize("p", [0.9, 1.0])
+@pytest.mark.parametrize(
+    ("p", "horizon"), [(0.9, HORIZON), (0.99, HORIZON), (1.0, HORIZON), (0.99, 4095)]
+)
 @pytest.mark.parametrize("kind", ["zero", "random"])
 @pytest.mark.parametrize(("name", "model"), CASES, ids=IDS)
-def test_counter_bank_mse_matches_exact_error(name: str, model: str, kind: str, p: float) -> None:
+def test_counter_bank_mse_matches_exact_error(
+    name: str, model: str, kind: str, p: float, horizon: int
+) -> None:
+    """Short epochs (crossing boundaries), and a long horizon (the plans used in practice)."""
     privacy = BUDGETS[model]
-    mech = make_mechanism(name, p, HORIZON, privacy, 1.0)
+    mech = make_mechanism(name, p, horizon, privacy, 1.0)
     rng = np.random.default_rng(20_000)
-    sq, _ = empirical_mse_curve(mech, KEY, S, TICKS, _draw(name, kind, rng))  # type: ignore[arg-type]
+    sq, bank = empirical_mse_curve(mech, KEY, S, TICKS, _draw(name, kind, rng))  # type: ignore[arg-type]
     exact = error_curve(mech, TICKS)
     # the analysis's public figures are the same curve (first epoch) and its mean
-    np.testing.assert_allclose(mse_curve(name, p, HORIZON, privacy), exact[:HORIZON], rtol=1e-12)
-    assert expected_mse(name, p, HORIZON, privacy) == pytest.approx(exact[:HORIZON].mean())
+    n = min(horizon, TICKS)
+    np.testing.assert_allclose(mse_curve(name, p, horizon, privacy)[:n], exact[:n], rtol=1e-12)
+    if horizon <= TICKS:
+        assert expected_mse(name, p, horizon, privacy) == pytest.approx(exact[:horizon].mean())
     b = rounding_bias(mech, TICKS)
     noise = mech.mse_curve(TICKS)
     slack = Z * noise * math.sqrt(5.0 / S) + 2.0 * b * np.sqrt(noise) + b * b
@@ -70,6 +80,8 @@ def test_counter_bank_mse_matches_exact_error(name: str, model: str, kind: str, 
         assert abs(sq[t - 1] - exact[t - 1]) <= slack[t - 1], (t, sq[t - 1], exact[t - 1])
     # mean over 40 ticks (two epoch boundaries): its sd is at most the mean of the per-tick sds
     assert abs(sq.mean() - exact.mean()) <= slack.mean()
+    # the standard error every release carries is the root of the same exact figure
+    assert bank.stderr == pytest.approx(math.sqrt(exact[-1]), rel=1e-12)
 
 
 def _workload(n: int, p: float) -> np.ndarray:

@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 
 from stream_dp import CounterBank, DecayedCounter
-from stream_dp.analysis import expected_mse
 from stream_dp.budget import PureDP
 from stream_dp.integrity import IntegrityError, seal, unseal
 from stream_dp.strategies import make_mechanism
-from tests.unit._montecarlo import empirical_mse_curve
 
 KEY = bytes(range(32))
 STRATEGIES = ("naive", "dm", "dmfda", "fenwick-opt")
@@ -24,28 +22,6 @@ STRATEGIES = ("naive", "dm", "dmfda", "fenwick-opt")
 @pytest.fixture(autouse=True)
 def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STREAM_DP_CACHE_DIR", str(tmp_path))
-
-
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize(("p", "horizon", "ticks"), [(0.9, 63, 63), (1.0, 8, 40), (0.99, 15, 40)])
-def test_monte_carlo_mse_within_5_percent(
-    strategy: str, p: float, horizon: int, ticks: int
-) -> None:
-    """Many streams = many independent samples (noise keyed per stream id); fixed key."""
-    S = 40_000
-    eps = 0.7
-    rng = np.random.default_rng(11)
-    D = rng.poisson(3.0, (ticks, S)).astype(np.float64)
-    sq, bank = empirical_mse_curve(
-        make_mechanism(strategy, p, horizon, PureDP(eps)), KEY, S, ticks, lambda t: D[t]
-    )
-    analytic = bank.mechanism.mse_curve(ticks)
-    assert float(sq.mean()) == pytest.approx(float(analytic.mean()), rel=0.05)
-    if ticks == horizon:
-        assert float(analytic.mean()) == pytest.approx(
-            expected_mse(strategy, p, horizon, eps), rel=1e-12
-        )
-    assert bank.stderr == pytest.approx(math.sqrt(analytic[-1]), rel=1e-12)
 
 
 def test_decayed_counter_replays_bit_identically_and_keys_matter() -> None:

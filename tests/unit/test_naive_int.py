@@ -12,7 +12,6 @@ from stream_dp.budget import PureDP
 from stream_dp.planner import compare, pick
 from stream_dp.strategies import available, make_mechanism
 from stream_dp.strategies.naive_int import NaiveIntegerMechanism
-from tests.unit._montecarlo import empirical_mse_curve
 from tests.unit.test_strategies import FixedNoise
 
 KEY = bytes(range(32))
@@ -43,19 +42,6 @@ def test_exact_variance_is_the_discrete_laplace_variance_and_beats_naive() -> No
     assert m.sensitivity() == 1.0 and m.rounding_bound() == 0.0
     naive = make_mechanism("naive", p, 63, PureDP(eps))
     assert m.variance(50) < 0.93 * naive.variance(50)
-
-
-@pytest.mark.parametrize("p", [0.5, 0.9, 1.0])
-def test_monte_carlo_mse_within_5_percent(p: float) -> None:
-    mech = make_mechanism("naive-int", p, 63, PureDP(1.0), cap=2)
-    rng = np.random.default_rng(17)
-    n = 30_000
-    sq, bank = empirical_mse_curve(
-        mech, KEY, n, 30, lambda t: rng.integers(0, 3, size=n).astype(np.float64)
-    )
-    analytic = mech.mse_curve(30)
-    assert sq.mean() == pytest.approx(analytic.mean(), rel=0.05)
-    assert bank.stderr == pytest.approx(math.sqrt(analytic[-1]), rel=1e-12)
 
 
 def test_fractional_counts_and_caps_are_refused_state_unchanged() -> None:

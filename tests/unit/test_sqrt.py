@@ -20,7 +20,6 @@ from stream_dp.toeplitz import (
     mean_error_factor,
     sqrt_coefficients,
 )
-from tests.unit._montecarlo import empirical_mse_curve
 
 CASES = [(0.5, 4), (0.9, 16), (0.99, 32), (1.0, 8)]
 
@@ -119,19 +118,6 @@ def test_tap_choice_is_monotone_and_bounded() -> None:
     assert ks == sorted(ks) and ks[-1] <= 256
     k = choose_taps(0.99, 4095)
     assert mean_error_factor(0.99, 2 * k, 4095) > 0.99 * mean_error_factor(0.99, k, 4095)
-
-
-@pytest.mark.parametrize("p", [0.9, 0.99])
-def test_monte_carlo_mse_within_5_percent(p: float) -> None:
-    n_streams, ticks = 12000, 40
-    mech = make_mechanism("sqrt", p, 4095, ZCDP(0.5))
-    rng = np.random.default_rng(11)
-    sq, _ = empirical_mse_curve(
-        mech, b"sqrt-mc-key-" * 3, n_streams, ticks,
-        lambda t: rng.integers(0, 3, size=n_streams).astype(np.float64),
-    )
-    analytic = mech.mse_curve(ticks)
-    assert sq.mean() == pytest.approx(analytic.mean(), rel=0.05)
 
 
 def test_pure_dp_is_refused_and_bad_input_keeps_state() -> None:

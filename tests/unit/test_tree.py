@@ -22,7 +22,6 @@ from stream_dp.tree_plan import (
     mean_variance,
     variance_curve,
 )
-from tests.unit._montecarlo import empirical_mse_curve
 
 PLANS = [
     (TreePlan((0,), (1.0,)), 0.7),
@@ -143,23 +142,6 @@ def test_plan_at_high_decay_uses_sparse_levels() -> None:
     plan = best_plan(0.99, 32767, "pure")
     assert plan.levels[0] == 0 and len(plan.levels) >= 2
     assert sum(plan.weights) == pytest.approx(1.0)
-
-
-@pytest.mark.parametrize(
-    ("strategy", "p", "privacy"),
-    [("tree", 0.99, PureDP(1.0)), ("tree", 0.9, ZCDP(0.5)), ("binary-tree", 0.95, PureDP(2.0))],
-)
-def test_monte_carlo_mse_within_5_percent(strategy: str, p: float, privacy: Privacy) -> None:
-    n_streams, ticks = 12000, 48
-    mech = make_mechanism(strategy, p, 4095, privacy, 1.0)
-    rng = np.random.default_rng(3)
-    sq, _ = empirical_mse_curve(
-        mech, b"tree-mc-key-" * 3, n_streams, ticks,
-        lambda t: rng.integers(0, 3, size=n_streams).astype(np.float64),
-    )
-    analytic = mech.mse_curve(ticks)
-    assert sq.mean() == pytest.approx(analytic.mean(), rel=0.05)
-    assert sq[-1] == pytest.approx(analytic[-1], rel=0.1)
 
 
 def test_release_of_a_stream_does_not_depend_on_its_bank() -> None:
