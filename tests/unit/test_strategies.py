@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from stream_dp.budget import ZCDP, PureDP
-from stream_dp.fenwick import reconstruction_matrix, strategy_matrix
+from stream_dp.fenwick import strategy_matrix
 from stream_dp.mechanism import Int64Array, Mechanism
 from stream_dp.planner import pick
 from stream_dp.strategies import available, get, make_mechanism, register
 from stream_dp.strategies._fenwick_base import FenwickMechanism
+from stream_dp.strategies.fenwick import _oracle as fenwick_oracle
+from stream_dp.strategies.naive import _oracle as naive_oracle
 
 STRATEGIES = ("naive", "dm", "dmfda", "fenwick-opt")
 
@@ -48,33 +50,10 @@ def run(mech: Mechanism, D: np.ndarray, z: np.ndarray) -> np.ndarray:
 
 
 def dense_oracle(mech: Mechanism, D: np.ndarray, z: np.ndarray, rounded: bool) -> np.ndarray:
-    """``B Λ⁻¹ (g·round(ΛLD/g) + g·z)`` per epoch, carrying ``p^τ·(last release)`` across epochs."""
-    p, T = mech.p, D.shape[0]
-    out = np.zeros_like(D)
-    if not isinstance(mech, FenwickMechanism):  # naive: L = I, B = W
-        g = mech.grid  # type: ignore[attr-defined]
-        meas = g * ((np.rint(D / g) if rounded else D / g) + z)
-        idx = np.arange(T)
-        W = np.tril(p ** np.clip(idx[:, None] - idx[None, :], 0, None).astype(float))
-        return W @ meas
-    start, carry = 0, np.zeros(D.shape[1])
-    while start < T:
-        _, s0, n = mech.epoch_of(start + 1)
-        assert s0 == start
-        m = min(n, T - start)
-        w = mech.weights(n)[:m, None]
-        g = mech.plan(n).grid
-        De, ze = D[start : start + m], z[start : start + m]
-        if p == 1.0 and rounded:  # p = 1 measures the counts rounded to the epoch's grid
-            De = np.rint(De / g) * g
-        x = w * (strategy_matrix(m, p) @ De) / g
-        meas = g * ((np.rint(x) if rounded else x) + ze)
-        tau = np.arange(1, m + 1, dtype=float)[:, None]
-        rel = reconstruction_matrix(m, p) @ (meas / w) + p**tau * carry
-        out[start : start + m] = rel
-        carry = rel[-1]
-        start += m
-    return out
+    """The family's dense release oracle (``stream_dp/strategies/<family>/_oracle.py``)."""
+    if isinstance(mech, FenwickMechanism):
+        return fenwick_oracle.release(mech, D, z, rounded)
+    return naive_oracle.release(mech, D, z, rounded)
 
 
 CASES = [

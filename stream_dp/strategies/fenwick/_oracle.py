@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 
 from stream_dp.strategies.fenwick.plan import reconstruction_matrix, strategy_matrix
 
-__all__ = ["dense"]
+__all__ = ["dense", "release"]
 
 
 def dense(mech: object, n: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
@@ -27,3 +27,32 @@ def dense(mech: object, n: int) -> tuple[NDArray[np.float64], NDArray[np.float64
     big_b = reconstruction_matrix(n, p) / w[None, :]
     var = np.full(n, float(mech.plan(length).measurement_variance))  # type: ignore[attr-defined]
     return big_l, big_b, var
+
+
+def release(
+    mech: object, counts: NDArray[np.float64], z: NDArray[np.int64], rounded: bool
+) -> NDArray[np.float64]:
+    """Releases for ``counts`` (ticks × streams) and known grid-unit noise ``z`` (one row per
+    measurement = tick): ``R Λ⁻¹ (g·round(Λ S D/g) + g·z)`` per epoch, carrying
+    ``p^τ·(last release)`` across epochs (unrounded measurements if not ``rounded``)."""
+    p, ticks = float(mech.p), counts.shape[0]  # type: ignore[attr-defined]
+    out = np.zeros_like(counts)
+    start, carry = 0, np.zeros(counts.shape[1])
+    while start < ticks:
+        _, s0, n = mech.epoch_of(start + 1)  # type: ignore[attr-defined]
+        if s0 != start:
+            raise AssertionError(f"epoch layout: tick {start + 1} starts at {s0}")
+        m = min(n, ticks - start)
+        w = np.asarray(mech.weights(n), dtype=np.float64)[:m, None]  # type: ignore[attr-defined]
+        g = float(mech.plan(n).grid)  # type: ignore[attr-defined]
+        d, ze = counts[start : start + m], z[start : start + m]
+        if p == 1.0 and rounded:  # p = 1 measures the counts rounded to the epoch's grid
+            d = np.rint(d / g) * g
+        x = w * (strategy_matrix(m, p) @ d) / g
+        meas = g * ((np.rint(x) if rounded else x) + ze)
+        tau = np.arange(1, m + 1, dtype=np.float64)[:, None]
+        rel = reconstruction_matrix(m, p) @ (meas / w) + p**tau * carry
+        out[start : start + m] = rel
+        carry = rel[-1]
+        start += m
+    return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["dense"]
+__all__ = ["dense", "release"]
 
 
 def dense(mech: object, n: int) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
@@ -22,3 +22,16 @@ def dense(mech: object, n: int) -> tuple[NDArray[np.float64], NDArray[np.float64
     big_b = np.where(lag >= 0, p ** np.clip(lag, 0, None).astype(float), 0.0)
     var = np.full(n, float(mech.measurement_variance))  # type: ignore[attr-defined]
     return np.eye(n), big_b, var
+
+
+def release(
+    mech: object, counts: NDArray[np.float64], z: NDArray[np.int64], rounded: bool
+) -> NDArray[np.float64]:
+    """Releases for ``counts`` (ticks × streams) and known grid-unit noise ``z`` (same shape):
+    ``W_p @ (g·(round(D/g) + z))`` (``D/g`` unrounded if not ``rounded``), ``g`` the grid."""
+    g = float(mech.grid)  # type: ignore[attr-defined]
+    scaled = counts / g
+    meas = g * ((np.rint(scaled) if rounded else scaled) + z)
+    _, big_b, _ = dense(mech, counts.shape[0])
+    out: NDArray[np.float64] = big_b @ meas
+    return out
