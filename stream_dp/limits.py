@@ -9,7 +9,9 @@ out-of-memory kill in the middle of a run.
 ======================  =====================================  ===========================================
 parameter               valid range                            why
 ======================  =====================================  ===========================================
-``p``                   (0, 1]                                 decay per tick
+``p``                   [1e-6, 1]                              decay per tick; below 1e-6 a tick keeps
+                                                               nothing of the past (p² underflows in the
+                                                               strategies' weight recursions)
 ``horizon``             [1, 2**24 − 1] = [1, 16 777 215] ticks strategies keep O(horizon) tables (about
                                                                100 bytes per tick of horizon); streams roll
                                                                into a new epoch after it, so a longer one is
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "CAP_RANGE",
+    "P_RANGE",
     "EPSILON_RANGE",
     "HORIZON_MAX",
     "RHO_RANGE",
@@ -58,6 +61,8 @@ __all__ = [
 
 #: Largest horizon (ticks per epoch) of any strategy: 2**24 − 1.
 HORIZON_MAX = (1 << 24) - 1
+#: Valid decay per tick, inclusive.
+P_RANGE = (1e-6, 1.0)
 #: Valid ε per event and stream (pure DP), inclusive.
 EPSILON_RANGE = (1e-6, 1e6)
 #: Valid ρ per event and stream (zCDP), inclusive.
@@ -131,7 +136,7 @@ def check_parameters(
     "--epsilon"}``). Raises ``ValueError`` (one line, naming the parameter and its range).
     """
     if p is not None:
-        _check_range(_label(names, "p"), p, 0.0, 1.0, "decay per tick", lo_open=True)
+        _check_range(_label(names, "p"), p, *P_RANGE, "decay per tick")
     if horizon is not None:
         label = _label(names, "horizon")
         if (

@@ -5,6 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
+
+# Property tests check behaviour, not speed: on a shared 2-core CI machine a single example can
+# take longer than hypothesis' default 200 ms deadline while a broker test runs beside it.
+settings.register_profile("stream-dp", deadline=None)
+settings.load_profile("stream-dp")
 
 
 @pytest.fixture(scope="session")

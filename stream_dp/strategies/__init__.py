@@ -48,7 +48,9 @@ _BUILTIN: dict[str, tuple[str, tuple[str, ...], bool]] = {
 }
 #: Further modules that register themselves on import (tree, sqrt). Missing ones are skipped.
 #: Another family adds its module's name here.
-_PLUGINS: tuple[str, ...] = ("stream_dp.strategies.tree", "stream_dp.strategies.sqrt")
+_PLUGINS: tuple[str, ...] = (
+    "stream_dp.strategies.tree", "stream_dp.strategies.sqrt", "stream_dp.strategies.ls_tree",
+)
 
 _registry.configure(_BUILTIN, _PLUGINS)
 

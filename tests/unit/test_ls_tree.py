@@ -1,0 +1,105 @@
+"""``tree-ls``: exactness and neighbouring-input properties of the non-causal decoder, and its
+accuracy against the published targets (issue #12). The generic Monte-Carlo and dense-oracle
+checks of every strategy (tests/unit/test_accuracy_all.py) cover it too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stream_dp.analysis import expected_mse
+from stream_dp.budget import ZCDP, PureDP
+from stream_dp.counters import CounterBank
+from stream_dp.strategies import make_mechanism
+from stream_dp.strategies.ls_tree._oracle import dense
+
+KEY = b"ls-tree-neighbour-test-key-012345"
+STREAMS = [f"s{i}" for i in range(64)]
+
+
+def _run(mech: object, data: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    bank = CounterBank(mech, STREAMS, KEY)  # type: ignore[arg-type]
+    out, residuals = [], []
+    for row in data:
+        out.append(bank.step(row))
+        residuals.append(np.array(bank._state["residual"], copy=True))
+    return np.array(out), residuals
+
+
+@pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
+@pytest.mark.parametrize("p", [0.9, 0.99, 1.0])
+def test_neighbouring_inputs_differ_only_where_the_event_counts(privacy: object, p: float) -> None:
+    mech = make_mechanism("tree-ls", p, 255, privacy)  # type: ignore[arg-type]
+    b = mech.block  # type: ignore[attr-defined]
+    ticks = 3 * b + 2
+    rng = np.random.default_rng(7)
+    base = rng.integers(0, 5, size=(ticks, len(STREAMS))).astype(np.float64)
+    released, res = _run(mech, base)
+    # the nastiest ticks: first of a block, last of a block, the very last tick
+    for s in (0, b - 1, b, 2 * b - 1, ticks - 1):
+        other = base.copy()
+        other[s, 3] += 1.0  # one event of size cap, stream s3 only
+        rel2, res2 = _run(mech, other)
+        # nothing before the event's tick changes, bit for bit, in any stream
+        assert np.array_equal(released[:s], rel2[:s])
+        # other streams never change; the residual (noise only) never depends on the data
+        mask = np.arange(len(STREAMS)) != 3
+        assert np.array_equal(released[:, mask], rel2[:, mask])
+        assert all(np.array_equal(a, c) for a, c in zip(res, res2, strict=True))
+        # the changed stream moves by exactly the event's decayed contribution
+        diff = rel2[s:, 3] - released[s:, 3]
+        np.testing.assert_allclose(diff, p ** np.arange(ticks - s), rtol=0, atol=1e-9)
+
+
+def test_releases_never_depend_on_future_data() -> None:
+    mech = make_mechanism("tree-ls", 0.99, 4095, PureDP(1.0))
+    b = mech.block  # type: ignore[attr-defined]
+    rng = np.random.default_rng(3)
+    data = rng.uniform(0, 3, size=(2 * b, len(STREAMS)))
+    first, _ = _run(mech, data)
+    for cut in (1, b // 2, b - 1, b + 1):
+        changed = data.copy()
+        changed[cut:] = rng.uniform(0, 1e6, size=changed[cut:].shape)
+        second, _ = _run(mech, changed)
+        assert np.array_equal(first[:cut], second[:cut])
+
+
+def test_release_is_the_dense_least_squares_decoder_applied_to_the_measurements() -> None:
+    """With the noise drawn by the mechanism's own keyed source, the release equals ``B (L x + z)``
+    of the dense generalised-least-squares decoder (the oracle), tick by tick."""
+    mech = make_mechanism("tree-ls", 0.97, 63, PureDP(1.0))
+    b, g = mech.block, mech.grid  # type: ignore[attr-defined]
+    n = 2 * b + 3
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 4, size=n).astype(np.float64)
+    bank = CounterBank(mech, ["only"], KEY)
+    got = np.array([bank.step(np.array([v]))[0] for v in x])
+    noise = bank._noise  # the bank's keyed source, bound to its stream ids
+    full = -(-n // b) * b
+    leaves = [float(mech._leaf_noise(noise, t)[0]) * g for t in range(1, full + 1)]  # type: ignore[attr-defined]
+    nodes = [float(mech._node_noise(noise, k)[0]) * g * 2.0**-12  # type: ignore[attr-defined]
+             for k in range(full // b)]
+    big_l, big_b, _ = dense(mech, n)
+    z = np.array(leaves + nodes)
+    expect = big_b @ (big_l @ x + z)
+    np.testing.assert_allclose(got, expect, rtol=1e-9, atol=1e-6)
+
+
+@pytest.mark.parametrize(("p", "target"), [(0.99, 50.0), (0.995, 70.0)])
+def test_issue_targets_pure_dp(p: float, target: float) -> None:
+    horizon = 32767
+    ls = expected_mse("tree-ls", p, horizon, 1.0)
+    assert ls <= target
+    assert expected_mse("auto", p, horizon, 1.0) <= ls
+    # and it beats the causal tree it improves on
+    assert ls < expected_mse("tree", p, horizon, 1.0)
+
+
+def test_refuses_counts_beyond_its_range_with_state_unchanged() -> None:
+    mech = make_mechanism("tree-ls", 0.99, 255, PureDP(1.0))
+    bank = CounterBank(mech, ["a"], KEY)
+    bank.step(np.array([1.0]))
+    before = {k: np.array(v, copy=True) for k, v in bank._state.items()}
+    with pytest.raises(ValueError, match="tree-ls"):
+        bank.step(np.array([mech.max_count() * 2]))
+    assert all(np.array_equal(before[k], bank._state[k]) for k in before)
