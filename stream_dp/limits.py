@@ -48,9 +48,9 @@ from dataclasses import dataclass
 
 __all__ = [
     "CAP_RANGE",
-    "P_RANGE",
     "EPSILON_RANGE",
     "HORIZON_MAX",
+    "P_RANGE",
     "RHO_RANGE",
     "MemoryEstimate",
     "check_buildable",
