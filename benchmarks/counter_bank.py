@@ -88,6 +88,7 @@ def _measure(strategy: str, mech: Mechanism, S: int, ticks: int) -> str:
     scale = (
         getattr(mech, "scale_units", None)
         or getattr(mech, "sigma_units", None)
+        or getattr(mech, "leaf_scale", None)
         or mech.plan(mech.horizon).scale_units  # type: ignore[attr-defined]
     )
     gaussian = getattr(mech, "privacy", None) is not None and mech.privacy.model == "zcdp"  # type: ignore[attr-defined]

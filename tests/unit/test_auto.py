@@ -44,9 +44,9 @@ def test_auto_beats_every_baseline_and_meets_targets(p: float) -> None:
     _check(p)
 
 
-def test_auto_picks_naive_for_low_decay_and_tree_near_one() -> None:
+def test_auto_picks_naive_for_low_decay_and_the_least_squares_tree_near_one() -> None:
     assert pick(0.5, HORIZON, PureDP(1.0)) == "naive"
-    assert pick(0.999, HORIZON, PureDP(1.0)) == "tree"
+    assert pick(0.999, HORIZON, PureDP(1.0)) == "tree-ls"
     assert pick(0.99, 4095, ZCDP(0.5)) == "sqrt"
 
 

@@ -103,3 +103,13 @@ def test_refuses_counts_beyond_its_range_with_state_unchanged() -> None:
     with pytest.raises(ValueError, match="tree-ls"):
         bank.step(np.array([mech.max_count() * 2]))
     assert all(np.array_equal(before[k], bank._state[k]) for k in before)
+
+
+@pytest.mark.parametrize("p", [0.3, 0.99, 1.0])
+@pytest.mark.parametrize("block", [2, 7, 16])
+def test_closed_form_mean_matches_the_curve(p: float, block: int) -> None:
+    from stream_dp.strategies.ls_tree.plan import curve, mean_variance
+
+    for ticks in (1, 5, block, 3 * block + 1, 1000):
+        assert mean_variance(p, block, 2.0, 3.0, ticks) == pytest.approx(
+            float(curve(p, block, 2.0, 3.0, ticks).mean()), rel=1e-9)

@@ -118,6 +118,28 @@ def curve(p: float, block: int, v1: float, v2: float, ticks: int) -> NDArray[np.
     return np.asarray(out, dtype=np.float64)
 
 
+def mean_variance(p: float, block: int, v1: float, v2: float, ticks: int) -> float:
+    """``curve(...).mean()`` in closed form, O(b) whatever ``ticks`` (for the plan search)."""
+    _, part = block_terms(p, block, v1, v2)
+    full, rem = divmod(ticks, block)
+    j = np.arange(1, block + 1, dtype=np.float64)
+    decay = p ** (2.0 * j)
+    last = float(part[-1])
+    if p == 1.0:
+        carried_sum = last * full * (full - 1) / 2.0  # Σ_{m<full} m·last
+        carried_rem = last * full
+    else:
+        q = p ** (2 * block)
+        # Σ_{m<full} last·(1 − q^m)/(1 − q)
+        carried_sum = last / (1.0 - q) * (full - (-math.expm1(full * math.log(q)) / (1.0 - q)
+                                                  if q > 0 else min(full, 1)))
+        carried_rem = last * (-math.expm1(full * math.log(q)) / (1.0 - q) if q > 0 else
+                              (1.0 if full > 0 else 0.0))
+    total = carried_sum * float(decay.sum()) + full * float(part.sum())
+    total += carried_rem * float(decay[:rem].sum()) + float(part[:rem].sum())
+    return total / ticks
+
+
 def _candidates(horizon: int) -> list[int]:
     top = min(horizon, MAX_BLOCK)
     small = list(range(2, min(top, 64) + 1))
@@ -133,7 +155,7 @@ def best_plan(p: float, horizon: int, model: Model, budget: float, slack_units: 
     for share in _SHARES:
         _, _, v1, v2 = noise_scales(model, budget, share, slack_units)
         for block in _candidates(horizon):
-            value = float(curve(p, block, v1, v2, horizon).mean())
+            value = mean_variance(p, block, v1, v2, horizon)
             if best is None or value < best[0] * (1.0 - 1e-12):
                 best = (value, block, share)
     assert best is not None
