@@ -96,7 +96,7 @@ def _measure(strategy: str, mech: Mechanism, S: int, ticks: int) -> str:
 
     def floor_state() -> None:
         for a in arrays:
-            np.multiply(a, 1.0, out=a)
+            np.multiply(a, 1, out=a)
 
     def floor_row() -> None:
         np.add(counts, row, out=row)
