@@ -46,6 +46,7 @@ from stream_dp.fenwick import column_sums
 from stream_dp.mechanism import BoundNoise, Int64Array, Mechanism
 from stream_dp.strategies import make_mechanism
 from stream_dp.strategies._fenwick_base import FenwickMechanism
+from stream_dp.strategies.ls_tree import LsTreeMechanism
 from stream_dp.strategies.sqrt import SqrtMechanism
 from stream_dp.strategies.tree import TreeMechanism
 
@@ -100,6 +101,7 @@ CASES: tuple[Case, ...] = (
     Case("tree", 0.95, 15, ZCDP(0.5)),
     Case("binary-tree", 0.9, 15, ZCDP(0.5)),
     Case("sqrt", 0.9, 15, ZCDP(0.5)),
+    Case("tree-ls", 0.9, 15, PureDP(1.0)),
 )
 
 
@@ -127,6 +129,9 @@ def event_ticks(mech: Mechanism) -> dict[str, tuple[int, int]]:
         top = 1 << mech.levels[-1]
         roll = -(-(mech.horizon + 1) // top) * top  # first top-block end after the horizon
         return {"worst": (top, 3 * top), "rollover": (roll, roll + 2 * top)}
+    if isinstance(mech, LsTreeMechanism):
+        b = mech.block
+        return {"worst": (b, 3 * b), "rollover": (b + 1, 3 * b)}
     if isinstance(mech, SqrtMechanism):
         k = mech.taps
         return {"worst": (1, 2 * k), "rollover": (mech.horizon + 1, mech.horizon + 2 * k)}
