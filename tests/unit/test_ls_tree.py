@@ -11,7 +11,9 @@ from stream_dp.analysis import expected_mse
 from stream_dp.budget import ZCDP, PureDP
 from stream_dp.counters import CounterBank
 from stream_dp.strategies import make_mechanism
+from stream_dp.strategies.ls_tree import LsTreeMechanism
 from stream_dp.strategies.ls_tree._oracle import dense
+from stream_dp.strategies.ls_tree.plan import LsPlan
 
 KEY = b"ls-tree-neighbour-test-key-012345"
 STREAMS = [f"s{i}" for i in range(64)]
@@ -26,10 +28,13 @@ def _run(mech: object, data: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     return np.array(out), residuals
 
 
+@pytest.mark.parametrize("three", [False, True], ids=["planned", "three-level"])
 @pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
 @pytest.mark.parametrize("p", [0.9, 0.99, 1.0])
-def test_neighbouring_inputs_differ_only_where_the_event_counts(privacy: object, p: float) -> None:
-    mech = make_mechanism("tree-ls", p, 255, privacy)  # type: ignore[arg-type]
+def test_neighbouring_inputs_differ_only_where_the_event_counts(
+    privacy: object, p: float, three: bool
+) -> None:
+    mech = LsTreeMechanism(p, 255, privacy, 1.0, plan=THREE if three else None)  # type: ignore[arg-type]
     b = mech.block  # type: ignore[attr-defined]
     ticks = 3 * b + 2
     rng = np.random.default_rng(7)
@@ -64,11 +69,19 @@ def test_releases_never_depend_on_future_data() -> None:
         assert np.array_equal(first[:cut], second[:cut])
 
 
-def test_release_is_the_dense_least_squares_decoder_applied_to_the_measurements() -> None:
+THREE = LsPlan((4, 16), (0.4, 0.3, 0.3))
+
+
+@pytest.mark.parametrize("plan", [None, THREE], ids=["planned", "three-level"])
+@pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
+def test_release_is_the_dense_least_squares_decoder_applied_to_the_measurements(
+    plan: LsPlan | None, privacy: object
+) -> None:
     """With the noise drawn by the mechanism's own keyed source, the release equals ``B (L x + z)``
     of the dense generalised-least-squares decoder (the oracle), tick by tick."""
-    mech = make_mechanism("tree-ls", 0.97, 63, PureDP(1.0))
+    mech = LsTreeMechanism(0.97, 63, privacy, 1.0, plan=plan)  # type: ignore[arg-type]
     b, g = mech.block, mech.grid  # type: ignore[attr-defined]
+    levels = mech.plan.levels  # type: ignore[attr-defined]
     n = 2 * b + 3
     rng = np.random.default_rng(5)
     x = rng.integers(0, 4, size=n).astype(np.float64)
@@ -77,15 +90,15 @@ def test_release_is_the_dense_least_squares_decoder_applied_to_the_measurements(
     noise = bank._noise  # the bank's keyed source, bound to its stream ids
     full = -(-n // b) * b
     leaves = [float(mech._leaf_noise(noise, t)[0]) * g for t in range(1, full + 1)]  # type: ignore[attr-defined]
-    nodes = [float(mech._node_noise(noise, k)[0]) * g * 2.0**-12  # type: ignore[attr-defined]
-             for k in range(full // b)]
+    nodes = [float(mech._node_noise(noise, ell, k)[0]) * g * 2.0**-12  # type: ignore[attr-defined]
+             for ell, length in enumerate(levels, start=1) for k in range(full // length)]
     big_l, big_b, _ = dense(mech, n)
     z = np.array(leaves + nodes)
     expect = big_b @ (big_l @ x + z)
     np.testing.assert_allclose(got, expect, rtol=1e-9, atol=1e-6)
 
 
-@pytest.mark.parametrize(("p", "target"), [(0.99, 50.0), (0.995, 70.0)])
+@pytest.mark.parametrize(("p", "target"), [(0.99, 50.0), (0.995, 70.0), (0.999, 130.0)])
 def test_issue_targets_pure_dp(p: float, target: float) -> None:
     horizon = 32767
     ls = expected_mse("tree-ls", p, horizon, 1.0)
@@ -111,5 +124,6 @@ def test_closed_form_mean_matches_the_curve(p: float, block: int) -> None:
     from stream_dp.strategies.ls_tree.plan import curve, mean_variance
 
     for ticks in (1, 5, block, 3 * block + 1, 1000):
-        assert mean_variance(p, block, 2.0, 3.0, ticks) == pytest.approx(
-            float(curve(p, block, 2.0, 3.0, ticks).mean()), rel=1e-9)
+        part = np.linspace(1.0, 3.0, block)
+        assert mean_variance(p, block, part, ticks) == pytest.approx(
+            float(curve(p, block, part, ticks).mean()), rel=1e-9)

@@ -1,26 +1,27 @@
-"""``tree-ls``: a two-level tree (leaves + blocks of ``b`` ticks) with non-causal least-squares
-decoding, computed exactly.
+"""``tree-ls``: a sparse tree (leaves + nested blocks, two or three levels) with non-causal
+least-squares decoding, computed exactly.
 
 **Measurements** (conceptual; grid ``g`` a power of two, counts rounded once to
 ``q_s = rint(D_s/g)``, exact): every tick ``s`` is a leaf ``y_s = q_s + Z_s``; every block ``k`` of
-``b`` ticks is a node ``Y_k = Σ_i K_i·q_(start+i) + Z'_k`` with the integer coefficients
-``K_i = round(2**F·p^(b−1−i))`` of :func:`.plan.coefficients` (the block's decayed sum in
-fixed point). ``Z`` is exact discrete Laplace (ε-DP) or discrete Gaussian (ρ-zCDP) on the
+``L_ℓ`` ticks at level ``ℓ`` is a node ``Y_n = Σ_i K_i·q_(start+i) + Z'_n`` with the integer
+coefficients ``K_i = round(2**F·p^(L_ℓ−1−i))`` of :func:`.plan.coefficients` (the node's decayed
+sum in fixed point); the levels nest inside a *top block* of ``B`` ticks. ``Z`` is exact discrete Laplace (ε-DP) or discrete Gaussian (ρ-zCDP) on the
 integers; ``Z'`` on the integer lattice of ``K·q`` (units ``g·2**-F``), so any change of the data
 shifts each measurement by a lattice vector. One event changes one ``q_s`` by at most
 ``Δ = cap/g + 1`` (its count, plus one unit of rounding), hence one leaf by ``Δ`` and one node by
-``K_i·Δ ≤ 2**F·Δ``: the leaf noise is calibrated to ``Δ`` with the share ``a`` of the budget, the
-node noise to ``2**F·Δ`` with ``1 − a`` (pure: ε·a + ε·(1−a) = ε; zCDP: the ρ's add).
+``K_i·Δ ≤ 2**F·Δ`` per level: the leaf noise is calibrated to ``Δ`` with the share ``a_0`` of the
+budget, level ``ℓ``'s node noise to ``2**F·Δ`` with ``a_ℓ`` (Σ a ≤ 1 exactly; pure: the ε's add,
+zCDP: the ρ's add).
 
-**Release** (the best linear unbiased estimate from all of the open block's measurements, past and
-future): with ``R_k = Y_k − Σ_i K_i·y_(start+i) = Z'_k − Σ_i K_i·Z_(start+i)`` the block's residual
-— an exact integer function of the *final* measurements which carries no data —
+**Release** (the best linear unbiased estimate from all of the open top block's measurements, past
+and future): with ``R_n = Y_n − Σ_i K_i·y_(start+i) = Z'_n − Σ_i K_i·Z_(start+i)`` each node's
+residual — an exact integer function of the *final* measurements which carries no data —
 
-``release_t = g·(p^j·C + Σ_{s≤t in block} p^(t−s)·y_s + β_j·R_k·2**-F)``
+``release_t = g·(p^(j+1)·C + Σ_{s≤t in block} p^(t−s)·y_s + (β_j · R)·2**-F)``
 
-(``j`` ticks of the block released, ``C`` the estimate carried at the previous block's end,
-``β_j`` the optimal weight, :func:`.plan.block_terms`). Everything it reads — the leaves up to
-``t``, ``R_k`` and ``C`` — is a function of the noisy measurements only, and ``R_k`` is computed
+(``j`` the 0-based offset in the top block, ``C`` the estimate carried at the previous top block's
+end, ``β_j`` the optimal weights, :func:`.plan.block_terms`). Everything it reads — the leaves up
+to ``t``, ``R`` and ``C`` — is a function of the noisy measurements only, and ``R`` is computed
 in exact integer arithmetic from the noise alone: the future leaves' noise is keyed, so it is
 drawn at the block's start exactly as it will be drawn at its tick. Hence every release is
 post-processing of ``(y, Y)`` (docs/privacy.md, "Non-causal decoding"): the float evaluation of
@@ -32,13 +33,14 @@ block's variance per block, so the error grows linearly past the horizon
 (``error_stays_bounded`` is False there, and ``auto`` prefers a strategy whose error grows
 polylogarithmically).
 
-**State** per stream: ``carry`` (C), ``partial`` (the decayed leaf sum of the open block, grid
-units) and ``residual`` (``R_k``, int64): three numbers; O(1) work per tick plus O(b) at a block's
-start (its leaves' noise), O(1) amortised.
+**State** per stream: ``carry`` (C), ``partial`` (the decayed leaf sum of the open top block, grid
+units) and ``residual`` (one int64 per node of the top block: 1 for two levels, ``B/L_1 + 1`` for
+three); O(nodes) work per tick plus O(B) at a top block's start (its leaves' noise).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -60,13 +62,14 @@ from stream_dp.strategies._common import (
 )
 from stream_dp.strategies.ls_tree.plan import (
     COEFF_BITS,
+    MAX_BLOCK,
     LsPlan,
     Model,
     best_plan,
     block_terms,
-    coefficients,
     curve,
     noise_scales,
+    structure,
 )
 
 __all__ = ["LsTreeMechanism", "make"]
@@ -107,28 +110,37 @@ class LsTreeMechanism(Mechanism):
         self.slack_units = self.cap / self.grid + 1.0
         self.plan = plan if plan is not None else (
             best_plan(self.p, max(self.horizon, 2), self.model, self.budget, self.slack_units))
-        if not (self.plan.block >= 2 and 0.0 < self.plan.leaf_share < 1.0):
+        levels, shares = self.plan.levels, self.plan.shares
+        if (not levels or len(shares) != len(levels) + 1 or levels[0] < 2
+                or any(b % a or b <= a for a, b in itertools.pairwise(levels))
+                or levels[-1] > MAX_BLOCK or min(shares) <= 0.0 or math.fsum(shares) > 1.0):
             raise ValueError(f"invalid tree-ls plan {self.plan!r}")
-        self.block = self.plan.block
-        s1, s2, self.v1, self.v2 = noise_scales(
-            self.model, self.budget, self.plan.leaf_share, self.slack_units)
+        self.block = levels[-1]
+        scales, self.variances = noise_scales(self.model, self.budget, shares, self.slack_units)
         lo, hi = (MIN_SCALE, MAX_SCALE) if self.model == "pure" else (MIN_SIGMA, MAX_SIGMA)
         what = f"epsilon = {self.budget!r}" if self.model == "pure" else f"rho = {self.budget!r}"
-        self.leaf_scale = check_noise_scale(s1, lo, what)
-        self.node_scale = check_noise_scale(s2, lo, what)
-        if self.node_scale > hi:
-            raise ValueError(f"{what} is too small for tree-ls: node noise scale {s2:.3g} > {hi:g}")
-        self.coeffs = np.asarray(coefficients(self.p, self.block), dtype=np.int64)
-        self.beta, self.part = block_terms(self.p, self.block, self.v1, self.v2)
+        self.scales = tuple(check_noise_scale(s, lo, what) for s in scales)
+        if max(self.scales) > hi:
+            raise ValueError(
+                f"{what} is too small for tree-ls: node noise scale {max(self.scales):.3g} > {hi:g}")
+        self.leaf_scale = self.scales[0]
+        self.coeffs, level = structure(self.p, levels)
+        self.node_level = level
+        # node index within its level, for the noise node ids: top index × nodes per top + m
+        self.node_offset = np.concatenate(
+            [np.arange(self.block // length) for length in levels]).astype(np.int64)
+        self.beta, self.part = block_terms(self.p, levels, self.variances)
+        # for each leaf offset, the residual rows whose node contains it (one per level)
+        self._rows_of_leaf = [np.flatnonzero(self.coeffs[:, i]) for i in range(self.block)]
+        self._coeff_of_leaf = [self.coeffs[rows, i] for i, rows in enumerate(self._rows_of_leaf)]
 
     def describe(self) -> dict[str, Any]:
         return super().describe() | {
             "grid": self.grid,
-            "block": self.block,
-            "leaf_share": self.plan.leaf_share,
+            "levels": list(self.plan.levels),
+            "shares": list(self.plan.shares),
             "coeff_bits": COEFF_BITS,
-            "leaf_scale_units": self.leaf_scale,
-            "node_scale_units": self.node_scale,
+            "scale_units": list(self.scales),
             "resolution_bits": RESOLUTION_BITS,
         }
 
@@ -139,11 +151,12 @@ class LsTreeMechanism(Mechanism):
             return noise.discrete_laplace(node, self.leaf_scale)
         return noise.discrete_gaussian(node, self.leaf_scale)
 
-    def _node_noise(self, noise: BoundNoise, index: int) -> np.ndarray:
-        node = (1 << _NODE_SHIFT) | index
+    def _node_noise(self, noise: BoundNoise, level: int, index: int) -> np.ndarray:
+        node = (level << _NODE_SHIFT) | index
+        scale = self.scales[level]
         if self.model == "pure":
-            return noise.discrete_laplace(node, self.node_scale)
-        return noise.discrete_gaussian(node, self.node_scale)
+            return noise.discrete_laplace(node, scale)
+        return noise.discrete_gaussian(node, scale)
 
     # -- Mechanism ----------------------------------------------------------------------------
     def new_state(self, n_streams: int) -> State:
@@ -152,7 +165,7 @@ class LsTreeMechanism(Mechanism):
             "tick": np.array(0, dtype=np.int64),
             "carry": np.zeros(n, dtype=np.float64),
             "partial": np.zeros(n, dtype=np.float64),
-            "residual": np.zeros(n, dtype=np.int64),
+            "residual": np.zeros((self.coeffs.shape[0], n), dtype=np.int64),
         }
 
     def max_count(self) -> float:
@@ -171,20 +184,25 @@ class LsTreeMechanism(Mechanism):
         np.rint(q, out=q)
         residual = np.asarray(state["residual"], dtype=np.int64)
         if j == 0:
-            # the block opens: its residual R = Z' − Σ K_i·Z_i from the node's and every leaf's
-            # keyed noise (the same samples the leaves draw at their ticks), in exact integers
-            first = t
-            residual = self._node_noise(noise, (t - 1) // self.block).astype(np.int64)
+            # the top block opens: each node's residual R = Z' − Σ K_i·Z_i from the node's and
+            # its leaves' keyed noise (the same samples the leaves draw at their ticks), exactly
+            top = (t - 1) // self.block
+            residual = np.vstack([
+                self._node_noise(noise, int(lv), top * (self.block // self.plan.levels[int(lv) - 1])
+                                 + int(m)).astype(np.int64)
+                for lv, m in zip(self.node_level, self.node_offset, strict=True)
+            ]) if q.size else np.zeros((self.coeffs.shape[0], 0), dtype=np.int64)
             for i in range(self.block):
-                z = self._leaf_noise(noise, first + i).astype(np.int64)
+                z = self._leaf_noise(noise, t + i).astype(np.int64)
                 if z.size and int(np.abs(z).max()) >= _MAX_LEAF_NOISE:
                     raise RuntimeError("leaf noise sample beyond the exact range; state unchanged")
-                residual = residual - int(self.coeffs[i]) * z
+                rows = self._rows_of_leaf[i]
+                residual[rows] -= self._coeff_of_leaf[i][:, None] * z[None, :]
         y = q + self._leaf_noise(noise, t).astype(np.float64)  # exact (< 2**53)
         partial = y if j == 0 else self.p * np.asarray(state["partial"], dtype=np.float64) + y
         carry = np.asarray(state["carry"], dtype=np.float64)
-        estimate = (self.p ** (j + 1)) * carry + partial + float(self.beta[j]) * np.ldexp(
-            residual.astype(np.float64), -COEFF_BITS)
+        correction = self.beta[j] @ residual.astype(np.float64)  # over nodes, per stream
+        estimate = (self.p ** (j + 1)) * carry + partial + np.ldexp(correction, -COEFF_BITS)
         release = estimate * self.grid
         state["tick"] = np.array(t, dtype=np.int64)
         state["residual"] = residual
@@ -208,15 +226,15 @@ class LsTreeMechanism(Mechanism):
         return g2 * (carried * self.p ** (2 * (j + 1)) + float(self.part[j]))
 
     def mse_curve(self, horizon: int) -> Float64Array:
-        return self.grid * self.grid * curve(self.p, self.block, self.v1, self.v2, horizon)
+        return self.grid * self.grid * curve(self.p, self.block, self.part, horizon)
 
     def error_stays_bounded(self) -> bool:
         # p = 1: every completed block adds its variance to the carried estimate (linear growth)
         return self.p < 1.0
 
     def sensitivity(self) -> float:
-        """``cap + g`` (value units): one event moves one leaf by ``Δ·g`` and one node by
-        ``K·Δ·g·2**-F ≤ Δ·g``; the noise of each is calibrated to that with its share."""
+        """``cap + g`` (value units): one event moves one leaf by ``Δ·g`` and one node per level
+        by ``K·Δ·g·2**-F ≤ Δ·g``; the noise of each is calibrated to that with its share."""
         return self.cap + self.grid
 
     def rounding_bound(self, ticks: int | None = None) -> float:

@@ -1,21 +1,25 @@
-"""Plan of the ``tree-ls`` strategy: the block length ``b`` and the budget share of the leaves.
+"""Plan of the ``tree-ls`` strategy: the nested block lengths and the budget share of each level.
 
-Two levels: every tick is a leaf (its count measured alone) and every block of ``b`` ticks is a
-node measuring the block's decayed sum with fixed-point coefficients ``K_i = round(2**F·p^(b−1−i))``
-(``i`` = 0-based offset in the block, ``F`` = :data:`COEFF_BITS`). The leaves get the share ``a`` of
-the budget, the nodes ``1 − a``. The release is the least-squares (best linear unbiased) estimate
-of the decayed sum from *all* measurements of the open block, including the nodes' and leaves'
-noise that the open block will measure later (see :mod:`.mechanism`). Its exact variance is
+Levels: every tick is a leaf (its count measured alone), and each level ``ℓ = 1..m`` has nodes of
+``L_ℓ`` ticks (nested: ``L_1 | L_2 | … | L_m``; ``B = L_m`` is the *top block*) measuring the
+node's decayed sum with fixed-point coefficients ``K_i = round(2**F·p^(L−1−i))`` (``i`` = 0-based
+offset in the node, ``F`` = :data:`COEFF_BITS`). The leaves get the share ``a_0`` of the budget,
+level ``ℓ`` the share ``a_ℓ`` (Σ a = 1). The release is the least-squares (best linear unbiased)
+estimate of the decayed sum from *all* measurements of the open top block, including those it
+completes later (see :mod:`.mechanism`): the leaf-only decayed sum plus the best combination of the
+nodes' *residuals* ``R_n = Y_n − Σ_i K_i·y_i``, which carry noise only. With ``k = K·2**-F``,
+``v₁`` the leaf noise variance, ``v_ℓ`` the node noise variances (grid units², the node's own units
+scaled by ``2**-2F``) and ``Σ_R = diag(v_ℓ(n)) + v₁·k kᵀ`` the residuals' covariance, the release at
+offset ``j`` of the top block has
 
-* within block ``k`` at offset ``j`` (``1..b`` ticks of the block released):
-  ``part_j = v₁·Σ_{i<j} p^(2(j−1−i)) − c_j²/V_R``, ``c_j = v₁·Σ_{i<j} p^(j−1−i)·k_i``,
-  ``V_R = v₂ + v₁·Σ_i k_i²`` (``k_i = K_i/2**F``; ``v₁``/``v₂`` the exact leaf/node noise
-  variances in grid units², the node's in its own units scaled by ``2**-2F``);
-* plus the carried estimate of the completed blocks, ``p^(2j)·C_k`` with
-  ``C_k = part_b·Σ_{m<k} p^(2bm)``.
+* ``c_j = v₁·Σ_{i≤j} p^(j−i)·k_i`` (covariance of the leaf sum's noise with ``−R``),
+  ``β_j = Σ_R⁻¹ c_j`` and own variance ``part_j = v₁·Σ_{i≤j} p^(2(j−i)) − c_jᵀ Σ_R⁻¹ c_j``;
+* plus the carried estimate of the completed top blocks, ``p^(2(j+1))·C_k`` with
+  ``C_k = part_(B−1)·Σ_{m<k} p^(2Bm)``.
 
-:func:`best_plan` minimises the mean of that variance over ticks ``1..horizon`` over ``b`` and
-``a`` (closed form per candidate, no simulation).
+:func:`best_plan` minimises the mean of that variance over ticks ``1..horizon`` (closed form,
+:func:`mean_variance`) over two-level plans (one block length) and, for long memories, three-level
+plans (two nested block lengths).
 """
 
 from __future__ import annotations
@@ -27,120 +31,166 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.signal import lfilter
 
 from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
 
-__all__ = ["COEFF_BITS", "MAX_BLOCK", "LsPlan", "best_plan", "coefficients", "curve",
-           "noise_scales"]
+__all__ = ["COEFF_BITS", "MAX_BLOCK", "LsPlan", "best_plan", "block_terms", "coefficients",
+           "curve", "mean_variance", "noise_scales", "structure"]
 
 Model = Literal["pure", "zcdp"]
 
 #: Fixed-point bits of the node coefficients (integers ``K_i ≤ 2**F``). The node's noise lives on
 #: the lattice of ``K·q`` (units ``g·2**-F``), so shifts of the data are lattice vectors.
 COEFF_BITS = 12
-#: Longest block considered (state is O(1) per stream; the block-start work is O(b) per block).
+#: Longest top block considered (state is O(levels · B / L_1) per stream; the block-start work
+#: is O(B) per top block).
 MAX_BLOCK = 4096
 _SHARES = tuple(round(0.05 * i, 2) for i in range(2, 19))  # leaf share a ∈ {0.10, …, 0.90}
+#: Three-level search (p ≥ this): first level lengths × multiples, coarse then fine shares.
+_THREE_LEVEL_P = 0.995
+_FIRST = (4, 6, 8, 12, 16, 24, 32)
+_MULTIPLE = (4, 6, 8, 10, 12, 16)
 
 
 @dataclass(frozen=True)
 class LsPlan:
-    """Block length ``block`` (ticks, ≥ 2) and the leaves' share ``leaf_share`` ∈ (0, 1)."""
+    """Node lengths ``levels`` (ticks, nested, increasing, ≥ 2) and the budget ``shares``
+    (leaves first, one per level after; positive, summing to 1)."""
 
-    block: int
-    leaf_share: float
+    levels: tuple[int, ...]
+    shares: tuple[float, ...]
+
+    @property
+    def block(self) -> int:
+        """The top block's length ``B`` (ticks)."""
+        return self.levels[-1]
+
+    @property
+    def leaf_share(self) -> float:
+        return self.shares[0]
 
 
 @lru_cache(maxsize=256)
 def coefficients(p: float, block: int) -> tuple[int, ...]:
-    """``K_i = round(2**F · p^(b−1−i))`` for offsets ``i = 0..b−1`` (last one ``2**F``)."""
+    """``K_i = round(2**F · p^(L−1−i))`` for offsets ``i = 0..L−1`` (last one ``2**F``)."""
     i = np.arange(block, dtype=np.float64)
     k = np.rint(np.ldexp(p ** (block - 1 - i), COEFF_BITS)).astype(np.int64)
     return tuple(int(v) for v in k)
 
 
-def noise_scales(model: Model, budget: float, share: float, slack_units: float
-                 ) -> tuple[float, float, float, float]:
-    """``(leaf scale, node scale, v₁, v₂)``: noise parameters in grid units (leaf) and in node
-    units ``g·2**-F`` (node), and the exact variances in grid units² (node variance scaled by
-    ``2**-2F``). ``budget`` is ε (pure: discrete Laplace scales) or ρ (zCDP: discrete Gaussian σ);
+def structure(p: float, levels: tuple[int, ...]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """``(K, level)``: the integer coefficient matrix of the top block's nodes (one row per node,
+    ordered by level then position; ``B`` columns) and each row's level (1-based)."""
+    top = levels[-1]
+    rows: list[NDArray[np.int64]] = []
+    level: list[int] = []
+    for ell, length in enumerate(levels, start=1):
+        k = np.asarray(coefficients(p, length), dtype=np.int64)
+        for start in range(0, top, length):
+            row = np.zeros(top, dtype=np.int64)
+            row[start:start + length] = k
+            rows.append(row)
+            level.append(ell)
+    return np.vstack(rows), np.asarray(level, dtype=np.int64)
+
+
+def noise_scales(model: Model, budget: float, shares: tuple[float, ...], slack_units: float
+                 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(scales, variances)`` per level, leaves first: noise parameters in grid units (leaves)
+    and node units ``g·2**-F`` (nodes), and the exact variances in grid units² (the nodes'
+    scaled by ``2**-2F``). ``budget`` is ε (discrete Laplace) or ρ (discrete Gaussian σ);
     ``slack_units`` = ``cap/g + 1`` is the largest change of one rounded count."""
     k_max = float(1 << COEFF_BITS)
-    if model == "pure":
-        s1 = slack_units / (budget * share)
-        s2 = k_max * slack_units / (budget * (1.0 - share))
-        v1 = discrete_laplace_variance(s1)
-        v2 = discrete_laplace_variance(s2) / (k_max * k_max)
-    else:
-        s1 = slack_units / math.sqrt(2.0 * budget * share)
-        s2 = k_max * slack_units / math.sqrt(2.0 * budget * (1.0 - share))
-        v1 = discrete_gaussian_variance(s1)
-        v2 = discrete_gaussian_variance(s2) / (k_max * k_max)
-    return s1, s2, v1, v2
+    scales: list[float] = []
+    variances: list[float] = []
+    for ell, share in enumerate(shares):
+        change = slack_units * (1.0 if ell == 0 else k_max)
+        unit = 1.0 if ell == 0 else k_max * k_max
+        if model == "pure":
+            s = change / (budget * share)
+            v = discrete_laplace_variance(s)
+        else:
+            s = change / math.sqrt(2.0 * budget * share)
+            v = discrete_gaussian_variance(s)
+        scales.append(s)
+        variances.append(v / unit)
+    return tuple(scales), tuple(variances)
 
 
-def block_terms(p: float, block: int, v1: float, v2: float
+def block_terms(p: float, levels: tuple[int, ...], variances: tuple[float, ...]
                 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """``(β_j, part_j)`` for ``j = 1..b``: the decoder's weight on the block's residual and the
-    exact variance of the block's own part of the release (grid units²)."""
-    k = np.asarray(coefficients(p, block), dtype=np.float64) / float(1 << COEFF_BITS)
-    v_r = v2 + v1 * float(k @ k)
-    # running sums over i < j of p^(j−1−i)·k_i and p^(2(j−1−i)), by the recurrences u ← p·u + k
-    cross = np.empty(block)
-    sq = np.empty(block)
-    u = 0.0
-    w = 0.0
-    for j in range(block):
-        u = p * u + k[j]
-        w = p * p * w + 1.0
-        cross[j] = u
-        sq[j] = w
-    c = v1 * cross
-    beta = c / v_r
-    part = v1 * sq - c * c / v_r
-    return beta, part
+    """``(β, part)``: ``β[j]`` the decoder's weights on the top block's residuals at offset ``j``
+    (``B × nodes``) and ``part[j]`` the exact variance of the block's own part of the release
+    (grid units²)."""
+    big_k, level = structure(p, levels)
+    k = big_k.astype(np.float64) / float(1 << COEFF_BITS)
+    v1 = variances[0]
+    sigma = np.diag(np.asarray([variances[int(ell)] for ell in level])) + v1 * (k @ k.T)
+    top = levels[-1]
+    # c_j = p·c_(j−1) + v₁·k_j and w_j = p²·w_(j−1) + v₁, as IIR filters along the block
+    c = np.asarray(lfilter([1.0], [1.0, -p], v1 * k, axis=1), dtype=np.float64).T
+    sq = np.asarray(lfilter([1.0], [1.0, -p * p], np.full(top, v1)), dtype=np.float64)
+    beta = np.linalg.solve(sigma, c.T).T
+    part = np.asarray(sq - np.einsum("jn,jn->j", c, beta), dtype=np.float64)
+    return np.asarray(beta, dtype=np.float64), part
 
 
-def curve(p: float, block: int, v1: float, v2: float, ticks: int) -> NDArray[np.float64]:
-    """Exact variance (grid units²) of the releases at ticks ``1..ticks``."""
-    _, part = block_terms(p, block, v1, v2)
-    n_blocks = -(-ticks // block)
-    m = np.arange(n_blocks, dtype=np.float64)
+def _carried(p: float, block: int, last: float, k: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``C_k = last·Σ_{m<k} p^(2Bm)`` for top-block indices ``k``."""
     if p == 1.0:
-        carried = part[-1] * m
-    else:
-        q = p ** (2 * block)
-        carried = part[-1] * (-np.expm1(m * math.log(q)) / (1.0 - q)) if q > 0 else (
-            np.where(m > 0, part[-1], 0.0))
-    j = np.arange(1, block + 1, dtype=np.float64)
-    decay = p ** (2.0 * j)
+        return last * k
+    q = p ** (2 * block)
+    if q == 0.0:
+        return np.where(k > 0, last, 0.0)
+    out: NDArray[np.float64] = last * (-np.expm1(k * math.log(q)) / (1.0 - q))
+    return out
+
+
+def curve(p: float, block: int, part: NDArray[np.float64], ticks: int) -> NDArray[np.float64]:
+    """Exact variance (grid units²) of the releases at ticks ``1..ticks``."""
+    n_blocks = -(-ticks // block)
+    carried = _carried(p, block, float(part[-1]), np.arange(n_blocks, dtype=np.float64))
+    decay = p ** (2.0 * np.arange(1, block + 1, dtype=np.float64))
     out = (carried[:, None] * decay[None, :] + part[None, :]).ravel()[:ticks]
     return np.asarray(out, dtype=np.float64)
 
 
-def mean_variance(p: float, block: int, v1: float, v2: float, ticks: int) -> float:
-    """``curve(...).mean()`` in closed form, O(b) whatever ``ticks`` (for the plan search)."""
-    _, part = block_terms(p, block, v1, v2)
+def mean_variance(p: float, block: int, part: NDArray[np.float64], ticks: int) -> float:
+    """``curve(...).mean()`` in closed form, O(B) whatever ``ticks`` (for the plan search)."""
     full, rem = divmod(ticks, block)
-    j = np.arange(1, block + 1, dtype=np.float64)
-    decay = p ** (2.0 * j)
+    decay = p ** (2.0 * np.arange(1, block + 1, dtype=np.float64))
     last = float(part[-1])
     if p == 1.0:
-        carried_sum = last * full * (full - 1) / 2.0  # Σ_{m<full} m·last
-        carried_rem = last * full
+        carried_sum = last * full * (full - 1) / 2.0
     else:
         q = p ** (2 * block)
-        # Σ_{m<full} last·(1 − q^m)/(1 − q)
-        carried_sum = last / (1.0 - q) * (full - (-math.expm1(full * math.log(q)) / (1.0 - q)
-                                                  if q > 0 else min(full, 1)))
-        carried_rem = last * (-math.expm1(full * math.log(q)) / (1.0 - q) if q > 0 else
-                              (1.0 if full > 0 else 0.0))
+        geo = (-math.expm1(full * math.log(q)) / (1.0 - q)) if q > 0 else float(min(full, 1))
+        carried_sum = last / (1.0 - q) * (full - geo)
+    carried_rem = float(_carried(p, block, last, np.asarray([float(full)]))[0])
     total = carried_sum * float(decay.sum()) + full * float(part.sum())
     total += carried_rem * float(decay[:rem].sum()) + float(part[:rem].sum())
     return total / ticks
 
 
-def _candidates(horizon: int) -> list[int]:
+def _value(p: float, levels: tuple[int, ...], shares: tuple[float, ...], model: Model,
+           budget: float, slack_units: float, horizon: int) -> float:
+    _, variances = noise_scales(model, budget, shares, slack_units)
+    _, part = block_terms(p, levels, variances)
+    return mean_variance(p, levels[-1], part, horizon)
+
+
+def _normalised(shares: tuple[float, ...]) -> tuple[float, ...]:
+    """The last share is ``1 − Σ others``, nudged down until the float sum is ``≤ 1``: the
+    levels' budgets add up to at most the whole budget, exactly."""
+    head = tuple(float(a) for a in shares[:-1])
+    last = 1.0 - math.fsum(head)
+    while math.fsum((*head, last)) > 1.0 or sum((*head, last)) > 1.0:
+        last = math.nextafter(last, 0.0)
+    return (*head, last)
+
+
+def _two_level_candidates(horizon: int) -> list[int]:
     top = min(horizon, MAX_BLOCK)
     small = list(range(2, min(top, 64) + 1))
     big = np.unique(np.geomspace(64, max(top, 64), 48).astype(int)).tolist() if top > 64 else []
@@ -149,14 +199,39 @@ def _candidates(horizon: int) -> list[int]:
 
 @lru_cache(maxsize=64)
 def best_plan(p: float, horizon: int, model: Model, budget: float, slack_units: float) -> LsPlan:
-    """The plan with the lowest mean release variance over ticks ``1..horizon`` (ties: shorter
-    block, then smaller share). ``horizon ≥ 2``."""
-    best: tuple[float, int, float] | None = None
-    for share in _SHARES:
-        _, _, v1, v2 = noise_scales(model, budget, share, slack_units)
-        for block in _candidates(horizon):
-            value = mean_variance(p, block, v1, v2, horizon)
-            if best is None or value < best[0] * (1.0 - 1e-12):
-                best = (value, block, share)
+    """The plan with the lowest mean release variance over ticks ``1..horizon`` (``≥ 2``).
+
+    Two-level plans: every block length up to 64 and 48 longer ones, leaf shares 0.10…0.90. For
+    ``p ≥ 0.995`` and horizons of at least 256 ticks also three-level plans (first level
+    ``4…32`` ticks, top ``4…16×`` it, at most :data:`MAX_BLOCK`): a coarse share grid picks the
+    lengths, a 0.05 grid then the shares."""
+    best: tuple[float, LsPlan] | None = None
+
+    def consider(levels: tuple[int, ...], shares: tuple[float, ...]) -> None:
+        nonlocal best
+        shares = _normalised(shares)
+        value = _value(p, levels, shares, model, budget, slack_units, horizon)
+        if best is None or value < best[0] * (1.0 - 1e-12):
+            best = (value, LsPlan(levels, shares))
+
+    for a in _SHARES:
+        for block in _two_level_candidates(horizon):
+            consider((block,), (a, round(1.0 - a, 2)))
+    if p >= _THREE_LEVEL_P and horizon >= 256:
+        coarse = [(a0, a1) for a0 in (0.3, 0.4, 0.5) for a1 in (0.2, 0.3)]
+        lengths = [(f, f * m) for f in _FIRST for m in _MULTIPLE
+                   if f * m <= min(horizon, MAX_BLOCK)]
+        scored = sorted(
+            (_value(p, lv, (a0, a1, round(1.0 - a0 - a1, 2)), model, budget, slack_units,
+                    horizon), lv)
+            for lv in lengths for a0, a1 in coarse
+        )
+        if scored:
+            levels3 = scored[0][1]
+            for a0 in np.arange(0.15, 0.8, 0.05):
+                for a1 in np.arange(0.05, 0.9 - a0, 0.05):
+                    a2 = 1.0 - a0 - a1
+                    if a2 >= 0.05:
+                        consider(levels3, (round(a0, 2), round(a1, 2), round(a2, 2)))
     assert best is not None
-    return LsPlan(best[1], best[2])
+    return best[1]
