@@ -127,3 +127,17 @@ def test_closed_form_mean_matches_the_curve(p: float, block: int) -> None:
         part = np.linspace(1.0, 3.0, block)
         assert mean_variance(p, block, part, ticks) == pytest.approx(
             float(curve(p, block, part, ticks).mean()), rel=1e-9)
+
+
+@pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
+def test_three_level_variance_matches_the_dense_oracle(privacy: object) -> None:
+    """The exact variance the mechanism reports for a three-level plan equals ``(B²) v`` of the
+    dense generalised-least-squares decoder, and ``B L`` is the decayed-sum workload."""
+    mech = LsTreeMechanism(0.98, 255, privacy, 1.0, plan=THREE)  # type: ignore[arg-type]
+    n = 3 * mech.block + 5
+    big_l, big_b, var = dense(mech, n)
+    lag = np.subtract.outer(np.arange(n), np.arange(n))
+    work = np.where(lag >= 0, 0.98 ** np.clip(lag, 0, None).astype(float), 0.0)
+    np.testing.assert_allclose(big_b @ big_l, work, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(mech.mse_curve(n), (big_b**2) @ var, rtol=1e-9)
+    assert mech.variance(n) == pytest.approx(float(((big_b**2) @ var)[-1]), rel=1e-9)
