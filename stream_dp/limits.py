@@ -136,7 +136,13 @@ def check_parameters(
     "--epsilon"}``). Raises ``ValueError`` (one line, naming the parameter and its range).
     """
     if p is not None:
-        _check_range(_label(names, "p"), p, *P_RANGE, "decay per tick")
+        # the documented (0, 1] first (its message is an interface), then the practical floor
+        _check_range(_label(names, "p"), p, 0.0, 1.0, "decay per tick", lo_open=True)
+        if float(p) < P_RANGE[0]:
+            raise ValueError(
+                f"{_label(names, 'p')} must be at least {P_RANGE[0]:g} (decay per tick: below it "
+                f"a tick keeps nothing of the past), got {p!r}"
+            )
     if horizon is not None:
         label = _label(names, "horizon")
         if (
