@@ -7,7 +7,9 @@ Families (each subpackage holds its plan/weights, its mechanism and its dense or
 * :mod:`stream_dp.strategies.fenwick` — weighted Fenwick trees (``dm``, ``dmfda``,
   ``fenwick-opt``);
 * :mod:`stream_dp.strategies.tree` — sparse hierarchical trees (``tree``, ``binary-tree``);
-* :mod:`stream_dp.strategies.sqrt` — truncated Toeplitz square root (``sqrt``, zCDP).
+* :mod:`stream_dp.strategies.sqrt` — truncated Toeplitz square root (``sqrt``, zCDP);
+* :mod:`stream_dp.strategies.ls_tree` — least-squares nested tree (``tree-ls``);
+* :mod:`stream_dp.strategies.blt` — BLT-correlated noise (``blt``, zCDP).
 
 The registry (:mod:`stream_dp.strategies.registry`: ``register``, ``get``, ``available``,
 ``make`` for concrete names) does not depend on the planner. ``"auto"`` is not a strategy: it is
@@ -50,6 +52,7 @@ _BUILTIN: dict[str, tuple[str, tuple[str, ...], bool]] = {
 #: Another family adds its module's name here.
 _PLUGINS: tuple[str, ...] = (
     "stream_dp.strategies.tree", "stream_dp.strategies.sqrt", "stream_dp.strategies.ls_tree",
+    "stream_dp.strategies.blt",
 )
 
 _registry.configure(_BUILTIN, _PLUGINS)

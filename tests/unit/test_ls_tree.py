@@ -19,6 +19,10 @@ KEY = b"ls-tree-neighbour-test-key-012345"
 STREAMS = [f"s{i}" for i in range(64)]
 
 
+THREE = LsPlan((4, 16), (0.4, 0.3, 0.3))
+FOUR = LsPlan((2, 4, 16), (0.3, 0.25, 0.2, 0.25))
+
+
 def _run(mech: object, data: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     bank = CounterBank(mech, STREAMS, KEY)  # type: ignore[arg-type]
     out, residuals = [], []
@@ -28,13 +32,14 @@ def _run(mech: object, data: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     return np.array(out), residuals
 
 
-@pytest.mark.parametrize("three", [False, True], ids=["planned", "three-level"])
+@pytest.mark.parametrize("nested", [None, "three", "four"], ids=["planned", "three-level", "four-level"])
 @pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
 @pytest.mark.parametrize("p", [0.9, 0.99, 1.0])
 def test_neighbouring_inputs_differ_only_where_the_event_counts(
-    privacy: object, p: float, three: bool
+    privacy: object, p: float, nested: str | None
 ) -> None:
-    mech = LsTreeMechanism(p, 255, privacy, 1.0, plan=THREE if three else None)  # type: ignore[arg-type]
+    plan = {None: None, "three": THREE, "four": FOUR}[nested]
+    mech = LsTreeMechanism(p, 255, privacy, 1.0, plan=plan)  # type: ignore[arg-type]
     b = mech.block  # type: ignore[attr-defined]
     ticks = 3 * b + 2
     rng = np.random.default_rng(7)
@@ -69,10 +74,7 @@ def test_releases_never_depend_on_future_data() -> None:
         assert np.array_equal(first[:cut], second[:cut])
 
 
-THREE = LsPlan((4, 16), (0.4, 0.3, 0.3))
-
-
-@pytest.mark.parametrize("plan", [None, THREE], ids=["planned", "three-level"])
+@pytest.mark.parametrize("plan", [None, THREE, FOUR], ids=["planned", "three-level", "four-level"])
 @pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
 def test_release_is_the_dense_least_squares_decoder_applied_to_the_measurements(
     plan: LsPlan | None, privacy: object
@@ -98,7 +100,8 @@ def test_release_is_the_dense_least_squares_decoder_applied_to_the_measurements(
     np.testing.assert_allclose(got, expect, rtol=1e-9, atol=1e-6)
 
 
-@pytest.mark.parametrize(("p", "target"), [(0.99, 50.0), (0.995, 70.0), (0.999, 130.0)])
+@pytest.mark.parametrize(("p", "target"),
+                         [(0.99, 50.0), (0.995, 70.0), (0.999, 130.0), (0.9999, 260.0)])
 def test_issue_targets_pure_dp(p: float, target: float) -> None:
     horizon = 32767
     ls = expected_mse("tree-ls", p, horizon, 1.0)
@@ -129,11 +132,13 @@ def test_closed_form_mean_matches_the_curve(p: float, block: int) -> None:
             float(curve(p, block, part, ticks).mean()), rel=1e-9)
 
 
+@pytest.mark.parametrize("plan", [THREE, FOUR], ids=["three-level", "four-level"])
 @pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
-def test_three_level_variance_matches_the_dense_oracle(privacy: object) -> None:
-    """The exact variance the mechanism reports for a three-level plan equals ``(B²) v`` of the
-    dense generalised-least-squares decoder, and ``B L`` is the decayed-sum workload."""
-    mech = LsTreeMechanism(0.98, 255, privacy, 1.0, plan=THREE)  # type: ignore[arg-type]
+def test_nested_variance_matches_the_dense_oracle(privacy: object, plan: LsPlan) -> None:
+    """The exact variance the mechanism reports for a three- or four-level plan equals
+    ``(B²) v`` of the dense generalised-least-squares decoder, and ``B L`` is the decayed-sum
+    workload."""
+    mech = LsTreeMechanism(0.98, 255, privacy, 1.0, plan=plan)  # type: ignore[arg-type]
     n = 3 * mech.block + 5
     big_l, big_b, var = dense(mech, n)
     lag = np.subtract.outer(np.arange(n), np.arange(n))

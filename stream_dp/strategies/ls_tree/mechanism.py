@@ -1,4 +1,4 @@
-"""``tree-ls``: a sparse tree (leaves + nested blocks, two or three levels) with non-causal
+"""``tree-ls``: a sparse tree (leaves + nested blocks, two to four levels) with non-causal
 least-squares decoding, computed exactly.
 
 **Measurements** (conceptual; grid ``g`` a power of two, counts rounded once to
@@ -35,7 +35,8 @@ polylogarithmically).
 
 **State** per stream: ``carry`` (C), ``partial`` (the decayed leaf sum of the open top block, grid
 units) and ``residual`` (one int64 per node of the top block: 1 for two levels, ``B/L_1 + 1`` for
-three); O(nodes) work per tick plus O(B) at a top block's start (its leaves' noise).
+three, ``B/L_1 + B/L_2 + 1`` for four); O(nodes) work per tick plus O(B) at a top block's start
+(its leaves' noise).
 """
 
 from __future__ import annotations

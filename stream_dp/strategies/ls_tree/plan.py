@@ -18,8 +18,8 @@ offset ``j`` of the top block has
   ``C_k = part_(B−1)·Σ_{m<k} p^(2Bm)``.
 
 :func:`best_plan` minimises the mean of that variance over ticks ``1..horizon`` (closed form,
-:func:`mean_variance`) over two-level plans (one block length) and, for long memories, three-level
-plans (two nested block lengths).
+:func:`mean_variance`) over two-level plans (one block length) and, for long memories, three- and four-level
+plans (nested block lengths).
 """
 
 from __future__ import annotations
@@ -51,6 +51,11 @@ _SHARES = tuple(round(0.05 * i, 2) for i in range(2, 19))  # leaf share a ∈ {0
 _THREE_LEVEL_P = 0.995
 _FIRST = (4, 6, 8, 12, 16, 24, 32)
 _MULTIPLE = (4, 6, 8, 10, 12, 16)
+#: Four-level search (p ≥ this, horizons ≥ 2048): first level × multiple × top multiple.
+_FOUR_LEVEL_P = 0.999
+_FOUR_FIRST = (16, 24, 32)
+_FOUR_MULTIPLE = (8, 12, 16)
+_FOUR_TOP = (4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -204,7 +209,9 @@ def best_plan(p: float, horizon: int, model: Model, budget: float, slack_units: 
     Two-level plans: every block length up to 64 and 48 longer ones, leaf shares 0.10…0.90. For
     ``p ≥ 0.995`` and horizons of at least 256 ticks also three-level plans (first level
     ``4…32`` ticks, top ``4…16×`` it, at most :data:`MAX_BLOCK`): a coarse share grid picks the
-    lengths, a 0.05 grid then the shares."""
+    lengths, a 0.05 grid then the shares. For ``p ≥ 0.999`` and horizons of at least 2048 ticks
+    also four-level plans (first level 16…32 ticks, ×8…16, top ×4…16 ≤ :data:`MAX_BLOCK`), the
+    same way."""
     best: tuple[float, LsPlan] | None = None
 
     def consider(levels: tuple[int, ...], shares: tuple[float, ...]) -> None:
@@ -233,5 +240,19 @@ def best_plan(p: float, horizon: int, model: Model, budget: float, slack_units: 
                     a2 = 1.0 - a0 - a1
                     if a2 >= 0.05:
                         consider(levels3, (round(a0, 2), round(a1, 2), round(a2, 2)))
+    if p >= _FOUR_LEVEL_P and horizon >= 2048:
+        coarse4 = _normalised((0.3, 0.25, 0.2, 0.25))
+        scored4 = sorted(
+            (_value(p, (f, f * m, f * m * k), coarse4, model, budget, slack_units, horizon),
+             (f, f * m, f * m * k))
+            for f in _FOUR_FIRST for m in _FOUR_MULTIPLE for k in _FOUR_TOP
+            if f * m * k <= min(horizon, MAX_BLOCK)
+        )
+        if scored4:
+            levels4 = scored4[0][1]
+            for a0 in (0.25, 0.3, 0.35):
+                for a1 in (0.2, 0.25, 0.3):
+                    for a2 in (0.15, 0.2, 0.25):
+                        consider(levels4, (a0, a1, a2, round(1.0 - a0 - a1 - a2, 2)))
     assert best is not None
     return best[1]
