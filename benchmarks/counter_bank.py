@@ -13,7 +13,7 @@ epoch), and next to it, in the same run:
 * ``tick cpu`` / ``floor cpu``: the same, as process CPU time (robust to other load).
 
 Usage: python benchmarks/counter_bank.py [--streams 1000 100000 1000000] [--ticks 64]
-       [--strategy dmfda]   (``--strategy all``: every registered strategy; zCDP-only
+       [--strategy dmfda] [--p 0.999]   (``--strategy all``: every registered strategy; zCDP-only
        strategies such as ``sqrt`` run under ρ = 0.5 with discrete Gaussian noise)
 """
 
@@ -57,9 +57,11 @@ def main() -> None:
     ap.add_argument("--streams", type=int, nargs="+", default=[1_000, 100_000, 1_000_000])
     ap.add_argument("--ticks", type=int, default=64)
     ap.add_argument("--strategy", nargs="+", default=["dmfda", "naive"])
+    ap.add_argument("--p", type=float, default=0.999, help="decay per tick (default 0.999)")
     args = ap.parse_args()
     print(
-        f"# CounterBank tick, T = 2**20 - 1, {args.ticks} ticks, nproc={os.cpu_count()}, "
+        f"# CounterBank tick, T = 2**20 - 1, p = {args.p}, {args.ticks} ticks, "
+        f"nproc={os.cpu_count()}, "
         f"{platform.processor() or platform.machine()}, numpy {np.__version__}"
     )
     print(
@@ -70,7 +72,7 @@ def main() -> None:
     strategies = list(available()) if args.strategy == ["all"] else args.strategy
     for strategy in strategies:
         privacy: Privacy = PureDP(1.0) if "pure" in get(strategy).models else ZCDP(0.5)
-        mech = make_mechanism(strategy, 0.999, HORIZON, privacy)
+        mech = make_mechanism(strategy, args.p, HORIZON, privacy)
         for S in args.streams:
             print(_measure(strategy, mech, S, args.ticks), flush=True)
 

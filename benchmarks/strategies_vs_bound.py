@@ -20,7 +20,7 @@ from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.lower_bound import mean_mse_bound
 from stream_dp.planner import compare, pick
 
-PS = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99, 0.995, 0.999, 1.0)
+PS = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9999, 1.0)
 
 
 def table(privacy: Privacy, horizon: int, ps: tuple[float, ...]) -> None:

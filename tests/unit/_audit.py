@@ -5,7 +5,7 @@ For one configuration and one event tick ``j``:
 1. **Neighbouring inputs.** ``D`` = all-zero counts; ``D'`` = ``D`` plus one event of size
    ``cap`` at tick ``j``. ``j`` is the tick that maximises the sensitivity (Fenwick: the column
    with the largest weighted column sum; trees: the end of a top-level block, where every level
-   measures the event with its full weight; naive/sqrt: any tick), or the first tick after the
+   measures the event with its full weight; naive/sqrt/blt: any tick), or the first tick after the
    horizon (a Fenwick epoch rollover; for the strategies without epochs, the same structure
    one horizon later).
 2. **Trials.** Each stream of a bank is one keyed trial (the noise of distinct stream ids is
@@ -46,6 +46,7 @@ from stream_dp.fenwick import column_sums
 from stream_dp.mechanism import BoundNoise, Int64Array, Mechanism
 from stream_dp.strategies import make_mechanism
 from stream_dp.strategies._fenwick_base import FenwickMechanism
+from stream_dp.strategies.blt import BltMechanism
 from stream_dp.strategies.ls_tree import LsTreeMechanism
 from stream_dp.strategies.sqrt import SqrtMechanism
 from stream_dp.strategies.tree import TreeMechanism
@@ -102,6 +103,8 @@ CASES: tuple[Case, ...] = (
     Case("binary-tree", 0.9, 15, ZCDP(0.5)),
     Case("sqrt", 0.9, 15, ZCDP(0.5)),
     Case("tree-ls", 0.9, 15, PureDP(1.0)),
+    Case("tree-ls", 1.0, 4, PureDP(1.0)),
+    Case("blt", 0.95, 15, ZCDP(0.5)),
 )
 
 
@@ -132,6 +135,9 @@ def event_ticks(mech: Mechanism) -> dict[str, tuple[int, int]]:
     if isinstance(mech, LsTreeMechanism):
         b = mech.block
         return {"worst": (b, 3 * b), "rollover": (b + 1, 3 * b)}
+    if isinstance(mech, BltMechanism):
+        # the event moves its own tick's noisy count only; later releases decay it (p^k)
+        return {"worst": (1, 24), "rollover": (mech.horizon + 1, mech.horizon + 24)}
     if isinstance(mech, SqrtMechanism):
         k = mech.taps
         return {"worst": (1, 2 * k), "rollover": (mech.horizon + 1, mech.horizon + 2 * k)}

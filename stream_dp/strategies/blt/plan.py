@@ -57,6 +57,8 @@ BUFFERS = 4
 _FIT_TICKS = 1 << 16
 _QUANTUM = 2.0**-32
 _MAX_EVALS = 2500
+#: Buffers with |w| below this are switched off (θ = w = 0).
+_IDLE = 2.0**-20
 
 
 def polynomials(theta: NDArray[np.float64], w: NDArray[np.float64]
@@ -137,7 +139,7 @@ def _stable(theta: NDArray[np.float64], w: NDArray[np.float64]) -> bool:
 
 def _unpack(x: NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     d = BUFFERS
-    return np.exp(-np.exp(x[:d])), np.asarray(x[d:], dtype=np.float64)
+    return np.exp(-np.exp(np.clip(x[:d], -60.0, 60.0))), np.asarray(x[d:], dtype=np.float64)
 
 
 def _initial(p: float, n: int) -> NDArray[np.float64]:
@@ -168,6 +170,10 @@ def fit(p: float, horizon: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     theta, w = _unpack(x)
     theta = np.clip(np.round(theta / _QUANTUM) * _QUANTUM, 0.0, 1.0 - _QUANTUM)
     w = np.round(w / _QUANTUM) * _QUANTUM
+    # a buffer the fit switched off (w ≈ 0) would leave a spurious near-unit zero in P: drop it
+    idle = np.abs(w) < _IDLE
+    theta[idle] = 0.0
+    w[idle] = 0.0
     if not _stable(theta, w):  # pragma: no cover - the non-negative start is stable in practice
         raise ValueError(f"no stable BLT filter found for p = {p!r}, horizon = {horizon!r}")
     return tuple(float(t) for t in theta), tuple(float(v) for v in w)

@@ -27,16 +27,22 @@ drawn at the block's start exactly as it will be drawn at its tick. Hence every 
 post-processing of ``(y, Y)`` (docs/privacy.md, "Non-causal decoding"): the float evaluation of
 the formula is a deterministic function of the measurements and leaks nothing, and the argument
 holds for adaptively chosen data (the noise is drawn independently of it). The variance
-(:meth:`variance`) is exact for what is released; no horizon or epochs are needed (node ids
-``(level << 40) | index`` are unique for 2**40 ticks). At ``p = 1`` the carried estimate adds one
-block's variance per block, so the error grows linearly past the horizon
-(``error_stays_bounded`` is False there, and ``auto`` prefers a strategy whose error grows
-polylogarithmically).
+(:meth:`variance`) is exact for what is released; for ``p < 1`` no horizon or epochs are needed
+(node ids ``(level << 40) | index`` are unique for 2**40 ticks, :data:`MAX_TICKS`).
+
+**p = 1** (plain running totals): a fixed tree would add one block's variance per block forever.
+The blocks are grouped into doubling epochs, and from the second epoch on a share of the budget
+goes to super levels over the blocks (:mod:`stream_dp.strategies._epochs`): the error inside
+the horizon is the plain plan's, and past it grows polylogarithmically (``error_stays_bounded`` is True). Their exact
+totals are kept in two 32-bit limbs, so the measurement ``M = X + Z`` is exact for any count up to
+:meth:`max_count` on every tick up to :data:`MAX_TICKS`.
 
 **State** per stream: ``carry`` (C), ``partial`` (the decayed leaf sum of the open top block, grid
 units) and ``residual`` (one int64 per node of the top block: 1 for two levels, ``B/L_1 + 1`` for
-three, ``B/L_1 + B/L_2 + 1`` for four); O(nodes) work per tick plus O(B) at a top block's start
-(its leaves' noise).
+three, ``B/L_1 + B/L_2 + 1`` for four); at ``p = 1`` also the epoch's base, the open block's
+exact total and, per super level, a held estimate and its exact total (about
+``24·(log₂(2**40/B) + 1)`` bytes). O(nodes) work per tick plus O(B) at a top block's start (its
+leaves' noise) and O(super levels) at a block's end.
 """
 
 from __future__ import annotations
@@ -61,6 +67,17 @@ from stream_dp.strategies._common import (
     check_noise_scale,
     check_p,
 )
+from stream_dp.strategies._epochs import (
+    SUPER_SHARE,
+    EpochNoise,
+    add_limbs,
+    epoch_noise,
+    epoch_of_block,
+    fold_block,
+    levels_needed,
+    nested_budget,
+    super_variance_curve,
+)
 from stream_dp.strategies.ls_tree.plan import (
     COEFF_BITS,
     MAX_BLOCK,
@@ -79,6 +96,8 @@ _NODE_SHIFT = 40
 #: |leaf noise| below this keeps Σ K_i·Z_i (≤ 2**12 terms of ≤ 2**F·|Z|) exact in int64; a
 #: sample beyond it (probability < exp(−2**19) at the noise scales used) stops the tick.
 _MAX_LEAF_NOISE = 2 ** (62 - COEFF_BITS - 12)
+#: Ticks a bank may release (node ids are unique below it).
+MAX_TICKS = 1 << 40
 
 
 def _model(privacy: Privacy) -> tuple[Model, float]:
@@ -131,12 +150,24 @@ class LsTreeMechanism(Mechanism):
         self.node_offset = np.concatenate(
             [np.arange(self.block // length) for length in levels]).astype(np.int64)
         self.beta, self.part = block_terms(self.p, levels, self.variances)
+        # p = 1: doubling epochs of whole blocks, super levels from epoch 1 on (strategies._epochs)
+        self.super = self.p == 1.0
+        self.first_blocks = -(-self.horizon // self.block)
+        if self.super:
+            scales1, self.variances1 = noise_scales(
+                self.model, nested_budget(self.budget), shares, self.slack_units)
+            self.scales1 = tuple(check_noise_scale(x, lo, what) for x in scales1)
+            if max(self.scales1) > hi:
+                raise ValueError(f"{what} is too small for tree-ls at p = 1: node noise scale "
+                                 f"{max(self.scales1):.3g} > {hi:g}")
+            self.beta1, self.part1 = block_terms(self.p, levels, self.variances1)
+            self.max_super = levels_needed(MAX_TICKS // self.block)
         # for each leaf offset, the residual rows whose node contains it (one per level)
         self._rows_of_leaf = [np.flatnonzero(self.coeffs[:, i]) for i in range(self.block)]
         self._coeff_of_leaf = [self.coeffs[rows, i] for i, rows in enumerate(self._rows_of_leaf)]
 
     def describe(self) -> dict[str, Any]:
-        return super().describe() | {
+        out = super().describe() | {
             "grid": self.grid,
             "levels": list(self.plan.levels),
             "shares": list(self.plan.shares),
@@ -144,17 +175,39 @@ class LsTreeMechanism(Mechanism):
             "scale_units": list(self.scales),
             "resolution_bits": RESOLUTION_BITS,
         }
+        if self.super:
+            out |= {"epoch_blocks": self.first_blocks, "super_share": SUPER_SHARE,
+                    "super_allocation": "linear", "scale_units_later": list(self.scales1)}
+        return out
+
+    def epoch_noise(self, n_blocks: int) -> EpochNoise:
+        """Super-level noise of a later epoch of ``n_blocks`` blocks (``p = 1``)."""
+        return epoch_noise(self.model, self.budget, self.slack_units, float(self.part1[-1]),
+                           int(n_blocks))
 
     # -- noise -------------------------------------------------------------------------------
+    def _scales_at(self, tick: int) -> tuple[float, ...]:
+        if self.super and (tick - 1) // self.block >= self.first_blocks:
+            return self.scales1
+        return self.scales
+
+    def _draw(self, noise: BoundNoise, node: int, scale: float) -> np.ndarray:
+        if self.model == "pure":
+            return noise.discrete_laplace(node, scale)
+        return noise.discrete_gaussian(node, scale)
+
     def _leaf_noise(self, noise: BoundNoise, tick: int) -> np.ndarray:
         node = tick  # level 0 (leaves): node id = tick (1-based)
+        scale = self._scales_at(tick)[0]
         if self.model == "pure":
-            return noise.discrete_laplace(node, self.leaf_scale)
-        return noise.discrete_gaussian(node, self.leaf_scale)
+            return noise.discrete_laplace(node, scale)
+        return noise.discrete_gaussian(node, scale)
 
     def _node_noise(self, noise: BoundNoise, level: int, index: int) -> np.ndarray:
         node = (level << _NODE_SHIFT) | index
-        scale = self.scales[level]
+        # index = top block × nodes per top block + m: its top block decides the epoch
+        top = index // (self.block // self.plan.levels[level - 1])
+        scale = self._scales_at(top * self.block + 1)[level]
         if self.model == "pure":
             return noise.discrete_laplace(node, scale)
         return noise.discrete_gaussian(node, scale)
@@ -162,12 +215,22 @@ class LsTreeMechanism(Mechanism):
     # -- Mechanism ----------------------------------------------------------------------------
     def new_state(self, n_streams: int) -> State:
         n = check_n_streams(n_streams)
-        return {
+        state: State = {
             "tick": np.array(0, dtype=np.int64),
             "carry": np.zeros(n, dtype=np.float64),
             "partial": np.zeros(n, dtype=np.float64),
             "residual": np.zeros((self.coeffs.shape[0], n), dtype=np.int64),
         }
+        if self.super:
+            m = self.max_super
+            state |= {
+                "base": np.zeros(n, dtype=np.float64),  # Σ of the completed epochs' estimates
+                "block_total": np.zeros(n, dtype=np.int64),  # exact Σ q of the open block
+                "held": np.zeros((m, n), dtype=np.float64),  # estimates of held nodes
+                "held_hi": np.zeros((m, n), dtype=np.int64),  # their exact totals,
+                "held_lo": np.zeros((m, n), dtype=np.int64),  # in two 32-bit limbs
+            }
+        return state
 
     def max_count(self) -> float:
         """Counts must stay below ``2**50`` grid units (leaf values exact in float64)."""
@@ -175,6 +238,8 @@ class LsTreeMechanism(Mechanism):
 
     def step(self, state: State, counts: Float64Array, noise: BoundNoise) -> Float64Array:
         t = int(state["tick"]) + 1
+        if t > MAX_TICKS:
+            raise ValueError(f"tree-ls releases at most {MAX_TICKS} ticks; state unchanged")
         j = (t - 1) % self.block  # 0-based offset in the block
         q = np.asarray(counts, dtype=np.float64) / self.grid  # exact: power-of-two grid
         if q.size and max(float(q.max()), -float(q.min())) >= MAX_GRID_UNITS / 8:
@@ -202,19 +267,40 @@ class LsTreeMechanism(Mechanism):
         y = q + self._leaf_noise(noise, t).astype(np.float64)  # exact (< 2**53)
         partial = y if j == 0 else self.p * np.asarray(state["partial"], dtype=np.float64) + y
         carry = np.asarray(state["carry"], dtype=np.float64)
-        correction = self.beta[j] @ residual.astype(np.float64)  # over nodes, per stream
-        estimate = (self.p ** (j + 1)) * carry + partial + np.ldexp(correction, -COEFF_BITS)
+        beta = self.beta
+        if self.super and (t - 1) // self.block >= self.first_blocks:
+            beta = self.beta1
+        correction = beta[j] @ residual.astype(np.float64)  # over nodes, per stream
+        own = partial + np.ldexp(correction, -COEFF_BITS)
+        estimate = (self.p ** (j + 1)) * carry + own
         release = estimate * self.grid
+        if self.super:
+            total = q.astype(np.int64)
+            if j:
+                total += np.asarray(state["block_total"], dtype=np.int64)
+            state["block_total"] = total
         state["tick"] = np.array(t, dtype=np.int64)
         state["residual"] = residual
         state["partial"] = partial
         if j == self.block - 1:
-            state["carry"] = estimate
+            state["carry"] = self._close_block(state, (t - 1) // self.block, own, noise) \
+                if self.super else estimate
         return np.asarray(release, dtype=np.float64)
+
+    def _close_block(self, state: State, block: int, own: np.ndarray, noise: BoundNoise
+                     ) -> np.ndarray:
+        """``p = 1``: fold the closed block's estimate ``own`` (grid units) and exact total into
+        the epoch's super levels (:mod:`stream_dp.strategies._epochs`)."""
+        x = np.asarray(state["block_total"], dtype=np.int64)  # < 2**59: one block's Σ q
+        hi, lo = add_limbs(np.zeros_like(x), np.zeros_like(x), x)
+        return fold_block(state, block, self.first_blocks, own, hi, lo, self.epoch_noise,
+                          lambda node, scale: self._draw(noise, node, scale))
 
     def variance(self, t: int) -> float:
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
             raise ValueError(f"t must be an integer ≥ 1, got {t!r}")
+        if self.super:
+            return self._super_variance(int(t))
         k, j = divmod(int(t) - 1, self.block)
         last = float(self.part[-1])
         if self.p == 1.0:
@@ -226,12 +312,36 @@ class LsTreeMechanism(Mechanism):
         g2 = self.grid * self.grid
         return g2 * (carried * self.p ** (2 * (j + 1)) + float(self.part[j]))
 
+    def _super_variance(self, t: int) -> float:
+        """``p = 1``: the closed form of :mod:`stream_dp.strategies._epochs` at one tick."""
+        block = (t - 1) // self.block
+        j = (t - 1) % self.block
+        e, k, _ = epoch_of_block(block, self.first_blocks)
+        done = 0.0
+        for ee in range(e):
+            n_ee = self.first_blocks << ee
+            if ee == 0:
+                done += n_ee * float(self.part[-1])
+            else:
+                vh = self.epoch_noise(n_ee).vhat
+                done += sum(v for ell, v in enumerate(vh) if (n_ee >> ell) & 1)
+        if e == 0:
+            inner = k * float(self.part[-1]) + float(self.part[j])
+        else:
+            vh = self.epoch_noise(self.first_blocks << e).vhat
+            inner = sum(v for ell, v in enumerate(vh) if (k >> ell) & 1) + float(self.part1[j])
+        return self.grid * self.grid * (done + inner)
+
     def mse_curve(self, horizon: int) -> Float64Array:
+        if self.super:
+            out: Float64Array = self.grid * self.grid * super_variance_curve(
+                self.part, self.part1, self.first_blocks, self.epoch_noise, int(horizon))
+            return out
         return self.grid * self.grid * curve(self.p, self.block, self.part, horizon)
 
     def error_stays_bounded(self) -> bool:
-        # p = 1: every completed block adds its variance to the carried estimate (linear growth)
-        return self.p < 1.0
+        # p < 1: bounded; p = 1: doubling epochs with super levels, O(log⁵ t) (strategies._epochs)
+        return True
 
     def sensitivity(self) -> float:
         """``cap + g`` (value units): one event moves one leaf by ``Δ·g`` and one node per level

@@ -1,0 +1,164 @@
+"""``blt``: BLT-correlated discrete Gaussian noise (issue #12, zCDP at high p and p = 1).
+
+Accuracy against the exact error (Monte Carlo) and the dense oracle run for every strategy in
+tests/unit/test_accuracy_all.py; the empirical audit in tests/unit/test_privacy_audit.py. Here:
+neighbouring inputs, the privacy accounting from first principles (closed forms against brute
+force, the float-error bound against exact rational arithmetic), the issue's targets against
+the lower bound, memory independent of the horizon, and refusals.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from stream_dp.analysis import expected_mse
+from stream_dp.budget import ZCDP, PureDP
+from stream_dp.counters import CounterBank
+from stream_dp.lower_bound import mean_mse_bound
+from stream_dp.strategies import make_mechanism
+from stream_dp.strategies.blt import MAX_TICKS, BltMechanism
+from stream_dp.strategies.blt import plan as blt_plan
+
+KEY = b"blt-tests-key-0123456789abcdef!!"
+STREAMS = [f"s{i}" for i in range(6)]
+
+
+def _run(mech: BltMechanism, data: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    bank = CounterBank(mech, STREAMS, KEY)
+    out, buffers = [], []
+    for row in data:
+        out.append(bank.step(row))
+        buffers.append(np.array(bank._state["buffers"], copy=True))
+    return np.array(out), buffers
+
+
+@pytest.mark.parametrize("p", [0.9, 0.999, 1.0])
+def test_neighbouring_inputs_differ_only_where_the_event_counts(p: float) -> None:
+    mech = BltMechanism(p, 63, ZCDP(0.5), 1.0)
+    ticks = 40
+    rng = np.random.default_rng(11)
+    base = rng.integers(0, 5, size=(ticks, len(STREAMS))).astype(np.float64)
+    base[:, 5] = mech.max_count() / 2  # a stream near the top of the numeric range
+    released, buffers = _run(mech, base)
+    for s, stream in ((0, 3), (17, 0), (ticks - 1, 3), (5, 5)):
+        other = base.copy()
+        other[s, stream] += 1.0  # one event of size cap
+        rel2, buf2 = _run(mech, other)
+        assert np.array_equal(released[:s], rel2[:s])
+        mask = np.arange(len(STREAMS)) != stream
+        assert np.array_equal(released[:, mask], rel2[:, mask])
+        # the buffers hold noise only: identical on both inputs, bit for bit
+        assert all(np.array_equal(a, b) for a, b in zip(buffers, buf2, strict=True))
+        diff = rel2[s:, stream] - released[s:, stream]
+        scale = 1e-12 * max(1.0, float(np.abs(released[:, stream]).max()))
+        np.testing.assert_allclose(diff, p ** np.arange(ticks - s), rtol=0, atol=scale)
+
+
+@pytest.mark.parametrize("p", [0.5, 0.99, 0.999, 1.0])
+def test_closed_forms_match_brute_force_sums(p: float) -> None:
+    mech = BltMechanism(p, 1023, ZCDP(0.5), 1.0)
+    th, w = mech.theta, mech.w
+    n = 400_000
+    c = blt_plan.coefficients(th, w, n)
+    assert blt_plan.square_sum(th, w) == pytest.approx(float(np.sum(c[1:] ** 2)), rel=1e-6)
+    assert blt_plan.abs_sum(th, w) >= float(np.sum(np.abs(c[1:]))) * (1 - 1e-12)
+    # B = W C^-1: the convolution of b with c is the decay p^k
+    b = blt_plan.reconstruction(p, th, w, 300)
+    np.testing.assert_allclose(np.convolve(b, c[:300])[:300], p ** np.arange(300), atol=1e-9)
+
+
+@pytest.mark.parametrize("p", [0.9, 0.999, 1.0])
+def test_accounting_from_first_principles(p: float) -> None:
+    """ρ = Σ_t max shift_t²/(2σ²) over the ticks an event influences, with shift_0 = D and
+    shift_k = |c_k|·D + S (D = cap/h + 1, S the rounding and float slack), summed by brute force
+    up to a long horizon plus the remaining ``S²`` terms up to MAX_TICKS, is within the budget."""
+    rho = 0.5
+    mech = BltMechanism(p, 255, ZCDP(rho), 2.5)
+    d = mech.cap / mech.unit + 1.0
+    s = mech.slack_units
+    n = 2_000_000
+    c = blt_plan.coefficients(mech.theta, mech.w, n)
+    shifts = np.abs(c) * d
+    shifts[1:] += s
+    total = math.fsum((shifts * shifts).tolist()) + (MAX_TICKS - n) * s * s
+    assert total / (2.0 * mech.sigma_units**2) <= rho * (1 + 1e-9)
+    # and the slack is small: σ is within 0.2% of the slack-free Gaussian mechanism's
+    exact = d * math.sqrt(float(np.sum(c * c))) / math.sqrt(2 * rho)
+    assert mech.sigma_units <= exact * 1.002
+    # the unit is a power of two with cap/h in (2^29, 2^30]
+    assert 2**29 < mech.cap / mech.unit <= 2**30 and math.frexp(mech.unit)[0] == 0.5
+
+
+@pytest.mark.parametrize("p", [0.99, 1.0])
+def test_float_error_of_the_buffers_stays_below_the_bound(p: float) -> None:
+    """Adversarial inputs (±clip, alternating in runs) through the float64 buffers, against the
+    same recurrence in exact rational arithmetic: |f̂ − f| ≤ E at every tick."""
+    mech = BltMechanism(p, 1023, ZCDP(0.5), 1.0)
+    rng = np.random.default_rng(3)
+    clip = mech.clip
+    n_steps = 300
+    signs = np.repeat(rng.choice([-1.0, 1.0], size=n_steps // 10), 10)
+    inputs = signs * clip * rng.uniform(0.9, 1.0, size=n_steps)
+    inputs = np.rint(inputs)
+    th_f = [Fraction(float(t)) for t in mech.theta]
+    w_f = [Fraction(float(v)) for v in mech.w]
+    exact = [Fraction(0)] * len(th_f)
+    buf = np.zeros((len(th_f), 1))
+    worst = 0.0
+    for x in inputs:
+        f = mech.w[0] * buf[0]
+        for i in range(1, len(th_f)):
+            f = f + mech.w[i] * buf[i]
+        f_exact = sum((wi * si for wi, si in zip(w_f, exact, strict=True)), Fraction(0))
+        worst = max(worst, abs(float(Fraction(float(f[0])) - f_exact)))
+        for i in range(len(th_f)):
+            buf[i] = mech.theta[i] * buf[i] + x
+            exact[i] = th_f[i] * exact[i] + Fraction(float(x))
+    assert worst <= mech.float_error
+
+
+ZCDP_P = [0.5, 0.9, 0.99, 0.995, 0.999]
+
+
+@pytest.mark.parametrize("p", ZCDP_P)
+def test_issue_target_zcdp_within_five_percent_of_the_bound(p: float) -> None:
+    horizon = 32767
+    bound = mean_mse_bound(horizon, p, ZCDP(0.5))
+    auto = expected_mse("auto", p, horizon, ZCDP(0.5))
+    assert auto <= 1.05 * bound
+    assert auto <= expected_mse("sqrt", p, horizon, ZCDP(0.5)) * (1 + 1e-12)
+
+
+def test_issue_target_zcdp_at_p1() -> None:
+    horizon = 32767
+    bound = mean_mse_bound(horizon, 1.0, ZCDP(0.5))
+    assert expected_mse("auto", 1.0, horizon, ZCDP(0.5)) <= 1.5 * bound
+    assert expected_mse("blt", 1.0, horizon, ZCDP(0.5)) <= 1.5 * bound
+
+
+def test_memory_per_stream_is_independent_of_the_horizon() -> None:
+    small = make_mechanism("blt", 0.999, 255, ZCDP(0.5)).new_state(3)
+    large = make_mechanism("blt", 0.999, 1 << 20, ZCDP(0.5)).new_state(3)
+    assert {k: v.shape for k, v in small.items()} == {k: v.shape for k, v in large.items()}
+    assert sum(v.size for v in large.values() if v.ndim) == 3 * (blt_plan.BUFFERS + 1)
+
+
+def test_refusals_leave_the_state_unchanged() -> None:
+    mech = BltMechanism(0.99, 255, ZCDP(0.5))
+    bank = CounterBank(mech, ["a"], KEY)
+    bank.step(np.array([1.0]))
+    before = {k: np.array(v, copy=True) for k, v in bank._state.items()}
+    with pytest.raises(ValueError, match="blt"):
+        bank.step(np.array([mech.max_count() * 2]))
+    assert all(np.array_equal(before[k], bank._state[k]) for k in before)
+    state = mech.new_state(1)
+    state["tick"] = np.array(MAX_TICKS, dtype=np.int64)
+    with pytest.raises(ValueError, match="at most"):
+        mech.step(state, np.zeros(1), bank._noise)
+    assert int(state["tick"]) == MAX_TICKS
+    with pytest.raises(ValueError, match="ZCDP"):
+        BltMechanism(0.99, 255, PureDP(1.0))
