@@ -38,12 +38,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
-from stream_dp.strategies.ls_tree.plan import Model
+
+Model = Literal["pure", "zcdp"]
 
 __all__ = [
     "SUPER_SHARE",
@@ -54,6 +56,7 @@ __all__ = [
     "fold_block",
     "levels_needed",
     "nested_budget",
+    "super_variance_at",
     "super_variance_curve",
 ]
 
@@ -131,6 +134,25 @@ def _bits_sum(k: NDArray[np.int64], vhat: tuple[float, ...]) -> NDArray[np.float
     for ell, v in enumerate(vhat):
         out += ((k >> ell) & 1) * v
     return out
+
+
+def super_variance_at(t: int, block: int, first: int, part0: NDArray[np.float64],
+                      part1: NDArray[np.float64], noise_of: object) -> float:
+    """The variance of :func:`super_variance_curve` at one tick ``t`` (1-based), O(log t)."""
+    index, j = divmod(int(t) - 1, block)
+    e, k, _ = epoch_of_block(index, first)
+    done = 0.0
+    for ee in range(e):
+        n_ee = first << ee
+        if ee == 0:
+            done += n_ee * float(part0[-1])
+        else:
+            vh = noise_of(n_ee).vhat  # type: ignore[operator]
+            done += sum(v for ell, v in enumerate(vh) if (n_ee >> ell) & 1)
+    if e == 0:
+        return done + k * float(part0[-1]) + float(part0[j])
+    vh = noise_of(first << e).vhat  # type: ignore[operator]
+    return done + sum(v for ell, v in enumerate(vh) if (k >> ell) & 1) + float(part1[j])
 
 
 def super_variance_curve(part0: NDArray[np.float64], part1: NDArray[np.float64], first: int,

@@ -162,3 +162,33 @@ def test_refusals_leave_the_state_unchanged() -> None:
     assert int(state["tick"]) == MAX_TICKS
     with pytest.raises(ValueError, match="ZCDP"):
         BltMechanism(0.99, 255, PureDP(1.0))
+
+
+def test_running_totals_neighbours_across_blocks_and_epochs() -> None:
+    """p = 1: blocks of 8 ticks in epochs of 1, 2, 4, 8 blocks (super levels from the second
+    epoch on); one event at a block's first or last tick, an epoch boundary or the last tick
+    changes only its stream, only from its tick on, by exactly one count."""
+    mech = BltMechanism(1.0, 8, ZCDP(0.5), 1.0)
+    ticks = 15 * 8
+    rng = np.random.default_rng(13)
+    base = rng.integers(0, 4, size=(ticks, len(STREAMS))).astype(np.float64)
+    released, buffers = _run(mech, base)
+    for s in (0, 7, 8, 23, 24, 55, 56, ticks - 1):
+        other = base.copy()
+        other[s, 1] += 1.0
+        rel2, buf2 = _run(mech, other)
+        assert np.array_equal(released[:s], rel2[:s])
+        mask = np.arange(len(STREAMS)) != 1
+        assert np.array_equal(released[:, mask], rel2[:, mask])
+        assert all(np.array_equal(a, b) for a, b in zip(buffers, buf2, strict=True))
+        np.testing.assert_allclose(rel2[s:, 1] - released[s:, 1], 1.0, rtol=0, atol=1e-6)
+
+
+def test_running_totals_grow_polylogarithmically() -> None:
+    horizon = 32767
+    mech = BltMechanism(1.0, horizon, ZCDP(0.5))
+    v1, v16, v256 = (mech.variance(k * horizon) for k in (1, 16, 256))
+    assert v256 <= 2.0 * v16
+    curve = mech.mse_curve(5 * horizon)
+    for t in (horizon, horizon + 1, 3 * horizon, 3 * horizon + 7, 5 * horizon):
+        assert mech.variance(t) == pytest.approx(float(curve[t - 1]), rel=1e-12)

@@ -49,6 +49,17 @@ from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
 from stream_dp.noise import discrete_gaussian_variance
 from stream_dp.noise.gaussian import MIN_SIGMA
 from stream_dp.strategies._common import check_cap, check_horizon, check_n_streams, check_p
+from stream_dp.strategies._epochs import (
+    SUPER_SHARE,
+    EpochNoise,
+    add_limbs,
+    epoch_noise,
+    fold_block,
+    levels_needed,
+    nested_budget,
+    super_variance_at,
+    super_variance_curve,
+)
 from stream_dp.strategies.blt import plan as _plan
 
 __all__ = ["MAX_TICKS", "UNIT_BITS", "BltMechanism", "make"]
@@ -106,6 +117,17 @@ class BltMechanism(Mechanism):
         if self.sigma_units * max(1.0, n_sd) * _CLIP_SDS > self.clip * 1.5:
             raise ValueError("slack too large for the clip bound (rho too small?)")
         self.unit_variance = self.unit**2 * discrete_gaussian_variance(self.sigma_units)
+        self.d_units = d_units
+        # p = 1: blocks of `horizon` ticks (the filter restarts), doubling epochs of blocks and
+        # super levels over them from the second epoch on (stream_dp.strategies._epochs)
+        self.super = self.p == 1.0
+        if self.super:
+            self.sigma_units1 = math.sqrt(self._shift_sq) / math.sqrt(
+                2.0 * nested_budget(privacy.rho))
+            cum = np.cumsum(_plan.reconstruction(1.0, self.theta, self.w, self.horizon) ** 2)
+            self._part0 = discrete_gaussian_variance(self.sigma_units) * cum  # units²
+            self._part1 = discrete_gaussian_variance(self.sigma_units1) * cum
+            self.max_super = levels_needed(MAX_TICKS // self.horizon)
 
     def describe(self) -> dict[str, Any]:
         """Base description plus the filter ``(θ, w)``, the unit ``h``, ``σ`` and the slack."""
@@ -118,19 +140,39 @@ class BltMechanism(Mechanism):
             "clip_units": self.clip,
             "slack_units": self.slack_units,
             "max_ticks": MAX_TICKS,
-        }
+        } | ({"block_ticks": self.horizon, "super_share": SUPER_SHARE,
+              "super_allocation": "linear", "sigma_units_later": self.sigma_units1}
+             if self.super else {})
+
+    def epoch_noise(self, n_blocks: int) -> EpochNoise:
+        """Super-level noise of a later epoch of ``n_blocks`` blocks (``p = 1``; units ``h``)."""
+        return epoch_noise("zcdp", float(self.privacy.rho), self.d_units,
+                           float(self._part1[-1]), int(n_blocks))
 
     def max_count(self) -> float:
         """Largest per-tick count: ``|D/h| < 2**52`` (exact int64 sum with the noise)."""
         return _MAX_UNITS * self.unit * (1.0 - 2.0**-40)
 
     def new_state(self, n_streams: int) -> State:
-        n_streams = check_n_streams(n_streams)
-        return {
+        n = check_n_streams(n_streams)
+        state: State = {
             "tick": np.array(0, dtype=np.int64),
-            "buffers": np.zeros((len(self.theta), n_streams), dtype=np.float64),
-            "release": np.zeros(n_streams, dtype=np.float64),
+            "buffers": np.zeros((len(self.theta), n), dtype=np.float64),
+            "release": np.zeros(n, dtype=np.float64),
         }
+        if self.super:
+            m = self.max_super
+            state |= {
+                "carry": np.zeros(n, dtype=np.float64),  # estimate of the closed blocks (units)
+                "base": np.zeros(n, dtype=np.float64),  # ... of the closed epochs
+                "block_sum": np.zeros(n, dtype=np.float64),  # Σ y of the open block
+                "block_hi": np.zeros(n, dtype=np.int64),  # its exact Σ x, two 32-bit limbs
+                "block_lo": np.zeros(n, dtype=np.int64),
+                "held": np.zeros((m, n), dtype=np.float64),  # held super-node estimates
+                "held_hi": np.zeros((m, n), dtype=np.int64),  # and their exact totals
+                "held_lo": np.zeros((m, n), dtype=np.int64),
+            }
+        return state
 
     def step(self, state: State, counts: Float64Array, noise: BoundNoise) -> Float64Array:
         t = int(state["tick"]) + 1
@@ -144,18 +186,50 @@ class BltMechanism(Mechanism):
             )
         x = np.rint(units).astype(np.int64)
         buffers = state["buffers"]
+        sigma = self.sigma_units
+        if self.super:
+            index, j = divmod(t - 1, self.horizon)
+            if j == 0:
+                buffers[...] = 0.0  # a new block: the noise filter restarts
+            if index:
+                sigma = self.sigma_units1
         f = self.w[0] * buffers[0]
         for i in range(1, len(self.theta)):
             f = f + self.w[i] * buffers[i]
-        n = noise.discrete_gaussian(t, self.sigma_units) - np.rint(f).astype(np.int64)
+        n = noise.discrete_gaussian(t, sigma) - np.rint(f).astype(np.int64)
         y = x + n
         clipped = np.clip(n.astype(np.float64), -self.clip, self.clip)
         for i in range(len(self.theta)):
             buffers[i] = self.theta[i] * buffers[i] + clipped
-        release = self.p * np.asarray(state["release"], dtype=np.float64) + y.astype(np.float64) * self.unit
+        if self.super:
+            release = self._running_total(state, index, j, x, y, noise)
+        else:
+            release = (self.p * np.asarray(state["release"], dtype=np.float64)
+                       + y.astype(np.float64) * self.unit)
         state["release"] = release
         state["tick"] = np.array(t, dtype=np.int64)
         return np.array(release, dtype=np.float64, copy=True)
+
+    def _running_total(self, state: State, index: int, j: int, x: np.ndarray, y: np.ndarray,
+                       noise: BoundNoise) -> np.ndarray:
+        """``p = 1``: the closed blocks' estimate plus the open block's noisy sum; at a block's
+        end, fold it into the epoch's super levels."""
+        block_sum = y.astype(np.float64)
+        hi = np.zeros_like(x)
+        lo = np.zeros_like(x)
+        if j:
+            block_sum += np.asarray(state["block_sum"], dtype=np.float64)
+            hi = np.asarray(state["block_hi"], dtype=np.int64)
+            lo = np.asarray(state["block_lo"], dtype=np.int64)
+        hi, lo = add_limbs(hi, lo, x)
+        carry = np.asarray(state["carry"], dtype=np.float64)
+        release: np.ndarray = (carry + block_sum) * self.unit
+        state["block_sum"], state["block_hi"], state["block_lo"] = block_sum, hi, lo
+        if j == self.horizon - 1:
+            state["carry"] = fold_block(
+                state, index, 1, block_sum, hi, lo, self.epoch_noise,
+                lambda node, scale: noise.discrete_gaussian(node, scale))
+        return release
 
     def _curve(self, n: int) -> Float64Array:
         b = _plan.reconstruction(self.p, self.theta, self.w, n)
@@ -165,6 +239,10 @@ class BltMechanism(Mechanism):
     def mse_curve(self, horizon: int) -> Float64Array:
         if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
             raise ValueError(f"horizon must be an integer ≥ 1, got {horizon!r}")
+        if self.super:
+            out: Float64Array = self.unit**2 * super_variance_curve(
+                self._part0, self._part1, 1, self.epoch_noise, int(horizon))
+            return out
         return self._curve(int(horizon))
 
     def variance(self, t: int) -> float:
@@ -172,12 +250,14 @@ class BltMechanism(Mechanism):
         ``2**22``, the remaining terms being negligible)."""
         if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
             raise ValueError(f"t must be an integer ≥ 1, got {t!r}")
-        n = int(t) if self.p == 1.0 else min(int(t), _CONVERGED)
-        return float(self._curve(n)[-1])
+        if self.super:
+            return self.unit**2 * super_variance_at(
+                int(t), self.horizon, 1, self._part0, self._part1, self.epoch_noise)
+        return float(self._curve(min(int(t), _CONVERGED))[-1])
 
     def error_stays_bounded(self) -> bool:
-        # p = 1: b_k -> 1/C(1) != 0, so the variance grows linearly past the fitted horizon.
-        return self.p < 1.0
+        # p < 1: bounded; p = 1: blocks in doubling epochs with super levels (polylogarithmic)
+        return True
 
     def sensitivity(self) -> float:
         """L2 sensitivity of the noisy measurements (value units), slack included."""

@@ -72,10 +72,10 @@ from stream_dp.strategies._epochs import (
     EpochNoise,
     add_limbs,
     epoch_noise,
-    epoch_of_block,
     fold_block,
     levels_needed,
     nested_budget,
+    super_variance_at,
     super_variance_curve,
 )
 from stream_dp.strategies.ls_tree.plan import (
@@ -314,23 +314,8 @@ class LsTreeMechanism(Mechanism):
 
     def _super_variance(self, t: int) -> float:
         """``p = 1``: the closed form of :mod:`stream_dp.strategies._epochs` at one tick."""
-        block = (t - 1) // self.block
-        j = (t - 1) % self.block
-        e, k, _ = epoch_of_block(block, self.first_blocks)
-        done = 0.0
-        for ee in range(e):
-            n_ee = self.first_blocks << ee
-            if ee == 0:
-                done += n_ee * float(self.part[-1])
-            else:
-                vh = self.epoch_noise(n_ee).vhat
-                done += sum(v for ell, v in enumerate(vh) if (n_ee >> ell) & 1)
-        if e == 0:
-            inner = k * float(self.part[-1]) + float(self.part[j])
-        else:
-            vh = self.epoch_noise(self.first_blocks << e).vhat
-            inner = sum(v for ell, v in enumerate(vh) if (k >> ell) & 1) + float(self.part1[j])
-        return self.grid * self.grid * (done + inner)
+        return self.grid * self.grid * super_variance_at(
+            t, self.block, self.first_blocks, self.part, self.part1, self.epoch_noise)
 
     def mse_curve(self, horizon: int) -> Float64Array:
         if self.super:
