@@ -221,14 +221,19 @@ def estimate_memory(
 
     Tables: :data:`TABLE_BYTES_PER_TICK` per tick of horizon (the Fenwick, tree and Toeplitz
     tables and the planner's error curves are all O(horizon)). Per stream: one float64 per
-    Fenwick/tree level and per Toeplitz tap kept (at most 512), times :data:`STATE_COPIES`.
+    Fenwick/tree level and per Toeplitz tap kept (at most 512), ``tree-ls``'s residuals (at most
+    273) and the p = 1 super levels of ``tree-ls``/``blt`` (3 × 41), times :data:`STATE_COPIES`.
     Cheap: builds nothing.
     """
     levels = max(1, int(horizon).bit_length()) + 2
     per_level = 8 * 4  # a value, a weight, a partial sum and a counter per level
     toeplitz = strategy == "sqrt" or (strategy == "auto" and model == "zcdp")
     taps = 512 * 8 if toeplitz else 0
-    per_stream = STATE_COPIES * (levels * per_level + taps + 64)
+    # tree-ls: ≤ 273 int64 residuals (four levels: B/L₁ ≤ 256, B/L₂ ≤ 16); tree-ls and blt at
+    # p = 1: three arrays of ≤ 41 super levels
+    residuals = 273 * 8 if strategy in ("tree-ls", "auto") else 0
+    epochs = 3 * 41 * 8 if strategy in ("tree-ls", "blt", "auto") else 0
+    per_stream = STATE_COPIES * (levels * per_level + taps + residuals + epochs + 64)
     return MemoryEstimate(TABLE_BYTES_PER_TICK * int(horizon), per_stream, int(n_streams))
 
 

@@ -152,7 +152,7 @@ def super_variance_at(t: int, block: int, first: int, part0: NDArray[np.float64]
     if e == 0:
         return done + k * float(part0[-1]) + float(part0[j])
     vh = noise_of(first << e).vhat  # type: ignore[operator]
-    return done + sum(v for ell, v in enumerate(vh) if (k >> ell) & 1) + float(part1[j])
+    return float(done + sum(v for ell, v in enumerate(vh) if (k >> ell) & 1) + float(part1[j]))
 
 
 def super_variance_curve(part0: NDArray[np.float64], part1: NDArray[np.float64], first: int,
@@ -243,7 +243,8 @@ def fold_block(state: dict[str, np.ndarray], block: int, first: int, own: np.nda
                 carry += held[level]
     if k + 1 == n_e:  # the epoch ends: its estimate becomes the base of the next
         state["base"] = carry.copy()
-    return carry
+    out: np.ndarray = carry
+    return out
 
 
 def levels_needed(max_blocks: int) -> int:
