@@ -174,6 +174,7 @@ class LsTreeMechanism(Mechanism):
             "coeff_bits": COEFF_BITS,
             "scale_units": list(self.scales),
             "resolution_bits": RESOLUTION_BITS,
+            "prefetch": "one leaf per tick",
         }
         if self.super:
             out |= {"epoch_blocks": self.first_blocks, "super_share": SUPER_SHARE,
@@ -213,6 +214,21 @@ class LsTreeMechanism(Mechanism):
         return noise.discrete_gaussian(node, scale)
 
     # -- Mechanism ----------------------------------------------------------------------------
+    def _new_residual(self, n_streams: int) -> np.ndarray:
+        return np.zeros((self.coeffs.shape[0], n_streams), dtype=np.int64)
+
+    def _checked_leaf_noise(self, noise: BoundNoise, tick: int) -> np.ndarray:
+        z = self._leaf_noise(noise, tick).astype(np.int64)
+        if z.size and int(np.abs(z).max()) >= _MAX_LEAF_NOISE:
+            raise RuntimeError("leaf noise sample beyond the exact range; state unchanged")
+        return z
+
+    def _residual_node_noise(self, noise: BoundNoise, row: int, top: int) -> np.ndarray:
+        """Noise of residual row ``row`` (a node) of top block ``top``."""
+        level = int(self.node_level[row])
+        index = top * (self.block // self.plan.levels[level - 1]) + int(self.node_offset[row])
+        return self._node_noise(noise, level, index).astype(np.int64)
+
     def new_state(self, n_streams: int) -> State:
         n = check_n_streams(n_streams)
         state: State = {
@@ -220,6 +236,7 @@ class LsTreeMechanism(Mechanism):
             "carry": np.zeros(n, dtype=np.float64),
             "partial": np.zeros(n, dtype=np.float64),
             "residual": np.zeros((self.coeffs.shape[0], n), dtype=np.int64),
+            "next_residual": np.zeros((self.coeffs.shape[0], n), dtype=np.int64),
         }
         if self.super:
             m = self.max_super
@@ -249,21 +266,30 @@ class LsTreeMechanism(Mechanism):
             )
         np.rint(q, out=q)
         residual = np.asarray(state["residual"], dtype=np.int64)
-        if j == 0:
-            # the top block opens: each node's residual R = Z' − Σ K_i·Z_i from the node's and
-            # its leaves' keyed noise (the same samples the leaves draw at their ticks), exactly
-            top = (t - 1) // self.block
-            residual = np.vstack([
-                self._node_noise(noise, int(lv), top * (self.block // self.plan.levels[int(lv) - 1])
-                                 + int(m)).astype(np.int64)
-                for lv, m in zip(self.node_level, self.node_offset, strict=True)
-            ]) if q.size else np.zeros((self.coeffs.shape[0], 0), dtype=np.int64)
+        top = (t - 1) // self.block
+        if j == 0 and t == 1:
+            # the first top block: its residuals are drawn at once (later blocks' are drawn one
+            # leaf per tick during the block before, see below)
+            residual = self._new_residual(q.size)
             for i in range(self.block):
-                z = self._leaf_noise(noise, t + i).astype(np.int64)
-                if z.size and int(np.abs(z).max()) >= _MAX_LEAF_NOISE:
-                    raise RuntimeError("leaf noise sample beyond the exact range; state unchanged")
+                z = self._checked_leaf_noise(noise, t + i)
                 rows = self._rows_of_leaf[i]
                 residual[rows] -= self._coeff_of_leaf[i][:, None] * z[None, :]
+            for r in range(residual.shape[0]):
+                residual[r] += self._residual_node_noise(noise, r, top)
+        elif j == 0:
+            residual = np.asarray(state["next_residual"], dtype=np.int64)
+        # Prefetch: the next top block's residual R = Z' − Σ K_i·Z_i from its nodes' and leaves'
+        # keyed noise (the same samples the leaves draw at their ticks), exactly: leaf j and node
+        # j (if any) of the next block at offset j of this one, so no tick draws more than three
+        # samples per stream (a block start would otherwise draw B).
+        z_next = self._checked_leaf_noise(noise, t + self.block)
+        nxt = self._new_residual(q.size) if j == 0 else state["next_residual"]
+        rows = self._rows_of_leaf[j]
+        nxt[rows] -= self._coeff_of_leaf[j][:, None] * z_next[None, :]
+        if j < nxt.shape[0]:
+            nxt[j] += self._residual_node_noise(noise, j, top + 1)
+        state["next_residual"] = nxt
         y = q + self._leaf_noise(noise, t).astype(np.float64)  # exact (< 2**53)
         partial = y if j == 0 else self.p * np.asarray(state["partial"], dtype=np.float64) + y
         carry = np.asarray(state["carry"], dtype=np.float64)
