@@ -16,8 +16,8 @@ decayed sum, so the error is ``B·Z``: per-release variance ``σ²·Σ_{k<t} b_k
 **Fit.** :func:`fit` minimises the exact mean per-release error over ``min(horizon, 2**16)``
 ticks, ``‖c‖₂²·mean_t Σ_{k<t} b_k²``, starting from a non-negative least-squares fit of the
 Toeplitz square root ``(1 − p x)^(−1/2)`` (whose coefficients are completely monotone, hence close
-to a sum of exponentials) and refining with Nelder–Mead. The parameters are rounded to multiples of
-``2**-32`` and enter the mechanism's description (a host that computes different ones refuses the
+to a sum of exponentials) and refining with Nelder–Mead. The parameters are rounded coarsely (:func:`_quantised`) and enter
+the mechanism's description (a host that computes different ones refuses the
 other's checkpoints instead of mixing noise). ``P``'s zeros must lie outside the unit disc (the
 noise filter ``C⁻¹`` is stable); :func:`fit` checks it.
 
@@ -153,6 +153,20 @@ def _initial(p: float, n: int) -> NDArray[np.float64]:
     return np.concatenate([np.log(-np.log(theta0)), np.maximum(w0, 1e-4)])
 
 
+def _quantised(theta: NDArray[np.float64], w: NDArray[np.float64]
+               ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Coarse, reproducible parameters: ``log₂(1 − θ)`` to 1/256 and ``w`` to 12 significant
+    bits. The error is flat near the optimum, so this costs < 0.1%; it makes two hosts whose
+    optimisers end a few ulps apart agree on the mechanism (and so on its noise)."""
+    gap = np.clip(1.0 - np.asarray(theta, dtype=np.float64), _QUANTUM, 1.0)
+    theta_q = 1.0 - np.exp2(np.round(np.log2(gap) * 256.0) / 256.0)
+    theta_q = np.clip(theta_q, 0.0, 1.0 - _QUANTUM)
+    theta_q[np.asarray(theta) <= 0.0] = 0.0
+    mant, expo = np.frexp(np.asarray(w, dtype=np.float64))
+    w_q = np.ldexp(np.round(mant * 4096.0) / 4096.0, expo)
+    return theta_q, w_q
+
+
 @lru_cache(maxsize=128)
 def fit(p: float, horizon: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """``(θ, w)`` minimising the mean release error over ``min(horizon, 2**16)`` ticks."""
@@ -167,9 +181,7 @@ def fit(p: float, horizon: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     best = minimize(objective, x0, method="Nelder-Mead",
                     options={"maxfev": _MAX_EVALS, "xatol": 1e-7, "fatol": 1e-12})
     x = best.x if best.fun <= objective(x0) else x0
-    theta, w = _unpack(x)
-    theta = np.clip(np.round(theta / _QUANTUM) * _QUANTUM, 0.0, 1.0 - _QUANTUM)
-    w = np.round(w / _QUANTUM) * _QUANTUM
+    theta, w = _quantised(*_unpack(x))
     # a buffer the fit switched off (w ≈ 0) would leave a spurious near-unit zero in P: drop it
     idle = np.abs(w) < _IDLE
     theta[idle] = 0.0

@@ -38,8 +38,9 @@ totals are kept in two 32-bit limbs, so the measurement ``M = X + Z`` is exact f
 :meth:`max_count` on every tick up to :data:`MAX_TICKS`.
 
 **State** per stream: ``carry`` (C), ``partial`` (the decayed leaf sum of the open top block, grid
-units) and ``residual`` (one int64 per node of the top block: 1 for two levels, ``B/L_1 + 1`` for
-three, ``B/L_1 + B/L_2 + 1`` for four); at ``p = 1`` also the epoch's base, the open block's
+units), ``residual`` (the open top block's residuals, one per node: 1 for two levels,
+``B/L_1 + 1`` for three, ``B/L_1 + B/L_2 + 1`` for four; exact int64 sums converted to float64
+once per block) and ``next_residual`` (the next block's, int64, accumulated one leaf per tick); at ``p = 1`` also the epoch's base, the open block's
 exact total and, per super level, a held estimate and its exact total (about
 ``24·(log₂(2**40/B) + 1)`` bytes). O(nodes) work per tick plus O(B) at a top block's start (its
 leaves' noise) and O(super levels) at a block's end.
@@ -174,7 +175,7 @@ class LsTreeMechanism(Mechanism):
             "coeff_bits": COEFF_BITS,
             "scale_units": list(self.scales),
             "resolution_bits": RESOLUTION_BITS,
-            "prefetch": "one leaf per tick",
+            "prefetch": "one leaf per tick, float residual",
         }
         if self.super:
             out |= {"epoch_blocks": self.first_blocks, "super_share": SUPER_SHARE,
@@ -235,7 +236,7 @@ class LsTreeMechanism(Mechanism):
             "tick": np.array(0, dtype=np.int64),
             "carry": np.zeros(n, dtype=np.float64),
             "partial": np.zeros(n, dtype=np.float64),
-            "residual": np.zeros((self.coeffs.shape[0], n), dtype=np.int64),
+            "residual": np.zeros((self.coeffs.shape[0], n), dtype=np.float64),
             "next_residual": np.zeros((self.coeffs.shape[0], n), dtype=np.int64),
         }
         if self.super:
@@ -265,7 +266,7 @@ class LsTreeMechanism(Mechanism):
                 "state unchanged"
             )
         np.rint(q, out=q)
-        residual = np.asarray(state["residual"], dtype=np.int64)
+        residual = np.asarray(state["residual"], dtype=np.float64)
         top = (t - 1) // self.block
         if j == 0 and t == 1:
             # the first top block: its residuals are drawn at once (later blocks' are drawn one
@@ -277,8 +278,11 @@ class LsTreeMechanism(Mechanism):
                 residual[rows] -= self._coeff_of_leaf[i][:, None] * z[None, :]
             for r in range(residual.shape[0]):
                 residual[r] += self._residual_node_noise(noise, r, top)
+            residual = residual.astype(np.float64)
         elif j == 0:
-            residual = np.asarray(state["next_residual"], dtype=np.int64)
+            # exact int64 sums, then one conversion per block: the decoder reads floats (a
+            # function of the noise only, so its rounding is post-processing)
+            residual = np.asarray(state["next_residual"], dtype=np.int64).astype(np.float64)
         # Prefetch: the next top block's residual R = Z' − Σ K_i·Z_i from its nodes' and leaves'
         # keyed noise (the same samples the leaves draw at their ticks), exactly: leaf j and node
         # j (if any) of the next block at offset j of this one, so no tick draws more than three
@@ -296,7 +300,7 @@ class LsTreeMechanism(Mechanism):
         beta = self.beta
         if self.super and (t - 1) // self.block >= self.first_blocks:
             beta = self.beta1
-        correction = beta[j] @ residual.astype(np.float64)  # over nodes, per stream
+        correction = beta[j] @ residual  # over nodes, per stream
         own = partial + np.ldexp(correction, -COEFF_BITS)
         estimate = (self.p ** (j + 1)) * carry + own
         release = estimate * self.grid
