@@ -40,10 +40,11 @@ totals are kept in two 32-bit limbs, so the measurement ``M = X + Z`` is exact f
 **State** per stream: ``carry`` (C), ``partial`` (the decayed leaf sum of the open top block, grid
 units), ``residual`` (the open top block's residuals, one per node: 1 for two levels,
 ``B/L_1 + 1`` for three, ``B/L_1 + B/L_2 + 1`` for four; exact int64 sums converted to float64
-once per block) and ``next_residual`` (the next block's, int64, accumulated one leaf per tick); at ``p = 1`` also the epoch's base, the open block's
-exact total and, per super level, a held estimate and its exact total (about
-``24·(log₂(2**40/B) + 1)`` bytes). O(nodes) work per tick plus O(B) at a top block's start (its
-leaves' noise) and O(super levels) at a block's end.
+once per block) and ``next_residual`` (the next block's, int64, accumulated one leaf per tick);
+at ``p = 1`` also the epoch's base, the open block's exact total and, per super level, a held
+estimate and its exact total (about ``24·(log₂(2**40/B) + 1)`` bytes). O(nodes) work and at most
+three noise draws per tick (the very first block draws its ``B`` leaves at once), O(super levels)
+at a block's end.
 """
 
 from __future__ import annotations
