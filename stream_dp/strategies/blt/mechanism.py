@@ -28,13 +28,17 @@ them). ``step`` refuses tick ``MAX_TICKS + 1`` (``ValueError``, state unchanged)
 
 **Error.** ``variance(t) = h²·Var(Z)·Σ_{k<t} b_k²`` (exact for ``N = C⁻¹Z``); the feedback
 rounding (``|e| ≤ ½ + E`` units per tick, filtered by ``B``) and the count rounding are in
-:meth:`rounding_bound`. Clipping at ``N_max ≥ 256`` standard deviations of ``N`` never happens
-in practice (probability < e^-30000 per tick). No epochs: for ``p < 1`` the error is bounded
-forever; at ``p = 1`` ``b_k → 1/C(1)`` and the error grows linearly past the horizon the filter
-was fitted for (``error_stays_bounded()`` is False there).
+:meth:`rounding_bound`. Clipping at ``N_max`` (≥ 256 standard deviations of ``N``; ≥ 198 in the
+later epochs at ``p = 1``, whose noise is larger) never happens
+in practice (probability < e^-30000 per tick). For ``p < 1`` there are no epochs and the error is
+bounded forever. At ``p = 1`` the filter restarts every ``horizon`` ticks (a *block*), and the
+blocks run in doubling epochs with super levels over them (:mod:`stream_dp.strategies._epochs`):
+the first block is the plain mechanism at the full budget, and past it the error grows
+polylogarithmically (``error_stays_bounded()`` is True).
 
 **State** (stream axis last): the ``d`` buffers and the release (``d + 1`` floats per stream,
-independent of the horizon); a tick is ``O(d)`` vector operations plus one noise draw.
+independent of the horizon; at ``p = 1`` also the open block's noisy and exact sums and three
+arrays of super levels); a tick is ``O(d)`` vector operations plus one noise draw.
 """
 
 from __future__ import annotations

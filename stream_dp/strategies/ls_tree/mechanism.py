@@ -23,7 +23,7 @@ residual — an exact integer function of the *final* measurements which carries
 end, ``β_j`` the optimal weights, :func:`.plan.block_terms`). Everything it reads — the leaves up
 to ``t``, ``R`` and ``C`` — is a function of the noisy measurements only, and ``R`` is computed
 in exact integer arithmetic from the noise alone: the future leaves' noise is keyed, so it is
-drawn at the block's start exactly as it will be drawn at its tick. Hence every release is
+drawn ahead of time (during the previous block) exactly as it will be drawn at its tick. Hence every release is
 post-processing of ``(y, Y)`` (docs/privacy.md, "Non-causal decoding"): the float evaluation of
 the formula is a deterministic function of the measurements and leaks nothing, and the argument
 holds for adaptively chosen data (the noise is drawn independently of it). The variance
