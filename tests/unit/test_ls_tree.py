@@ -14,6 +14,7 @@ from stream_dp.strategies import make_mechanism
 from stream_dp.strategies.ls_tree import LsTreeMechanism
 from stream_dp.strategies.ls_tree._oracle import dense
 from stream_dp.strategies.ls_tree.plan import LsPlan
+from tests.unit._neighbours import check_one_event
 
 KEY = b"ls-tree-neighbour-test-key-012345"
 STREAMS = [f"s{i}" for i in range(64)]
@@ -44,21 +45,9 @@ def test_neighbouring_inputs_differ_only_where_the_event_counts(
     ticks = 3 * b + 2
     rng = np.random.default_rng(7)
     base = rng.integers(0, 5, size=(ticks, len(STREAMS))).astype(np.float64)
-    released, res = _run(mech, base)
-    # the nastiest ticks: first of a block, last of a block, the very last tick
-    for s in (0, b - 1, b, 2 * b - 1, ticks - 1):
-        other = base.copy()
-        other[s, 3] += 1.0  # one event of size cap, stream s3 only
-        rel2, res2 = _run(mech, other)
-        # nothing before the event's tick changes, bit for bit, in any stream
-        assert np.array_equal(released[:s], rel2[:s])
-        # other streams never change; the residual (noise only) never depends on the data
-        mask = np.arange(len(STREAMS)) != 3
-        assert np.array_equal(released[:, mask], rel2[:, mask])
-        assert all(np.array_equal(a, c) for a, c in zip(res, res2, strict=True))
-        # the changed stream moves by exactly the event's decayed contribution
-        diff = rel2[s:, 3] - released[s:, 3]
-        np.testing.assert_allclose(diff, p ** np.arange(ticks - s), rtol=0, atol=1e-9)
+    # the nastiest ticks: first of a block, last of a block, the very last tick; the residual
+    # (noise only) never depends on the data
+    check_one_event(lambda d: _run(mech, d), base, (0, b - 1, b, 2 * b - 1, ticks - 1), 3, p)
 
 
 def test_releases_never_depend_on_future_data() -> None:
@@ -158,16 +147,7 @@ def test_running_totals_neighbours_across_epochs_and_super_levels(privacy: objec
     ticks = 15 * 16
     rng = np.random.default_rng(9)
     base = rng.integers(0, 4, size=(ticks, len(STREAMS))).astype(np.float64)
-    released, res = _run(mech, base)
-    for s in (0, 15, 16, 47, 48, 111, 112, ticks - 1):
-        other = base.copy()
-        other[s, 2] += 1.0
-        rel2, res2 = _run(mech, other)
-        assert np.array_equal(released[:s], rel2[:s])
-        mask = np.arange(len(STREAMS)) != 2
-        assert np.array_equal(released[:, mask], rel2[:, mask])
-        assert all(np.array_equal(a, c) for a, c in zip(res, res2, strict=True))
-        np.testing.assert_allclose(rel2[s:, 2] - released[s:, 2], 1.0, rtol=0, atol=1e-6)
+    check_one_event(lambda d: _run(mech, d), base, (0, 15, 16, 47, 48, 111, 112, ticks - 1), 2, 1.0)
 
 
 def test_running_totals_grow_slowly_past_the_horizon() -> None:
