@@ -166,3 +166,21 @@ def test_running_totals_grow_slowly_past_the_horizon() -> None:
     curve = small.mse_curve(300)
     for t in (1, 16, 17, 48, 49, 112, 113, 300):
         assert small.variance(t) == pytest.approx(float(curve[t - 1]), rel=1e-12)
+
+
+@pytest.mark.parametrize(("p", "horizon"), [(0.99, 255), (1.0, 16)], ids=["p0.99", "p1-epochs"])
+def test_four_level_monte_carlo_matches_the_exact_error(p: float, horizon: int) -> None:
+    """A four-level plan (planned only for long memories and horizons, so the planner-driven
+    Monte Carlo of test_accuracy_all never builds one): 20 000 keyed streams, random data, over
+    three top blocks (at p = 1: epochs of 1, 2 blocks, super levels included)."""
+    from tests.unit._montecarlo import empirical_mse_curve
+
+    mech = LsTreeMechanism(p, horizon, PureDP(1.0), 1.0, plan=FOUR)
+    n_streams, ticks = 20_000, 48
+    rng = np.random.default_rng(4)
+    sq, _ = empirical_mse_curve(mech, KEY, n_streams, ticks,
+                                lambda t: rng.uniform(0.0, 1.0, n_streams))
+    exact = mech.mse_curve(ticks)
+    b = mech.rounding_bound(ticks)
+    slack = 4.9 * exact * np.sqrt(5.0 / n_streams) + 2.0 * b * np.sqrt(exact) + b * b
+    assert (np.abs(sq - exact) <= slack).all(), np.max(np.abs(sq - exact) / slack)
