@@ -47,7 +47,8 @@ def test_auto_beats_every_baseline_and_meets_targets(p: float) -> None:
 def test_auto_picks_naive_for_low_decay_and_the_least_squares_tree_near_one() -> None:
     assert pick(0.5, HORIZON, PureDP(1.0)) == "naive"
     assert pick(0.999, HORIZON, PureDP(1.0)) == "tree-ls"
-    assert pick(0.99, 4095, ZCDP(0.5)) == "sqrt"
+    assert pick(0.99, 4095, ZCDP(0.5)) == "blt"
+    assert pick(1.0, 4095, PureDP(1.0)) == "tree-ls"
 
 
 @pytest.mark.parametrize("p", [0.3, 0.9, 0.99, 0.999, 1.0])
@@ -55,7 +56,7 @@ def test_auto_under_zcdp_is_the_minimum_of_the_zcdp_strategies(p: float) -> None
     privacy = ZCDP(0.5)
     horizon = 4095
     cands = compare(p, horizon, privacy)
-    assert {c.strategy for c in cands} == set(available("zcdp")) >= {"sqrt", "tree", "binary-tree"}
+    assert {c.strategy for c in cands} == set(available("zcdp")) >= {"sqrt", "tree", "binary-tree", "blt"}
     chosen = make_mechanism("auto", p, horizon, privacy)
     best = min(c.mean_mse for c in cands)
     assert float(chosen.mse_curve(horizon).mean()) == best
@@ -98,7 +99,7 @@ def test_plan_command_shows_candidates_pick_and_lower_bound(
         == 0
     )
     doc = json.loads(capsys.readouterr().out)
-    assert doc["pick"] == "sqrt" and doc["privacy"] == {"model": "zcdp", "rho": 0.5}
+    assert doc["pick"] == "blt" and doc["privacy"] == {"model": "zcdp", "rho": 0.5}
     assert doc["lower_bound"]["mse"] == pytest.approx(mean_mse_bound(1023, 0.9, ZCDP(0.5)))
     assert doc["implied_approx_dp"]["epsilon"] == pytest.approx(ZCDP(0.5).to_approx_dp(1e-6))
     # mixing models on the command line is refused
@@ -131,6 +132,9 @@ def test_error_flags_follow_p() -> None:
     for name in ("dm", "dmfda", "fenwick-opt"):
         assert make_mechanism(name, 1.0, 63, PureDP(1.0)).error_stays_bounded()
     assert not make_mechanism("sqrt", 1.0, 63, ZCDP(0.5)).error_stays_bounded()
+    # doubling epochs with super levels (stream_dp/strategies/_epochs.py)
+    assert make_mechanism("tree-ls", 1.0, 63, PureDP(1.0)).error_stays_bounded()
+    assert make_mechanism("blt", 1.0, 63, ZCDP(0.5)).error_stays_bounded()
 
 
 def test_plan_accounts_for_the_nodes_one_event_feeds(

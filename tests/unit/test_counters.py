@@ -165,7 +165,7 @@ def test_budget_beyond_the_samplers_range_fails_at_construction_not_mid_tick(str
 
 def test_decayed_counter_takes_exactly_one_budget() -> None:
     zcdp = DecayedCounter(p=0.9, rho=0.5, strategy="auto", horizon=63, key=KEY, name="c")
-    assert zcdp.strategy == "sqrt"
+    assert zcdp.strategy == "blt"
     assert abs(zcdp.update(1.0)) < 50
     for bad in ({}, {"epsilon": 1.0, "rho": 0.5}):
         with pytest.raises(ValueError, match="exactly one budget"):
