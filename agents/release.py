@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 from agents.codec import encode
 from agents.config import Settings
 from agents.ingest import Partial, Router
+from stream_dp.compact import encode_block, encode_manifest, manifest_hash
 from stream_dp.integrity import IntegrityError, seal, unseal
 from stream_dp.mechanism import canonical_json
 
@@ -115,6 +116,25 @@ class Release:
             (key, f'{{"stream":{jname}{head}{v!r}{tail}'.encode())
             for (key, jname), v in zip(names, self.values.tolist(), strict=True)
         ]
+
+
+    def shard_name(self) -> str:
+        """The shard's name in compact records and manifests: ``shard-<index>``."""
+        return f"shard-{int(self.shard)}"
+
+    def manifest(self) -> bytes:
+        """The shard's ``dp.manifest.v1`` value (docs/formats.md): its streams in bank order."""
+        return encode_manifest(self.shard_name(), self.streams)
+
+    def compact(self, settings: Settings, privacy: dict[str, Any]) -> bytes:
+        """The whole tick as one ``dp.counts.block.v1`` record (docs/formats.md): the same
+        values and fields as :meth:`messages` (a unit test decodes one into the other)."""
+        return encode_block(
+            shard=self.shard_name(), tick=int(self.tick), tick_start=float(self.tick_start),
+            tick_end=float(self.tick_end), epoch=int(settings.epoch), strategy=self.strategy,
+            p=float(settings.p), privacy=privacy, cap=float(settings.cap),
+            horizon=int(settings.horizon), manifest=manifest_hash(self.streams),
+            values=self.values, stderr=np.full(len(self.streams), float(self.stderr)))
 
 
 _NAME_CACHE: dict[tuple[str, ...], list[tuple[bytes, str]]] = {}

@@ -176,11 +176,16 @@ class Block:
 
     def records(self, manifest: Manifest, streams: Sequence[str] | None = None
                 ) -> Iterator[dict[str, Any]]:
-        """The per-stream ``dp.counts.v1`` view (all streams, or ``streams`` in that order)."""
+        """The per-stream ``dp.counts.v1`` view (all streams, or ``streams`` in that order), with
+        the fields in the order the service writes them."""
         self.check(manifest)
         h = self.header
-        common = {k: h[k] for k in ("tick", "tick_start", "tick_end", "strategy", "p", "privacy",
-                                    "cap", "horizon")}
+        privacy = dict(h["privacy"])
+        # the field order of a dp.counts.v1 message (model first in the privacy object)
+        privacy = {"model": privacy.pop("model", None), **privacy}
+        head = {"tick": h["tick"], "tick_start": h["tick_start"], "tick_end": h["tick_end"]}
+        tail = {"strategy": h["strategy"], "p": h["p"], "privacy": privacy, "cap": h["cap"],
+                "horizon": h["horizon"], "schema": "dp.counts.v1"}
         if streams is None:
             pairs: Iterator[tuple[int, str]] = iter(enumerate(manifest.streams))
         else:
@@ -190,8 +195,8 @@ class Block:
                 raise ValueError(f"streams not in shard {manifest.shard!r}: {missing[:5]}")
             pairs = iter((index[s], s) for s in streams)
         for i, name in pairs:
-            yield {"stream": name, **common, "value": float(self.values[i]),
-                   "stderr": float(self.stderr[i]), "schema": "dp.counts.v1"}
+            yield {"stream": name, **head, "value": float(self.values[i]),
+                   "stderr": float(self.stderr[i]), **tail}
 
 
 def decode_block(data: bytes) -> Block:

@@ -44,6 +44,26 @@ def test_messages_are_byte_identical_to_the_reference_encoder(tmp_path: Path) ->
         validate("dp.counts.v1", json.loads(value))
 
 
+def test_the_compact_record_holds_exactly_the_json_messages(tmp_path: Path) -> None:
+    """One ``dp.counts.block.v1`` record per shard and tick (docs/formats.md) decodes, with the
+    shard's manifest, into exactly the ``dp.counts.v1`` messages of the same release."""
+    from stream_dp.compact import decode_block, decode_manifest
+
+    s = settings(tmp_path)
+    rel = Release(tick=3, tick_start=1020.0, tick_end=1030.0, shard=1,
+                  streams=("a", 'q"uote/é', "z"), values=np.array([-0.0, 1e-300, 7.25]),
+                  stderr=0.125, strategy="naive", closed_at=0.0)
+    privacy = s.privacy.as_dict()
+    manifest = decode_manifest(rel.manifest())
+    assert manifest.shard == "shard-1" and manifest.streams == rel.streams
+    block = decode_block(rel.compact(s, dict(privacy)))
+    validate("dp.counts.block.v1", block.header)
+    assert block.header["epoch"] == s.epoch
+    got = [encode(m) for m in block.records(manifest)]
+    assert got == [value for _, value in rel.messages(s, dict(privacy))]
+    assert np.array_equal(block.values.view(np.int64), rel.values.view(np.int64))
+
+
 def test_ingest_to_release_end_to_end_without_kafka(tmp_path: Path) -> None:
     s = settings(tmp_path)
     dom = Domain.from_paths(["x/a", "x/b", "y/c"])
