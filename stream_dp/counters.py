@@ -444,7 +444,7 @@ class DecayedCounter:
     >>> isinstance(c.update(2), float), c.tick
     (True, 1)
     >>> DecayedCounter(p=0.99, rho=0.5, key=b"k" * 32, name="sales").strategy
-    'sqrt'
+    'blt'
     """
 
     def __init__(
