@@ -676,6 +676,8 @@ class ReleaseStage(_Stage):
         self._incomplete: dict[tuple[int, int], float] = {}
         #: shard -> monotonic time since which its next tick is ready but held back (backlog)
         self._ready_since: dict[int, float] = {}
+        #: shards whose manifest this worker has committed to the manifests topic
+        self._manifest_sent: set[int] = set()
 
     def new_state(self, p: int) -> ReleaseState:
         return ReleaseState(
@@ -779,6 +781,22 @@ class ReleaseStage(_Stage):
             if batch.record_count():
                 await prod.send_batch(batch, topic, partition=part)
 
+    async def _send_compact(self, prod: Any, shard: int, releases: list[Release]) -> bool:
+        """With ``compact_topic`` set: one ``dp.counts.block.v1`` record per release (partition
+        = shard, key = shard name) and, once per producer, the shard's manifest. Returns whether
+        the manifest went into this transaction (it counts as sent only once committed)."""
+        if not self.s.compact_topic or not releases:
+            return False
+        name = releases[0].shard_name().encode("utf-8")
+        manifest = shard not in self._manifest_sent
+        if manifest:
+            await prod.send(self.s.manifests_topic, key=name, value=releases[0].manifest(),
+                            partition=shard)
+        for rel in releases:
+            await prod.send(self.s.compact_topic, key=name, value=rel.compact(self.s, self.w.privacy),
+                            partition=shard)
+        return manifest
+
     async def _commit(self, p: int, state: ReleaseState) -> None:
         prod = self.producers.get(p)
         if prod is None:
@@ -798,8 +816,11 @@ class ReleaseStage(_Stage):
                     return
             await prod.begin_transaction()
             await self._send_counts(prod, p, releases)
+            sent_manifest = await self._send_compact(prod, p, releases)
             await self._send_checkpoint(prod, p, state)
             await prod.commit_transaction()
+            if sent_manifest:
+                self._manifest_sent.add(p)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await prod.abort_transaction()
@@ -846,6 +867,10 @@ class Worker:
         self.key = key if key is not None else settings.noise_key()
         self.domain = domain if domain is not None else load_domain(settings.domain_file)
         self.router = Router(self.domain, settings.shards)
+        if settings.compact_topic:
+            from agents.topics import check_compact_size
+
+            check_compact_size(self.domain, self.router)
         from agents.security import KafkaSecurity
 
         #: TLS / SASL of every Kafka client this worker creates

@@ -61,6 +61,27 @@ class TopicSpec:
     internal: bool = False
 
 
+#: Largest compact record or manifest (the release producer's ``max_request_size``).
+_COMPACT_MAX_BYTES = 16 * 1024 * 1024
+
+
+def check_compact_size(domain: object, router: object) -> None:
+    """Refuse at start-up a deployment whose compact records or manifests could not be sent:
+    16 bytes per stream of the largest shard (plus the header), and its names, must fit
+    :data:`_COMPACT_MAX_BYTES`. More shards make each record smaller."""
+    import json
+
+    names = list(domain.names)  # type: ignore[attr-defined]
+    for shard, nodes in enumerate(router.shard_nodes):  # type: ignore[attr-defined]
+        record = 4096 + 16 * len(nodes)
+        manifest = 256 + len(json.dumps([names[i] for i in nodes], ensure_ascii=False)
+                             .encode("utf-8"))
+        if max(record, manifest) > _COMPACT_MAX_BYTES:
+            raise ValueError(
+                f"compact_topic: shard {shard} has {len(nodes)} streams, its records or manifest "
+                f"would exceed {_COMPACT_MAX_BYTES} bytes; raise shards")
+
+
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     """Every topic the service uses, with its partition count and configs."""
     rf = settings.replication_factor
@@ -82,7 +103,13 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.release_checkpoints_topic, settings.shards, rf, compact, True),
         TopicSpec(settings.schedule_topic, settings.events_partitions, rf,
                   (("retention.ms", "-1"),), internal=True),
-    ]
+    ] + ([
+        # one record per (shard, tick), partition = shard; records up to the producer's 16 MiB
+        TopicSpec(settings.compact_topic, settings.shards, rf,
+                  (("max.message.bytes", str(_COMPACT_MAX_BYTES)),)),
+        TopicSpec(settings.manifests_topic, settings.shards, rf,
+                  (*compact, ("max.message.bytes", str(_COMPACT_MAX_BYTES)))),
+    ] if settings.compact_topic else [])
 
 
 async def ensure_topics(bootstrap: str, settings: Settings, timeout_s: float = 30.0) -> list[str]:

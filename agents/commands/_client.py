@@ -23,6 +23,8 @@ TOPIC_DEFAULTS: dict[str, tuple[str, str]] = {
     "events": ("STREAM_DP_EVENTS_TOPIC", "dp.events.v1"),
     "counts": ("STREAM_DP_COUNTS_TOPIC", "dp.counts.v1"),
     "histograms": ("STREAM_DP_HISTOGRAMS_TOPIC", "dp.histograms.v1"),
+    # no contract name: compact output is off unless the deployment sets compact_topic
+    "compact": ("STREAM_DP_COMPACT_TOPIC", ""),
 }
 
 

@@ -36,6 +36,9 @@ Print released DP counts (default) or consistent histograms as they are publishe
                analytic standard error, strategy, decay p and privacy parameters
   histograms   dp.histograms.v1: per reconciled tick, every node's consistent value, the noisy
                release it came from and its standard error, as an indented tree
+  compact      the compact records (dp.counts.block.v1, one per shard and tick; deployments
+               with compact_topic set, docs/formats.md), decoded with the shard manifests
+               from <topic>.manifests and shown exactly like counts (table or JSON lines)
 
 Where to start: live (default: only messages published from now on), --from-beginning (the
 whole retained topic) or --from-tick N (from the beginning, showing ticks >= N).
@@ -48,7 +51,8 @@ stream at every tick, zeros included, so --timeout alone does not stop a tail of
 deployment). Exit status 0 in all three cases.
 
 The broker comes from --bootstrap, else $STREAM_DP_BOOTSTRAP (the worker's variable), else
-127.0.0.1:9092; topic names from --topic or $STREAM_DP_COUNTS_TOPIC / $STREAM_DP_HISTOGRAMS_TOPIC.
+127.0.0.1:9092; topic names from --topic or $STREAM_DP_COUNTS_TOPIC / $STREAM_DP_HISTOGRAMS_TOPIC
+/ $STREAM_DP_COMPACT_TOPIC.
 
 Examples:
   stream-dp tail                                   # live counts, as a table
@@ -57,12 +61,13 @@ Examples:
   stream-dp tail histograms --from-beginning --to-end --json | jq .diagnostics
   stream-dp tail counts --from-beginning --to-end --prefix www/ --json > releases.jsonl
   STREAM_DP_BOOTSTRAP=kafka-1:9092 stream-dp tail histograms
+  stream-dp tail compact --topic dp.counts.compact --prefix www/ --from-beginning --to-end
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "what", nargs="?", choices=("counts", "histograms"), default="counts",
+        "what", nargs="?", choices=("counts", "histograms", "compact"), default="counts",
         help="which output to follow (default: counts)",
     )
     add_bootstrap_argument(parser)
@@ -170,7 +175,7 @@ class _Printer:
             tick = msg.get("tick")
             if not isinstance(tick, int) or tick < self.args.from_tick:
                 return False
-        if self.args.what == "counts":
+        if self.args.what in ("counts", "compact"):
             return str(msg.get("stream", "")).startswith(self.args.prefix)
         if self.args.prefix:
             return any(
@@ -195,7 +200,7 @@ class _Printer:
             else:
                 line = raw.decode()
             print(line, file=self.out)
-        elif self.args.what == "counts":
+        elif self.args.what in ("counts", "compact"):
             if not self.header_done:
                 print(COUNTS_HEADER, file=self.out)
                 self.header_done = True
@@ -215,6 +220,9 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
     from aiokafka import AIOKafkaConsumer
 
     topic = args.topic or default_topic(args.what)
+    if not topic:
+        raise TopicMissingError("compact output needs --topic or $STREAM_DP_COMPACT_TOPIC "
+                                "(the deployment's compact_topic)")
     from agents.security import client_kwargs
 
     consumer = AIOKafkaConsumer(
@@ -250,6 +258,33 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
                     return False
             return True
 
+        manifests: dict[str, Any] = {}
+
+        async def expand(value: bytes) -> list[bytes]:
+            """A compact record as dp.counts.v1 messages (its manifest read on first need)."""
+            from agents.codec import encode
+            from stream_dp.compact import decode_block
+
+            try:
+                block = decode_block(value)
+            except ValueError as exc:
+                print(f"(skipping a record that is not dp.counts.block.v1: {exc})",
+                      file=sys.stderr)
+                return []
+            if args.from_tick is not None and block.tick < args.from_tick:
+                return []
+            shard = str(block.header["shard"])
+            known = manifests.get(shard)
+            if known is None or known.sha256 != block.header["manifest"]:
+                manifests.update(await _read_manifests(consumer.__class__, args, f"{topic}.manifests"))
+                known = manifests.get(shard)
+            if known is None or known.sha256 != block.header["manifest"]:
+                print(f"(skipping tick {block.tick} of {shard}: its manifest is not published)",
+                      file=sys.stderr)
+                return []
+            names = [n for n in known.streams if n.startswith(args.prefix)]
+            return [encode(msg) for msg in block.records(known, names)]
+
         print(f"stream-dp tail: following {topic} ({len(tps)} partitions) {where}; "
               "Ctrl-C stops", file=sys.stderr, flush=True)
         last_message = loop.time()
@@ -262,7 +297,13 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
             )
             for m in records:
                 if m.value is not None:
-                    printer.show(m.value)
+                    if args.what == "compact":
+                        for raw in await expand(m.value):
+                            printer.show(raw)
+                            if printer.done:
+                                break
+                    else:
+                        printer.show(m.value)
                 if printer.done:
                     break
             if records:
@@ -272,6 +313,35 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
     finally:
         await consumer.stop()
     return 0
+
+
+async def _read_manifests(consumer_class: Any, args: argparse.Namespace, topic: str
+                          ) -> dict[str, Any]:
+    """Every shard's newest manifest in ``topic`` (read from the beginning to its end)."""
+    from agents.security import client_kwargs
+    from stream_dp.compact import decode_manifest
+
+    c = consumer_class(bootstrap_servers=bootstrap_from(args.bootstrap), **client_kwargs(),
+                       group_id=None, enable_auto_commit=False,
+                       isolation_level="read_committed", max_partition_fetch_bytes=32 << 20,
+                       fetch_max_bytes=64 << 20)
+    await c.start()
+    out: dict[str, Any] = {}
+    try:
+        tps = await topic_partitions(c, topic)
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        ends = await c.end_offsets(tps)
+        while any([await c.position(tp) < ends[tp] for tp in tps]):
+            batch = await c.getmany(timeout_ms=500)
+            for msgs in batch.values():
+                for m in msgs:
+                    if m.value is not None:
+                        man = decode_manifest(m.value)
+                        out[man.shard] = man
+    finally:
+        await c.stop()
+    return out
 
 
 def run(args: argparse.Namespace) -> int:

@@ -181,3 +181,15 @@ def test_naive_int_in_the_service_counts_whole_values_and_releases_integers(
     leaf = out.streams.index("x/a")
     assert out.values[leaf] == round(out.values[leaf])  # whole numbers on the integer grid
     assert abs(out.values[leaf] - 5.0) <= 2.0  # 1 + min(3, cap 2) + 2; noise sd ≈ 0.06 at ε = 50
+
+
+def test_a_shard_too_large_for_compact_records_is_refused_at_start_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agents.topics as topics
+
+    dom = Domain.from_paths([f"x/{i}" for i in range(200)])
+    monkeypatch.setattr(topics, "_COMPACT_MAX_BYTES", 6000)
+    with pytest.raises(ValueError, match="raise shards"):
+        topics.check_compact_size(dom, Router(dom, 1))
+    topics.check_compact_size(dom, Router(dom, 4))  # smaller shards fit
