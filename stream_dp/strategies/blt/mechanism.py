@@ -267,9 +267,16 @@ class BltMechanism(Mechanism):
         """L2 sensitivity of the noisy measurements (value units), slack included."""
         return math.sqrt(self._shift_sq) * self.unit
 
-    def rounding_bound(self) -> float:
-        """``h·(½·Σ p^k + (½ + E)·Σ|b_k|)`` over ``horizon`` ticks for ``p = 1``, else
-        ``max(horizon, 2**16)``: count rounding and feedback rounding, both filtered."""
+    def rounding_bound(self, ticks: int | None = None) -> float:
+        """``h·(½·Σ p^k + (½ + E)·Σ|b_k|)`` over ``ticks`` (default: ``horizon``) ticks for
+        ``p = 1``, else ``max(horizon, 2**16)``: count rounding and feedback rounding, both
+        filtered (at ``p = 1`` the filter restarts every block, so ``Σ|b_k|`` over one block per
+        block started)."""
+        if self.p == 1.0 and ticks is not None and ticks > self.horizon:
+            blocks = -(-int(ticks) // self.horizon)
+            b = _plan.reconstruction(1.0, self.theta, self.w, self.horizon)
+            return self.unit * (0.5 * ticks + blocks * (0.5 + self.float_error)
+                                * float(np.sum(np.abs(b))))
         n = self.horizon if self.p == 1.0 else max(self.horizon, 1 << 16)
         b = _plan.reconstruction(self.p, self.theta, self.w, n)
         decay = float(n) if self.p == 1.0 else 1.0 / (1.0 - self.p)
