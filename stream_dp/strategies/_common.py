@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from stream_dp.budget import Privacy, PureDP
+from stream_dp.budget import ZCDP, Privacy, PureDP
 
 #: Fine grid: the rounding slack adds at most 2**-17 (relative) to the L1 sensitivity, so the
 #: paper's worked example (25.635/ε²) still reproduces to three decimals.
@@ -94,3 +94,12 @@ def discrete_laplace_variance(scale: float) -> float:
     q = math.exp(-1.0 / scale)
     one_minus_q = -math.expm1(-1.0 / scale)
     return 2.0 * q / (one_minus_q * one_minus_q)
+
+
+def check_zcdp(privacy: Privacy, strategy: str) -> ZCDP:
+    """The budget if it is ρ-zCDP, else ``ValueError`` (these strategies use Gaussian noise)."""
+    if not isinstance(privacy, ZCDP):
+        raise ValueError(
+            f"privacy for strategy {strategy!r} must be ZCDP(rho) (Gaussian noise), got {privacy!r}"
+        )
+    return privacy

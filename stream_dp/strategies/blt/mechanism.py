@@ -48,11 +48,17 @@ from typing import Any
 
 import numpy as np
 
-from stream_dp.budget import ZCDP, Privacy
+from stream_dp.budget import Privacy
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
 from stream_dp.noise import discrete_gaussian_variance
 from stream_dp.noise.gaussian import MIN_SIGMA
-from stream_dp.strategies._common import check_cap, check_horizon, check_n_streams, check_p
+from stream_dp.strategies._common import (
+    check_cap,
+    check_horizon,
+    check_n_streams,
+    check_p,
+    check_zcdp,
+)
 from stream_dp.strategies._epochs import (
     SUPER_SHARE,
     EpochNoise,
@@ -90,11 +96,7 @@ class BltMechanism(Mechanism):
         self.p = check_p(p)
         self.horizon = check_horizon(horizon)
         self.cap = check_cap(cap)
-        if not isinstance(privacy, ZCDP):
-            raise ValueError(
-                f"privacy for strategy 'blt' must be ZCDP(rho) (Gaussian noise), got {privacy!r}"
-            )
-        self.privacy = privacy
+        self.privacy = privacy = check_zcdp(privacy, "blt")
         theta, w = _plan.fit(self.p, self.horizon)
         self.theta = np.asarray(theta, dtype=np.float64)
         self.w = np.asarray(w, dtype=np.float64)
@@ -236,8 +238,16 @@ class BltMechanism(Mechanism):
         return release
 
     def _curve(self, n: int) -> Float64Array:
-        b = _plan.reconstruction(self.p, self.theta, self.w, n)
-        out: Float64Array = self.unit_variance * np.cumsum(b * b)
+        """``variance`` at ticks ``1..n``: a prefix of a cached cumulative curve, grown by
+        doubling (a bank asks for the next tick's standard error at every release)."""
+        cum = getattr(self, "_cum", None)
+        if cum is None or len(cum) < n:
+            size = max(n, 2 * (0 if cum is None else len(cum)), 1024)
+            b = _plan.reconstruction(self.p, self.theta, self.w, size)
+            cum = np.cumsum(b * b)
+            cum.setflags(write=False)
+            self._cum = cum
+        out: Float64Array = self.unit_variance * cum[:n]
         return out
 
     def mse_curve(self, horizon: int) -> Float64Array:

@@ -200,20 +200,14 @@ class LsTreeMechanism(Mechanism):
         return noise.discrete_gaussian(node, scale)
 
     def _leaf_noise(self, noise: BoundNoise, tick: int) -> np.ndarray:
-        node = tick  # level 0 (leaves): node id = tick (1-based)
-        scale = self._scales_at(tick)[0]
-        if self.model == "pure":
-            return noise.discrete_laplace(node, scale)
-        return noise.discrete_gaussian(node, scale)
+        # level 0 (leaves): node id = tick (1-based)
+        return self._draw(noise, tick, self._scales_at(tick)[0])
 
     def _node_noise(self, noise: BoundNoise, level: int, index: int) -> np.ndarray:
         node = (level << _NODE_SHIFT) | index
         # index = top block × nodes per top block + m: its top block decides the epoch
         top = index // (self.block // self.plan.levels[level - 1])
-        scale = self._scales_at(top * self.block + 1)[level]
-        if self.model == "pure":
-            return noise.discrete_laplace(node, scale)
-        return noise.discrete_gaussian(node, scale)
+        return self._draw(noise, node, self._scales_at(top * self.block + 1)[level])
 
     # -- Mechanism ----------------------------------------------------------------------------
     def _new_residual(self, n_streams: int) -> np.ndarray:

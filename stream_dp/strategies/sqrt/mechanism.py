@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from stream_dp.budget import ZCDP, Privacy
+from stream_dp.budget import Privacy
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
 from stream_dp.noise import discrete_gaussian_variance
 from stream_dp.noise.gaussian import MIN_SIGMA
@@ -46,6 +46,7 @@ from stream_dp.strategies._common import (
     check_n_streams,
     check_noise_scale,
     check_p,
+    check_zcdp,
 )
 from stream_dp.strategies.sqrt.toeplitz import (
     choose_taps,
@@ -76,11 +77,7 @@ class SqrtMechanism(Mechanism):
         self.p = check_p(p)
         self.horizon = check_horizon(horizon)
         self.cap = check_cap(cap)
-        if not isinstance(privacy, ZCDP):
-            raise ValueError(
-                f"privacy for strategy 'sqrt' must be ZCDP(rho) (Gaussian noise), got {privacy!r}"
-            )
-        self.privacy = privacy
+        self.privacy = privacy = check_zcdp(privacy, "sqrt")
         if taps is None:
             taps = choose_taps(self.p, self.horizon)
         if (
