@@ -231,6 +231,8 @@ class LsTreeMechanism(Mechanism):
             "tick": np.array(0, dtype=np.int64),
             "carry": np.zeros(n, dtype=np.float64),
             "partial": np.zeros(n, dtype=np.float64),
+            # the last release: CounterBank.releases (and checkpoints) read it back
+            "release": np.zeros(n, dtype=np.float64),
             "residual": np.zeros((self.coeffs.shape[0], n), dtype=np.float64),
             "next_residual": np.zeros((self.coeffs.shape[0], n), dtype=np.int64),
         }
@@ -307,10 +309,12 @@ class LsTreeMechanism(Mechanism):
         state["tick"] = np.array(t, dtype=np.int64)
         state["residual"] = residual
         state["partial"] = partial
+        release = np.asarray(release, dtype=np.float64)
+        state["release"] = release
         if j == self.block - 1:
             state["carry"] = self._close_block(state, (t - 1) // self.block, own, noise) \
                 if self.super else estimate
-        return np.asarray(release, dtype=np.float64)
+        return release
 
     def _close_block(self, state: State, block: int, own: np.ndarray, noise: BoundNoise
                      ) -> np.ndarray:
