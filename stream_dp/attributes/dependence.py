@@ -49,6 +49,7 @@ from numpy.typing import NDArray
 from stream_dp.attributes.tables import count_table
 
 __all__ = [
+    "BootstrapStats",
     "PairSketch",
     "choose_max_ones",
     "cooccurrence_sensitivity",
@@ -77,6 +78,131 @@ COOC_ADVANTAGE = 2.0 / 3.0
 DEFAULT_MAX_ONES = 8
 
 Float64Array = NDArray[np.float64]
+
+
+class BootstrapStats:
+    """Exact sufficient statistics of a set of events for every bootstrap of this module.
+
+    Per number of ones ``k = 0 … m``: the events with ``k`` ones (``counts[k]``) and the Gram
+    matrix ``gram[k] = Σ x xᵀ`` over those events (diagonal: one-counts, off-diagonal:
+    co-occurrences). Every bootstrap vector is a fixed linear function of these (the
+    co-occurrence weights depend on ``k`` only), so a live service can add each tick's events
+    as they close and measure at the end of an epoch without keeping the events. Integer
+    weights keep every entry an exact integer in float64.
+
+    >>> s = BootstrapStats.of(np.array([[1, 1, 0], [0, 1, 0]], dtype=np.uint8))
+    >>> s.pair_vector().reshape(3, 4).tolist()[0]  # pair (0, 1): cells 00, 01, 10, 11
+    [0.0, 1.0, 0.0, 1.0]
+    """
+
+    def __init__(self, m: int) -> None:
+        if not 1 <= m <= 64:
+            raise ValueError(f"m must be in [1, 64], got {m!r}")
+        self.m = m
+        self.counts: Float64Array = np.zeros(m + 1)
+        self.gram: Float64Array = np.zeros((m + 1, m, m))
+
+    @classmethod
+    def of(cls, bits: NDArray[np.uint8], weights: NDArray[np.float64] | None = None) -> BootstrapStats:
+        """The statistics of the ``(n, m)`` 0/1 matrix ``bits`` (row ``r`` counted ``weights[r]``
+        times, default once)."""
+        out = cls(int(bits.shape[1]))
+        out.add(bits, weights)
+        return out
+
+    def add(self, bits: NDArray[np.uint8], weights: NDArray[np.float64] | None = None) -> None:
+        """Add events (rows of ``bits``), each ``weights[r]`` times (whole numbers)."""
+        if bits.ndim != 2 or bits.shape[1] != self.m:
+            raise ValueError(f"bits must have shape (n, {self.m}), got {bits.shape}")
+        for start in range(0, bits.shape[0], _CHUNK):
+            chunk = bits[start : start + _CHUNK]
+            w = (
+                np.ones(chunk.shape[0])
+                if weights is None
+                else np.asarray(weights[start : start + _CHUNK], dtype=np.float64)
+            )
+            k = chunk.sum(axis=1, dtype=np.int64)
+            for kk in np.unique(k):
+                sel = k == kk
+                x = chunk[sel].astype(np.float64)
+                ws = w[sel]
+                self.counts[kk] += ws.sum()
+                self.gram[kk] += x.T @ (x * ws[:, None])
+
+    @property
+    def total(self) -> float:
+        """Number of events added (with their weights)."""
+        return float(self.counts.sum())
+
+    def ones_histogram(self) -> Float64Array:
+        """Events with ``k`` ones, ``k = 0 … m``."""
+        out: Float64Array = self.counts.copy()
+        return out
+
+    def cooccurrence_vector(self, max_ones: int = DEFAULT_MAX_ONES) -> Float64Array:
+        """:func:`cooccurrence_vector` of the events added (equal to it, entry for entry)."""
+        m = self.m
+        ones = np.zeros(m)
+        co = np.zeros((m, m))
+        for k in range(m + 1):
+            if self.counts[k] == 0:
+                continue
+            if k > max_ones:
+                w1 = float(_down(np.array(max_ones / k))[()])
+                w2 = float(_down(np.array(max_ones * (max_ones - 1) / (k * (k - 1))))[()])
+            else:
+                w1 = w2 = 1.0
+            g = self.gram[k]
+            ones += w1 * np.diag(g)  # multiples of the grid: exact in any order
+            co += w2 * g
+        iu = np.triu_indices(m, 1)
+        out: Float64Array = np.concatenate([[self.total], ones, co[iu]])
+        return out
+
+    def pair_vector(self) -> Float64Array:
+        """:func:`pair_vector` of the events added: 4 cells (00, 01, 10, 11) per pair."""
+        g = self.gram.sum(axis=0)
+        n = self.total
+        i, j = np.triu_indices(self.m, 1)
+        ones = np.diag(g)
+        co = g[i, j]
+        cells = np.stack([n - ones[i] - ones[j] + co, ones[j] - co, ones[i] - co, co], axis=1)
+        out: Float64Array = cells.reshape(-1)
+        return out
+
+    def to_bytes(self) -> bytes:
+        """The rows with events, little-endian (checkpoints)."""
+        rows = np.flatnonzero(self.counts)
+        head = np.array([self.m, rows.size], dtype="<i8").tobytes()
+        return (
+            head
+            + rows.astype("<i8").tobytes()
+            + self.counts[rows].astype("<f8").tobytes()
+            + self.gram[rows].astype("<f8").tobytes()
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> BootstrapStats:
+        """Inverse of :meth:`to_bytes` (``ValueError`` on a malformed blob)."""
+        try:
+            m, r = (int(v) for v in np.frombuffer(data[:16], dtype="<i8"))
+            out = cls(m)
+            at = 16
+            rows = np.frombuffer(data[at : at + 8 * r], dtype="<i8")
+            at += 8 * r
+            out.counts[rows] = np.frombuffer(data[at : at + 8 * r], dtype="<f8")
+            at += 8 * r
+            size = 8 * r * m * m
+            out.gram[rows] = np.frombuffer(data[at : at + size], dtype="<f8").reshape(r, m, m)
+            if at + size != len(data):
+                raise ValueError("trailing bytes")
+        except (ValueError, IndexError) as exc:
+            raise ValueError(f"bootstrap statistics blob is malformed: {exc}") from None
+        return out
+
+
+def _as_stats(x: NDArray[np.uint8] | BootstrapStats) -> BootstrapStats:
+    return x if isinstance(x, BootstrapStats) else BootstrapStats.of(x)
 
 
 def pair_sensitivity(m: int) -> int:
@@ -161,9 +287,10 @@ class PairSketch:
 
 
 def measure_pairs(
-    bits: NDArray[np.uint8], epsilon: float, key: bytes, description: str
+    bits: NDArray[np.uint8] | BootstrapStats, epsilon: float, key: bytes, description: str
 ) -> PairSketch:
-    """Bootstrap: noisy total counts of every pair table of the ``(n, m)`` 0/1 matrix ``bits``.
+    """Bootstrap: noisy total counts of every pair table of the ``(n, m)`` 0/1 matrix ``bits``
+    (or of the events summarised by a :class:`BootstrapStats`).
 
     ``epsilon`` (> 0) is spent once on all ``C(m, 2)`` tables together (sensitivity
     :func:`pair_sensitivity`); ``description`` names the run canonically and keys the noise, so
@@ -173,11 +300,12 @@ def measure_pairs(
 
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"bootstrap epsilon must be a finite number > 0, got {epsilon!r}")
-    m = int(bits.shape[1])
+    stats = _as_stats(bits)
+    m = stats.m
     pairs = tuple(itertools.combinations(range(m), 2))
     if not pairs:
         return PairSketch(m, (), np.zeros((0, 4)), 0.0, 0.0)
-    exact = pair_vector(bits).reshape(len(pairs), 4)
+    exact = stats.pair_vector().reshape(len(pairs), 4)
     # one ulp up: the correctly rounded quotient may lie half an ulp below Δ/ε
     scale = math.nextafter(pair_sensitivity(m) / epsilon, math.inf)
     names = [f"{description}/bootstrap/pair={i},{j}/cell={c}" for i, j in pairs for c in range(4)]
@@ -226,7 +354,7 @@ def pair_vector(bits: NDArray[np.uint8]) -> Float64Array:
 
 
 def noisy_cooccurrence(
-    bits: NDArray[np.uint8],
+    bits: NDArray[np.uint8] | BootstrapStats,
     epsilon: float,
     key: bytes,
     description: str,
@@ -240,9 +368,10 @@ def noisy_cooccurrence(
     """
     from stream_dp.noise import KeyedNoise, stream_ids
 
-    m = int(bits.shape[1])
+    stats = _as_stats(bits)
+    m = stats.m
     pairs = tuple(itertools.combinations(range(m), 2))
-    exact = cooccurrence_vector(bits, max_ones) / WEIGHT_GRID  # integers, exactly
+    exact = stats.cooccurrence_vector(max_ones) / WEIGHT_GRID  # integers, exactly
     sens_units = cooccurrence_sensitivity(max_ones) / WEIGHT_GRID
     scale = math.nextafter(sens_units / epsilon, math.inf)
     names = (
@@ -259,7 +388,7 @@ def noisy_cooccurrence(
 
 
 def measure_cooccurrence(
-    bits: NDArray[np.uint8],
+    bits: NDArray[np.uint8] | BootstrapStats,
     epsilon: float,
     key: bytes,
     description: str,
@@ -273,7 +402,8 @@ def measure_cooccurrence(
         raise ValueError(f"bootstrap epsilon must be a finite number > 0, got {epsilon!r}")
     if max_ones < 2:
         raise ValueError(f"max_ones must be ≥ 2, got {max_ones}")
-    m = int(bits.shape[1])
+    bits = _as_stats(bits)
+    m = bits.m
     pairs = tuple(itertools.combinations(range(m), 2))
     noisy, scale = noisy_cooccurrence(bits, epsilon, key, description, max_ones)
     n_hat, ones_hat, co_hat = noisy[0], noisy[1 : m + 1], noisy[m + 1 :]
@@ -301,16 +431,17 @@ def ones_histogram(bits: NDArray[np.uint8]) -> Float64Array:
 
 
 def noisy_ones_histogram(
-    bits: NDArray[np.uint8], epsilon: float, key: bytes, description: str
+    bits: NDArray[np.uint8] | BootstrapStats, epsilon: float, key: bytes, description: str
 ) -> Float64Array:
     """:func:`ones_histogram` with discrete Laplace noise of scale ``1/ε`` (sensitivity 1)."""
     from stream_dp.noise import KeyedNoise, stream_ids
 
-    m = int(bits.shape[1])
+    stats = _as_stats(bits)
+    m = stats.m
     names = [f"{description}/ones-histogram/k={k}" for k in range(m + 1)]
     noise = KeyedNoise(key, f"attributes-ones-histogram/v1/{description}", stream_ids(names))
     scale = math.nextafter(1.0 / epsilon, math.inf)
-    out: Float64Array = ones_histogram(bits) + noise.discrete_laplace(0, scale).astype(np.float64)
+    out: Float64Array = stats.ones_histogram() + noise.discrete_laplace(0, scale).astype(np.float64)
     return out
 
 
@@ -330,7 +461,7 @@ def choose_max_ones(histogram: Float64Array, m: int, coverage: float | None = No
 
 
 def measure_bootstrap(
-    bits: NDArray[np.uint8],
+    bits: NDArray[np.uint8] | BootstrapStats,
     epsilon: float,
     key: bytes,
     description: str,
@@ -341,9 +472,10 @@ def measure_bootstrap(
     ``max_ones=None`` (default): spend :data:`HISTOGRAM_SHARE` of ``epsilon`` on a noisy
     histogram of the number of ones per event (sensitivity 1) and pick ``K`` with
     :func:`choose_max_ones`; the rest goes to the chosen bootstrap. A fixed ``max_ones`` skips
-    the histogram.
+    the histogram. ``bits`` may be a :class:`BootstrapStats` of the events instead.
     """
-    m = int(bits.shape[1])
+    bits = _as_stats(bits)
+    m = bits.m
     eps_h = 0.0
     if max_ones is None:
         eps_h = HISTOGRAM_SHARE * epsilon
