@@ -25,6 +25,8 @@ Rejection reasons (the ``reason`` of ``dp.events.dlq``):
 | ``late`` | the record's timestamp is at or after its tick's deadline (tick end + lateness) |
 | ``tick_closed`` | the event's tick closed before the record's offset (its release is out) |
 | ``value_not_integer`` | a fractional ``value`` with the ``naive-int`` strategy (whole numbers only) |
+| ``invalid_attributes`` | binary-attribute domain: ``attrs`` missing, not ``m`` characters 0/1, or a list with an undeclared name |
+| ``value_not_one`` | binary-attribute domain: a ``value`` other than 1 (every event counts once) |
 
 ``late`` and ``tick_closed`` are decided from the record itself and from the partition's public
 closing points (:mod:`agents.ticks`), never from other events.
@@ -52,6 +54,7 @@ __all__ = [
     "Rejection",
     "close_marker",
     "count_message",
+    "decode_attribute_event",
     "decode_event",
     "dlq_message",
     "encode",
@@ -76,6 +79,8 @@ REASONS = (
     "late",
     "tick_closed",
     "value_not_integer",
+    "invalid_attributes",
+    "value_not_one",
 )
 
 #: Kafka header that marks a close marker record (see the module docstring)
@@ -192,6 +197,59 @@ def decode_event(raw: bytes | None, max_bytes: int, max_value: float) -> Event |
     if value > max_value:
         return Rejection("value_out_of_range", f"value={value!r} > max_event_value={max_value!r}")
     return _new_event(Event, (key, ts, value))
+
+
+def decode_attribute_event(raw: bytes | None, max_bytes: int, domain: Any) -> Any:
+    """Decode one event of a binary-attribute domain (``dp.events.v1`` with ``attrs``);
+    never raises on bad input.
+
+    Returns ``(pattern, ts)`` — ``pattern`` with bit ``i`` set when attribute ``i`` is 1 — or a
+    :class:`Rejection`. ``attrs`` is a string of ``m`` characters ``0``/``1`` or the list of the
+    names of the event's 1-attributes; ``key`` is optional (any string); ``value`` must be absent
+    or 1.
+    """
+    if raw is None:
+        return Rejection("malformed_json", "empty message value")
+    if len(raw) > max_bytes:
+        return Rejection("oversize", f"{len(raw)} bytes > max_message_bytes={max_bytes}")
+    try:
+        obj = _loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return Rejection("malformed_json", str(exc)[:200])
+    except RecursionError:
+        return Rejection("malformed_json", "nesting too deep")
+    if type(obj) is not dict:
+        return Rejection("invalid_schema", f"expected a JSON object, got {type(obj).__name__}")
+    key = obj.get("key")
+    if key is not None and (type(key) is not str or len(key) > 1024):
+        return Rejection("invalid_schema", "key, when given, must be a string of at most 1024 chars")
+    ts = obj.get("ts")
+    tt = type(ts)
+    if tt is not float and tt is not int:
+        return Rejection("invalid_schema", "ts must be a number (Unix seconds)")
+    try:
+        ts = float(ts)  # type: ignore[arg-type]
+    except OverflowError:
+        return Rejection("ts_not_finite", "ts does not fit a float")
+    if not math.isfinite(ts):
+        return Rejection("ts_not_finite", f"ts={ts!r}")
+    if "value" in obj:
+        value = obj["value"]
+        if type(value) not in (int, float) or value != 1:
+            return Rejection("value_not_one", f"value={value!r}: a binary-attribute event counts "
+                             "once (omit value or give 1)")
+    attrs = obj.get("attrs")
+    if type(attrs) is list and not all(type(a) is str for a in attrs):
+        return Rejection("invalid_attributes", "attrs as a list holds attribute names (strings)")
+    if type(attrs) is not str and type(attrs) is not list:
+        return Rejection("invalid_attributes",
+                         f"attrs must be a string of {domain.m} characters 0/1 or a list of "
+                         "attribute names")
+    try:
+        pattern = domain.pattern(attrs)
+    except ValueError as exc:
+        return Rejection("invalid_attributes", str(exc)[:200])
+    return (pattern, ts)
 
 
 def encode(obj: Any) -> bytes:

@@ -32,7 +32,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from agents.codec import CLOSE_HEADER, Rejection, decode_event, parse_close_marker
+from agents.codec import (
+    CLOSE_HEADER,
+    Rejection,
+    decode_attribute_event,
+    decode_event,
+    parse_close_marker,
+)
 from agents.config import Settings
 from agents.ticks import Schedule
 
@@ -109,7 +115,10 @@ class Router:
     def __init__(self, domain: Any, shards: int) -> None:
         self.domain = domain
         self.shards = shards
-        names: Sequence[str] = domain.names
+        #: a binary-attribute domain: events are routed as attribute patterns (bit i =
+        #: attribute i) to shard 0, which releases every table (agents.release)
+        self.patterns = getattr(domain, "kind", "") == "binary"
+        names: Sequence[str] = () if self.patterns else domain.names
         self.node_shard = [shard_of(n, shards) for n in names]
         self.shard_nodes: list[list[int]] = [[] for _ in range(shards)]
         self.local_index = [0] * len(names)
@@ -121,6 +130,8 @@ class Router:
         self.declared: dict[str, tuple[int, ...]] = {}
 
     def shard_names(self, shard: int) -> list[str]:
+        if self.patterns:
+            return []
         names: Sequence[str] = self.domain.names
         return [names[i] for i in self.shard_nodes[shard]]
 
@@ -423,6 +434,15 @@ class IngestState:
         router = self.router
         for tick in range(first, c.through + 1):
             bucket = self.buckets.pop(tick, {})
+            if router.patterns:
+                # every table lives in shard 0: hand it the tick's events as (pattern, count)
+                items = sorted((nodes[0], v) for nodes, v in bucket.items())
+                for shard in range(router.shards):
+                    mine = items if shard == 0 else []
+                    self.out.partials.append(Partial(
+                        tick, self.partition, shard, tuple(i for i, _ in mine),
+                        tuple(x for _, x in mine), decided))
+                continue
             sums: dict[int, float] = {}
             for nodes in sorted(bucket):  # fixed order: bit-identical sums on every replay
                 v = bucket[nodes]
@@ -473,6 +493,7 @@ class IngestState:
         markers = self.markers
         whole = s.strategy == "naive-int"  # integer releases: whole-number values only
         nodes_of = self.router.nodes
+        patterns = self.router.patterns
         buckets = self.buckets
         dead = self.out.dead_letters
         floor = math.floor
@@ -573,16 +594,25 @@ class IngestState:
                             accepted += 1
                             continue
             # Full classification, with the reason of any rejection.
-            got_ev = decode_event(value, max_bytes, max_value)
-            if type(got_ev) is Rejection:
-                dead.append((key, got_ev, value, offset))
-                continue
-            ev_key, ts, v = got_ev  # type: ignore[misc]
-            nodes = nodes_of(ev_key)
-            if nodes is None:
-                dead.append((key, Rejection("unknown_key", f"key {ev_key[:200]!r} is not declared"),
-                             value, offset))
-                continue
+            if patterns:
+                got_at = decode_attribute_event(value, max_bytes, self.router.domain)
+                if type(got_at) is Rejection:
+                    dead.append((key, got_at, value, offset))
+                    continue
+                pattern, ts = got_at
+                nodes, v = (pattern,), 1.0
+            else:
+                got_ev = decode_event(value, max_bytes, max_value)
+                if type(got_ev) is Rejection:
+                    dead.append((key, got_ev, value, offset))
+                    continue
+                ev_key, ts, v = got_ev  # type: ignore[misc]
+                nodes = nodes_of(ev_key)
+                if nodes is None:
+                    dead.append((key, Rejection("unknown_key",
+                                                f"key {ev_key[:200]!r} is not declared"),
+                                 value, offset))
+                    continue
             if ts < origin:
                 dead.append((key, Rejection("before_origin", f"ts={ts!r} < origin={origin!r}"),
                              value, offset))
@@ -616,7 +646,7 @@ class IngestState:
                 dead.append((key, Rejection("tick_closed", f"tick {tick} was closed before "
                              f"offset {offset} (next open tick {next_tick})"), value, offset))
                 continue
-            if v > cap:
+            if v > cap and not patterns:
                 v = cap
                 clamped += 1
             slow_bucket = buckets.get(tick)

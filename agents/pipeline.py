@@ -671,7 +671,8 @@ class ReleaseStage(_Stage):
 
     def __init__(self, worker: Worker, topic: str, group: str, ckpt_topic: str) -> None:
         super().__init__(worker, topic, group, ckpt_topic)
-        self._partitions: dict[int, list[int]] = {}
+        #: shard -> (its streams, counts partition of each): recomputed when the streams change
+        self._partitions: dict[int, tuple[tuple[str, ...], list[int]]] = {}
         #: (shard, tick) -> monotonic time its first partial was seen while incomplete
         self._incomplete: dict[tuple[int, int], float] = {}
         #: shard -> monotonic time since which its next tick is ready but held back (backlog)
@@ -680,6 +681,11 @@ class ReleaseStage(_Stage):
         self._manifest_sent: set[int] = set()
 
     def new_state(self, p: int) -> ReleaseState:
+        if self.w.router.patterns:
+            from agents.release import AttributeReleaseState, new_live
+
+            live = new_live(self.s, self.w.domain, self.w.key) if p == 0 else None
+            return AttributeReleaseState(self.s, self.w.router, p, live, key=self.w.key)
         return ReleaseState(
             self.s, self.w.router, p, self.w.new_bank(p), key=self.w.key,
             mechanism=self.w.mechanism(),
@@ -752,13 +758,13 @@ class ReleaseStage(_Stage):
     async def _partitions_of(self, prod: Any, shard: int, streams: tuple[str, ...]) -> list[int]:
         """Counts-topic partition of each stream (the default murmur2 key partitioner)."""
         cached = self._partitions.get(shard)
-        if cached is not None and len(cached) == len(streams):
-            return cached
+        if cached is not None and (cached[0] is streams or cached[0] == streams):
+            return cached[1]
         from aiokafka.partitioner import murmur2
 
         parts = sorted(await prod.partitions_for(self.s.counts_topic))
         found = [parts[(murmur2(n.encode("utf-8")) & 0x7FFFFFFF) % len(parts)] for n in streams]
-        self._partitions[shard] = found
+        self._partitions[shard] = (streams, found)
         return found
 
     async def _send_counts(self, prod: Any, shard: int, releases: list[Release]) -> None:
@@ -866,6 +872,9 @@ class Worker:
         self.on_release = on_release
         self.key = key if key is not None else settings.noise_key()
         self.domain = domain if domain is not None else load_domain(settings.domain_file)
+        from agents.config import check_attribute_settings
+
+        check_attribute_settings(settings, self.domain)
         self.router = Router(self.domain, settings.shards)
         if settings.compact_topic:
             from agents.topics import check_compact_size

@@ -242,6 +242,143 @@ class TickAssembler:
 
 SolveFn = Callable[[Any, Sequence[float], Sequence[float]], Any]
 
+#: Schema of the consistent tables of a binary-attribute domain on the histograms topic.
+MARGINALS_SCHEMA: Final = "dp.marginals.v1"
+
+
+@dataclass(frozen=True)
+class TableTick:
+    """All ``dp.tables.v1`` records of one tick of a binary-attribute domain, in table order."""
+
+    tick: int
+    tick_end: float
+    records: tuple[dict[str, Any], ...]
+
+
+class TableAssembler(TickAssembler):
+    """:class:`TickAssembler` for ``dp.tables.v1`` records: a tick is complete when all of its
+    ``tables`` records (of one structure) are in. Same ordering, dropping and resume rules."""
+
+    def __init__(self, *, every: int = 1, after_tick: int = 0, max_pending: int = 256) -> None:
+        super().__init__((), every=every, after_tick=after_tick, max_pending=max_pending)
+        self._want: dict[int, tuple[int, str]] = {}
+
+    def add_table(self, partition: int, offset: int, rec: dict[str, Any]) -> None:
+        """Record one decoded table record read at ``(partition, offset)``."""
+        tick = rec["tick"]
+        if not self.wanted(tick):
+            return
+        pending = self._pending.get(tick)
+        if pending is None:
+            pending = self._pending[tick] = _Pending()
+            if len(self._pending) > self.max_pending:
+                oldest = min(self._pending)
+                del self._pending[oldest]
+                self._want.pop(oldest, None)
+                self._drop(oldest, "more than max_pending ticks buffered (a release shard lags)")
+                if oldest == tick:
+                    return
+        shape = (int(rec["tables"]), str(rec["structure"]))
+        known = self._want.setdefault(tick, shape)
+        index = int(rec["table"])
+        held: dict[int, Any] = pending.values  # records here, not (value, stderr) pairs
+        old = held.get(index)
+        if known != shape or (old is not None and old != rec):
+            self.conflicts += 1
+            log.error("conflicting re-publication of a table", extra={"tick": tick,
+                                                                       "table": index})
+        elif old is None:
+            held[index] = rec
+        pending.tick_end = max(pending.tick_end, float(rec["tick_end"]))
+        prev = pending.first_offset.get(partition)
+        if prev is None or offset < prev:
+            pending.first_offset[partition] = offset
+
+    def pop_complete(self) -> list[TableTick]:  # type: ignore[override]
+        done = sorted(t for t, p in self._pending.items()
+                      if len(p.values) == self._want.get(t, (-1, ""))[0])
+        out: list[TableTick] = []
+        for t in done:
+            for stale in sorted(s for s in self._pending if s < t):
+                del self._pending[stale]
+                self._want.pop(stale, None)
+                self._drop(stale, f"incomplete while tick {t} is complete (releases lost)")
+            p = self._pending.pop(t)
+            n, _ = self._want.pop(t)
+            held: dict[int, Any] = p.values
+            out.append(TableTick(t, p.tick_end, tuple(held[i] for i in range(n))))
+            self.after_tick = t
+        return out
+
+
+def decode_table_record(data: bytes | str, domain_name: str | None = None) -> dict[str, Any]:
+    """A ``dp.tables.v1`` value, checked for the fields the reconciler uses (``ValueError``)."""
+    try:
+        obj = _loads(data)
+    except ValueError as exc:
+        raise ValueError(f"table record is not JSON: {exc}") from None
+    if not isinstance(obj, dict) or obj.get("schema") != "dp.tables.v1":
+        raise ValueError("not a dp.tables.v1 record")
+    if domain_name is not None and obj.get("domain") != domain_name:
+        raise ValueError(f"table record of domain {obj.get('domain')!r}, not {domain_name!r}")
+    for name in ("tick", "tables", "table"):
+        v = obj.get(name)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"table record field {name!r} must be an integer >= 0")
+    attrs, cells = obj.get("attributes"), obj.get("cells")
+    if not isinstance(attrs, list) or not isinstance(cells, list) or len(cells) != 1 << len(attrs):
+        raise ValueError("table record needs 2^len(attributes) cells")
+    if not isinstance(obj.get("stderr"), int | float) or not obj["stderr"] >= 0:
+        raise ValueError("table record field 'stderr' must be a number >= 0")
+    return obj
+
+
+def marginals_message(tick: TableTick, attribute_names: Sequence[str],
+                      domain_name: str) -> tuple[dict[str, Any], Any]:
+    """The ``dp.marginals.v1`` value for one tick (docs/CONTRACTS.md) and solver diagnostics.
+
+    The tables are made consistent with :func:`stream_dp.attributes.consistency.make_consistent`
+    (GLS through the consistency engine's constraint groups, weighted by ``stderr²``).
+    """
+    import types
+
+    import numpy as np
+
+    from stream_dp.attributes.consistency import make_consistent_result
+
+    recs = tick.records
+    tables = [tuple(int(a) for a in r["attributes"]) for r in recs]
+    noisy = [np.asarray(r["cells"], dtype=np.float64) for r in recs]
+    variances = [max(float(r["stderr"]) ** 2, 1e-12) for r in recs]
+    t0 = time.perf_counter()
+    values, iterations, residual = make_consistent_result(tables, noisy, variances)
+    seconds = time.perf_counter() - t0
+    first = recs[0]
+    out_tables = []
+    for r, t, v in zip(recs, tables, values, strict=True):
+        out_tables.append({
+            "attributes": list(t), "names": [attribute_names[a] for a in t],
+            "kind": r.get("kind", "cluster"), "cells": [float(x) for x in v],
+            "noisy": [float(x) for x in r["cells"]], "stderr": float(r["stderr"]),
+            "carried_from_model": bool(r.get("carried_from_model", False)),
+        })
+    message: dict[str, Any] = {
+        "schema": MARGINALS_SCHEMA, "domain": domain_name, "tick": tick.tick,
+        "tick_end": tick.tick_end, "epoch": first.get("epoch", 0),
+        "structure": first.get("structure", ""), "attributes": list(attribute_names),
+        "clusters": [list(t) for t, r in zip(tables, recs, strict=True)
+                     if r.get("kind") != "bridge"],
+        "bridges": [list(t) for t, r in zip(tables, recs, strict=True)
+                    if r.get("kind") == "bridge"],
+        "tables": out_tables,
+        "total": float(np.mean([float(np.sum(v)) for v in values])),
+        "strategy": first.get("strategy"), "p": first.get("p"), "privacy": first.get("privacy"),
+        "budget": first.get("budget"), "consistent": True,
+        "diagnostics": {"iterations": iterations, "residual": residual, "seconds": seconds},
+    }
+    return message, types.SimpleNamespace(seconds=seconds, iterations=iterations,
+                                          residual=residual)
+
 
 def _default_solve() -> SolveFn:
     from stream_dp.consistency import reconcile
@@ -408,6 +545,8 @@ class Reconciler:
         self.config = config
         self.domain = domain
         self.names: tuple[str, ...] = tuple(domain.names)
+        #: a binary-attribute domain: dp.tables.v1 in, dp.marginals.v1 out
+        self.tables_mode = getattr(domain, "kind", "") == "binary"
         self.metrics = metrics
         self._solve = solve
         self.on_histogram = on_histogram
@@ -518,8 +657,11 @@ class Reconciler:
         after = await self.last_published_tick()
         # Continue at the next multiple of `every`.
         self.last_tick = after
-        assembler = TickAssembler(self.names, every=cfg.every, after_tick=after,
-                                  max_pending=cfg.max_pending_ticks)
+        assembler: TickAssembler = (
+            TableAssembler(every=cfg.every, after_tick=after, max_pending=cfg.max_pending_ticks)
+            if self.tables_mode else
+            TickAssembler(self.names, every=cfg.every, after_tick=after,
+                          max_pending=cfg.max_pending_ticks))
         log.info("reconcile leader resuming", extra={"after_tick": after})
         consumer = AIOKafkaConsumer(
             bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(),
@@ -587,7 +729,7 @@ class Reconciler:
 
     def _ingest(
         self, assembler: TickAssembler, batches: Mapping[Any, list[ConsumerRecord[Any, Any]]]
-    ) -> list[CompleteTick]:
+    ) -> list[Any]:
         conflicts, dropped = assembler.conflicts, assembler.dropped
         for tp, records in batches.items():
             for rec in records:
@@ -600,7 +742,10 @@ class Reconciler:
                 self.metrics.reconcile_skipped(assembler.dropped - dropped)
         return complete
 
-    def _solve_and_encode(self, tick: CompleteTick) -> tuple[Any, dict[str, Any], bytes]:
+    def _solve_and_encode(self, tick: Any) -> tuple[Any, dict[str, Any], bytes]:
+        if self.tables_mode:
+            message, result = marginals_message(tick, self.names, self.config.domain_name)
+            return result, message, encode(message)
         variances = [s * s for s in tick.stderr]
         result = self._solver()(self.domain, list(tick.noisy), variances)
         message = histogram_message(self.names, tick, result, self.config.domain_name)
@@ -608,6 +753,15 @@ class Reconciler:
 
     def _add(self, assembler: TickAssembler, partition: int, rec: ConsumerRecord[Any, Any]) -> None:
         if rec.value is None:
+            return
+        if isinstance(assembler, TableAssembler):
+            try:
+                table = decode_table_record(rec.value, self.config.domain_name)
+            except ValueError as exc:
+                log.warning("skipping an invalid table record",
+                            extra={"partition": partition, "offset": rec.offset, "error": str(exc)})
+                return
+            assembler.add_table(partition, rec.offset, table)
             return
         try:
             release = Release.from_json(rec.value)
@@ -617,7 +771,7 @@ class Reconciler:
             return
         assembler.add(partition, rec.offset, release)
 
-    async def _publish(self, producer: AIOKafkaProducer, tick: CompleteTick) -> None:
+    async def _publish(self, producer: AIOKafkaProducer, tick: Any) -> None:
         cfg = self.config
         try:
             result, message, value = await asyncio.to_thread(self._solve_and_encode, tick)

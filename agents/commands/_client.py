@@ -23,6 +23,9 @@ TOPIC_DEFAULTS: dict[str, tuple[str, str]] = {
     "events": ("STREAM_DP_EVENTS_TOPIC", "dp.events.v1"),
     "counts": ("STREAM_DP_COUNTS_TOPIC", "dp.counts.v1"),
     "histograms": ("STREAM_DP_HISTOGRAMS_TOPIC", "dp.histograms.v1"),
+    # binary-attribute domains: their tables on the counts topic, consistent ones on histograms
+    "tables": ("STREAM_DP_COUNTS_TOPIC", "dp.counts.v1"),
+    "marginals": ("STREAM_DP_HISTOGRAMS_TOPIC", "dp.histograms.v1"),
     # no contract name: compact output is off unless the deployment sets compact_topic
     "compact": ("STREAM_DP_COMPACT_TOPIC", ""),
 }

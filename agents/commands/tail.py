@@ -39,11 +39,18 @@ Print released DP counts (default) or consistent histograms as they are publishe
   compact      the compact records (dp.counts.block.v1, one per shard and tick; deployments
                with compact_topic set, docs/formats.md), decoded with the shard manifests
                from <topic>.manifests and shown exactly like counts (table or JSON lines)
+  tables       binary-attribute domains: dp.tables.v1 on the counts topic, one noisy
+               marginal table per line (tick, structure epoch, attributes, cells ± stderr)
+  marginals    binary-attribute domains: dp.marginals.v1 on the histograms topic, the
+               consistent tables of each tick; with --query A,B,... (attribute names or
+               indices, up to 8; repeatable) the answer to each query instead, computed from
+               the consistent tables (junction tree; docs/guide.md section 7)
 
 Where to start: live (default: only messages published from now on), --from-beginning (the
 whole retained topic) or --from-tick N (from the beginning, showing ticks >= N).
 Output: a table (default) or --json (each message as one JSON line, exactly as published).
---prefix P keeps streams whose name starts with P (for histograms: nodes).
+--prefix P keeps streams whose name starts with P (for histograms: nodes; for tables and
+marginals: tables holding an attribute whose name starts with P).
 For scripts: --max-messages N stops after N printed messages; --to-end stops at the end of the
 topic as it was when tail started (with --from-beginning / --from-tick: "what is there now");
 --timeout S stops after S seconds without a new message (note: a running worker publishes every
@@ -62,18 +69,25 @@ Examples:
   stream-dp tail counts --from-beginning --to-end --prefix www/ --json > releases.jsonl
   STREAM_DP_BOOTSTRAP=kafka-1:9092 stream-dp tail histograms
   stream-dp tail compact --topic dp.counts.compact --prefix www/ --from-beginning --to-end
+  stream-dp tail marginals --query milk,bread --query 3,7,9 --json
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "what", nargs="?", choices=("counts", "histograms", "compact"), default="counts",
+        "what", nargs="?", choices=("counts", "histograms", "compact", "tables", "marginals"),
+        default="counts",
         help="which output to follow (default: counts)",
     )
     add_bootstrap_argument(parser)
     parser.add_argument("--topic", help="topic name (default from the environment or contract)")
     parser.add_argument("--json", action="store_true", help="print each message as one JSON line")
     parser.add_argument("--prefix", default="", help="only streams/nodes starting with PREFIX")
+    parser.add_argument(
+        "--query", action="append", default=[], metavar="A,B,...",
+        help="marginals: answer this query (attribute names or indices, comma-separated; "
+             "repeatable) at every tick instead of printing the tables",
+    )
     start = parser.add_mutually_exclusive_group()
     start.add_argument("--from-beginning", action="store_true", help="read the whole topic")
     start.add_argument(
@@ -134,6 +148,75 @@ def format_count_row(msg: dict[str, Any]) -> str:
     )
 
 
+def _cells_text(cells: Any, width: int = 8) -> str:
+    vals = [c for c in cells or () if isinstance(c, int | float)]
+    shown = " ".join(f"{c:.1f}" for c in vals[:width])
+    return shown + (f" … ({len(vals)} cells)" if len(vals) > width else "")
+
+
+def format_table_row(msg: dict[str, Any]) -> str:
+    """One line for a ``dp.tables.v1`` record."""
+    names = ",".join(str(n) for n in msg.get("names") or ())
+    return (
+        f"tick {msg.get('tick', '?'):>6}  epoch {msg.get('epoch', '?')}  "
+        f"table {msg.get('table', '?')}/{msg.get('tables', '?')} {msg.get('kind', '?'):7} "
+        f"[{names}]  {_cells_text(msg.get('cells'))}  ± {_num(msg.get('stderr'))}"
+    )
+
+
+def format_marginals(msg: dict[str, Any], prefix: str = "") -> str:
+    """A block for a ``dp.marginals.v1`` message: the structure and the consistent tables."""
+    diag = msg.get("diagnostics") or {}
+    lines = [
+        f"tick {msg.get('tick', '?')} (ends {_iso(msg.get('tick_end'))} UTC), epoch "
+        f"{msg.get('epoch', '?')}: {len(msg.get('clusters') or ())} clusters, "
+        f"{len(msg.get('bridges') or ())} bridges, total {_num(msg.get('total'), '.1f')}, "
+        f"residual {_num(diag.get('residual'), '.2e')}"
+    ]
+    for t in _tables_with(msg, prefix):
+        names = ",".join(str(n) for n in t.get("names") or ())
+        lines.append(f"  {t.get('kind', '?'):7} [{names}]  {_cells_text(t.get('cells'), 16)}"
+                     f"  ± {_num(t.get('stderr'))}")
+    return "\n".join(lines)
+
+
+def _tables_with(msg: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    tables = [t for t in msg.get("tables") or () if isinstance(t, dict)]
+    if not prefix:
+        return tables
+    return [t for t in tables if any(str(n).startswith(prefix) for n in t.get("names") or ())]
+
+
+def answer_queries(msg: dict[str, Any], queries: list[str]) -> dict[str, Any]:
+    """``{"tick", "answers": [QueryAnswer.as_dict(), ...]}`` for ``dp.marginals.v1`` ``msg``.
+
+    A query is a comma-separated list of attribute names or indices (``ValueError`` if bad).
+    """
+    from stream_dp.attributes.query import answer, model_from_marginals
+
+    model, domain = model_from_marginals(msg)
+    out = []
+    for q in queries:
+        parts: list[int | str] = [int(a) if a.strip().isdigit() else a.strip()
+                                  for a in q.split(",") if a.strip()]
+        out.append(answer(model, parts, domain).as_dict())
+    return {"tick": msg.get("tick"), "tick_end": msg.get("tick_end"), "answers": out,
+            "schema": "stream-dp.answers.v1"}
+
+
+def format_answers(got: dict[str, Any]) -> str:
+    lines = [f"tick {got.get('tick', '?')} (ends {_iso(got.get('tick_end'))} UTC)"]
+    for a in got["answers"]:
+        names = a["names"]
+        se = a["stderr_bound"]
+        lines.append(f"  [{','.join(names)}]  ± {'n/a' if se is None else f'{se:.2f}'}")
+        for i, c in enumerate(a["counts"]):
+            bits = format(i, f"0{len(names)}b")
+            label = " ".join(f"{n}={b}" for n, b in zip(names, bits, strict=True))
+            lines.append(f"    {label:50} {c:12.2f}")
+    return "\n".join(lines)
+
+
 def _depth(name: str) -> int:
     if "|" in name:
         return name.count("|") + 1  # grid cell: after total (0) and marginals (1)
@@ -163,6 +246,10 @@ def format_histogram(msg: dict[str, Any], prefix: str = "") -> str:
 
 
 # ---------------------------------------------------------------------------------- consuming
+class QueryError(ValueError):
+    """A ``--query`` that the published tables cannot answer (bad name, index or size)."""
+
+
 class _Printer:
     def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
         self.args = args
@@ -177,6 +264,12 @@ class _Printer:
                 return False
         if self.args.what in ("counts", "compact"):
             return str(msg.get("stream", "")).startswith(self.args.prefix)
+        if self.args.what == "tables":
+            return msg.get("schema") == "dp.tables.v1" and (not self.args.prefix or any(
+                str(n).startswith(self.args.prefix) for n in msg.get("names") or ()))
+        if self.args.what == "marginals":
+            return msg.get("schema") == "dp.marginals.v1" and (
+                not self.args.prefix or bool(_tables_with(msg, self.args.prefix)))
         if self.args.prefix:
             return any(
                 str(n.get("stream", "")).startswith(self.args.prefix)
@@ -192,7 +285,14 @@ class _Printer:
             return
         if not isinstance(msg, dict) or not self.wants(msg):
             return
-        if self.args.json:
+        if self.args.what == "marginals" and self.args.query:
+            try:
+                got = answer_queries(msg, self.args.query)
+            except ValueError as exc:
+                raise QueryError(str(exc)) from None
+            print(json.dumps(got, separators=(",", ":")) if self.args.json
+                  else format_answers(got), file=self.out)
+        elif self.args.json:
             if self.args.what == "histograms" and self.args.prefix:
                 msg = {**msg, "nodes": [n for n in msg.get("nodes") or ()
                                         if str(n.get("stream", "")).startswith(self.args.prefix)]}
@@ -205,6 +305,10 @@ class _Printer:
                 print(COUNTS_HEADER, file=self.out)
                 self.header_done = True
             print(format_count_row(msg), file=self.out)
+        elif self.args.what == "tables":
+            print(format_table_row(msg), file=self.out)
+        elif self.args.what == "marginals":
+            print(format_marginals(msg, self.args.prefix), file=self.out)
         else:
             print(format_histogram(msg, self.args.prefix), file=self.out)
         self.out.flush()
@@ -355,6 +459,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"stream-dp tail: --from-tick must be an integer in [0, 2**62), got "
               f"{args.from_tick}", file=sys.stderr)
         return 2
+    if args.query and args.what != "marginals":
+        print("stream-dp tail: --query needs 'marginals' (stream-dp tail marginals --query A,B)",
+              file=sys.stderr)
+        return 2
+    for q in args.query:
+        n = len([a for a in q.split(",") if a.strip()])
+        if not 1 <= n <= 8:
+            print(f"stream-dp tail: --query {q!r} must name 1 to 8 attributes", file=sys.stderr)
+            return 2
     problem = security_problem()
     if problem:
         print(f"stream-dp tail: {problem}", file=sys.stderr)
@@ -372,6 +485,9 @@ def run(args: argparse.Namespace) -> int:
     except TopicMissingError as exc:
         print(f"stream-dp tail: {exc}", file=sys.stderr)
         return 1
+    except QueryError as exc:
+        print(f"stream-dp tail: --query: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # connection and TLS/SASL failures: one line, no traceback
         if not is_kafka_error(exc):
             raise

@@ -148,7 +148,14 @@ async def serve(
         tasks["reconcile"] = asyncio.ensure_future(reconciler.run(stop_event))
     from stream_dp.accounting import Accountant
 
-    accounting = Accountant.for_domain(domain, settings.privacy, cap=settings.cap).summary()
+    if getattr(domain, "kind", "") == "binary":
+        accounting: Any = {
+            "model": "pure", "epsilon_per_event": float(settings.epsilon),
+            "bootstrap_per_event": float(settings.epsilon * settings.attribute_bootstrap_fraction),
+            "attributes": domain.m, "structure_epoch_ticks": settings.attribute_epoch_ticks,
+        }
+    else:
+        accounting = Accountant.for_domain(domain, settings.privacy, cap=settings.cap).summary()
     log.info("worker started", extra={"worker_id": settings.worker_id, "domain": domain.name,
                                       "streams": len(domain.names), "privacy": accounting})
     if started is not None:
@@ -261,6 +268,9 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
             f"domain_file {settings.domain_file!r} cannot be read: {exc.strerror or exc}"
         ) from None
     check_memory(settings, len(domain.names))
+    from agents.config import check_attribute_settings
+
+    check_attribute_settings(settings, domain)
     from agents.release import build_mechanism
 
     build_mechanism(settings)  # refuses a numeric range that cap × max_events_per_tick exceeds

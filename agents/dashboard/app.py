@@ -16,6 +16,10 @@ Routes (relative to the mount point, ``/dashboard/`` in the worker):
   ``dp.histograms.v1`` message) as they arrive, and ``status`` (consumer state); only streams
   starting with ``P`` when given;
 * ``GET /api/snapshot[?prefix=P]`` — the same snapshot as JSON (for scripts and tests).
+
+Binary-attribute domains: each ``dp.tables.v1`` record becomes one series per table cell (named
+``a=1,b=0``: the cell's attribute values) and the latest ``dp.marginals.v1`` message (the
+consistent tables, the chosen clusters and bridges) is held and pushed as ``marginals``.
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ class DashboardState:
     max_points: int = DEFAULT_MAX_POINTS
     series: dict[str, StreamSeries] = field(default_factory=dict)
     histogram: dict[str, Any] | None = None
+    #: the latest dp.marginals.v1 message (binary-attribute domains)
+    marginals: dict[str, Any] | None = None
     subscribers: set[asyncio.Queue[tuple[str, Any] | None]] = field(default_factory=set)
     connected: bool = False
     error: str = ""
@@ -85,9 +91,13 @@ class DashboardState:
     started: float = field(default_factory=time.time)
 
     def add_counts(self, messages: list[dict[str, Any]]) -> list[list[Any]]:
-        """Store ``dp.counts.v1`` messages; return the rows to broadcast."""
+        """Store ``dp.counts.v1`` messages (and ``dp.tables.v1`` records, one series per table
+        cell); return the rows to broadcast."""
         rows: list[list[Any]] = []
+        expanded: list[dict[str, Any]] = []
         for msg in messages:
+            expanded.extend(_table_cells(msg) if msg.get("schema") == "dp.tables.v1" else [msg])
+        for msg in expanded:
             try:
                 stream = str(msg["stream"])
                 tick = int(msg["tick"])
@@ -125,6 +135,7 @@ class DashboardState:
                 if name.startswith(prefix)
             },
             "histogram": self.histogram,
+            "marginals": self.marginals,
             "status": self.status(),
         }
 
@@ -138,6 +149,25 @@ class DashboardState:
                 q.put_nowait(None)
                 continue
             q.put_nowait((kind, payload))
+
+
+def _table_cells(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A ``dp.tables.v1`` record as ``dp.counts.v1``-shaped messages, one per cell, named by
+    the cell's attribute values (``milk=1,bread=0``)."""
+    try:
+        names = [str(n) for n in rec["names"]]
+        cells = list(rec["cells"])
+        k = len(names)
+        out = []
+        for i, v in enumerate(cells):
+            bits = format(i, f"0{k}b")
+            label = ",".join(f"{n}={b}" for n, b in zip(names, bits, strict=True))
+            out.append({"stream": label, "tick": rec["tick"], "tick_end": rec["tick_end"],
+                        "value": v, "stderr": rec["stderr"], "strategy": rec.get("strategy"),
+                        "p": rec.get("p"), "privacy": rec.get("privacy")})
+        return out
+    except (KeyError, TypeError, ValueError):
+        return []
 
 
 def _security_of(settings: Any) -> Any:
@@ -227,6 +257,11 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
                             continue
                         if tp.topic == config.counts_topic:
                             counts.append(msg)
+                        elif msg.get("schema") == "dp.marginals.v1":
+                            if _newer_marginals(state.marginals, msg):
+                                state.marginals = msg
+                                state.messages += 1
+                                state.broadcast("marginals", msg)
                         elif _newer_histogram(state.histogram, msg):
                             state.histogram = msg
                             state.messages += 1
@@ -245,6 +280,12 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
         finally:
             with contextlib.suppress(Exception):
                 await consumer.stop()
+
+
+def _newer_marginals(current: dict[str, Any] | None, msg: dict[str, Any]) -> bool:
+    if not isinstance(msg.get("tables"), list) or not isinstance(msg.get("tick"), int):
+        return False
+    return current is None or int(msg["tick"]) >= int(current.get("tick", 0))
 
 
 def _newer_histogram(current: dict[str, Any] | None, msg: dict[str, Any]) -> bool:

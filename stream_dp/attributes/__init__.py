@@ -10,14 +10,17 @@ Modules (small, one job each):
 * :mod:`~stream_dp.attributes.consistency` — GLS consistency of overlapping tables (seed 000);
 * :mod:`~stream_dp.attributes.model` — the junction-tree / maximum-entropy estimator;
 * :mod:`~stream_dp.attributes.release` — the pipeline and its accounting (``stream-dp marginals``);
+* :mod:`~stream_dp.attributes.live` — the service's live release: tables re-decided per
+  structure epoch from that epoch's charged bootstrap;
 * :mod:`~stream_dp.attributes.query` — the query helper (names, labelled cells, standard errors).
 """
 
 from __future__ import annotations
 
 from stream_dp.attributes.domain import BinaryDomain
+from stream_dp.attributes.live import LiveConfig, LiveMarginals, LiveTick
 from stream_dp.attributes.model import JunctionTreeModel
-from stream_dp.attributes.query import QueryAnswer, answer, answer_all
+from stream_dp.attributes.query import QueryAnswer, answer, answer_all, model_from_marginals
 from stream_dp.attributes.release import (
     BudgetSplit,
     MarginalRelease,
@@ -31,6 +34,9 @@ __all__ = [
     "BinaryDomain",
     "BudgetSplit",
     "JunctionTreeModel",
+    "LiveConfig",
+    "LiveMarginals",
+    "LiveTick",
     "MarginalRelease",
     "OfflineResult",
     "QueryAnswer",
@@ -38,6 +44,7 @@ __all__ = [
     "answer",
     "answer_all",
     "choose_structure",
+    "model_from_marginals",
     "run_offline",
     "split_budget",
 ]

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from stream_dp.attributes.tables import cell_index
 from stream_dp.consistency import GroupBlock, approximate
 
-__all__ = ["constraint_blocks", "make_consistent"]
+__all__ = ["constraint_blocks", "make_consistent", "make_consistent_result"]
 
 Float64Array = NDArray[np.float64]
 
@@ -96,13 +96,26 @@ def make_consistent(
     ``variances``: per-table noise variance of each cell (default equal). Relative ``tol`` on the
     mean absolute change per cycle (scaled by the mean table total).
     """
+    return make_consistent_result(tables, values, variances, tol=tol, max_iter=max_iter)[0]
+
+
+def make_consistent_result(
+    tables: Sequence[Sequence[int]],
+    values: Sequence[Float64Array],
+    variances: Sequence[float] | None = None,
+    *,
+    tol: float = 1e-9,
+    max_iter: int = 2000,
+) -> tuple[list[Float64Array], int, float]:
+    """:func:`make_consistent` and the solver's diagnostics: ``(tables, iterations, residual)``
+    (residual: ``‖M x − b‖₂`` of the constraints after the last cycle, counts)."""
     if len(values) != len(tables):
         raise ValueError("one value array per table is required")
     for t, v in zip(tables, values, strict=True):
         if np.asarray(v).shape != (1 << len(t),):
             raise ValueError(f"table over {list(t)} needs {1 << len(t)} cells")
     if not tables:
-        return []
+        return [], 0, 0.0
     blocks, offsets = constraint_blocks(tables)
     x = np.concatenate([np.asarray(v, dtype=np.float64) for v in values])
     var = (
@@ -113,8 +126,9 @@ def make_consistent(
         )
     )
     if not blocks:
-        return [x[offsets[i] : offsets[i + 1]].copy() for i in range(len(tables))]
+        return [x[offsets[i] : offsets[i + 1]].copy() for i in range(len(tables))], 0, 0.0
     scale = max(1.0, float(np.abs(x).sum()) / len(tables) / max(1, x.size))
     res = approximate(x, var, blocks, tol=tol * scale, max_iter=max_iter)
     y = res.values
-    return [y[offsets[i] : offsets[i + 1]].copy() for i in range(len(tables))]
+    return ([y[offsets[i] : offsets[i + 1]].copy() for i in range(len(tables))],
+            int(res.iterations), float(res.residual))

@@ -54,7 +54,13 @@ def parse_bits(text: str, m: int) -> Bits:
 class BinaryDomain:
     """``m`` distinct named binary attributes, in declaration order (index = position)."""
 
-    def __init__(self, names: Sequence[str]) -> None:
+    #: the service tells domains apart by ``kind`` (:mod:`stream_dp.domain` has the others)
+    kind = "binary"
+
+    def __init__(self, names: Sequence[str], name: str = "attributes") -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError("the domain name must be a non-empty string")
+        self.name = name
         if isinstance(names, str):
             raise ValueError("names must be a sequence of attribute names, not one string")
         names_t = tuple(names)
@@ -78,7 +84,7 @@ class BinaryDomain:
         names = table.get("attributes")
         if not isinstance(names, list):
             raise ValueError("a binary-attribute domain needs attributes = [names, ...]")
-        return cls(names)
+        return cls(names, table.get("name", "attributes"))
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> BinaryDomain:
@@ -101,6 +107,26 @@ class BinaryDomain:
         if isinstance(m, bool) or not isinstance(m, int):
             raise ValueError(f"m must be an integer in [1, {MAX_ATTRIBUTES}], got {m!r}")
         return cls([f"a{i}" for i in range(m)])
+
+    def digest(self) -> str:
+        """SHA-256 (hex) of the name and the attribute names in order (binds noise and
+        checkpoints of a service to the declared attributes)."""
+        import hashlib
+        import json
+
+        text = json.dumps({"kind": "binary", "name": self.name, "attributes": self.names},
+                          separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    def pattern(self, event: str | Sequence[str]) -> int:
+        """An event as one integer: bit ``i`` set when attribute ``i`` is 1 (``ValueError`` for
+        a malformed event, like :meth:`encode`).
+
+        >>> BinaryDomain(["milk", "bread", "eggs"]).pattern("101")
+        5
+        """
+        bits = self.encode(event)
+        return int(sum(1 << i for i in np.flatnonzero(bits)))
 
     @property
     def m(self) -> int:

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from stream_dp.attributes.domain import BinaryDomain
 from stream_dp.attributes.model import JunctionTreeModel
 
-__all__ = ["MAX_ALPHA", "QueryAnswer", "answer", "answer_all"]
+__all__ = ["MAX_ALPHA", "QueryAnswer", "answer", "answer_all", "model_from_marginals"]
 
 #: Largest number of attributes of one query.
 MAX_ALPHA = 8
@@ -92,3 +92,27 @@ def answer_all(
 ) -> list[QueryAnswer]:
     """:func:`answer` for each query."""
     return [answer(model, q, domain) for q in queries]
+
+
+def model_from_marginals(message: Mapping[str, Any]) -> tuple[JunctionTreeModel, BinaryDomain]:
+    """The estimator and the domain of one ``dp.marginals.v1`` message (the service's
+    consistent tables at one tick, from the histograms topic), ready for :func:`answer`.
+
+    Standard errors use each table's published ``stderr`` (noise only; see the message's
+    ``carried_from_model`` flags).
+
+    >>> msg = {"attributes": ["milk", "bread"], "domain": "basket", "tables": [
+    ...     {"attributes": [0, 1], "cells": [5.0, 1.0, 3.0, 1.0], "stderr": 0.5}]}
+    >>> model, dom = model_from_marginals(msg)
+    >>> answer(model, ["milk"], dom).counts.tolist()
+    [6.0, 4.0]
+    """
+    try:
+        names = [str(n) for n in message["attributes"]]
+        tables = [tuple(int(a) for a in t["attributes"]) for t in message["tables"]]
+        values = [np.asarray(t["cells"], dtype=np.float64) for t in message["tables"]]
+        variances = [float(t["stderr"]) ** 2 for t in message["tables"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not a dp.marginals.v1 message: {exc!r}") from None
+    domain = BinaryDomain(names, str(message.get("domain") or "attributes"))
+    return JunctionTreeModel(tables, values, variances), domain

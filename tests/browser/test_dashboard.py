@@ -335,3 +335,76 @@ async def test_grid_histogram_shows_marginals_and_cell_table(
         await page.wait_for_selector('.chart[data-stream="total"]')
         await page.screenshot(path=str(ARTIFACTS / "dashboard-grid.png"), full_page=True)
         assert errors == []
+
+
+async def test_attribute_domain_shows_clusters_and_tables(
+    dashboard: tuple[str, str, str], kafka_broker: str, tmp_path: Path
+) -> None:
+    """A binary-attribute domain: dp.tables.v1 records (one chart series per table cell) and the
+    reconciled dp.marginals.v1 (chosen clusters, bridges, every consistent table), all built by
+    the service's own code from live releases of a small domain."""
+    import numpy as np
+    from aiokafka import AIOKafkaProducer
+
+    from agents.config import Settings, load_domain
+    from agents.ingest import Partial, Router
+    from agents.reconcile import TableTick, decode_table_record, marginals_message
+    from agents.release import AttributeReleaseState, new_live
+
+    url, counts_topic, hist_topic = dashboard
+    names = ["milk", "bread", "eggs", "tea", "jam", "salt"]
+    dom_file = tmp_path / "d.toml"
+    dom_file.write_text('name = "basket"\nkind = "binary"\nattributes = ['
+                        + ", ".join(json.dumps(n) for n in names) + "]\n", encoding="utf-8")
+    s = Settings(origin=ORIGIN, tick_seconds=TICK_S, domain_file=str(dom_file),
+                 events_partitions=1, shards=1, epsilon=5.0, p=P, attribute_epoch_ticks=4,
+                 attribute_max_cluster=3)
+    dom = load_domain(dom_file)
+    key = b"dashboard-attributes-key-0123456"
+    rel = AttributeReleaseState(s, Router(dom, 1), 0, new_live(s, dom, key), key=key)
+    rng = np.random.default_rng(0)
+    for t in range(1, 7):
+        z = rng.random(80) < 0.5
+        bits = np.where(z[:, None], rng.random((80, 6)) < 0.8, rng.random((80, 6)) < 0.1)
+        pats, counts = np.unique((bits.astype(np.uint64) << np.arange(6, dtype=np.uint64)).sum(1),
+                                 return_counts=True)
+        rel.add(t, Partial(t, 0, 0, tuple(int(p) for p in pats), tuple(float(c) for c in counts),
+                           0.0))
+    releases = [rel.step() for _ in range(6)]
+    records = [v for r in releases for _, v in r.messages(s, s.privacy.as_dict())]
+    last = releases[-1]
+    tick = TableTick(last.tick, last.tick_end,
+                     tuple(decode_table_record(v) for _, v in last.messages(s, s.privacy.as_dict())))
+    msg, _ = marginals_message(tick, dom.names, "basket")
+    async with _dashboard_page(url, wait_connected=True) as (page, errors):
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, acks="all")
+        await producer.start()
+        try:
+            for v in records:
+                await producer.send(counts_topic, v, key=b"basket/tables")
+            await producer.send_and_wait(hist_topic, json.dumps(msg).encode(), key=b"basket")
+        finally:
+            await producer.stop()
+        await page.wait_for_function("document.getElementById('histogram').dataset.tick === '6'")
+        assert await page.locator("#histogram .attr-table").count() == len(msg["tables"])
+        chips = page.locator("#histogram .cluster-chip")
+        assert await chips.count() == len(msg["clusters"]) + len(msg["bridges"])
+        first = msg["tables"][0]
+        block = page.locator(f'#histogram .attr-table[data-attrs="{",".join(map(str, first["attributes"]))}"]')
+        assert await block.locator(".hist-row").count() == len(first["cells"])
+        label = ",".join(f"{n}=0" for n in first["names"])
+        cell = block.locator(f'.hist-row[data-node="{label}"] .num')
+        shown = await cell.inner_text()
+        assert shown.replace("−", "-") in {f"{first['cells'][0]:.1f}", f"{first['cells'][0]:.2f}",
+                                           f"{first['cells'][0]:.3f}"}
+        assert "epoch" in await page.locator("#hist-meta").inner_text()
+        # every table cell became a series named by its attribute values; tick one to chart it
+        box = page.locator(f'#stream-list input[data-stream="{label}"]')
+        await box.check()
+        chart = page.locator(f'.chart[data-stream="{label}"]')
+        await page.wait_for_function(
+            f"document.querySelector('.chart[data-stream=\"{label}\"]')?.dataset.lastTick === '6'")
+        ticks_with = sum(1 for v in records if json.loads(v)["names"] == first["names"])
+        assert await chart.get_attribute("data-points") == str(ticks_with)
+        await page.screenshot(path=str(ARTIFACTS / "dashboard-attributes.png"), full_page=True)
+        assert errors == []

@@ -12,6 +12,7 @@
     selected: [],           // charted streams, in selection order
     userSelected: false,    // once the user picks, do not auto-select
     histogram: null,
+    marginals: null,        // latest dp.marginals.v1 (binary-attribute domains)
     prefix: "",
     source: null,
     messages: 0,
@@ -201,7 +202,52 @@
     return row;
   }
 
+  function cellLabel(names, i) {
+    const k = names.length;
+    return names.map((n, j) => `${n}=${(i >> (k - 1 - j)) & 1}`).join(",");
+  }
+
+  function renderMarginals() {
+    const m = state.marginals;
+    const box = $("histogram");
+    box.textContent = "";
+    const diag = m.diagnostics || {};
+    const clusters = m.clusters || [], bridges = m.bridges || [];
+    $("hist-meta").textContent = `tick ${m.tick} · epoch ${m.epoch} · ${clusters.length} clusters · ` +
+      `${bridges.length} bridges · total ${fmt(m.total)} · residual ` +
+      `${diag.residual !== undefined ? Number(diag.residual).toExponential(1) : "?"}`;
+    box.dataset.tick = String(m.tick);
+    document.querySelector("#histogram-panel h2").firstChild.nodeValue = "Consistent tables and clusters ";
+    const names = m.attributes || [];
+    const chips = el("div", { class: "clusters" });
+    chips.append(el("b", {}, "clusters"));
+    for (const c of clusters) chips.append(el("span", { class: "cluster-chip" }, c.map((a) => names[a] ?? a).join(" · ")));
+    if (bridges.length) {
+      chips.append(el("b", {}, "bridges"));
+      for (const b of bridges) chips.append(el("span", { class: "cluster-chip bridge" }, b.map((a) => names[a] ?? a).join(" · ")));
+    }
+    box.append(chips);
+    const tables = (m.tables || []).filter((t) => !state.prefix || (t.names || []).some((n) => String(n).startsWith(state.prefix)));
+    for (const t of tables) {
+      const block = el("div", { class: "attr-table", "data-attrs": (t.attributes || []).join(",") });
+      block.append(el("b", {}, `${t.kind} [${(t.names || []).join(", ")}]`),
+                   el("span", { class: "hint" }, ` ±${fmt(t.stderr)} per cell${t.carried_from_model ? " (carry from the model)" : ""}`));
+      const max = Math.max(1e-9, ...t.cells.map((v, i) => Math.max(v, t.noisy[i])));
+      block.append(el("div", { class: "hint" }, `cells: ${(t.names || []).join(" ")} = bits`));
+      t.cells.forEach((v, i) => {
+        const full = cellLabel(t.names || [], i);
+        const bits = i.toString(2).padStart((t.names || []).length, "0").split("").join(" ");
+        const row = barRow(bits, { value: v, noisy: t.noisy[i], stderr: t.stderr }, max, 1);
+        row.dataset.node = full;
+        row.title = `${full}: consistent ${fmt(v)}, noisy ${fmt(t.noisy[i])} ± ${fmt(t.stderr)}`;
+        block.append(row);
+      });
+      box.append(block);
+    }
+  }
+
   function renderHistogram() {
+    if (state.marginals && !state.histogram) return renderMarginals();
     const h = state.histogram;
     const box = $("histogram");
     if (!h) return;
@@ -286,6 +332,7 @@
         for (const p of s.points) addPoint(name, p, s.meta);
       }
       if (snap.histogram) state.histogram = snap.histogram;
+      if (snap.marginals) state.marginals = snap.marginals;
       applyStatus(snap.status);
       listDirty = chartsDirty = histDirty = true;
       schedule();
@@ -300,6 +347,13 @@
     });
     src.addEventListener("histogram", (ev) => {
       state.histogram = JSON.parse(ev.data);
+      state.messages += 1;
+      histDirty = true;
+      renderStatus("live", "live");
+      schedule();
+    });
+    src.addEventListener("marginals", (ev) => {
+      state.marginals = JSON.parse(ev.data);
       state.messages += 1;
       histDirty = true;
       renderStatus("live", "live");

@@ -1,0 +1,230 @@
+"""The service's binary-attribute path without Kafka: ingest → partials → table releases.
+
+Oracle: :class:`stream_dp.attributes.live.LiveMarginals` fed the same events directly (same key
+and description) must give bit-identical tables; the released cells must match the exact decayed
+counts within their standard errors; an added event changes only the cells that contain it, and
+only until the structure epoch ends; checkpoints resume bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents.codec import Rejection, decode_attribute_event, validate
+from agents.config import Settings, check_attribute_settings, load_domain
+from agents.ingest import IngestState, Partial, Router
+from agents.reconcile import TableAssembler, decode_table_record, marginals_message
+from agents.release import AttributeReleaseState, CheckpointRefused, new_live
+from stream_dp.attributes.domain import BinaryDomain
+from stream_dp.attributes.tables import count_table
+
+KEY = b"attribute-service-test-key-01234"
+NAMES = [f"f{i}" for i in range(10)]
+
+
+def _setup(tmp_path: Path, **kw: object) -> tuple[Settings, BinaryDomain]:
+    dom_file = tmp_path / "d.toml"
+    dom_file.write_text('name = "basket"\nkind = "binary"\nattributes = ['
+                        + ", ".join(json.dumps(n) for n in NAMES) + "]\n", encoding="utf-8")
+    base: dict[str, object] = dict(
+        origin=1000.0, tick_seconds=10.0, domain_file=str(dom_file), events_partitions=2,
+        shards=1, epsilon=2.0, p=0.9, allowed_lateness_s=0.0, attribute_epoch_ticks=6,
+        attribute_max_cluster=3)
+    base.update(kw)
+    s = Settings(**base)  # type: ignore[arg-type]
+    dom = load_domain(dom_file)
+    assert isinstance(dom, BinaryDomain) and dom.name == "basket" and dom.m == 10
+    return s, dom
+
+
+def _events(n_ticks: int, seed: int = 0) -> list[tuple[float, str]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(n_ticks):
+        for _ in range(40):
+            z = rng.random() < 0.4
+            bits = [(rng.random() < (0.8 if z else 0.1)) if i < 4 else (rng.random() < 0.3)
+                    for i in range(10)]
+            out.append((1000.0 + 10 * t + float(rng.uniform(0, 9.9)),
+                        "".join("1" if b else "0" for b in bits)))
+    return out
+
+
+def _run(s: Settings, dom: BinaryDomain, events: list[tuple[float, str]], ticks: int,
+         ckpt_at: int | None = None) -> list[object]:
+    router = Router(dom, s.shards)
+    ing = [IngestState(s, router, p, offset=0) for p in range(s.events_partitions)]
+    offsets = [0] * s.events_partitions
+    for i, (ts, attrs) in enumerate(events):
+        p = i % s.events_partitions
+        raw = json.dumps({"ts": ts, "attrs": attrs}).encode()
+        ing[p].process(offsets[p], None, raw, timestamp=int(ts * 1000))
+        offsets[p] += 1
+    for p, state in enumerate(ing):
+        assert not state.out.dead_letters
+        assert state.schedule_close(ticks, offsets[p], "clock", 0.0)
+        state.apply_due()
+    partials = [q for state in ing for q in state.out.partials]
+    assert len(partials) == ticks * s.events_partitions
+    rel = AttributeReleaseState(s, router, 0, new_live(s, dom, KEY), key=KEY)
+    for off, part in enumerate(partials):
+        rel.add(off, Partial.decode(part.encode()))
+    out = []
+    while rel.ready():
+        if ckpt_at is not None and rel.next_tick == ckpt_at:
+            twin = AttributeReleaseState(s, router, 0, new_live(s, dom, KEY), key=KEY)
+            twin.restore(rel.to_bytes(), 1, KEY)
+            rel = twin
+        out.append(rel.step())
+    return out
+
+
+def test_service_tables_equal_the_library_and_the_exact_counts(tmp_path: Path) -> None:
+    s, dom = _setup(tmp_path)
+    events = _events(14)
+    releases = _run(s, dom, events, 14)
+    assert [r.tick for r in releases] == list(range(1, 15))  # type: ignore[attr-defined]
+    # oracle 1: the library object fed the same events (same key, same description)
+    live = new_live(s, dom, KEY)
+    bits = np.array([[int(c) for c in a] for _, a in events], dtype=np.uint8)
+    ticks = np.array([int((ts - 1000.0) // 10) + 1 for ts, _ in events])
+    pats = np.array([dom.pattern(a) for _, a in events], dtype=np.uint64)
+    for t in range(1, 15):
+        u, c = np.unique(pats[ticks == t], return_counts=True)
+        lt = live.step(u, c.astype(np.float64))
+        rel = releases[t - 1]
+        assert rel.live.tables == lt.tables  # type: ignore[attr-defined]
+        for a, b in zip(rel.live.values, lt.values, strict=True):  # type: ignore[attr-defined]
+            assert a.tobytes() == b.tobytes()
+    # the structure was re-decided at ticks 6 and 12, from the bootstrap alone
+    assert [r.live.bootstrap is not None for r in releases] == [  # type: ignore[attr-defined]
+        t % 6 == 0 for t in range(1, 15)]
+    assert {r.live.epoch for r in releases} == {0, 1, 2}  # type: ignore[attr-defined]
+    # oracle 2: exact decayed counts of every table cell within 6 standard errors (epoch 0:
+    # no carry, the stderr is the bank's analytic noise)
+    for rel in releases[:6]:
+        t = rel.tick  # type: ignore[attr-defined]
+        w = np.where(ticks <= t, 0.9 ** (t - ticks).astype(np.float64), 0.0)
+        for attrs, vals, se in zip(rel.live.tables, rel.live.values,  # type: ignore[attr-defined]
+                                   rel.live.stderr, strict=True):  # type: ignore[attr-defined]
+            exact = count_table(bits, attrs, w)
+            assert np.all(np.abs(vals - exact) <= 6 * se + 1e-9), (t, attrs)
+    # the records validate against their schema and carry the budget split
+    recs = releases[5].records(s, s.privacy.as_dict())  # type: ignore[attr-defined]
+    for r in recs:
+        validate("dp.tables.v1", json.loads(json.dumps(r)))
+    b = recs[0]["budget"]
+    assert b["bootstrap"] + b["tables"] * b["per_table"] <= 2.0 + 1e-12
+    assert b["bootstrap"] == pytest.approx(0.4)
+    assert recs[0]["bootstrap"]["epoch"] == 0 and recs[1]["bootstrap"] is None
+
+
+def test_an_added_event_changes_only_its_own_cells_until_the_epoch_ends(tmp_path: Path) -> None:
+    """Neighbouring logs, same key: one extra event with every attribute set, at the very last
+    instant of a tick. Every table changes in exactly one cell (the event's), from the event's
+    tick to the end of its structure epoch, by exactly the decayed count (the tables' noise is
+    the same); every other cell is bit-identical."""
+    s, dom = _setup(tmp_path)
+    base = _events(6, seed=3)
+    extra = (1000.0 + 10 * 3 - 2**-30, "1" * 10)  # tick 3, just before it ends
+    a = _run(s, dom, base, 6)
+    b = _run(s, dom, [*base, extra], 6)
+    for ra, rb in zip(a, b, strict=True):
+        t = ra.tick  # type: ignore[attr-defined]
+        assert ra.live.tables == rb.live.tables  # type: ignore[attr-defined]
+        for attrs, va, vb in zip(ra.live.tables, ra.live.values,  # type: ignore[attr-defined]
+                                 rb.live.values, strict=True):  # type: ignore[attr-defined]
+            diff = np.flatnonzero(va != vb)
+            if t < 3:
+                assert diff.size == 0
+            else:
+                cell = (1 << len(attrs)) - 1  # all ones
+                assert diff.tolist() == [cell]
+                assert vb[cell] - va[cell] == pytest.approx(0.9 ** (t - 3), rel=1e-9, abs=1e-9)
+
+
+def test_checkpoints_resume_bit_for_bit_across_an_epoch_change(tmp_path: Path) -> None:
+    s, dom = _setup(tmp_path)
+    events = _events(14, seed=5)
+    plain = _run(s, dom, events, 14)
+    resumed = _run(s, dom, events, 14, ckpt_at=8)
+    for x, y in zip(plain, resumed, strict=True):
+        assert np.concatenate(x.live.values).tobytes() == np.concatenate(  # type: ignore[attr-defined]
+            y.live.values).tobytes()  # type: ignore[attr-defined]
+    # another key or configuration is refused
+    router = Router(dom, 1)
+    st = AttributeReleaseState(s, router, 0, new_live(s, dom, KEY), key=KEY)
+    blob = st.to_bytes()
+    other = s.replace(attribute_max_cluster=2)
+    with pytest.raises(CheckpointRefused):
+        AttributeReleaseState(other, router, 0, new_live(other, dom, KEY), key=KEY).restore(
+            blob, 1, KEY)
+    with pytest.raises(CheckpointRefused):
+        st.restore(blob, 1, b"another-key-0123456789abcdef0123")
+
+
+def test_attribute_events_are_validated() -> None:
+    dom = BinaryDomain(["milk", "bread", "eggs"])
+    ok = decode_attribute_event(b'{"ts": 5, "attrs": "101"}', 4096, dom)
+    assert ok == (5, 5.0)
+    assert decode_attribute_event(b'{"ts": 5, "attrs": ["eggs", "milk"], "value": 1}', 4096,
+                                  dom) == (5, 5.0)
+    bad = {
+        b'{"ts": 5, "attrs": "10"}': "invalid_attributes",
+        b'{"ts": 5, "attrs": "1x1"}': "invalid_attributes",
+        b'{"ts": 5, "attrs": ["tea"]}': "invalid_attributes",
+        b'{"ts": 5, "attrs": [1]}': "invalid_attributes",
+        b'{"ts": 5}': "invalid_attributes",
+        b'{"ts": 5, "attrs": "101", "value": 2}': "value_not_one",
+        b'{"ts": "5", "attrs": "101"}': "invalid_schema",
+        b'{"ts": 5, "attrs": "101", "key": 3}': "invalid_schema",
+        b"[1]": "invalid_schema",
+        b"{": "malformed_json",
+    }
+    for raw, reason in bad.items():
+        got = decode_attribute_event(raw, 4096, dom)
+        assert isinstance(got, Rejection) and got.reason == reason, raw
+    with pytest.raises(Exception) as err:
+        validate("dp.events.attributes.v1", {"ts": 1, "attrs": "10x"})
+    assert "10x" in str(err.value)
+
+
+def test_settings_a_binary_domain_refuses(tmp_path: Path) -> None:
+    s, dom = _setup(tmp_path)
+    check_attribute_settings(s, dom)
+    for change, word in [({"shards": 2}, "shards"), ({"privacy_model": "zcdp"}, "pure"),
+                         ({"compact_topic": "c"}, "compact")]:
+        with pytest.raises(ValueError, match=word):
+            check_attribute_settings(s.replace(**change), dom)
+    for bad in ({"attribute_epoch_ticks": 0}, {"attribute_max_cluster": 9},
+                {"attribute_bootstrap_fraction": 1.0}):
+        with pytest.raises(ValueError):
+            s.replace(**bad)
+
+
+def test_reconcile_makes_the_tables_consistent(tmp_path: Path) -> None:
+    s, dom = _setup(tmp_path)
+    releases = _run(s, dom, _events(8, seed=9), 8)
+    asm = TableAssembler()
+    for off, rel in enumerate(releases[::-1]):  # any order
+        for i, r in enumerate(rel.messages(s, s.privacy.as_dict())):  # type: ignore[attr-defined]
+            asm.add_table(0, off * 100 + i, decode_table_record(r[1], "basket"))
+    done = asm.pop_complete()
+    assert [t.tick for t in done] == list(range(1, 9))
+    msg, diag = marginals_message(done[-1], dom.names, "basket")
+    validate("dp.marginals.v1", json.loads(json.dumps(msg)))
+    tables = msg["tables"]
+    totals = [sum(t["cells"]) for t in tables]
+    assert max(totals) - min(totals) < 1e-6 * max(1.0, abs(totals[0]))
+    # shared attributes have equal one-way marginals in every table holding them
+    for a in range(10):
+        ones = [sum(c for i, c in enumerate(t["cells"])
+                    if (i >> (len(t["attributes"]) - 1 - t["attributes"].index(a))) & 1)
+                for t in tables if a in t["attributes"]]
+        assert max(ones) - min(ones) < 1e-6 * max(1.0, abs(totals[0])), a
+    assert diag.iterations >= 1 and math.isfinite(diag.residual)
