@@ -22,11 +22,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["AttributeEvents", "TreeAttributes"]
+__all__ = ["AttributeEvents", "TreeAttributes", "attribute_domain_toml",
+           "attribute_settings_toml"]
 
 DEFAULT_START = 1_704_067_200
 
@@ -36,6 +38,30 @@ def _lines(bits: NDArray[np.uint8], ts: NDArray[np.float64]) -> Iterator[str]:
     for row, t in zip(chars, ts, strict=True):
         yield json.dumps({"ts": float(t), "attrs": row.tobytes().decode("ascii")})
 
+
+
+def attribute_domain_toml(m: int, name: str = "attributes") -> str:
+    """A binary-attribute domain file for ``m`` attributes named ``a0 … a{m-1}`` (the names
+    the simulated events' characters stand for)."""
+    names = ", ".join(json.dumps(f"a{i}") for i in range(m))
+    return f'name = {json.dumps(name)}\nkind = "binary"\nattributes = [{names}]\n'
+
+
+def attribute_settings_toml(origin: float, tick_seconds: float, domain_file: str) -> str:
+    """Worker settings for replaying a simulated attribute log (``stream-dp replay``)."""
+    return "\n".join([
+        "# Worker settings for the attributes simulation (see docs/configuration.md).",
+        f"domain_file = {json.dumps(domain_file)}",
+        f"origin = {origin!r}",
+        f"tick_seconds = {float(tick_seconds)!r}",
+        "p = 0.99",
+        "epsilon = 1.0",
+        "shards = 1",
+        "attribute_epoch_ticks = 100",
+        "# a historical log: ticks close at the close markers `stream-dp replay` writes",
+        'schedule = "markers"',
+        "",
+    ])
 
 
 def _in_time_order(
@@ -113,6 +139,15 @@ class AttributeEvents:
         """The events as JSON lines (no trailing newline)."""
         bits, _, ts = self.generate()
         return _lines(bits, ts)
+
+    def log_events(self) -> Iterator[Any]:
+        """The events as :class:`simulators.logfile.Event` (with ``attrs``), in time order."""
+        from simulators.logfile import Event
+
+        bits, _, ts = self.generate()
+        chars = (bits + np.uint8(48)).view("S1").reshape(bits.shape)
+        for row, t in zip(chars, ts, strict=True):
+            yield Event("", float(t), 1.0, row.tobytes().decode("ascii"))
 
     def describe(self) -> str:
         """One line: sizes and parameters."""

@@ -34,8 +34,9 @@ Scenarios:
   census       paper 002: households with k dependent categorical attributes (--attributes,
                1..{len(ATTRIBUTES)}), keys are grid cells like age=18-34|tenure=rent; 365 ticks
   attributes   events with M yes/no attributes (--attributes, default 32): clusters of
-               dependent attributes, sparse 1s, drifting rates; JSON lines {"ts", "attrs"} for
-               'stream-dp marginals' (--out only); 300 ticks of 60 s, --rate 300 events/tick
+               dependent attributes, sparse 1s, drifting rates (--domain-out writes the binary
+               domain a0..aM-1, --to-topic feeds a worker); JSON lines {"ts", "attrs"} for
+               'stream-dp marginals' or 'stream-dp replay'; 300 ticks of 60 s, --rate 300/tick
   searchlogs   bursty web traffic over site/section paths, 32 768 ticks of 60 s
   nettrace     the same model, 65 536 ticks of 1 s
   worldcup98   the same model, exactly 7 518 579 events over 2 088 hourly ticks
@@ -176,12 +177,21 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
     return CensusHouseholds(axis, args.seed, k=k, rate=rate)
 
 
-def _run_attributes(args: argparse.Namespace) -> int:
-    """``stream-dp simulate attributes``: JSON lines for ``stream-dp marginals``."""
-    from simulators.attributes import AttributeEvents
+def _run_attributes(args: argparse.Namespace, produce: Producer | None) -> int:
+    """``stream-dp simulate attributes``: a JSON-lines log (for ``stream-dp marginals`` or
+    ``stream-dp replay``), the matching binary domain and settings, or events to Kafka."""
+    from simulators.attributes import (
+        AttributeEvents,
+        attribute_domain_toml,
+        attribute_settings_toml,
+    )
 
-    if not args.out or args.to_topic or args.domain_out or args.settings_out:
-        print("stream-dp simulate attributes: give --out FILE (only a JSON-lines log is written)",
+    if not (args.out or args.to_topic or args.domain_out or args.settings_out):
+        print("stream-dp simulate: nothing to do; give --out, --to-topic, --domain-out or "
+              "--settings-out", file=sys.stderr)
+        return 2
+    if args.format == "csv":
+        print("stream-dp simulate attributes: events with attributes are JSON lines only",
               file=sys.stderr)
         return 2
     try:
@@ -197,18 +207,64 @@ def _run_attributes(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"stream-dp simulate: {exc}", file=sys.stderr)
         return 2
-    out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
-    try:
-        n = 0
-        for line in gen.lines():
-            out.write(line + "\n")
-            n += 1
-    finally:
-        if out is not sys.stdout:
-            out.close()
-    print(f"{gen.describe()}: {n} events written to {args.out} (origin {gen.start:.3f})",
-          file=sys.stderr)
+    info = sys.stderr
+    if args.domain_out:
+        Path(args.domain_out).write_text(attribute_domain_toml(gen.m), encoding="utf-8")
+        print(f"binary domain ({gen.m} attributes a0..a{gen.m - 1}) written to {args.domain_out}",
+              file=info)
+    if args.settings_out:
+        settings_path = Path(args.settings_out)
+        ref = args.domain_out or "domain.toml"
+        if args.domain_out:
+            try:
+                ref = str(Path(args.domain_out).resolve().relative_to(
+                    settings_path.resolve().parent))
+            except ValueError:
+                ref = str(Path(args.domain_out).resolve())
+        settings_path.write_text(attribute_settings_toml(gen.start, tick_seconds, ref),
+                                 encoding="utf-8")
+        print(f"worker settings written to {args.settings_out} (origin {gen.start:.3f}, "
+              f"tick {tick_seconds:g} s)", file=info)
+    if args.out:
+        out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
+        try:
+            n = 0
+            for line in gen.lines():
+                out.write(line + "\n")
+                n += 1
+        finally:
+            if out is not sys.stdout:
+                out.close()
+        print(f"{gen.describe()}: {n} events written to {args.out} (origin {gen.start:.3f})",
+              file=info)
+    if args.to_topic:
+        return _produce(args, produce, gen.log_events(), gen.describe())
     return 0
+
+
+def _produce(args: argparse.Namespace, produce: Producer | None, events: Iterator[Event],
+             what: str) -> int:
+    if produce is None:
+        print("stream-dp simulate: --to-topic needs a Kafka producer: run it as "
+              "'stream-dp simulate' (service install)", file=sys.stderr)
+        return 2
+
+    async def run_producer() -> Produced:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await produce(_records(events), args, stop)
+
+    try:
+        report = asyncio.run(run_producer())
+    except (RuntimeError, OSError) as exc:
+        print(f"stream-dp simulate: {exc}", file=sys.stderr)
+        return 1
+    done = "stopped after" if report.interrupted else "produced"
+    print(f"{what}: {report.sent} events {done} to {report.topic} in "
+          f"{report.seconds:.1f} s", file=sys.stderr)
+    return 130 if report.interrupted else 0
 
 
 def _records(events: Iterator[Event]) -> Iterator[LogRecord]:
@@ -239,7 +295,7 @@ def run(args: argparse.Namespace, produce: Producer | None = None) -> int:
         print(f"stream-dp simulate: {exc}", file=sys.stderr)
         return 2
     if args.scenario == "attributes":
-        return _run_attributes(args)
+        return _run_attributes(args, produce)
     if not (args.out or args.to_topic or args.domain_out or args.settings_out):
         print("stream-dp simulate: nothing to do; give --out, --to-topic, --domain-out or "
               "--settings-out", file=sys.stderr)
@@ -276,25 +332,5 @@ def run(args: argparse.Namespace, produce: Producer | None = None) -> int:
                 n = write_log(sim.events(), fh, fmt)
         print(f"{sim.describe()}: {n} events written to {args.out}", file=info)
     if args.to_topic:
-        if produce is None:
-            print("stream-dp simulate: --to-topic needs a Kafka producer: run it as "
-                  "'stream-dp simulate' (service install)", file=sys.stderr)
-            return 2
-
-        async def run_producer() -> Produced:
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
-            return await produce(_records(sim.events()), args, stop)
-
-        try:
-            report = asyncio.run(run_producer())
-        except (RuntimeError, OSError) as exc:
-            print(f"stream-dp simulate: {exc}", file=sys.stderr)
-            return 1
-        what = "stopped after" if report.interrupted else "produced"
-        print(f"{sim.describe()}: {report.sent} events {what} to {report.topic} in "
-              f"{report.seconds:.1f} s", file=info)
-        return 130 if report.interrupted else 0
+        return _produce(args, produce, sim.events(), sim.describe())
     return 0

@@ -10,7 +10,10 @@ late):
   declared event key (a leaf stream or grid cell). ``value`` is the event's contribution (default 1;
   the worker clamps it to the contribution cap).
 * **JSON lines** (``.jsonl`` / ``.ndjson``): ``{"key": str, "ts": number | ISO 8601 string,
-  "value": number}`` with ``value`` optional (default 1). Blank lines are skipped.
+  "value": number}`` with ``value`` optional (default 1). Blank lines are skipped. For a
+  binary-attribute domain a line is ``{"ts": …, "attrs": "0110…"}`` (``attrs``: a string of
+  ``0``/``1``, or the list of the names of the 1-attributes; ``key`` optional; no ``value``):
+  what ``stream-dp simulate attributes`` writes.
 
 Everything here is pure Python (no Kafka), so the simulators and tests can use it directly.
 """
@@ -45,10 +48,26 @@ class Event:
     key: str
     ts: float
     value: float = 1.0
+    #: binary-attribute events: their attributes (``"0110…"`` or a list of names), else None
+    attrs: str | tuple[str, ...] | None = None
 
     def to_message(self) -> dict[str, object]:
         """The ``dp.events.v1`` message value (see docs/CONTRACTS.md)."""
+        if self.attrs is not None:
+            out: dict[str, object] = {"ts": self.ts, "attrs": (
+                self.attrs if isinstance(self.attrs, str) else list(self.attrs))}
+            if self.key:
+                out["key"] = self.key
+            return out
         return {"key": self.key, "ts": self.ts, "value": self.value}
+
+    @property
+    def partition_key(self) -> str:
+        """The Kafka record key: the event key, or (attribute events without one) the
+        attributes, so that a replay puts every event in the same partition again."""
+        if self.key or self.attrs is None:
+            return self.key
+        return self.attrs if isinstance(self.attrs, str) else ",".join(self.attrs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,16 +207,35 @@ def _parse_csv_line(text: str, columns: dict[str, int]) -> Event:
     return Event(key=_parse_key(key_raw), ts=parse_ts(ts_raw), value=_parse_value(cell("value")))
 
 
+def _parse_attrs(raw: object) -> str | tuple[str, ...]:
+    if isinstance(raw, str) and raw and not raw.strip("01") and len(raw) <= 64:
+        return raw
+    if isinstance(raw, list) and all(isinstance(a, str) and a for a in raw):
+        return tuple(raw)
+    raise ValueError(f"attrs must be a string of 0/1 (at most 64) or a list of names, got {raw!r}")
+
+
 def _parse_json_line(text: str) -> Event:
     obj = json.loads(text)
     if not isinstance(obj, dict):
         raise ValueError("each JSON line must be an object with key, ts and optional value")
+    if "attrs" in obj:
+        key = obj.get("key")
+        if key is not None and not isinstance(key, str):
+            raise ValueError(f"key must be a string, got {key!r}")
+        if obj.get("value", 1) != 1:
+            raise ValueError("an event with attrs counts once: omit value or give 1")
+        return Event(key=key or "", ts=parse_ts(obj.get("ts")), attrs=_parse_attrs(obj["attrs"]))
     return Event(
         key=_parse_key(obj.get("key")), ts=parse_ts(obj.get("ts")), value=_parse_value(obj.get("value"))
     )
 
 
 def format_event(event: Event, fmt: LogFormat) -> str:
+    if event.attrs is not None:
+        if fmt != "jsonl":
+            raise ValueError("events with attrs are written as JSON lines only")
+        return json.dumps(event.to_message(), separators=(",", ":")) + "\n"
     """One log line (with newline). Times are written with millisecond precision."""
     value = f"{event.value:g}" if event.value != int(event.value) else str(int(event.value))
     if fmt == "csv":

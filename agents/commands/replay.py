@@ -400,7 +400,7 @@ async def send_events(
             fut = await producer.send(
                 topic,
                 value=encode_event(event),
-                key=event.key.encode(),
+                key=event.partition_key.encode(),
                 headers=headers,
             )
             pending.append((record, fut))
@@ -515,7 +515,7 @@ def _shifted(records: Iterable[LogRecord], offset: float) -> Iterator[LogRecord]
     for r in records:
         e = r.event
         yield LogRecord(r.number, r.end_offset,
-                        Event(e.key, round((e.ts + offset) * 1000) / 1000.0, e.value))
+                        Event(e.key, round((e.ts + offset) * 1000) / 1000.0, e.value, e.attrs))
 
 
 def _say(out: TextIO, text: str) -> None:
