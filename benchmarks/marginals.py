@@ -8,6 +8,10 @@ Data: :class:`simulators.attributes.AttributeEvents` (clusters of dependent attr
 
 * **method** — ``run_offline``: charged bootstrap, capped Chow–Liu clusters + bridges, decayed
   counters, GLS consistency, junction-tree estimator (the code path of ``stream-dp marginals``);
+* **service (live)** — :class:`stream_dp.attributes.live.LiveMarginals`, the code path of a
+  ``stream-dp worker`` with a binary domain: no look-ahead; the first structure epoch uses
+  fixed groups of attributes, each later one the tables chosen from the previous epoch's
+  bootstrap (``--epoch-ticks``), the consistent model carried across;
 * **model error only** — the method's tables, exact (no noise), through the same estimator:
   what is left is the error of assuming away dependence the tables do not capture;
 * **(a) independence** — product of the *exact* (non-private) one-way decayed marginals;
@@ -17,7 +21,7 @@ Data: :class:`simulators.attributes.AttributeEvents` (clusters of dependent attr
   matches the query's C(α, 2) consistent pair tables, each made non-negative like the method's.
 
 Usage: python benchmarks/marginals.py [--m 32] [--ticks 300] [--rate 300] [--epsilon 1]
-       [--p 0.99] [--queries 200] [--reps 3] [--seed 0]
+       [--p 0.99] [--queries 200] [--reps 3] [--seed 0] [--epoch-ticks 100]
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from numpy.typing import NDArray
 
 from simulators.attributes import AttributeEvents, TreeAttributes
 from stream_dp.attributes.consistency import make_consistent
+from stream_dp.attributes.live import LiveConfig, LiveMarginals
 from stream_dp.attributes.model import JunctionTreeModel, _nonnegative
 from stream_dp.attributes.release import MarginalRelease, run_offline
 from stream_dp.attributes.tables import cell_index, count_table, marginalize
@@ -88,6 +93,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-cluster", type=int, default=4)
     ap.add_argument("--bootstrap-fraction", type=float, default=0.2)
+    ap.add_argument("--epoch-ticks", type=int, default=100,
+                    help="structure epoch of the service (live) row, ticks")
     ap.add_argument(
         "--data",
         choices=("clusters", "tree"),
@@ -125,6 +132,7 @@ def main() -> None:
     )
     names = (
         "method",
+        "service (live)",
         "method's tables, exact (model error only)",
         "independence (exact 1-way)",
         "all 2-way tables",
@@ -135,7 +143,8 @@ def main() -> None:
             errs["independence (exact 1-way)"][a].append(tv(independence(one_way, q), ex))
     pairs = list(itertools.combinations(range(args.m), 2))
     structures = []
-    t_method = t_base = 0.0
+    t_method = t_base = t_live = 0.0
+    live_tables: list[int] = []
     for rep in range(args.reps):
         key = hashlib.sha256(f"bench-marginals/{rep}".encode()).digest()
         t0 = time.perf_counter()
@@ -161,6 +170,20 @@ def main() -> None:
                     tv(noiseless.answer(q), ex)
                 )
         t0 = time.perf_counter()
+        live = LiveMarginals(
+            LiveConfig(args.m, args.epsilon, args.p, args.epoch_ticks, args.bootstrap_fraction,
+                       args.max_cluster), key, f"bench-live/{rep}")
+        pats = (bits.astype(np.uint64) << np.arange(args.m, dtype=np.uint64)).sum(axis=1)
+        for t in range(1, last + 1):
+            u, c = np.unique(pats[ticks == t], return_counts=True)
+            live.step(u, c.astype(np.float64))
+        live_model = live.model()
+        live_tables.append(len(live.structure.tables))
+        t_live += time.perf_counter() - t0
+        for a in (3, 5):
+            for q, ex in zip(queries[a], exact[a], strict=True):
+                errs["service (live)"][a].append(tv(live_model.answer(q), ex))
+        t0 = time.perf_counter()
         base = MarginalRelease(pairs, args.p, last, args.epsilon / len(pairs), key, f"base/{rep}")
         order = np.argsort(ticks, kind="stable")
         ids = base.cell_ids(bits)[order]
@@ -175,12 +198,15 @@ def main() -> None:
         t_base += time.perf_counter() - t0
     s = structures[0]
     print(f"# structure (key seed 0): {len(s.tables)} tables: {[list(t) for t in s.tables]}")
-    print(f"# run time: method {t_method / args.reps:.1f} s, all-2-way {t_base / args.reps:.1f} s")
+    print(f"# run time: method {t_method / args.reps:.1f} s, service (live) "
+          f"{t_live / args.reps:.1f} s, all-2-way {t_base / args.reps:.1f} s")
     print()
     print("| estimator | tables measured | mean TV, 3-way | mean TV, 5-way |")
     print("|---|---|---|---|")
     n_tab = {
         "method": f"{np.mean([len(x.tables) for x in structures]):.1f} (+ bootstrap)",
+        "service (live)": f"{np.mean(live_tables):.1f} in the last epoch (+ a bootstrap "
+                          f"per {args.epoch_ticks} ticks)",
         "method's tables, exact (model error only)": "same (exact, not private)",
         "independence (exact 1-way)": "— (exact, not private)",
         "all 2-way tables": str(len(pairs)),

@@ -38,6 +38,12 @@ It runs until Ctrl-C / SIGTERM, or for --duration seconds, then stops the simula
 (which leaves its consumer groups) and the broker, and removes the temporary data directory
 (keep it with --data-dir). No process is left behind. The dashboard URL is printed at start.
 
+--scenario attributes feeds events with --attributes M yes/no attributes instead (clusters of
+dependent attributes, docs/guide.md section 7): the worker chooses which marginal tables to
+measure, re-decides them every --epoch-ticks ticks from a charged bootstrap, and the terminal
+and the dashboard show the chosen clusters and the consistent tables (ε is then per event for
+the whole run, not per stream).
+
 --offline runs the library-only simulation instead (no broker, no Kafka): the exact decayed
 counts of a synthetic stream next to their private releases, for each strategy.
 
@@ -45,6 +51,7 @@ examples:
   stream-dp demo                          # until Ctrl-C; open the printed dashboard URL
   stream-dp demo --duration 60 --epsilon 0.5 --p 0.95
   stream-dp demo --tick-seconds 2 --rate 200 --data-dir /tmp/demo   # keep logs and topics
+  stream-dp demo --scenario attributes --attributes 16 --epoch-ticks 20
   stream-dp demo --offline
 """
 
@@ -70,6 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "directory, removed on exit)")
     parser.add_argument("--no-table", action="store_true",
                         help="do not draw the live table (logs only)")
+    parser.add_argument("--scenario", choices=("web", "attributes"), default="web",
+                        help="web: a site hierarchy (default); attributes: events with yes/no "
+                             "attributes, a binary-attribute domain")
+    parser.add_argument("--attributes", type=int, default=16, metavar="M",
+                        help="--scenario attributes: attributes per event, 2..64 (default 16)")
+    parser.add_argument("--epoch-ticks", type=int, default=20,
+                        help="--scenario attributes: ticks per structure epoch (default 20)")
     parser.add_argument("--offline", action="store_true",
                         help="run the library-only offline simulation, without a broker")
 
@@ -127,6 +141,13 @@ class DemoEvent:
     key: str
     ts: float
     value: float = 1.0
+    attrs: str | None = None
+
+    def message(self) -> dict[str, Any]:
+        """The ``dp.events.v1`` value of this event."""
+        if self.attrs is not None:
+            return {"ts": self.ts, "attrs": self.attrs}
+        return {"key": self.key, "ts": self.ts, "value": self.value}
 
 
 def _security(settings: Any) -> dict[str, Any]:
@@ -177,6 +198,31 @@ class Traffic:
             t += rng.expovariate(1.0 / mean_gap)
             key = rng.choices(FALLBACK_PATHS, weights)[0]
             yield DemoEvent(key, round(t, 3))
+
+
+class AttributeTraffic:
+    """Live events with yes/no attributes (:class:`simulators.attributes.AttributeEvents`)."""
+
+    def __init__(self, origin: float, tick_seconds: float, rate: float, seed: int, ticks: int,
+                 m: int) -> None:
+        from simulators.attributes import AttributeEvents
+
+        self.m = m
+        self._sim = AttributeEvents(m=m, ticks=ticks, rate=rate, seed=seed,
+                                    tick_seconds=tick_seconds, start=origin)
+
+    @property
+    def source(self) -> str:
+        return f"simulators.attributes ({self.m} attributes a0..a{self.m - 1})"
+
+    def domain_toml(self) -> str:
+        from simulators.attributes import attribute_domain_toml
+
+        return attribute_domain_toml(self.m, "demo-attributes")
+
+    def events(self) -> Iterator[DemoEvent]:
+        for ev in self._sim.log_events():
+            yield DemoEvent(ev.attrs, ev.ts, 1.0, ev.attrs)
 
 
 # --------------------------------------------------------------------------- live table
@@ -262,7 +308,10 @@ class Demo:
         origin = float(math.floor(time.time() / tick) * tick) if tick >= 1 else float(
             math.floor(time.time()))
         ticks = int(max(3600.0, (a.duration or 86_400.0) / tick + 10))
-        traffic = Traffic(origin, tick, a.rate, a.seed, ticks)
+        attributes = a.scenario == "attributes"
+        traffic: Any = (
+            AttributeTraffic(origin, tick, a.rate, a.seed, ticks, a.attributes) if attributes
+            else Traffic(origin, tick, a.rate, a.seed, ticks))
         key_path = self.data_dir / "noise.key"
         if not key_path.exists():
             fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -289,6 +338,8 @@ class Demo:
             "session_timeout_s": 6.0,
             "log_level": "info",
         }
+        if attributes:
+            settings |= {"shards": 1, "attribute_epoch_ticks": int(a.epoch_ticks)}
         lines = ["# Settings written by 'stream-dp demo' (see docs/configuration.md)."]
         for k, v in settings.items():
             lines.append(f"{k} = {json.dumps(v)}")
@@ -397,9 +448,7 @@ class Demo:
                     if stop.is_set():
                         return
                 await producer.send(
-                    settings.events_topic,
-                    encode({"key": ev.key, "ts": ev.ts, "value": ev.value}),
-                    key=ev.key.encode(),
+                    settings.events_topic, encode(ev.message()), key=ev.key.encode(),
                 )
         finally:
             await producer.stop()
@@ -414,8 +463,15 @@ class Demo:
             isolation_level="read_committed",
         )
         await consumer.start()
+        attributes = self.args.scenario == "attributes"
         header = (f"stream-dp demo · ε = {self.args.epsilon:g} per event per stream · "
                   f"p = {self.args.p:g} · tick {self.args.tick_seconds:g} s")
+        if attributes:
+            from agents.commands.tail import format_marginals
+
+            header = (f"stream-dp demo · {self.args.attributes} yes/no attributes · ε = "
+                      f"{self.args.epsilon:g} per event (whole run) · p = {self.args.p:g} · "
+                      f"tables re-decided every {self.args.epoch_ticks} ticks")
         waiting_since: dict[int, float] = {}
         try:
             while not stop.is_set():
@@ -425,6 +481,16 @@ class Demo:
                         try:
                             msg = json.loads(rec.value)
                         except (TypeError, ValueError):
+                            continue
+                        if attributes:
+                            tick = int(msg.get("tick", 0))
+                            if msg.get("schema") == "dp.tables.v1":
+                                board.released_ticks = max(board.released_ticks, tick)
+                            elif msg.get("schema") == "dp.marginals.v1":
+                                board.histograms += 1
+                                if tick > board.shown_tick:
+                                    board.shown_tick = tick
+                                    self._show(header + "\n\n" + format_marginals(msg))
                             continue
                         if tp.topic == settings.histograms_topic:
                             board.histograms += 1
@@ -514,6 +580,10 @@ def _validate(args: argparse.Namespace) -> None:
         raise ValueError(f"--tick-seconds must be a positive whole number of milliseconds, got "
                          f"{args.tick_seconds}")
     finite_positive("--rate", args.rate, "events per tick")
+    if not 2 <= args.attributes <= 64:
+        raise ValueError(f"--attributes must be an integer in [2, 64], got {args.attributes}")
+    if not 1 <= args.epoch_ticks <= 2**31 - 1:
+        raise ValueError(f"--epoch-ticks must be an integer >= 1, got {args.epoch_ticks}")
     for name, port in (("--web-port", args.web_port), ("--broker-port", args.broker_port)):
         if not 0 <= port <= 65535:
             raise ValueError(f"{name} must be an integer in [0, 65535] (0 = any free port), "

@@ -119,11 +119,36 @@ def test_demo_temporary_data_removed_on_sigterm(tmp_path: Path) -> None:
     assert processes_mentioning(data) == []
 
 
+@pytest.mark.integration
+@pytest.mark.slow
+def test_demo_attributes_scenario_shows_clusters_and_tables(tmp_path: Path) -> None:
+    """`stream-dp demo --scenario attributes`: live events with yes/no attributes, the tables
+    re-decided every few ticks, the consistent tables and clusters shown, a clean exit."""
+    data = tmp_path / "demo"
+    proc = subprocess.run(
+        [*CLI, "demo", "--scenario", "attributes", "--attributes", "10", "--epoch-ticks", "5",
+         "--duration", "18", "--data-dir", str(data)],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    epochs = [int(e) for e in re.findall(r"^tick \d+ .*, epoch (\d+): \d+ clusters", out, re.M)]
+    assert len(epochs) >= 5 and epochs == sorted(epochs) and max(epochs) >= 1, out[-3000:]
+    tables = re.findall(r"^  (cluster|bridge)\s+\[([a-z0-9,]+)\]", out, re.M)
+    assert tables and {a for _, names in tables for a in names.split(",")} == {
+        f"a{i}" for i in range(10)}
+    assert 'kind = "binary"' in (data / "domain.toml").read_text()
+    assert processes_mentioning(str(data)) == []
+
+
 def test_demo_rejects_bad_options() -> None:
     proc = subprocess.run([*CLI, "demo", "--p", "1.5"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2
     assert "--p must be in (0, 1]" in proc.stderr
+    bad = subprocess.run([*CLI, "demo", "--scenario", "attributes", "--attributes", "65"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--attributes must be an integer in [2, 64]" in bad.stderr
 
 
 def test_demo_offline_runs_without_a_broker() -> None:
