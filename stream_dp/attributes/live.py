@@ -31,7 +31,8 @@ one). With ``bootstrap_fraction = 0`` (or ``m = 1``) ``S_0`` is kept and the tab
 Standard errors: a table's cell carries its bank's analytic noise variance plus ``p^{2Δ}`` times
 the carry's; the carry's is the junction-tree bound (:meth:`JunctionTreeModel.stderr`) when the
 new table lies inside an old one, else the variance of a whole old table's total, and the table
-is flagged ``carried_from_model`` (its carry also holds model error, not covered).
+is flagged ``carried_from_model``: its carry also holds model error and is a non-linear function
+of the old tables, so that variance is a conservative scale (and the GLS weight), not a bound.
 """
 
 from __future__ import annotations

@@ -22,12 +22,12 @@ adaptively from the bootstrap's output, which adaptive composition allows) gives
 every table. Releasing every tick costs nothing more (the decayed counters' guarantee covers all
 ticks), and everything after step 3 is post-processing.
 
-**Re-deciding the structure** (a live service, at epoch boundaries — not implemented here):
-bootstrap epoch k's events, choose epoch k+1's tables from that (and from the released tables,
-free), count only epoch k+1's events in them, and start their decayed values from epoch k's
-consistent model decayed by ``p^Δ`` (post-processing). Each event lies in one epoch, hence in one
-bootstrap and one set of tables: the cost per event stays ``ε₀ + K·ε_t``. The offline
-``stream-dp marginals`` bootstraps once over the whole log.
+**Re-deciding the structure** (the live service, :mod:`stream_dp.attributes.live`): bootstrap
+epoch k's events, choose epoch k+1's tables from that, count only epoch k+1's events in them, and
+start their decayed values from epoch k's consistent model decayed by ``p^Δ``
+(post-processing). Each event lies in one epoch, hence in one bootstrap and one set of tables:
+the cost per event stays ``ε₀ + K·ε_t``. The offline ``stream-dp marginals`` bootstraps once
+over the whole log (it can look ahead).
 """
 
 from __future__ import annotations
