@@ -30,8 +30,8 @@ one). With ``bootstrap_fraction = 0`` (or ``m = 1``) ``S_0`` is kept and the tab
 
 Standard errors: a table's cell carries its bank's analytic noise variance plus ``p^{2Δ}`` times
 the carry's; the carry's is the junction-tree bound (:meth:`JunctionTreeModel.stderr`) when the
-new table lies inside an old one, else the variance of a whole old table's total, and the table
-is flagged ``carried_from_model``: its carry also holds model error and is a non-linear function
+new table lies inside an old one, else the scale of :func:`_spanning_variance`, and the table is
+flagged ``carried_from_model``: its carry also holds model error and is a non-linear function
 of the old tables, so that variance is a conservative scale (and the GLS weight), not a bound.
 """
 
@@ -162,6 +162,19 @@ class LiveTick:
         return tuple("bridge" if t in extra else "cluster" for t in self.tables)
 
 
+def _spanning_variance(table: tuple[int, ...], old: tuple[tuple[int, ...], ...],
+                       variances: tuple[float, ...]) -> float:
+    """Noise scale of a cell of ``table`` read from a model over the ``old`` tables it spans:
+    the largest cell variance of an old table it meets, times ``2**(|old| − |table|)`` when the
+    old table is larger (a cell then sums that many old cells). A scale, not a bound (module
+    doc); it does not compound across epochs when tables keep their size."""
+    best = 0.0
+    for o, v in zip(old, variances, strict=True):
+        if set(o) & set(table):
+            best = max(best, v * (1 << max(0, len(o) - len(table))))
+    return best
+
+
 class LiveMarginals:
     """The live release (module doc). ``key`` is the noise secret, ``description`` a canonical
     text of the deployment (keys every noise draw together with the epoch and structure)."""
@@ -236,13 +249,15 @@ class LiveMarginals:
             "events_estimate": sketch.total, "next_tables": [list(t) for t in structure.tables],
         }
         old_var = model.cell_variance or tuple(0.0 for _ in model.tables)
-        whole = max((1 << len(t)) * v for t, v in zip(model.tables, old_var, strict=True))
         self.carry, self.carry_var, self.carry_model = [], [], []
         for t in structure.tables:
             self.carry.append(model.answer(t))
             se = model.stderr(t)
             self.carry_model.append(se is None)
-            self.carry_var.append(whole if se is None else se * se)
+            if se is None:
+                self.carry_var.append(_spanning_variance(t, model.tables, old_var))
+            else:
+                self.carry_var.append(se * se)
         self.structure = structure
         self.epoch += 1
         self.stats = BootstrapStats(c.m)
