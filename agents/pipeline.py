@@ -821,7 +821,8 @@ class ReleaseStage(_Stage):
                     self.w.fail(exc)
                     return
             await prod.begin_transaction()
-            await self._send_counts(prod, p, releases)
+            if self.s.counts_json:
+                await self._send_counts(prod, p, releases)
             sent_manifest = await self._send_compact(prod, p, releases)
             await self._send_checkpoint(prod, p, state)
             await prod.commit_transaction()

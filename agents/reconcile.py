@@ -108,12 +108,13 @@ class Release:
 
 @dataclass(frozen=True)
 class CompleteTick:
-    """All of one tick's releases, in domain order."""
+    """All of one tick's releases, in domain order (tuples, or float64 arrays from compact
+    records)."""
 
     tick: int
     tick_end: float
-    noisy: tuple[float, ...]
-    stderr: tuple[float, ...]
+    noisy: Any
+    stderr: Any
 
 
 @dataclass
@@ -311,6 +312,91 @@ class TableAssembler(TickAssembler):
         return out
 
 
+class BlockAssembler(TickAssembler):
+    """:class:`TickAssembler` for the compact input (``compact_topic``): one
+    ``dp.counts.block.v1`` record per (shard, tick); a tick is complete when every one of the
+    ``shards`` records is in. Each record's values are placed by its shard's manifest (stream
+    names → domain positions, once per manifest). Records whose manifest is not known yet are
+    kept in :attr:`unresolved` for the caller to retry after reading the manifests."""
+
+    def __init__(self, names: Sequence[str], shards: int, *, every: int = 1,
+                 after_tick: int = 0, max_pending: int = 256) -> None:
+        super().__init__(names, every=every, after_tick=after_tick, max_pending=max_pending)
+        self.shards = shards
+        #: manifest sha256 -> domain positions of its streams (-1: not in the domain)
+        self._positions: dict[str, Any] = {}
+        self.unresolved: list[tuple[int, int, Any]] = []
+
+    def set_manifests(self, manifests: Mapping[str, Any]) -> None:
+        import numpy as np
+
+        for man in manifests.values():
+            if man.sha256 not in self._positions:
+                pos = np.fromiter((self.index.get(n, -1) for n in man.streams), dtype=np.int64,
+                                  count=len(man.streams))
+                self.unknown_streams += int((pos < 0).sum())
+                self._positions[man.sha256] = pos
+
+    def add_block(self, partition: int, offset: int, block: Any) -> None:
+        """Record one decoded compact record read at ``(partition, offset)``."""
+        tick = block.tick
+        if not self.wanted(tick):
+            return
+        pos = self._positions.get(str(block.header["manifest"]))
+        if pos is None or pos.shape[0] != block.values.shape[0]:
+            self.unresolved.append((partition, offset, block))
+            return
+        pending = self._pending.get(tick)
+        if pending is None:
+            pending = self._pending[tick] = _Pending()
+            if len(self._pending) > self.max_pending:
+                oldest = min(self._pending)
+                del self._pending[oldest]
+                self._drop(oldest, "more than max_pending ticks buffered (a release shard lags)")
+                if oldest == tick:
+                    return
+        held: dict[Any, Any] = pending.values
+        shard = str(block.header["shard"])
+        old = held.get(shard)
+        if old is not None:
+            if old[1].tobytes() != block.values.tobytes():
+                self.conflicts += 1
+                log.error("conflicting re-publication of a compact record",
+                          extra={"shard": shard, "tick": tick})
+        else:
+            held[shard] = (pos, block.values, block.stderr)
+        pending.tick_end = max(pending.tick_end, float(block.header["tick_end"]))
+        prev = pending.first_offset.get(partition)
+        if prev is None or offset < prev:
+            pending.first_offset[partition] = offset
+
+    def pop_complete(self) -> list[CompleteTick]:
+        import numpy as np
+
+        n = len(self.names)
+        done = sorted(t for t, p in self._pending.items() if len(p.values) == self.shards)
+        out: list[CompleteTick] = []
+        for t in done:
+            for stale in sorted(s for s in self._pending if s < t):
+                del self._pending[stale]
+                self._drop(stale, f"incomplete while tick {t} is complete (releases lost)")
+            p = self._pending.pop(t)
+            noisy = np.full(n, np.nan)
+            stderr = np.full(n, np.nan)
+            held: dict[Any, Any] = p.values
+            for pos, values, errs in held.values():
+                ok = pos >= 0
+                noisy[pos[ok]] = values[ok]
+                stderr[pos[ok]] = errs[ok]
+            if np.isnan(noisy).any():
+                self._drop(t, "the compact records do not cover every node of the domain")
+                self.after_tick = t
+                continue
+            out.append(CompleteTick(tick=t, tick_end=p.tick_end, noisy=noisy, stderr=stderr))
+            self.after_tick = t
+        return out
+
+
 def decode_table_record(data: bytes | str, domain_name: str | None = None) -> dict[str, Any]:
     """A ``dp.tables.v1`` value, checked for the fields the reconciler uses (``ValueError``)."""
     try:
@@ -464,6 +550,11 @@ class ReconcilerConfig:
     bootstrap: str
     counts_topic: str = "dp.counts.v1"
     histograms_topic: str = "dp.histograms.v1"
+    #: read the compact records (``dp.counts.block.v1``) of this topic instead of the per-stream
+    #: messages of ``counts_topic``; manifests on ``<compact_topic>.manifests``. Empty: JSON.
+    compact_topic: str = ""
+    #: release shards (one compact record per shard and tick)
+    shards: int = 1
     leader_topic: str = LEADER_TOPIC
     leader_group: str = LEADER_GROUP
     domain_name: str = "default"
@@ -511,6 +602,8 @@ class ReconcilerConfig:
             "bootstrap": settings.bootstrap,
             "counts_topic": settings.counts_topic,
             "histograms_topic": settings.histograms_topic,
+            "compact_topic": getattr(settings, "compact_topic", ""),
+            "shards": getattr(settings, "shards", 1),
             "leader_topic": getattr(settings, "leader_topic", LEADER_TOPIC),
             "security": _security_of(settings),
             "leader_group": f"{settings.app_id}.reconcile",
@@ -657,11 +750,17 @@ class Reconciler:
         after = await self.last_published_tick()
         # Continue at the next multiple of `every`.
         self.last_tick = after
-        assembler: TickAssembler = (
-            TableAssembler(every=cfg.every, after_tick=after, max_pending=cfg.max_pending_ticks)
-            if self.tables_mode else
-            TickAssembler(self.names, every=cfg.every, after_tick=after,
-                          max_pending=cfg.max_pending_ticks))
+        assembler: TickAssembler
+        if self.tables_mode:
+            assembler = TableAssembler(every=cfg.every, after_tick=after,
+                                       max_pending=cfg.max_pending_ticks)
+        elif cfg.compact_topic:
+            assembler = BlockAssembler(self.names, cfg.shards, every=cfg.every, after_tick=after,
+                                       max_pending=cfg.max_pending_ticks)
+            assembler.set_manifests(await self._manifests())
+        else:
+            assembler = TickAssembler(self.names, every=cfg.every, after_tick=after,
+                                      max_pending=cfg.max_pending_ticks)
         log.info("reconcile leader resuming", extra={"after_tick": after})
         consumer = AIOKafkaConsumer(
             bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(),
@@ -671,6 +770,9 @@ class Reconciler:
             auto_offset_reset="earliest",
             isolation_level="read_committed",
             max_poll_records=10_000,
+            # compact records hold a whole shard's tick (16 bytes per stream)
+            max_partition_fetch_bytes=(64 << 20) if cfg.compact_topic else 1 << 20,
+            fetch_max_bytes=(128 << 20) if cfg.compact_topic else 52_428_800,
         )
         producer = AIOKafkaProducer(
             bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(), client_id=f"{cfg.client_id}-out", acks="all",
@@ -690,34 +792,58 @@ class Reconciler:
                     await asyncio.to_thread(self._ingest, assembler, batches)
                     if batches else []
                 )
+                if isinstance(assembler, BlockAssembler) and assembler.unresolved:
+                    # records of a shard whose manifest is new: read the manifests, retry once
+                    assembler.set_manifests(await self._manifests())
+                    retry, assembler.unresolved = assembler.unresolved, []
+                    for part, off, block in retry:
+                        assembler.add_block(part, off, block)
+                    for part, off, block in assembler.unresolved:
+                        log.error("compact record without a published manifest; skipped",
+                                  extra={"partition": part, "offset": off, "tick": block.tick})
+                    assembler.unresolved = []
+                    complete += assembler.pop_complete()
                 for tick in complete:
                     await self._publish(producer, tick)
                 if complete:
                     positions = {tp.partition: await consumer.position(tp) for tp in tps}
                     offsets = assembler.resume_offsets(positions)
                     await consumer.commit(
-                        {TopicPartition(cfg.counts_topic, p): o for p, o in offsets.items()}
+                        {TopicPartition(self.input_topic, p): o for p, o in offsets.items()}
                     )
                 if time.monotonic() - last_refresh > 30.0:  # partitions added to counts topic
                     last_refresh = time.monotonic()
-                    parts = await _partitions(consumer, cfg.counts_topic)
+                    parts = await _partitions(consumer, self.input_topic)
                     if len(parts) != len(tps):
                         tps = await self._assign_counts(consumer)
         finally:
             await producer.stop()
             await consumer.stop()
 
-    async def _assign_counts(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
+    async def _manifests(self) -> dict[str, Any]:
+        from agents.manifests import read_manifests
+
         cfg = self.config
+        return await read_manifests(cfg.bootstrap, cfg.kafka_kwargs(),
+                                    f"{cfg.compact_topic}.manifests")
+
+    @property
+    def input_topic(self) -> str:
+        """The topic the leader reads: the compact records if configured, else the counts."""
+        cfg = self.config
+        return cfg.compact_topic if cfg.compact_topic and not self.tables_mode else cfg.counts_topic
+
+    async def _assign_counts(self, consumer: AIOKafkaConsumer) -> list[TopicPartition]:
+        topic = self.input_topic
         parts: list[int] = []
         for _ in range(100):
-            parts = await _partitions(consumer, cfg.counts_topic)
+            parts = await _partitions(consumer, topic)
             if parts:
                 break
             await asyncio.sleep(0.2)
         if not parts:
-            raise RuntimeError(f"topic {cfg.counts_topic!r} not found; run 'stream-dp topics create'")
-        tps = [TopicPartition(cfg.counts_topic, p) for p in parts]
+            raise RuntimeError(f"topic {topic!r} not found; run 'stream-dp topics create'")
+        tps = [TopicPartition(topic, p) for p in parts]
         consumer.assign(tps)
         for tp in tps:
             committed = await consumer.committed(tp)
@@ -753,6 +879,17 @@ class Reconciler:
 
     def _add(self, assembler: TickAssembler, partition: int, rec: ConsumerRecord[Any, Any]) -> None:
         if rec.value is None:
+            return
+        if isinstance(assembler, BlockAssembler):
+            from stream_dp.compact import decode_block
+
+            try:
+                block = decode_block(rec.value)
+            except ValueError as exc:
+                log.warning("skipping an invalid compact record",
+                            extra={"partition": partition, "offset": rec.offset, "error": str(exc)})
+                return
+            assembler.add_block(partition, rec.offset, block)
             return
         if isinstance(assembler, TableAssembler):
             try:

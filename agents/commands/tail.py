@@ -422,30 +422,11 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
 async def _read_manifests(consumer_class: Any, args: argparse.Namespace, topic: str
                           ) -> dict[str, Any]:
     """Every shard's newest manifest in ``topic`` (read from the beginning to its end)."""
+    from agents.manifests import read_manifests
     from agents.security import client_kwargs
-    from stream_dp.compact import decode_manifest
 
-    c = consumer_class(bootstrap_servers=bootstrap_from(args.bootstrap), **client_kwargs(),
-                       group_id=None, enable_auto_commit=False,
-                       isolation_level="read_committed", max_partition_fetch_bytes=32 << 20,
-                       fetch_max_bytes=64 << 20)
-    await c.start()
-    out: dict[str, Any] = {}
-    try:
-        tps = await topic_partitions(c, topic)
-        c.assign(tps)
-        await c.seek_to_beginning(*tps)
-        ends = await c.end_offsets(tps)
-        while any([await c.position(tp) < ends[tp] for tp in tps]):
-            batch = await c.getmany(timeout_ms=500)
-            for msgs in batch.values():
-                for m in msgs:
-                    if m.value is not None:
-                        man = decode_manifest(m.value)
-                        out[man.shard] = man
-    finally:
-        await c.stop()
-    return out
+    return await read_manifests(bootstrap_from(args.bootstrap), client_kwargs(), topic,
+                                consumer_class)
 
 
 def run(args: argparse.Namespace) -> int:

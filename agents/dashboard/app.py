@@ -17,6 +17,11 @@ Routes (relative to the mount point, ``/dashboard/`` in the worker):
   starting with ``P`` when given;
 * ``GET /api/snapshot[?prefix=P]`` — the same snapshot as JSON (for scripts and tests).
 
+Compact output (``compact_topic`` set): the dashboard reads the ``dp.counts.block.v1`` records
+instead of the per-stream messages (zero-copy columns, decoded off the event loop) and follows
+the first :data:`COMPACT_STREAMS` streams of all shards' manifests together (bounded memory and
+CPU at any domain size; the consistent histogram still covers every node).
+
 Binary-attribute domains: each ``dp.tables.v1`` record becomes one series per table cell (named
 ``a=1,b=0``: the cell's attribute values) and the latest ``dp.marginals.v1`` message (the
 consistent tables, the chosen clusters and bridges) is held and pushed as ``marginals``.
@@ -43,6 +48,8 @@ STATIC_DIR: Final = Path(__file__).with_name("static")
 DEFAULT_HISTORY: Final = 600
 DEFAULT_MAX_POINTS: Final = 300_000
 _HEARTBEAT_S: Final = 15.0
+#: streams followed from the compact records (over all shards)
+COMPACT_STREAMS: Final = 20_000
 
 
 @dataclass
@@ -188,6 +195,9 @@ class DashboardConfig:
     history: int = DEFAULT_HISTORY
     #: TLS / SASL (:class:`agents.security.KafkaSecurity`); ``None``: the environment's
     security: Any = None
+    #: read the compact records of this topic instead of the per-stream messages ("": JSON)
+    compact_topic: str = ""
+    shards: int = 1
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
@@ -204,6 +214,9 @@ class DashboardConfig:
             histograms_topic=settings.histograms_topic,
             history=history,
             security=_security_of(settings),
+            compact_topic=(getattr(settings, "compact_topic", "")
+                           if not getattr(settings, "counts_json", 1) else ""),
+            shards=int(getattr(settings, "shards", 1)),
         )
 
 
@@ -218,7 +231,9 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
 
     from agents.security import client_kwargs
 
-    topics = (config.counts_topic, config.histograms_topic)
+    counts_topic = config.compact_topic or config.counts_topic
+    topics = (counts_topic, config.histograms_topic)
+    manifests: dict[str, Any] = {}
     while True:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=config.bootstrap, group_id=None, enable_auto_commit=False,
@@ -248,6 +263,9 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
                 batch = await consumer.getmany(timeout_ms=500, max_records=5000)
                 counts: list[dict[str, Any]] = []
                 for tp, records in batch.items():
+                    if config.compact_topic and tp.topic == counts_topic:
+                        counts += await _compact_rows(config, records, manifests)
+                        continue
                     for rec in records:
                         try:
                             msg = json.loads(rec.value) if rec.value is not None else None
@@ -280,6 +298,39 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
         finally:
             with contextlib.suppress(Exception):
                 await consumer.stop()
+
+
+async def _compact_rows(config: DashboardConfig, records: list[Any],
+                        manifests: dict[str, Any]) -> list[dict[str, Any]]:
+    """The followed streams of compact records as dp.counts.v1-shaped messages (decoded in a
+    worker thread; manifests read on first need)."""
+    from stream_dp.compact import decode_block
+
+    blocks = []
+    for rec in records:
+        try:
+            blocks.append(decode_block(rec.value))
+        except (ValueError, TypeError):
+            continue
+    if any(str(b.header["shard"]) not in manifests
+           or manifests[str(b.header["shard"])].sha256 != b.header["manifest"] for b in blocks):
+        from agents.manifests import read_manifests
+        from agents.security import client_kwargs
+
+        manifests.update(await read_manifests(config.bootstrap, client_kwargs(config.security),
+                                              f"{config.compact_topic}.manifests"))
+    per_shard = max(1, COMPACT_STREAMS // max(1, config.shards))
+
+    def expand() -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for b in blocks:
+            man = manifests.get(str(b.header["shard"]))
+            if man is None or man.sha256 != b.header["manifest"]:
+                continue
+            out.extend(b.records(man, man.streams[:per_shard]))
+        return out
+
+    return await asyncio.to_thread(expand)
 
 
 def _newer_marginals(current: dict[str, Any] | None, msg: dict[str, Any]) -> bool:

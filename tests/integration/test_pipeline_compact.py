@@ -81,3 +81,127 @@ async def test_compact_records_equal_the_per_stream_messages(
             if stream.startswith(leaves[0][:1])}
     assert lines and set(lines) <= want
     assert {json.loads(x)["tick"] for x in lines} >= set(range(1, N_TICKS + 1))
+
+
+async def test_compact_only_deployment_reconciles_from_the_compact_records(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """counts_json = 0: no per-stream JSON at all; the reconcile side agent reads the compact
+    records (placing each shard's values by its manifest) and publishes, for every tick, the
+    same histogram as a solve on the decoded records (an independent oracle)."""
+    import asyncio
+
+    from agents.pipeline import Worker
+    from agents.reconcile import Reconciler, ReconcilerConfig
+    from stream_dp.consistency import reconcile
+
+    leaves = ps.hierarchy_paths(2, 2, 2)
+    s = ps.make_settings(kafka_broker, tmp_path, unique_name, leaves,
+                         compact_topic=f"{unique_name}.compact", counts_json=0)
+    await ps.create_topics(s)
+    rng = np.random.default_rng(8)
+    events = sorted(((leaves[int(rng.integers(len(leaves)))],
+                      s.origin + float(rng.uniform(0, N_TICKS * s.tick_seconds)), 1.0)
+                     for _ in range(200)), key=lambda e: e[1])
+    await ps.produce(s, (ps.event_bytes(k, t, v) for k, t, v in events))
+    await ps.close_ticks(s, N_TICKS)
+    domain = load_domain(s.domain_file)
+    stop = asyncio.Event()
+    worker = Worker(s)
+    rec = Reconciler(ReconcilerConfig.from_settings(s, domain.name, session_timeout_ms=6000),
+                     domain)
+    tasks = [asyncio.create_task(worker.run(stop)), asyncio.create_task(rec.run(stop))]
+    try:
+        for _ in range(240):
+            if rec.last_tick >= N_TICKS:
+                break
+            await asyncio.sleep(0.5)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    assert await ps.read_topic(s.bootstrap, s.counts_topic) == []  # no JSON view
+    manifests = {decode_manifest(r.value).shard: decode_manifest(r.value)
+                 for r in await ps.read_topic(s.bootstrap, s.manifests_topic)}
+    noisy: dict[int, dict[str, tuple[float, float]]] = {}
+    for r in await ps.read_topic(s.bootstrap, s.compact_topic):
+        block = decode_block(r.value)
+        for msg in block.records(manifests[block.header["shard"]]):
+            noisy.setdefault(block.tick, {})[msg["stream"]] = (msg["value"], msg["stderr"])
+    hists = {json.loads(r.value)["tick"]: json.loads(r.value)
+             for r in await ps.read_topic(s.bootstrap, s.histograms_topic)}
+    assert set(hists) >= set(range(1, N_TICKS + 1))
+    for t in range(1, N_TICKS + 1):
+        x = [noisy[t][n][0] for n in domain.names]
+        v = [noisy[t][n][1] ** 2 for n in domain.names]
+        want = reconcile(domain, x, v).values
+        nodes = hists[t]["nodes"]
+        assert [n["stream"] for n in nodes] == list(domain.names)
+        assert [n["noisy"] for n in nodes] == x
+        assert np.allclose([n["value"] for n in nodes], want, rtol=0, atol=1e-9)
+
+
+async def test_dashboard_follows_the_compact_records(kafka_broker: str, unique_name: str) -> None:
+    """The dashboard with compact input: manifests read on first need, each record's values
+    shown for the streams it follows, equal to the record's."""
+    import asyncio
+
+    from aiohttp import ClientSession, web
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from agents.config import Settings
+    from agents.dashboard import DashboardConfig, make_dashboard_app
+    from agents.embedded_broker import free_port
+    from agents.release import Release
+
+    compact, hist = f"{unique_name}.compact", f"{unique_name}.hist"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(compact, 2, 1), NewTopic(f"{compact}.manifests", 2, 1),
+                                   NewTopic(hist, 1, 1)])
+    finally:
+        await admin.close()
+    app = make_dashboard_app(config=DashboardConfig(kafka_broker, "unused", hist,
+                                                    compact_topic=compact, shards=2))
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    url = f"http://127.0.0.1:{port}/api/snapshot"
+    s = Settings(origin=1000.0)
+    streams = {0: ("a", "b/c"), 1: ("d",)}
+    try:
+        async with ClientSession() as http:
+            for _ in range(200):
+                async with http.get(url) as resp:
+                    if (await resp.json())["status"]["connected"]:
+                        break
+                await asyncio.sleep(0.1)
+            prod = AIOKafkaProducer(bootstrap_servers=kafka_broker)
+            await prod.start()
+            try:
+                for shard, names in streams.items():
+                    for tick in (1, 2):
+                        rel = Release(tick, 1000.0 + tick, 1001.0 + tick, shard, names,
+                                      np.arange(len(names)) + 10.0 * tick + shard, 0.5, "naive",
+                                      0.0)
+                        if tick == 1:
+                            await prod.send_and_wait(f"{compact}.manifests", rel.manifest(),
+                                                     key=rel.shard_name().encode(),
+                                                     partition=shard)
+                        await prod.send_and_wait(compact, rel.compact(s, {"model": "pure",
+                                                                          "epsilon": 1.0}),
+                                                 key=rel.shard_name().encode(), partition=shard)
+            finally:
+                await prod.stop()
+            for _ in range(200):
+                async with http.get(url) as resp:
+                    snap = await resp.json()
+                got = {n: [p[2] for p in v["points"]] for n, v in snap["streams"].items()}
+                if all(len(v) == 2 for v in got.values()) and len(got) == 3:
+                    break
+                await asyncio.sleep(0.1)
+            assert got == {"a": [10.0, 20.0], "b/c": [11.0, 21.0], "d": [11.0, 21.0]}
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,47 @@
+"""Reading the shard manifests of the compact output (``<compact_topic>.manifests``).
+
+Shared by every reader of the compact records (``stream-dp tail compact``, the reconcile side
+agent, the dashboard): the newest ``dp.manifest.v1`` of each shard, read from the beginning of
+the (compacted) topic to its end as it was when reading started.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["read_manifests"]
+
+
+async def read_manifests(bootstrap: str, kafka_kwargs: dict[str, Any], topic: str,
+                         consumer_class: Any = None) -> dict[str, Any]:
+    """Shard name → :class:`stream_dp.compact.Manifest`, newest first-wins-last per shard.
+
+    Raises ``ValueError`` for a malformed manifest (its hash does not match its streams).
+    """
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from stream_dp.compact import decode_manifest
+
+    c = (consumer_class or AIOKafkaConsumer)(bootstrap_servers=bootstrap, **kafka_kwargs, group_id=None,
+                       enable_auto_commit=False, isolation_level="read_committed",
+                       max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
+    await c.start()
+    out: dict[str, Any] = {}
+    try:
+        await c.topics()
+        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
+        if not tps:
+            return out
+        c.assign(tps)
+        await c.seek_to_beginning(*tps)
+        ends = await c.end_offsets(tps)
+        while any([await c.position(tp) < ends[tp] for tp in tps]):
+            batch = await c.getmany(timeout_ms=500)
+            for msgs in batch.values():
+                for m in msgs:
+                    if m.value is not None:
+                        man = decode_manifest(m.value)
+                        out[man.shard] = man
+    finally:
+        await c.stop()
+    return out
