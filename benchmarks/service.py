@@ -15,8 +15,14 @@ Throughput is measured in the steady state, between 20% and 80% of the records c
 both sides (the start includes group joins, restores and a prefetch of up to one fetch per
 partition, which would otherwise dominate short runs).
 
+6. Tick latency by output mode (``--only modes``): the same flat domain of ``--streams`` streams
+   released with per-stream JSON (as shipped) and compact-only (``compact_topic`` set,
+   ``counts_json = 0``), each next to the library's ``CounterBank`` tick for the same mechanism
+   and N measured in the same run (ratio = worker p50 / library median tick). Pipeline only:
+   no dashboard, no reconcile agent.
+
 Usage: python benchmarks/service.py [--events 1000000] [--streams 100000] [--ticks 8]
-                                   [--backlog-ticks 600] [--only backlog,restart]
+                                   [--backlog-ticks 600] [--only backlog,restart,modes]
 """
 
 from __future__ import annotations
@@ -106,11 +112,14 @@ async def ingest_bench(bootstrap: str, tmp: Path, n_events: int) -> list[tuple[s
     return rows
 
 
-async def latency_bench(bootstrap: str, tmp: Path, n_streams: int, ticks: int) -> dict[str, float]:
+async def latency_bench(bootstrap: str, tmp: Path, n_streams: int, ticks: int,
+                        compact: bool = False) -> dict[str, Any]:
     names = [f"s{i}" for i in range(n_streams)]
     dom = tmp / "flat.toml"
     dom.write_text('kind = "flat"\nstreams = [' + ",".join(json.dumps(n) for n in names) + "]\n")
-    s = ps.make_settings(bootstrap, tmp, "bench-lat", ["x/y/z"], domain_file=str(dom),
+    app = f"bench-lat-{'compact' if compact else 'json'}-{n_streams}"
+    extra: dict[str, Any] = {"compact_topic": f"{app}.compact", "counts_json": 0} if compact else {}
+    s = ps.make_settings(bootstrap, tmp, app, ["x/y/z"], domain_file=str(dom), **extra,
                          tick_seconds=3.0, origin=float(int(time.time())) - 0.5,
                          schedule="clock", close_grace_s=0.1, allowed_lateness_s=0.0,
                          events_partitions=2,
@@ -125,7 +134,11 @@ async def latency_bench(bootstrap: str, tmp: Path, n_streams: int, ticks: int) -
     stop.set()
     await task
     lat = sorted(list(w.latencies)[s.shards:])  # skip the first tick (warm-up)
+    import resource
+
     return {
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "library_tick": library_tick(w.mechanism(), n_streams),
         "streams": n_streams,
         "shards": s.shards,
         "samples": len(lat),
@@ -133,6 +146,23 @@ async def latency_bench(bootstrap: str, tmp: Path, n_streams: int, ticks: int) -
         "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))],
         "strategy": w.mechanism().name,
     }
+
+
+def library_tick(mechanism: Any, n_streams: int, ticks: int = 8) -> float:
+    """Median seconds of one ``CounterBank.step`` over ``n_streams`` (sparse counts)."""
+    import numpy as np
+
+    from stream_dp.counters import CounterBank
+
+    bank = CounterBank(mechanism, [f"s{i}" for i in range(n_streams)], b"k" * 32)
+    counts = np.zeros(n_streams)
+    counts[:: 10] = 1.0
+    times = []
+    for _ in range(ticks):
+        t0 = time.perf_counter()
+        bank.step(counts)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
 
 
 async def backlog_bench(bootstrap: str, tmp: Path, n_ticks: int,
@@ -268,6 +298,18 @@ async def main() -> None:
             print("|---|---|---|---|")
             for name, first, p50, tail in lag_rows:
                 print(f"| {name} | {first:.2f} | {p50:.2f} | {tail:.2f} |")
+        if want("modes") and only:
+            print(f"\n## tick latency by output mode, {args.streams} streams (pipeline only)")
+            print("| mode | shards | strategy | p50 (s) | p99 (s) | library tick (s) | "
+                  "p50 / library | peak RSS (MiB) |")
+            print("|---|---|---|---|---|---|---|---|")
+            for compact in (True, False):  # compact first: its peak RSS is its own
+                lat = await latency_bench(broker.bootstrap, Path(tmp), args.streams, args.ticks,
+                                          compact=compact)
+                print(f"| {'compact only' if compact else 'per-stream JSON'} | {lat['shards']} | "
+                      f"{lat['strategy']} | {lat['p50']:.3f} | {lat['p99']:.3f} | "
+                      f"{lat['library_tick']:.3f} | {lat['p50'] / lat['library_tick']:.0f}x | "
+                      f"{lat['rss_mb']:.0f} |")
         if not (want("ingest") or want("latency")):
             return
         rows = await ingest_bench(broker.bootstrap, Path(tmp), args.events)

@@ -191,8 +191,8 @@ def test_live_accuracy_beats_independence_on_dependent_data() -> None:
     pats = _pats(bits)
     for t in range(1, 301):
         u, c = np.unique(pats[ticks == t], return_counts=True)
-        live.step(u, c.astype(np.float64))
-    model = live.model()
+        out = live.step(u, c.astype(np.float64))
+    model = out.model()
     w = p ** (300 - ticks).astype(np.float64)
     rng = np.random.default_rng(0)
     tv_live, tv_ind = [], []
