@@ -874,8 +874,10 @@ class Worker:
         self.key = key if key is not None else settings.noise_key()
         self.domain = domain if domain is not None else load_domain(settings.domain_file)
         from agents.config import check_attribute_settings
+        from agents.fetch_backoff import install as install_fetch_backoff
 
         check_attribute_settings(settings, self.domain)
+        install_fetch_backoff(settings.empty_fetch_backoff_ms / 1000.0)
         self.router = Router(self.domain, settings.shards)
         if settings.compact_topic:
             from agents.topics import check_compact_size

@@ -1,0 +1,52 @@
+"""The client-side backoff on empty fetches (agents.fetch_backoff) against the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agents import fetch_backoff
+
+pytestmark = pytest.mark.integration
+
+
+async def _empty_fetches(bootstrap: str, topic: str, seconds: float) -> int:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    await c.start()
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        await c.seek_to_end(TopicPartition(topic, 0))
+        before = fetch_backoff.empty_fetches()
+        await asyncio.sleep(seconds)
+        return fetch_backoff.empty_fetches() - before
+    finally:
+        await c.stop()
+
+
+async def test_an_idle_consumer_waits_between_empty_fetches(kafka_broker: str,
+                                                            unique_name: str) -> None:
+    """After an empty fetch the fetcher sends the next one to that broker only after the
+    backoff: at most seconds / backoff (+1) empty fetches, whatever the broker answers; without
+    it a broker that answers at once (the embedded one) gets many more."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(unique_name, 1, 1)])
+    finally:
+        await admin.close()
+    try:
+        fetch_backoff.install(0.25)
+        with_backoff = await _empty_fetches(kafka_broker, unique_name, 2.0)
+        fetch_backoff.install(0.0)
+        without = await _empty_fetches(kafka_broker, unique_name, 2.0)
+    finally:
+        fetch_backoff.install(0.0)
+    assert 1 <= with_backoff <= 2.0 / 0.25 + 2
+    assert without > 4 * with_backoff, (without, with_backoff)
+    with pytest.raises(ValueError):
+        fetch_backoff.install(-1.0)
