@@ -306,7 +306,8 @@ class ReleaseState:
             separators=(",", ":"),
             allow_nan=False,
         ).encode()
-        bank = self.bank.to_bytes() if self.bank is not None else b""
+        # names are the domain's: only their hash goes into each commit's checkpoint
+        bank = self.bank.to_bytes(names=False) if self.bank is not None else b""
         body = _MAGIC + struct.pack(">Q", len(header)) + header + bank
         return seal(self._key, CHECKPOINT_PURPOSE, self.context(), body)
 
@@ -344,10 +345,15 @@ class ReleaseState:
         if not self.names:
             self.bank = None
             return
-        bank = CounterBank.from_bytes(
-            data[start + n :], key, mechanism=self.mechanism(), domain_id=self.domain_id,
-            epoch=self.settings.epoch,
-        )
+        try:
+            bank = CounterBank.from_bytes(
+                data[start + n :], key, mechanism=self.mechanism(), domain_id=self.domain_id,
+                epoch=self.settings.epoch, stream_names=self.names,
+            )
+        except IntegrityError:
+            raise
+        except ValueError as exc:
+            raise CheckpointRefused(f"shard {self.shard}: {exc}") from None
         if tuple(bank.names) != self.names:
             raise CheckpointRefused(
                 f"shard {self.shard}: checkpoint streams differ from the domain's "

@@ -242,3 +242,20 @@ def test_forged_checkpoint_with_a_valid_unkeyed_checksum_is_refused() -> None:
     with pytest.raises(IntegrityError, match="failed authentication") as info:
         CounterBank.from_bytes(forged, KEY)
     assert info.value.reason == "tampered"
+
+
+def test_checkpoint_without_names_needs_the_same_names() -> None:
+    """``to_bytes(names=False)`` stores only the names' SHA-256 (a 10^6-stream shard does not
+    repeat its names at every commit); restoring needs exactly those names, in that order."""
+    key = b"names-free-checkpoint-key-012345"
+    mech = make_mechanism("naive", 0.9, 15, PureDP(1.0), 1.0)
+    names = [f"stream/{i}" for i in range(50)]
+    bank = CounterBank(mech, names, key)
+    bank.step(np.arange(50.0))
+    slim, full = bank.to_bytes(names=False), bank.to_bytes()
+    assert len(slim) < len(full) and b"stream/49" not in slim
+    back = CounterBank.from_bytes(slim, key, mechanism=mech, stream_names=names)
+    assert back.names == bank.names and np.array_equal(back.step(np.ones(50)), bank.step(np.ones(50)))
+    for wrong in (None, names[::-1], names[:-1]):
+        with pytest.raises(ValueError):
+            CounterBank.from_bytes(slim, key, mechanism=mech, stream_names=wrong)
