@@ -38,6 +38,10 @@ name                                       type       meaning
                                                       (must stay 0: a release rule violation)
 ``stream_dp_reconcile_skipped_ticks_total`` counter   ticks without a histogram (incomplete or
                                                       unsolvable input)
+``stream_dp_reconcile_errors_total{reason}`` counter  ticks the reconcile agent could not publish;
+                                                      ``reason`` ∈ too_large (the histogram exceeds
+                                                      the topic's limit), unsolvable; the agent
+                                                      skips the tick and goes on (no restart loop)
 ``stream_dp_release_errors_total{reason}`` counter    fatal release errors; ``reason`` ∈ overflow
                                                       (counts beyond the strategy's numeric range),
                                                       checkpoint_refused (tampered / other key /
@@ -185,6 +189,12 @@ class Metrics:
             "Ticks without a consistent histogram (incomplete or unsolvable releases).",
             registry=r,
         )
+        self.reconcile_errors = Counter(
+            "stream_dp_reconcile_errors",
+            "Ticks the reconcile agent could not publish, by reason (too_large, unsolvable).",
+            ["reason"],
+            registry=r,
+        )
         self.release_errors = Counter(
             "stream_dp_release_errors",
             "Fatal release errors by reason (overflow, checkpoint_refused); the worker stops.",
@@ -255,6 +265,11 @@ class Metrics:
     def release_conflict(self, n: int = 1) -> None:
         """``n`` (stream, tick) pairs were seen with two different released values."""
         self.release_conflicts.inc(_nonneg(n, "n"))
+
+    def reconcile_error(self, reason: str) -> None:
+        """A tick the reconcile agent skipped because of ``reason`` (also counted as skipped)."""
+        self.reconcile_errors.labels(reason=reason).inc()
+        self.reconcile_skipped_ticks.inc()
 
     def reconcile_skipped(self, n: int = 1) -> None:
         """``n`` ticks got no histogram (incomplete releases, or the solver refused them)."""

@@ -908,20 +908,43 @@ class Reconciler:
             return
         assembler.add(partition, rec.offset, release)
 
+    def _skip(self, tick: int, reason: str, detail: str) -> None:
+        """No histogram for ``tick``: log, count (``stream_dp_reconcile_errors_total``), go on;
+        the input offsets are committed past it like any published tick."""
+        log.error("cannot publish a histogram for this tick; skipped",
+                  extra={"tick": tick, "reason": reason, "error": detail})
+        self.last_tick = tick
+        if self.metrics:
+            record = getattr(self.metrics, "reconcile_error", None)
+            if record is not None:
+                record(reason)
+            else:  # pragma: no cover - a metrics object of an older interface
+                self.metrics.reconcile_skipped()
+
     async def _publish(self, producer: AIOKafkaProducer, tick: Any) -> None:
         cfg = self.config
         try:
             result, message, value = await asyncio.to_thread(self._solve_and_encode, tick)
         except ValueError as exc:  # e.g. a zero variance: skip the tick, never crash the leader
-            log.error("cannot reconcile tick; no histogram for it",
-                      extra={"tick": tick.tick, "error": str(exc)})
-            self.last_tick = tick.tick
-            if self.metrics:
-                self.metrics.reconcile_skipped()
+            self._skip(tick.tick, "unsolvable", str(exc))
             return
-        # Broker timestamp = publish time: event-time stamps of a replayed old log would fall
-        # outside time-based retention at once.
-        await producer.send_and_wait(cfg.histograms_topic, value, key=cfg.domain_name.encode())
+        if len(value) > cfg.max_message_bytes:
+            self._skip(tick.tick, "too_large", f"{len(value)} bytes > max_message_bytes "
+                       f"{cfg.max_message_bytes}")
+            return
+        from aiokafka.errors import MessageSizeTooLargeError
+
+        try:
+            # Broker timestamp = publish time: event-time stamps of a replayed old log would
+            # fall outside time-based retention at once.
+            await producer.send_and_wait(cfg.histograms_topic, value,
+                                         key=cfg.domain_name.encode())
+        except MessageSizeTooLargeError as exc:
+            # not transient: retrying (or restarting the leader) would fail the same way
+            self._skip(tick.tick, "too_large", f"the broker refused {len(value)} bytes ({exc}); "
+                       "raise max.message.bytes of the histograms topic ('stream-dp topics "
+                       "create' sets 64 MiB)")
+            return
         self.published += 1
         self.last_tick = tick.tick
         seconds = float(result.seconds)

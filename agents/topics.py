@@ -61,6 +61,8 @@ class TopicSpec:
     internal: bool = False
 
 
+#: Largest histogram message (the reconcile agent's ``max_message_bytes``, gzip-compressed).
+HISTOGRAM_MAX_BYTES = 64 * 1024 * 1024
 #: Largest compact record or manifest (the release producer's ``max_request_size``).
 _COMPACT_MAX_BYTES = 16 * 1024 * 1024
 
@@ -90,7 +92,9 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.events_topic, settings.events_partitions, rf,
                   (("message.timestamp.type", settings.events_timestamp_type),)),
         TopicSpec(settings.counts_topic, settings.counts_partitions, rf),
-        TopicSpec(settings.histograms_topic, settings.histograms_partitions, rf),
+        # one consistent histogram per tick holds every node: up to the reconcile agent's 64 MiB
+        TopicSpec(settings.histograms_topic, settings.histograms_partitions, rf,
+                  (("max.message.bytes", str(HISTOGRAM_MAX_BYTES)),)),
         TopicSpec(settings.dlq_topic, settings.dlq_partitions, rf),
         TopicSpec(
             settings.partials_topic,
