@@ -393,3 +393,43 @@ async def test_kill_9_leader_restarted_with_same_identity_takes_over(
     for msgs in by_tick.values():
         assert all(m["nodes"] == msgs[0]["nodes"] for m in msgs)
         check_histogram(domain, msgs[0], 1e-9)
+
+
+async def test_a_histogram_too_large_is_skipped_with_a_metric_not_a_restart_loop(
+    topics: Topics, producer: AIOKafkaProducer
+) -> None:
+    """Ticks whose histogram exceeds the agent's max_message_bytes are skipped with
+    stream_dp_reconcile_errors_total{reason="too_large"}: the same leading task goes on (no
+    restart loop) and commits its input offsets past the skipped ticks."""
+    from prometheus_client import generate_latest
+
+    domain = Domain.from_paths(PATHS, name="sales")
+    metrics = Metrics(process=False)
+    # about 1 KiB of JSON per histogram here: 200 bytes is too large for every tick
+    r = Reconciler(topics.config(domain, max_message_bytes=200), domain, metrics=metrics)
+    stops, tasks = await run_reconcilers(r)
+    try:
+        await publish_tick(producer, topics.counts, domain, 1)
+        await wait_until(lambda: r.last_tick >= 1)
+        leading = r._lead_task
+        for t in range(2, 5):
+            await publish_tick(producer, topics.counts, domain, t)
+        await wait_until(lambda: r.last_tick >= 4)
+        await asyncio.sleep(1.0)
+        assert r.published == 0 and r.is_leader and r._lead_task is leading
+        text = generate_latest(metrics.registry).decode()
+        assert 'stream_dp_reconcile_errors_total{reason="too_large"} 4.0' in text
+    finally:
+        await stop_all(stops, tasks)
+    assert await read_histograms(topics.bootstrap, topics.histograms) == []
+    # the offsets group resumes after the skipped ticks: a successor does not retry them
+    c = AIOKafkaConsumer(bootstrap_servers=topics.bootstrap, group_id=f"{topics.group}.offsets",
+                         enable_auto_commit=False)
+    await c.start()
+    try:
+        tps = [TopicPartition(topics.counts, p) for p in range(4)]
+        ends = await c.end_offsets(tps)
+        committed = {tp: await c.committed(tp) for tp in tps}
+    finally:
+        await c.stop()
+    assert sum(committed[tp] or 0 for tp in tps) >= sum(ends.values()) - len(domain.names)
