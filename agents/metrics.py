@@ -45,7 +45,9 @@ name                                       type       meaning
 ``stream_dp_release_errors_total{reason}`` counter    fatal release errors; ``reason`` ∈ overflow
                                                       (counts beyond the strategy's numeric range),
                                                       checkpoint_refused (tampered / other key /
-                                                      other configuration); the worker stops
+                                                      other configuration), record_too_large (a
+                                                      record above a topic's limit: nothing of its
+                                                      transaction is committed); the worker stops
 =========================================  =========  ===============================================
 """
 

@@ -149,6 +149,63 @@ def _listener(stage: _Stage) -> Any:
     return _Listener()
 
 
+class TransactionRecordFailed(RuntimeError):
+    """A record of a transaction could not be written (e.g. larger than the topic allows)."""
+
+
+class _CheckedProducer:
+    """A transactional aiokafka producer that commits only if every record of the transaction
+    was written.
+
+    aiokafka commits a transaction even when one of its records failed for good (measured: a
+    record above the topic's ``max.message.bytes`` is dropped with ``MessageSizeTooLargeError``
+    on its delivery future, and ``commit_transaction`` still succeeds with the others). A release
+    or checkpoint silently missing from a committed transaction would break "a tick is released
+    once": every delivery future is awaited before the commit, and any failure raises
+    :class:`TransactionRecordFailed` instead (the stage aborts and recovers).
+    """
+
+    def __init__(self, producer: Any) -> None:
+        self._p = producer
+        self._futures: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._p, name)
+
+    async def begin_transaction(self) -> None:
+        self._futures = []
+        await self._p.begin_transaction()
+
+    async def send(self, *args: Any, **kwargs: Any) -> Any:
+        fut = await self._p.send(*args, **kwargs)
+        self._futures.append(fut)
+        return fut
+
+    async def send_batch(self, *args: Any, **kwargs: Any) -> Any:
+        fut = await self._p.send_batch(*args, **kwargs)
+        self._futures.append(fut)
+        return fut
+
+    async def commit_transaction(self) -> None:
+        futures, self._futures = self._futures, []
+        if futures:
+            await self._p.flush()
+            results = await asyncio.gather(*futures, return_exceptions=True)
+            failed = [r for r in results if isinstance(r, BaseException)]
+            if failed:
+                raise TransactionRecordFailed(
+                    f"{len(failed)} of {len(futures)} records of the transaction were not "
+                    f"written ({type(failed[0]).__name__}: {failed[0]}); not committing")
+        await self._p.commit_transaction()
+
+    async def abort_transaction(self) -> None:
+        futures, self._futures = self._futures, []
+        for fut in futures:  # retrieved: no "exception was never retrieved" noise
+            if fut.done() and not fut.cancelled():
+                fut.exception()
+        await self._p.abort_transaction()
+
+
 class _Stage:
     """Common machinery: group consumer, per-partition transactional producers, restore."""
 
@@ -308,7 +365,7 @@ class _Stage:
     async def _producer(self, p: int) -> Any:
         k = _kafka()
         s = self.s
-        prod = k.AIOKafkaProducer(
+        prod = _CheckedProducer(k.AIOKafkaProducer(
             bootstrap_servers=s.bootstrap,
             **self.w.kafka_kwargs(),
             transactional_id=f"{s.app_id}.{self.name}.{p}",
@@ -317,7 +374,7 @@ class _Stage:
             linger_ms=5,
             max_batch_size=1024 * 1024,
             max_request_size=16 * 1024 * 1024,
-        )
+        ))
         await prod.start()
         try:
             # Initialise the transactional id: fences the previous owner and aborts its open
@@ -405,6 +462,15 @@ class _Stage:
 
     async def _recover(self, p: int, exc: BaseException) -> None:
         """A commit failed (e.g. fenced): drop the partition's state, restore it if still ours."""
+        if isinstance(exc, TransactionRecordFailed) and "MessageSizeTooLarge" in str(exc):
+            # Not transient: the same records fail again after any restore. Stop, loudly.
+            self.w.release_error("record_too_large")
+            self.w.fail(RuntimeError(
+                f"{self.name} partition {p}: {exc}. A record exceeds a topic's max.message.bytes "
+                "(checkpoint_chunk_bytes, or a compact record of a large shard): raise the "
+                "topic's limit or lower the setting ('stream-dp topics create' sets the limits "
+                "it knows)"))
+            return
         log.warning("%s partition %d: commit failed (%s); restoring from checkpoint",
                     self.name, p, type(exc).__name__)
         await self._drop(p)
