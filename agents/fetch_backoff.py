@@ -39,21 +39,41 @@ def install(seconds: float) -> None:
         return
     from aiokafka.consumer.fetcher import Fetcher
 
-    original = getattr(Fetcher, "_proc_fetch_request", None)
-    if original is None:  # pragma: no cover - another aiokafka layout: leave it alone
+    proc = getattr(Fetcher, "_proc_fetch_request", None)
+    actions = getattr(Fetcher, "_get_actions_per_node", None)
+    if proc is None or actions is None:  # pragma: no cover - another aiokafka layout
         return
 
+    # The pause is a "not before" time per broker, honoured when the fetcher plans its next
+    # requests: nothing sleeps inside aiokafka's tasks, so cancelling and closing a consumer
+    # behave exactly as without it.
     async def _proc_fetch_request(self: Any, assignment: Any, node_id: Any, request: Any) -> Any:
-        got = await original(self, assignment, node_id, request)
+        got = await proc(self, assignment, node_id, request)
         if not got:
             _state["empty"] += 1
             delay = _state["seconds"]
             if delay > 0:
-                try:
-                    await asyncio.sleep(delay)
-                except asyncio.CancelledError:  # the consumer stops: end quietly, as aiokafka's own
-                    return got
+                until = self.__dict__.setdefault("_stream_dp_not_before", {})
+                until[node_id] = asyncio.get_running_loop().time() + delay
         return got
 
+    def _get_actions_per_node(self: Any, assignment: Any) -> Any:
+        requests, resets, timeout, invalid, resumes = actions(self, assignment)
+        until = self.__dict__.get("_stream_dp_not_before")
+        if until and requests:
+            now = asyncio.get_running_loop().time()
+            keep, wait = [], None
+            for node_id, req in requests:
+                t = until.get(node_id, 0.0)
+                if t > now:
+                    wait = t - now if wait is None else min(wait, t - now)
+                else:
+                    keep.append((node_id, req))
+            if wait is not None:
+                requests = keep
+                timeout = wait if timeout is None else min(timeout, wait)
+        return requests, resets, timeout, invalid, resumes
+
     Fetcher._proc_fetch_request = _proc_fetch_request
+    Fetcher._get_actions_per_node = _get_actions_per_node
     _state["patched"] = True
