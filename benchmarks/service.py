@@ -124,7 +124,7 @@ async def latency_bench(bootstrap: str, tmp: Path, n_streams: int, ticks: int,
                          schedule="clock", close_grace_s=0.1, allowed_lateness_s=0.0,
                          events_partitions=2,
                          shards=4, counts_partitions=4, strategy="auto", horizon=4095,
-                         checkpoint_chunk_bytes=1 << 20)
+                         checkpoint_chunk_bytes=512 * 1024)
     await ps.create_topics(s)
     stop = asyncio.Event()
     w = Worker(s)
