@@ -151,12 +151,8 @@ class Rejection:
     detail: str
 
 
-def decode_event(raw: bytes | None, max_bytes: int, max_value: float) -> Event | Rejection:
-    """Decode one ``dp.events.v1`` message value; never raises on bad input.
-
-    ``value`` defaults to 1; it must be finite, ≥ 0 and ≤ ``max_value`` (clamping to the cap is
-    the ingest stage's job, so that the clamped amount can be counted in a metric).
-    """
+def _json_object(raw: bytes | None, max_bytes: int) -> Any:
+    """The message as a JSON object, or the :class:`Rejection` saying why it is not one."""
     if raw is None:
         return Rejection("malformed_json", "empty message value")
     if len(raw) > max_bytes:
@@ -169,9 +165,11 @@ def decode_event(raw: bytes | None, max_bytes: int, max_value: float) -> Event |
         return Rejection("malformed_json", "nesting too deep")
     if type(obj) is not dict:
         return Rejection("invalid_schema", f"expected a JSON object, got {type(obj).__name__}")
-    key = obj.get("key")
-    if type(key) is not str or not key or len(key) > 1024:
-        return Rejection("invalid_schema", "key must be a non-empty string of at most 1024 chars")
+    return obj
+
+
+def _event_time(obj: dict[str, Any]) -> Any:
+    """The finite event time ``ts`` (float seconds), or a :class:`Rejection`."""
     ts = obj.get("ts")
     tt = type(ts)
     if tt is not float and tt is not int:
@@ -182,6 +180,24 @@ def decode_event(raw: bytes | None, max_bytes: int, max_value: float) -> Event |
         return Rejection("ts_not_finite", "ts does not fit a float")
     if not math.isfinite(ts):
         return Rejection("ts_not_finite", f"ts={ts!r}")
+    return ts
+
+
+def decode_event(raw: bytes | None, max_bytes: int, max_value: float) -> Event | Rejection:
+    """Decode one ``dp.events.v1`` message value; never raises on bad input.
+
+    ``value`` defaults to 1; it must be finite, ≥ 0 and ≤ ``max_value`` (clamping to the cap is
+    the ingest stage's job, so that the clamped amount can be counted in a metric).
+    """
+    obj = _json_object(raw, max_bytes)
+    if type(obj) is Rejection:
+        return obj
+    key = obj.get("key")
+    if type(key) is not str or not key or len(key) > 1024:
+        return Rejection("invalid_schema", "key must be a non-empty string of at most 1024 chars")
+    ts = _event_time(obj)
+    if type(ts) is Rejection:
+        return ts
     value = obj.get("value", 1.0)
     tv = type(value)
     if tv is not float and tv is not int:
@@ -208,31 +224,15 @@ def decode_attribute_event(raw: bytes | None, max_bytes: int, domain: Any) -> An
     names of the event's 1-attributes; ``key`` is optional (any string); ``value`` must be absent
     or 1.
     """
-    if raw is None:
-        return Rejection("malformed_json", "empty message value")
-    if len(raw) > max_bytes:
-        return Rejection("oversize", f"{len(raw)} bytes > max_message_bytes={max_bytes}")
-    try:
-        obj = _loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return Rejection("malformed_json", str(exc)[:200])
-    except RecursionError:
-        return Rejection("malformed_json", "nesting too deep")
-    if type(obj) is not dict:
-        return Rejection("invalid_schema", f"expected a JSON object, got {type(obj).__name__}")
+    obj = _json_object(raw, max_bytes)
+    if type(obj) is Rejection:
+        return obj
     key = obj.get("key")
     if key is not None and (type(key) is not str or len(key) > 1024):
         return Rejection("invalid_schema", "key, when given, must be a string of at most 1024 chars")
-    ts = obj.get("ts")
-    tt = type(ts)
-    if tt is not float and tt is not int:
-        return Rejection("invalid_schema", "ts must be a number (Unix seconds)")
-    try:
-        ts = float(ts)  # type: ignore[arg-type]
-    except OverflowError:
-        return Rejection("ts_not_finite", "ts does not fit a float")
-    if not math.isfinite(ts):
-        return Rejection("ts_not_finite", f"ts={ts!r}")
+    ts = _event_time(obj)
+    if type(ts) is Rejection:
+        return ts
     if "value" in obj:
         value = obj["value"]
         if type(value) not in (int, float) or value != 1:

@@ -172,15 +172,9 @@ class TickAssembler:
         if idx is None:
             self.unknown_streams += 1
             return
-        pending = self._pending.get(release.tick)
+        pending = self._open(release.tick)
         if pending is None:
-            pending = self._pending[release.tick] = _Pending()
-            if len(self._pending) > self.max_pending:
-                oldest = min(self._pending)
-                del self._pending[oldest]
-                self._drop(oldest, "more than max_pending ticks buffered (a release shard lags)")
-                if oldest == release.tick:
-                    return
+            return
         pending.tick_end = max(pending.tick_end, release.tick_end)
         old = pending.values.get(idx)
         new = (release.value, release.stderr)
@@ -217,6 +211,20 @@ class TickAssembler:
             )
             self.after_tick = t
         return out
+
+    def _open(self, tick: int) -> _Pending | None:
+        """The buffer of ``tick``, created if new; ``None`` if it had to be dropped at once
+        (more than ``max_pending`` ticks buffered and it is the oldest)."""
+        pending = self._pending.get(tick)
+        if pending is None:
+            pending = self._pending[tick] = _Pending()
+            if len(self._pending) > self.max_pending:
+                oldest = min(self._pending)
+                del self._pending[oldest]
+                self._drop(oldest, "more than max_pending ticks buffered (a release shard lags)")
+                if oldest == tick:
+                    return None
+        return pending
 
     def _drop(self, tick: int, why: str) -> None:
         self.dropped += 1
@@ -264,21 +272,18 @@ class TableAssembler(TickAssembler):
         super().__init__((), every=every, after_tick=after_tick, max_pending=max_pending)
         self._want: dict[int, tuple[int, str]] = {}
 
+    def _drop(self, tick: int, why: str) -> None:
+        self._want.pop(tick, None)
+        super()._drop(tick, why)
+
     def add_table(self, partition: int, offset: int, rec: dict[str, Any]) -> None:
         """Record one decoded table record read at ``(partition, offset)``."""
         tick = rec["tick"]
         if not self.wanted(tick):
             return
-        pending = self._pending.get(tick)
+        pending = self._open(tick)
         if pending is None:
-            pending = self._pending[tick] = _Pending()
-            if len(self._pending) > self.max_pending:
-                oldest = min(self._pending)
-                del self._pending[oldest]
-                self._want.pop(oldest, None)
-                self._drop(oldest, "more than max_pending ticks buffered (a release shard lags)")
-                if oldest == tick:
-                    return
+            return
         shape = (int(rec["tables"]), str(rec["structure"]))
         known = self._want.setdefault(tick, shape)
         index = int(rec["table"])
@@ -302,7 +307,6 @@ class TableAssembler(TickAssembler):
         for t in done:
             for stale in sorted(s for s in self._pending if s < t):
                 del self._pending[stale]
-                self._want.pop(stale, None)
                 self._drop(stale, f"incomplete while tick {t} is complete (releases lost)")
             p = self._pending.pop(t)
             n, _ = self._want.pop(t)
@@ -346,15 +350,9 @@ class BlockAssembler(TickAssembler):
         if pos is None or pos.shape[0] != block.values.shape[0]:
             self.unresolved.append((partition, offset, block))
             return
-        pending = self._pending.get(tick)
+        pending = self._open(tick)
         if pending is None:
-            pending = self._pending[tick] = _Pending()
-            if len(self._pending) > self.max_pending:
-                oldest = min(self._pending)
-                del self._pending[oldest]
-                self._drop(oldest, "more than max_pending ticks buffered (a release shard lags)")
-                if oldest == tick:
-                    return
+            return
         held: dict[Any, Any] = pending.values
         shard = str(block.header["shard"])
         old = held.get(shard)

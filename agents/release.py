@@ -323,9 +323,9 @@ class ReleaseState:
                 "the configuration')"
             ) from None
 
-    def _restore(self, data: bytes, seq: int, key: bytes) -> None:
-        from stream_dp.counters import CounterBank
-
+    def _restore_header(self, data: bytes, seq: int, key: bytes) -> bytes:
+        """Verify the seal, restore offset, next tick and pending partials; return the body
+        after the header (the counter state)."""
         data = unseal(key, CHECKPOINT_PURPOSE, self.context(), data)
         self._key = key
         if not data.startswith(_MAGIC):
@@ -342,12 +342,18 @@ class ReleaseState:
         for tick, src, idx, counts, closed_at in header["pending"]:
             p = Partial(int(tick), int(src), self.shard, tuple(idx), tuple(counts), float(closed_at))
             self.pending.setdefault(p.tick, {})[p.source] = p
+        return data[start + n :]
+
+    def _restore(self, data: bytes, seq: int, key: bytes) -> None:
+        from stream_dp.counters import CounterBank
+
+        body = self._restore_header(data, seq, key)
         if not self.names:
             self.bank = None
             return
         try:
             bank = CounterBank.from_bytes(
-                data[start + n :], key, mechanism=self.mechanism(), domain_id=self.domain_id,
+                body, key, mechanism=self.mechanism(), domain_id=self.domain_id,
                 epoch=self.settings.epoch, stream_names=self.names,
             )
         except IntegrityError:
@@ -511,26 +517,11 @@ class AttributeReleaseState(ReleaseState):
     def _restore(self, data: bytes, seq: int, key: bytes) -> None:
         from stream_dp.attributes.live import LiveMarginals
 
-        data = unseal(key, CHECKPOINT_PURPOSE, self.context(), data)
-        self._key = key
-        if not data.startswith(_MAGIC):
-            raise CheckpointRefused("release checkpoint: bad magic")
-        (n,) = struct.unpack(">Q", data[len(_MAGIC) : len(_MAGIC) + 8])
-        start = len(_MAGIC) + 8
-        header = json.loads(data[start : start + n])
-        if header.get("v") != 1 or header.get("shard") != self.shard:
-            raise CheckpointRefused("release checkpoint of another version or shard")
-        self.offset = int(header["offset"])
-        self.next_tick = int(header["next_tick"])
-        self.seq = seq
-        self.pending = {}
-        for tick, src, idx, counts, closed_at in header["pending"]:
-            p = Partial(int(tick), int(src), self.shard, tuple(idx), tuple(counts), float(closed_at))
-            self.pending.setdefault(p.tick, {})[p.source] = p
+        body = self._restore_header(data, seq, key)
         if self.live is None:
             return
         try:
-            live = LiveMarginals.from_bytes(data[start + n :], self._config, key, self._description)
+            live = LiveMarginals.from_bytes(body, self._config, key, self._description)
         except ValueError as exc:
             raise CheckpointRefused(f"shard {self.shard}: attribute tables: {exc}") from None
         if live.tick != self.next_tick - 1:
