@@ -129,6 +129,15 @@ class Router:
         #: declared event keys seen so far -> their nodes (the ingest fast path's lookup)
         self.declared: dict[str, tuple[int, ...]] = {}
 
+    @property
+    def domain_id(self) -> str:
+        """The domain's digest, computed once (0.7 s at 10^6 streams; every shard state of
+        the worker needs it)."""
+        found = self.__dict__.get("_domain_id")
+        if found is None:
+            found = self.__dict__["_domain_id"] = str(self.domain.digest())
+        return str(found)
+
     def shard_names(self, shard: int) -> list[str]:
         if self.patterns:
             return []

@@ -956,7 +956,7 @@ class Worker:
         self.security.validate()
 
         #: the domain's digest: noise and checkpoints are bound to it (and to settings.epoch)
-        self.domain_id: str = str(self.domain.digest())
+        self.domain_id: str = self.router.domain_id
         self.privacy: dict[str, Any] = dict(settings.privacy.as_dict())
         self.ingest = IngestStage(
             self, settings.events_topic, settings.ingest_group, settings.ingest_checkpoints_topic

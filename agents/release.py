@@ -263,7 +263,7 @@ class ReleaseState:
     def domain_id(self) -> str:
         """The digest of the declared domain (binds noise and checkpoints to it)."""
         if self._domain_id is None:
-            self._domain_id = str(self.router.domain.digest())
+            self._domain_id = self.router.domain_id
         return self._domain_id
 
     def context(self) -> bytes:
