@@ -150,7 +150,12 @@ def _listener(stage: _Stage) -> Any:
 
 
 class TransactionRecordFailed(RuntimeError):
-    """A record of a transaction could not be written (e.g. larger than the topic allows)."""
+    """Records of a transaction could not be written (e.g. larger than the topic allows);
+    ``causes`` holds their errors."""
+
+    def __init__(self, message: str, causes: list[BaseException]) -> None:
+        super().__init__(message)
+        self.causes = causes
 
 
 class _CheckedProducer:
@@ -195,7 +200,7 @@ class _CheckedProducer:
             if failed:
                 raise TransactionRecordFailed(
                     f"{len(failed)} of {len(futures)} records of the transaction were not "
-                    f"written ({type(failed[0]).__name__}: {failed[0]}); not committing")
+                    f"written ({type(failed[0]).__name__}: {failed[0]}); not committing", failed)
         await self._p.commit_transaction()
 
     async def abort_transaction(self) -> None:
@@ -462,7 +467,9 @@ class _Stage:
 
     async def _recover(self, p: int, exc: BaseException) -> None:
         """A commit failed (e.g. fenced): drop the partition's state, restore it if still ours."""
-        if isinstance(exc, TransactionRecordFailed) and "MessageSizeTooLarge" in str(exc):
+        too_large = _kafka().errors.MessageSizeTooLargeError
+        if isinstance(exc, TransactionRecordFailed) and any(
+                isinstance(e, too_large) for e in exc.causes):
             # Not transient: the same records fail again after any restore. Stop, loudly.
             self.w.release_error("record_too_large")
             self.w.fail(RuntimeError(

@@ -191,26 +191,33 @@ class TickAssembler:
         if prev is None or offset < prev:
             pending.first_offset[partition] = offset
 
-    def pop_complete(self) -> list[CompleteTick]:
-        """Every tick that now has all nodes, ascending; afterwards ``after_tick`` is the last."""
-        n = len(self.names)
-        done = sorted(t for t, p in self._pending.items() if len(p.values) == n)
-        out: list[CompleteTick] = []
+    def pop_complete(self) -> list[Any]:
+        """Every tick that now has all its input, ascending (earlier incomplete ticks are
+        dropped); afterwards ``after_tick`` is the last. Subclasses say what "complete" is and
+        what a complete tick becomes (:meth:`_is_complete`, :meth:`_complete`)."""
+        done = sorted(t for t, p in self._pending.items() if self._is_complete(t, p))
+        out: list[Any] = []
         for t in done:
             for stale in sorted(s for s in self._pending if s < t):
                 del self._pending[stale]
                 self._drop(stale, f"incomplete while tick {t} is complete (releases lost)")
-            p = self._pending.pop(t)
-            out.append(
-                CompleteTick(
-                    tick=t,
-                    tick_end=p.tick_end,
-                    noisy=tuple(p.values[i][0] for i in range(n)),
-                    stderr=tuple(p.values[i][1] for i in range(n)),
-                )
-            )
+            made = self._complete(t, self._pending.pop(t))
+            if made is not None:
+                out.append(made)
             self.after_tick = t
         return out
+
+    def _is_complete(self, tick: int, p: _Pending) -> bool:
+        return len(p.values) == len(self.names)
+
+    def _complete(self, tick: int, p: _Pending) -> Any:
+        n = len(self.names)
+        return CompleteTick(
+            tick=tick,
+            tick_end=p.tick_end,
+            noisy=tuple(p.values[i][0] for i in range(n)),
+            stderr=tuple(p.values[i][1] for i in range(n)),
+        )
 
     def _open(self, tick: int) -> _Pending | None:
         """The buffer of ``tick``, created if new; ``None`` if it had to be dropped at once
@@ -300,20 +307,13 @@ class TableAssembler(TickAssembler):
         if prev is None or offset < prev:
             pending.first_offset[partition] = offset
 
-    def pop_complete(self) -> list[TableTick]:  # type: ignore[override]
-        done = sorted(t for t, p in self._pending.items()
-                      if len(p.values) == self._want.get(t, (-1, ""))[0])
-        out: list[TableTick] = []
-        for t in done:
-            for stale in sorted(s for s in self._pending if s < t):
-                del self._pending[stale]
-                self._drop(stale, f"incomplete while tick {t} is complete (releases lost)")
-            p = self._pending.pop(t)
-            n, _ = self._want.pop(t)
-            held: dict[int, Any] = p.values
-            out.append(TableTick(t, p.tick_end, tuple(held[i] for i in range(n))))
-            self.after_tick = t
-        return out
+    def _is_complete(self, tick: int, p: _Pending) -> bool:
+        return len(p.values) == self._want.get(tick, (-1, ""))[0]
+
+    def _complete(self, tick: int, p: _Pending) -> TableTick:
+        n, _ = self._want.pop(tick)
+        held: dict[int, Any] = p.values
+        return TableTick(tick, p.tick_end, tuple(held[i] for i in range(n)))
 
 
 class BlockAssembler(TickAssembler):
@@ -368,31 +368,24 @@ class BlockAssembler(TickAssembler):
         if prev is None or offset < prev:
             pending.first_offset[partition] = offset
 
-    def pop_complete(self) -> list[CompleteTick]:
+    def _is_complete(self, tick: int, p: _Pending) -> bool:
+        return len(p.values) == self.shards
+
+    def _complete(self, tick: int, p: _Pending) -> CompleteTick | None:
         import numpy as np
 
         n = len(self.names)
-        done = sorted(t for t, p in self._pending.items() if len(p.values) == self.shards)
-        out: list[CompleteTick] = []
-        for t in done:
-            for stale in sorted(s for s in self._pending if s < t):
-                del self._pending[stale]
-                self._drop(stale, f"incomplete while tick {t} is complete (releases lost)")
-            p = self._pending.pop(t)
-            noisy = np.full(n, np.nan)
-            stderr = np.full(n, np.nan)
-            held: dict[Any, Any] = p.values
-            for pos, values, errs in held.values():
-                ok = pos >= 0
-                noisy[pos[ok]] = values[ok]
-                stderr[pos[ok]] = errs[ok]
-            if np.isnan(noisy).any():
-                self._drop(t, "the compact records do not cover every node of the domain")
-                self.after_tick = t
-                continue
-            out.append(CompleteTick(tick=t, tick_end=p.tick_end, noisy=noisy, stderr=stderr))
-            self.after_tick = t
-        return out
+        noisy = np.full(n, np.nan)
+        stderr = np.full(n, np.nan)
+        held: dict[Any, Any] = p.values
+        for pos, values, errs in held.values():
+            ok = pos >= 0
+            noisy[pos[ok]] = values[ok]
+            stderr[pos[ok]] = errs[ok]
+        if np.isnan(noisy).any():
+            self._drop(tick, "the compact records do not cover every node of the domain")
+            return None
+        return CompleteTick(tick=tick, tick_end=p.tick_end, noisy=noisy, stderr=stderr)
 
 
 def decode_table_record(data: bytes | str, domain_name: str | None = None) -> dict[str, Any]:

@@ -403,24 +403,16 @@ def new_live(settings: Settings, domain: Any, key: bytes) -> Any:
 
 
 @dataclass(frozen=True)
-class TableRelease:
+class TableRelease(Release):
     """One tick of a binary-attribute domain: every measured table (noisy, decayed).
 
     ``streams`` holds the record key of each table (all the same: the tables of a tick stay in
-    one counts partition, in order); ``values`` all cells of all tables, concatenated.
+    one counts partition, in order); ``values`` all cells of all tables, concatenated; ``live``
+    the :class:`~stream_dp.attributes.live.LiveTick`, ``domain`` the binary domain.
     """
 
-    tick: int
-    tick_start: float
-    tick_end: float
-    shard: int
-    streams: tuple[str, ...]
-    values: NDArray[np.float64]
-    stderr: float
-    strategy: str
-    closed_at: float
-    live: Any
-    domain: Any
+    live: Any = None
+    domain: Any = None
 
     def records(self, settings: Settings, privacy: dict[str, Any]) -> list[dict[str, Any]]:
         """The ``dp.tables.v1`` values of this tick, one per table (docs/CONTRACTS.md)."""
