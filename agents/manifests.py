@@ -13,11 +13,17 @@ __all__ = ["read_manifests"]
 
 
 async def read_manifests(bootstrap: str, kafka_kwargs: dict[str, Any], topic: str,
-                         consumer_class: Any = None) -> dict[str, Any]:
+                         consumer_class: Any = None, *, histogram: bool = False
+                         ) -> dict[str, Any]:
     """Shard name → :class:`stream_dp.compact.Manifest`, newest first-wins-last per shard.
 
+    The topic also holds the node manifest of the compact histograms (key ``histogram``, 10^6
+    names at 10^6 nodes): left out, or with ``histogram=True`` the only one read.
     Raises ``ValueError`` for a malformed manifest (its hash does not match its streams).
     """
+    from stream_dp.compact_histograms import HISTOGRAM_MANIFEST_SHARD
+
+    node_key = HISTOGRAM_MANIFEST_SHARD.encode()
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from stream_dp.compact import decode_manifest
@@ -39,7 +45,7 @@ async def read_manifests(bootstrap: str, kafka_kwargs: dict[str, Any], topic: st
             batch = await c.getmany(timeout_ms=500)
             for msgs in batch.values():
                 for m in msgs:
-                    if m.value is not None:
+                    if m.value is not None and (m.key == node_key) == histogram:
                         man = decode_manifest(m.value)
                         out[man.shard] = man
     finally:

@@ -457,6 +457,30 @@ def marginals_message(tick: TableTick, attribute_names: Sequence[str],
                                           residual=residual)
 
 
+#: nodes of the JSON view handed to ``on_histogram`` when only compact histograms are published
+_CALLBACK_NODES: Final = 20_000
+
+
+def _diagnostics(result: Any) -> dict[str, Any]:
+    return {"iterations": int(result.iterations), "residual": float(result.residual),
+            "seconds": float(result.seconds)}
+
+
+def _head(tick: CompleteTick, keep: int) -> CompleteTick:
+    return CompleteTick(tick=tick.tick, tick_end=tick.tick_end, noisy=tick.noisy[:keep],
+                        stderr=tick.stderr[:keep])
+
+
+class _Head:
+    """A solve result cut to its first ``keep`` nodes (for :func:`histogram_message`)."""
+
+    def __init__(self, result: Any, keep: int) -> None:
+        self.values = result.values[:keep]
+        self.consistent = getattr(result, "consistent", True)
+        self.iterations, self.residual, self.seconds = (result.iterations, result.residual,
+                                                        result.seconds)
+
+
 def _default_solve() -> SolveFn:
     from stream_dp.consistency import reconcile
 
@@ -546,6 +570,14 @@ class ReconcilerConfig:
     compact_topic: str = ""
     #: release shards (one compact record per shard and tick)
     shards: int = 1
+    #: publish each histogram as one dp.histograms.v1 JSON message on ``histograms_topic``
+    histograms_json: bool = True
+    #: with ``compact_topic``: the histogram's chunk records (dp.histograms.block.v1) go here
+    #: (default ``<compact_topic>.histograms``), its node manifest to
+    #: ``<compact_topic>.manifests`` under the key ``histogram``
+    histogram_blocks_topic: str = ""
+    #: nodes per chunk record (:data:`stream_dp.compact_histograms.CHUNK_NODES`)
+    histogram_chunk_nodes: int = 262_144
     leader_topic: str = LEADER_TOPIC
     leader_group: str = LEADER_GROUP
     domain_name: str = "default"
@@ -581,6 +613,16 @@ class ReconcilerConfig:
             raise ValueError("bootstrap must be a non-empty 'host:port[,host:port]' string")
         if not self.domain_name:
             raise ValueError("domain_name must be non-empty (it keys the histograms)")
+        if self.compact_topic and not self.histogram_blocks_topic:
+            object.__setattr__(self, "histogram_blocks_topic", f"{self.compact_topic}.histograms")
+        if not self.histograms_json and not self.histogram_blocks_topic:
+            raise ValueError("histograms_json = False needs compact_topic (or "
+                             "histogram_blocks_topic): nothing would be published")
+
+    @property
+    def manifests_topic(self) -> str:
+        """Where the compact records' manifests live (empty without ``compact_topic``)."""
+        return f"{self.compact_topic}.manifests" if self.compact_topic else ""
 
     @classmethod
     def from_settings(cls, settings: Any, domain_name: str, **changes: Any) -> ReconcilerConfig:
@@ -595,6 +637,7 @@ class ReconcilerConfig:
             "histograms_topic": settings.histograms_topic,
             "compact_topic": getattr(settings, "compact_topic", ""),
             "shards": getattr(settings, "shards", 1),
+            "histograms_json": bool(getattr(settings, "histograms_json", 1)),
             "leader_topic": getattr(settings, "leader_topic", LEADER_TOPIC),
             "security": _security_of(settings),
             "leader_group": f"{settings.app_id}.reconcile",
@@ -638,6 +681,9 @@ class Reconciler:
         self.is_leader = False
         self.published = 0
         self.last_tick = 0
+        self._manifest: tuple[bytes, str] | None = None
+        #: the node manifest went out under the current leadership
+        self._manifest_sent = False
         #: solver seconds of the most recent histograms (bounded: workers run for months)
         self.solve_seconds: deque[float] = deque(maxlen=10_000)
 
@@ -700,19 +746,33 @@ class Reconciler:
 
     # -- the leader's work --------------------------------------------------------------------
     async def last_published_tick(self) -> int:
-        """Largest tick of a histogram for this domain on the histograms topic (0 if none)."""
+        """Largest tick of a histogram for this domain on the histograms topic (0 if none);
+        with ``histograms_json = False``: the largest tick whose last chunk is on the chunk
+        topic (chunks go out in order)."""
         cfg = self.config
         key = cfg.domain_name.encode()
+        topic = cfg.histograms_topic if cfg.histograms_json else cfg.histogram_blocks_topic
+
+        def tick_of(value: bytes) -> int:
+            if cfg.histograms_json:
+                return int(json.loads(value)["tick"])
+            from stream_dp.compact_histograms import decode_histogram_chunk
+
+            h = decode_histogram_chunk(value).header
+            if int(h["chunk"]) != int(h["chunks"]) - 1 or h["domain"] != cfg.domain_name:
+                raise ValueError("not a final chunk of this domain")
+            return int(h["tick"])
+
         consumer = AIOKafkaConsumer(
             bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(), client_id=f"{cfg.client_id}-resume",
             enable_auto_commit=False, group_id=None,
         )
         await consumer.start()
         try:
-            parts = await _partitions(consumer, cfg.histograms_topic)
+            parts = await _partitions(consumer, topic)
             if not parts:
                 return 0
-            tps = [TopicPartition(cfg.histograms_topic, p) for p in parts]
+            tps = [TopicPartition(topic, p) for p in parts]
             consumer.assign(tps)
             begin = await consumer.beginning_offsets(tps)
             end = await consumer.end_offsets(tps)
@@ -724,7 +784,7 @@ class Reconciler:
                     for rec in await _read_range(consumer, tp, lo, hi):
                         if rec.key == key and rec.value is not None:
                             with contextlib.suppress(ValueError, KeyError, TypeError):
-                                best = max(best, int(json.loads(rec.value)["tick"]))
+                                best = max(best, tick_of(rec.value))
                                 found = True
                     hi, window = lo, window * 8
             return best
@@ -738,6 +798,7 @@ class Reconciler:
 
     async def _lead(self) -> None:
         cfg = self.config
+        self._manifest_sent = False
         after = await self.last_published_tick()
         # Continue at the next multiple of `every`.
         self.last_tick = after
@@ -859,14 +920,47 @@ class Reconciler:
                 self.metrics.reconcile_skipped(assembler.dropped - dropped)
         return complete
 
-    def _solve_and_encode(self, tick: Any) -> tuple[Any, dict[str, Any], bytes]:
+    def _solve_and_encode(self, tick: Any) -> tuple[Any, dict[str, Any], bytes | None,
+                                                    list[bytes]]:
+        """``(result, message, JSON value or None, chunk records)`` of one tick (a thread)."""
+        cfg = self.config
         if self.tables_mode:
-            message, result = marginals_message(tick, self.names, self.config.domain_name)
-            return result, message, encode(message)
-        variances = [s * s for s in tick.stderr]
-        result = self._solver()(self.domain, list(tick.noisy), variances)
-        message = histogram_message(self.names, tick, result, self.config.domain_name)
-        return result, message, encode(message)
+            message, result = marginals_message(tick, self.names, cfg.domain_name)
+            return result, message, encode(message), []
+        import numpy as np
+
+        noisy = np.asarray(tick.noisy, dtype=np.float64)
+        stderr = np.asarray(tick.stderr, dtype=np.float64)
+        result = self._solver()(self.domain, noisy, stderr * stderr)
+        chunks: list[bytes] = []
+        if cfg.histogram_blocks_topic:
+            from stream_dp.compact_histograms import encode_histogram
+
+            chunks = encode_histogram(
+                domain=cfg.domain_name, tick=int(tick.tick), tick_end=float(tick.tick_end),
+                values=np.asarray(result.values, dtype=np.float64), noisy=noisy, stderr=stderr,
+                manifest=self._node_manifest()[1], consistent=bool(getattr(result, "consistent",
+                                                                            True)),
+                diagnostics=_diagnostics(result), chunk_nodes=cfg.histogram_chunk_nodes)
+        if cfg.histograms_json:
+            message = histogram_message(self.names, tick, result, cfg.domain_name)
+            return result, message, encode(message), chunks
+        # compact only: callbacks get the first nodes (the top of a hierarchy) as JSON
+        keep = min(len(self.names), _CALLBACK_NODES)
+        message = histogram_message(self.names[:keep], _head(tick, keep),
+                                    _Head(result, keep), cfg.domain_name)
+        message["total_nodes"] = len(self.names)
+        return result, message, None, chunks
+
+    def _node_manifest(self) -> tuple[bytes, str]:
+        """The histogram's ``dp.manifest.v1`` (shard ``histogram``) and its SHA-256, once."""
+        if self._manifest is None:
+            from stream_dp.compact import encode_manifest, manifest_hash
+            from stream_dp.compact_histograms import HISTOGRAM_MANIFEST_SHARD
+
+            self._manifest = (encode_manifest(HISTOGRAM_MANIFEST_SHARD, self.names),
+                              manifest_hash(self.names))
+        return self._manifest
 
     def _add(self, assembler: TickAssembler, partition: int, rec: ConsumerRecord[Any, Any]) -> None:
         if rec.value is None:
@@ -915,26 +1009,38 @@ class Reconciler:
     async def _publish(self, producer: AIOKafkaProducer, tick: Any) -> None:
         cfg = self.config
         try:
-            result, message, value = await asyncio.to_thread(self._solve_and_encode, tick)
+            result, message, value, chunks = await asyncio.to_thread(self._solve_and_encode, tick)
         except ValueError as exc:  # e.g. a zero variance: skip the tick, never crash the leader
             self._skip(tick.tick, "unsolvable", str(exc))
             return
-        if len(value) > cfg.max_message_bytes:
+        if value is not None and len(value) > cfg.max_message_bytes:
             self._skip(tick.tick, "too_large", f"{len(value)} bytes > max_message_bytes "
-                       f"{cfg.max_message_bytes}")
+                       f"{cfg.max_message_bytes}; set histograms_json = 0 and compact_topic "
+                       "(chunked compact histograms)")
             return
         from aiokafka.errors import MessageSizeTooLargeError
 
+        key = cfg.domain_name.encode()
         try:
+            if chunks and not self._manifest_sent:
+                from stream_dp.compact_histograms import HISTOGRAM_MANIFEST_SHARD
+
+                await producer.send_and_wait(cfg.manifests_topic, self._node_manifest()[0],
+                                             key=HISTOGRAM_MANIFEST_SHARD.encode(), partition=0)
+                self._manifest_sent = True
             # Broker timestamp = publish time: event-time stamps of a replayed old log would
-            # fall outside time-based retention at once.
-            await producer.send_and_wait(cfg.histograms_topic, value,
-                                         key=cfg.domain_name.encode())
+            # fall outside time-based retention at once. Chunks in order, one partition (the
+            # domain's key): a reader that sees the last chunk of a tick has seen them all.
+            sent = [await producer.send(cfg.histogram_blocks_topic, c, key=key) for c in chunks]
+            if value is not None:
+                sent.append(await producer.send(cfg.histograms_topic, value, key=key))
+            for fut in sent:
+                await fut
         except MessageSizeTooLargeError as exc:
             # not transient: retrying (or restarting the leader) would fail the same way
-            self._skip(tick.tick, "too_large", f"the broker refused {len(value)} bytes ({exc}); "
-                       "raise max.message.bytes of the histograms topic ('stream-dp topics "
-                       "create' sets 64 MiB)")
+            self._skip(tick.tick, "too_large", f"the broker refused a record ({exc}); raise "
+                       "max.message.bytes of the histograms topic ('stream-dp topics create' "
+                       "sets 64 MiB) or set histograms_json = 0 (chunked compact histograms)")
             return
         self.published += 1
         self.last_tick = tick.tick

@@ -111,8 +111,12 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         # one record per (shard, tick), partition = shard; records up to the producer's 16 MiB
         TopicSpec(settings.compact_topic, settings.shards, rf,
                   (("max.message.bytes", str(_COMPACT_MAX_BYTES)),)),
+        # the shard manifests and the histogram's node manifest (~15 bytes per node)
         TopicSpec(settings.manifests_topic, settings.shards, rf,
-                  (*compact, ("max.message.bytes", str(_COMPACT_MAX_BYTES)))),
+                  (*compact, ("max.message.bytes", str(HISTOGRAM_MAX_BYTES)))),
+        # the reconcile agent's chunk records: at most CHUNK_NODES nodes (6 MiB) each
+        TopicSpec(settings.histogram_blocks_topic, settings.histograms_partitions, rf,
+                  (("max.message.bytes", str(_COMPACT_MAX_BYTES)),)),
     ] if settings.compact_topic else [])
 
 

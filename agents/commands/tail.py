@@ -39,6 +39,10 @@ Print released DP counts (default) or consistent histograms as they are publishe
   compact      the compact records (dp.counts.block.v1, one per shard and tick; deployments
                with compact_topic set, docs/formats.md), decoded with the shard manifests
                from <topic>.manifests and shown exactly like counts (table or JSON lines)
+  compact-histograms
+               the compact histogram chunks (dp.histograms.block.v1 on
+               <compact_topic>.histograms), assembled per tick with the node manifest and
+               shown exactly like histograms (use --prefix at a million nodes)
   tables       binary-attribute domains: dp.tables.v1 on the counts topic, one noisy
                marginal table per line (tick, structure epoch, attributes, cells ± stderr)
   marginals    binary-attribute domains: dp.marginals.v1 on the histograms topic, the
@@ -69,13 +73,15 @@ Examples:
   stream-dp tail counts --from-beginning --to-end --prefix www/ --json > releases.jsonl
   STREAM_DP_BOOTSTRAP=kafka-1:9092 stream-dp tail histograms
   stream-dp tail compact --topic dp.counts.compact --prefix www/ --from-beginning --to-end
+  stream-dp tail compact-histograms --prefix www/ --json     # topic from $STREAM_DP_COMPACT_TOPIC
   stream-dp tail marginals --query milk,bread --query 3,7,9 --json
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "what", nargs="?", choices=("counts", "histograms", "compact", "tables", "marginals"),
+        "what", nargs="?",
+        choices=("counts", "histograms", "compact", "compact-histograms", "tables", "marginals"),
         default="counts",
         help="which output to follow (default: counts)",
     )
@@ -264,6 +270,8 @@ class _Printer:
                 return False
         if self.args.what in ("counts", "compact"):
             return str(msg.get("stream", "")).startswith(self.args.prefix)
+        if self.args.what == "compact-histograms":
+            return True  # nodes already chosen by prefix
         if self.args.what == "tables":
             return msg.get("schema") == "dp.tables.v1" and (not self.args.prefix or any(
                 str(n).startswith(self.args.prefix) for n in msg.get("names") or ()))
@@ -283,7 +291,13 @@ class _Printer:
         except (ValueError, UnicodeDecodeError):
             print(f"(skipping a message that is not JSON: {raw[:60]!r})", file=sys.stderr)
             return
-        if not isinstance(msg, dict) or not self.wants(msg):
+        if not isinstance(msg, dict):
+            return
+        self.show_message(msg, raw)
+
+    def show_message(self, msg: dict[str, Any], raw: bytes | None = None) -> None:
+        """Print one decoded message (``raw``: its bytes as published, for ``--json``)."""
+        if not self.wants(msg):
             return
         if self.args.what == "marginals" and self.args.query:
             try:
@@ -298,7 +312,7 @@ class _Printer:
                                         if str(n.get("stream", "")).startswith(self.args.prefix)]}
                 line = json.dumps(msg, separators=(",", ":"))
             else:
-                line = raw.decode()
+                line = raw.decode() if raw is not None else json.dumps(msg, separators=(",", ":"))
             print(line, file=self.out)
         elif self.args.what in ("counts", "compact"):
             if not self.header_done:
@@ -323,7 +337,11 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
     """Consume and print per ``args`` until a limit, ``stop`` or a signal; returns exit status."""
     from aiokafka import AIOKafkaConsumer
 
-    topic = args.topic or default_topic(args.what)
+    if args.what == "compact-histograms":
+        base = default_topic("compact")
+        topic = args.topic or (f"{base}.histograms" if base else "")
+    else:
+        topic = args.topic or default_topic(args.what)
     if not topic:
         raise TopicMissingError("compact output needs --topic or $STREAM_DP_COMPACT_TOPIC "
                                 "(the deployment's compact_topic)")
@@ -336,6 +354,8 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
         enable_auto_commit=False,
         auto_offset_reset="latest",
         isolation_level="read_committed",
+        # compact records and histogram chunks are a few MiB each
+        max_partition_fetch_bytes=(16 << 20) if args.what.startswith("compact") else 1 << 20,
     )
     await consumer.start()
     printer = _Printer(args, out)
@@ -363,10 +383,11 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
             return True
 
         manifests: dict[str, Any] = {}
+        #: (manifest sha256, prefix) -> the chosen streams' names
+        chosen: dict[tuple[str, str], list[str]] = {}
 
-        async def expand(value: bytes) -> list[bytes]:
+        async def expand(value: bytes) -> list[dict[str, Any]]:
             """A compact record as dp.counts.v1 messages (its manifest read on first need)."""
-            from agents.codec import encode
             from stream_dp.compact import decode_block
 
             try:
@@ -386,8 +407,44 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
                 print(f"(skipping tick {block.tick} of {shard}: its manifest is not published)",
                       file=sys.stderr)
                 return []
-            names = [n for n in known.streams if n.startswith(args.prefix)]
-            return [encode(msg) for msg in block.records(known, names)]
+            key = (known.sha256, args.prefix)
+            if key not in chosen:
+                chosen[key] = [n for n in known.streams if n.startswith(args.prefix)]
+            names = chosen[key]
+            if len(names) == len(known.streams):
+                return list(block.records(known))
+            return list(block.records(known, names))
+
+        histograms = None
+        node_names: dict[str, Any] = {}
+
+        async def assemble(value: bytes) -> list[dict[str, Any]]:
+            """A compact histogram chunk; the tick's dp.histograms.v1 view once complete."""
+            from stream_dp.compact_histograms import HistogramAssembler, decode_histogram_chunk
+
+            nonlocal histograms
+            if histograms is None:
+                histograms = HistogramAssembler()
+            try:
+                hist = histograms.add(decode_histogram_chunk(value))
+            except ValueError as exc:
+                print(f"(skipping a record that is not dp.histograms.block.v1: {exc})",
+                      file=sys.stderr)
+                return []
+            if hist is None or (args.from_tick is not None and hist.tick < args.from_tick):
+                return []
+            if hist.manifest not in node_names:
+                base = topic.removesuffix(".histograms")
+                for man in (await _read_manifests(consumer.__class__, args, f"{base}.manifests",
+                                                  histogram=True)).values():
+                    keep = [i for i, n in enumerate(man.streams) if n.startswith(args.prefix)]
+                    node_names[man.sha256] = (man.streams, keep)
+            if hist.manifest not in node_names:
+                print(f"(skipping tick {hist.tick}: its node manifest is not published)",
+                      file=sys.stderr)
+                return []
+            names, keep = node_names[hist.manifest]
+            return [hist.message(names, keep if args.prefix else None)]
 
         print(f"stream-dp tail: following {topic} ({len(tps)} partitions) {where}; "
               "Ctrl-C stops", file=sys.stderr, flush=True)
@@ -401,9 +458,11 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
             )
             for m in records:
                 if m.value is not None:
-                    if args.what == "compact":
-                        for raw in await expand(m.value):
-                            printer.show(raw)
+                    if args.what in ("compact", "compact-histograms"):
+                        decoded = (await expand(m.value) if args.what == "compact"
+                                   else await assemble(m.value))
+                        for msg in decoded:
+                            printer.show_message(msg)
                             if printer.done:
                                 break
                     else:
@@ -419,14 +478,15 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
     return 0
 
 
-async def _read_manifests(consumer_class: Any, args: argparse.Namespace, topic: str
-                          ) -> dict[str, Any]:
-    """Every shard's newest manifest in ``topic`` (read from the beginning to its end)."""
+async def _read_manifests(consumer_class: Any, args: argparse.Namespace, topic: str,
+                          histogram: bool = False) -> dict[str, Any]:
+    """Every shard's newest manifest in ``topic`` (read from the beginning to its end); or the
+    histogram's node manifest."""
     from agents.manifests import read_manifests
     from agents.security import client_kwargs
 
     return await read_manifests(bootstrap_from(args.bootstrap), client_kwargs(), topic,
-                                consumer_class)
+                                consumer_class, histogram=histogram)
 
 
 def run(args: argparse.Namespace) -> int:

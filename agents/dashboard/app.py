@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import time
@@ -50,6 +51,8 @@ DEFAULT_MAX_POINTS: Final = 300_000
 _HEARTBEAT_S: Final = 15.0
 #: streams followed from the compact records (over all shards)
 COMPACT_STREAMS: Final = 20_000
+#: nodes of a compact histogram held and shown (the first ones of the node manifest)
+COMPACT_NODES: Final = 5_000
 
 
 @dataclass
@@ -198,6 +201,8 @@ class DashboardConfig:
     #: read the compact records of this topic instead of the per-stream messages ("": JSON)
     compact_topic: str = ""
     shards: int = 1
+    #: read the compact histogram chunks of this topic instead of ``histograms_topic`` ("": JSON)
+    histogram_blocks_topic: str = ""
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
@@ -217,6 +222,8 @@ class DashboardConfig:
             compact_topic=(getattr(settings, "compact_topic", "")
                            if not getattr(settings, "counts_json", 1) else ""),
             shards=int(getattr(settings, "shards", 1)),
+            histogram_blocks_topic=(getattr(settings, "histogram_blocks_topic", "")
+                                    if not getattr(settings, "histograms_json", 1) else ""),
         )
 
 
@@ -232,12 +239,17 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
     from agents.security import client_kwargs
 
     counts_topic = config.compact_topic or config.counts_topic
-    topics = (counts_topic, config.histograms_topic)
+    blocks_topic = config.histogram_blocks_topic
+    topics = (counts_topic, blocks_topic or config.histograms_topic)
     manifests: dict[str, Any] = {}
+    nodes = _NodeView(config)
+    big = bool(config.compact_topic or blocks_topic)
     while True:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=config.bootstrap, group_id=None, enable_auto_commit=False,
             auto_offset_reset="latest", isolation_level="read_committed",
+            # compact records and histogram chunks are a few MiB each
+            max_partition_fetch_bytes=(16 << 20) if big else 1 << 20,
             **client_kwargs(config.security),
         )
         try:
@@ -265,6 +277,13 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
                 for tp, records in batch.items():
                     if config.compact_topic and tp.topic == counts_topic:
                         counts += await _compact_rows(config, records, manifests)
+                        continue
+                    if blocks_topic and tp.topic == blocks_topic:
+                        for msg in await nodes.add(records):
+                            if _newer_histogram(state.histogram, msg):
+                                state.histogram = msg
+                                state.messages += 1
+                                state.broadcast("histogram", msg)
                         continue
                     for rec in records:
                         try:
@@ -327,10 +346,66 @@ async def _compact_rows(config: DashboardConfig, records: list[Any],
             man = manifests.get(str(b.header["shard"]))
             if man is None or man.sha256 != b.header["manifest"]:
                 continue
-            out.extend(b.records(man, man.streams[:per_shard]))
+            # the first streams of the manifest: no name index of the whole shard needed
+            out.extend(itertools.islice(b.records(man), per_shard))
         return out
 
     return await asyncio.to_thread(expand)
+
+
+class _NodeView:
+    """Compact histogram chunks → ``dp.histograms.v1``-shaped messages of the first
+    :data:`COMPACT_NODES` nodes (the top of a hierarchy; ``total_nodes`` says how many there
+    are). Only those nodes' names are kept from the node manifest."""
+
+    def __init__(self, config: DashboardConfig) -> None:
+        from stream_dp.compact_histograms import HistogramAssembler
+
+        self.config = config
+        self.assembler = HistogramAssembler()
+        #: (manifest sha256, names of the first nodes)
+        self.names: tuple[str, tuple[str, ...]] = ("", ())
+
+    async def add(self, records: list[Any]) -> list[dict[str, Any]]:
+        from stream_dp.compact_histograms import decode_histogram_chunk
+
+        def assemble() -> list[Any]:
+            done = []
+            for rec in records:
+                try:
+                    hist = self.assembler.add(decode_histogram_chunk(rec.value))
+                except (ValueError, TypeError):
+                    continue
+                if hist is not None:
+                    done.append(hist)
+            return done
+
+        out = []
+        for hist in await asyncio.to_thread(assemble):
+            if hist.manifest != self.names[0]:
+                await self._read_names()
+            if hist.manifest != self.names[0]:
+                log.warning("histogram chunks without their node manifest; skipped",
+                            extra={"tick": hist.tick})
+                continue
+            out.append(hist.head_message(self.names[1]))
+        return out
+
+    async def _read_names(self) -> None:
+        from agents.manifests import read_manifests
+        from agents.security import client_kwargs
+
+        cfg = self.config
+        found = await read_manifests(cfg.bootstrap, client_kwargs(cfg.security),
+                                     f"{cfg.compact_topic or _base(cfg.histogram_blocks_topic)}"
+                                     ".manifests", histogram=True)
+        for man in found.values():
+            self.names = (man.sha256, tuple(man.streams[:COMPACT_NODES]))
+
+
+def _base(blocks_topic: str) -> str:
+    """``<compact_topic>`` of ``<compact_topic>.histograms``."""
+    return blocks_topic.removesuffix(".histograms")
 
 
 def _newer_marginals(current: dict[str, Any] | None, msg: dict[str, Any]) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from agents.codec import encode, validate
 from agents.config import load_domain
 from stream_dp.compact import decode_block, decode_manifest
+from stream_dp.compact_histograms import HistogramAssembler, decode_histogram_chunk
 from tests.integration import pipeline_support as ps
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -83,12 +85,15 @@ async def test_compact_records_equal_the_per_stream_messages(
     assert {json.loads(x)["tick"] for x in lines} >= set(range(1, N_TICKS + 1))
 
 
+@pytest.mark.parametrize("histograms_json", [1, 0])
 async def test_compact_only_deployment_reconciles_from_the_compact_records(
-    kafka_broker: str, unique_name: str, tmp_path: Path
+    kafka_broker: str, unique_name: str, tmp_path: Path, histograms_json: int
 ) -> None:
     """counts_json = 0: no per-stream JSON at all; the reconcile side agent reads the compact
     records (placing each shard's values by its manifest) and publishes, for every tick, the
-    same histogram as a solve on the decoded records (an independent oracle)."""
+    same histogram as a solve on the decoded records (an independent oracle). With
+    histograms_json = 0 only as chunk records (3 nodes each here), read back with the node
+    manifest by the library and by ``stream-dp tail compact-histograms``."""
     import asyncio
 
     from agents.pipeline import Worker
@@ -97,7 +102,8 @@ async def test_compact_only_deployment_reconciles_from_the_compact_records(
 
     leaves = ps.hierarchy_paths(2, 2, 2)
     s = ps.make_settings(kafka_broker, tmp_path, unique_name, leaves,
-                         compact_topic=f"{unique_name}.compact", counts_json=0)
+                         compact_topic=f"{unique_name}.compact", counts_json=0,
+                         histograms_json=histograms_json)
     await ps.create_topics(s)
     rng = np.random.default_rng(8)
     events = sorted(((leaves[int(rng.integers(len(leaves)))],
@@ -108,8 +114,8 @@ async def test_compact_only_deployment_reconciles_from_the_compact_records(
     domain = load_domain(s.domain_file)
     stop = asyncio.Event()
     worker = Worker(s)
-    rec = Reconciler(ReconcilerConfig.from_settings(s, domain.name, session_timeout_ms=6000),
-                     domain)
+    rec = Reconciler(ReconcilerConfig.from_settings(s, domain.name, session_timeout_ms=6000,
+                                                    histogram_chunk_nodes=3), domain)
     tasks = [asyncio.create_task(worker.run(stop)), asyncio.create_task(rec.run(stop))]
     try:
         for _ in range(240):
@@ -127,8 +133,27 @@ async def test_compact_only_deployment_reconciles_from_the_compact_records(
         block = decode_block(r.value)
         for msg in block.records(manifests[block.header["shard"]]):
             noisy.setdefault(block.tick, {})[msg["stream"]] = (msg["value"], msg["stderr"])
-    hists = {json.loads(r.value)["tick"]: json.loads(r.value)
-             for r in await ps.read_topic(s.bootstrap, s.histograms_topic)}
+    jsons = await ps.read_topic(s.bootstrap, s.histograms_topic)
+    hists = {json.loads(r.value)["tick"]: json.loads(r.value) for r in jsons}
+    chunks = await ps.read_topic(s.bootstrap, s.histogram_blocks_topic)
+    assert len(chunks) >= N_TICKS * -(-domain.size // 3)
+    if not histograms_json:
+        assert jsons == []
+        node_manifest = [decode_manifest(r.value)
+                         for r in await ps.read_topic(s.bootstrap, s.manifests_topic)
+                         if r.key == b"histogram"][-1]
+        assert node_manifest.streams == tuple(domain.names)
+        asm = HistogramAssembler()
+        for r in chunks:
+            hist = asm.add(decode_histogram_chunk(r.value))
+            if hist is not None:
+                assert hist.manifest == node_manifest.sha256
+                hists[hist.tick] = hist.message(node_manifest.streams)
+        tailed = await _tail_json(s, "compact-histograms", "r1")
+        assert [m["tick"] for m in tailed] == sorted(hists)
+        for m in tailed:
+            assert m["nodes"] == [n for n in hists[m["tick"]]["nodes"]
+                                  if n["stream"].startswith("r1")]
     assert set(hists) >= set(range(1, N_TICKS + 1))
     for t in range(1, N_TICKS + 1):
         x = [noisy[t][n][0] for n in domain.names]
@@ -138,6 +163,29 @@ async def test_compact_only_deployment_reconciles_from_the_compact_records(
         assert [n["stream"] for n in nodes] == list(domain.names)
         assert [n["noisy"] for n in nodes] == x
         assert np.allclose([n["value"] for n in nodes], want, rtol=0, atol=1e-9)
+
+
+async def _tail_json(s: Any, what: str, prefix: str) -> list[dict[str, Any]]:
+    """``stream-dp tail WHAT --from-beginning --to-end --json --prefix P`` of deployment ``s``."""
+    import io
+    import os
+
+    from agents.cli import build_parser
+    from agents.commands.tail import tail
+
+    args = build_parser("tail").parse_args(["tail", what, "--from-beginning", "--to-end", "--json",
+                                      "--prefix", prefix, "--bootstrap", s.bootstrap])
+    out = io.StringIO()
+    old = os.environ.get("STREAM_DP_COMPACT_TOPIC")
+    os.environ["STREAM_DP_COMPACT_TOPIC"] = s.compact_topic
+    try:
+        assert await tail(args, out) == 0
+    finally:
+        if old is None:
+            del os.environ["STREAM_DP_COMPACT_TOPIC"]
+        else:
+            os.environ["STREAM_DP_COMPACT_TOPIC"] = old
+    return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
 async def test_dashboard_follows_the_compact_records(kafka_broker: str, unique_name: str) -> None:
