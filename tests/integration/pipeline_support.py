@@ -189,8 +189,23 @@ async def read_topic(
 
 
 async def released(s: Settings, *, committed: bool = True) -> dict[tuple[str, int], list[bytes]]:
-    """``(stream, tick) -> [raw message values]`` of the counts topic."""
+    """``(stream, tick) -> [raw message values]`` of the counts topic; for a compact-only
+    deployment (``counts_json = 0``) the per-stream view of every compact record (each copy of
+    a record — aborted ones too when ``committed=False`` — gives one copy per stream)."""
     out: dict[tuple[str, int], list[bytes]] = defaultdict(list)
+    if not s.counts_json:
+        from agents.codec import encode
+        from stream_dp.compact import decode_block, decode_manifest
+
+        manifests = {}
+        for r in await read_topic(s.bootstrap, s.manifests_topic):
+            man = decode_manifest(r.value)
+            manifests[man.sha256] = man
+        for r in await read_topic(s.bootstrap, s.compact_topic, committed=committed):
+            block = decode_block(r.value)
+            for m in block.records(manifests[block.header["manifest"]]):
+                out[(m["stream"], m["tick"])].append(encode(m))
+        return out
     for r in await read_topic(s.bootstrap, s.counts_topic, committed=committed):
         m = json.loads(r.value)
         out[(m["stream"], m["tick"])].append(r.value)

@@ -253,3 +253,55 @@ async def test_dashboard_follows_the_compact_records(kafka_broker: str, unique_n
             assert got == {"a": [10.0, 20.0], "b/c": [11.0, 21.0], "d": [11.0, 21.0]}
     finally:
         await runner.cleanup()
+
+
+async def test_a_subscriber_written_from_the_spec_decodes_every_tick_exactly(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """``examples/subscribe_compact.py`` (aiokafka + numpy, no stream-dp import, written from
+    docs/formats.md) run as a subprocess against a compact-only worker's output: every tick it
+    prints holds, bit for bit, the values and standard errors the library's decoder reads from
+    the same records, and (enormous ε) the exact decayed counts."""
+    import asyncio
+    import os
+    import sys
+
+    leaves = ps.hierarchy_paths(2, 3, 4)
+    s = ps.make_settings(kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4,
+                         compact_topic=f"{unique_name}.compact", counts_json=0, shards=3)
+    await ps.create_topics(s)
+    rng = np.random.default_rng(9)
+    events = sorted(((leaves[int(rng.integers(len(leaves)))],
+                      s.origin + float(rng.uniform(0, N_TICKS * s.tick_seconds)),
+                      float(rng.choice([1.0, 0.5]))) for _ in range(400)), key=lambda e: e[1])
+    await ps.produce(s, (ps.event_bytes(k, t, v) for k, t, v in events))
+    await ps.close_ticks(s, N_TICKS)
+    domain = load_domain(s.domain_file)
+    await ps.run_worker_until(s, domain.size, N_TICKS)
+
+    root = Path(__file__).resolve().parents[2]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(root / "examples" / "subscribe_compact.py"), "--topic",
+        s.compact_topic, "--from-beginning", "--json", "--ticks", str(N_TICKS),
+        cwd=str(tmp_path), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "STREAM_DP_BOOTSTRAP": s.bootstrap, "PYTHONPATH": ""})
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    printed = {m["tick"]: m for m in map(json.loads, out.decode().splitlines())}
+    assert sorted(printed) == list(range(1, N_TICKS + 1))
+
+    manifests = {m.shard: m for m in (decode_manifest(r.value) for r in
+                                      await ps.read_topic(s.bootstrap, s.manifests_topic))}
+    library: dict[tuple[str, int], tuple[float, float]] = {}
+    for r in await ps.read_topic(s.bootstrap, s.compact_topic):
+        block = decode_block(r.value)
+        for msg in block.records(manifests[block.header["shard"]]):
+            library[(msg["stream"], msg["tick"])] = (msg["value"], msg["stderr"])
+    exact = ps.exact_decayed(domain, events, s, N_TICKS)
+    for tick, m in printed.items():
+        assert m["shards"] == s.shards and m["streams"] == domain.size
+        for stream, (value, stderr) in m["values"].items():
+            want = library[(stream, tick)]
+            assert np.array_equal(np.array([value, stderr]).view(np.int64),
+                                  np.array(want).view(np.int64)), (stream, tick)
+            assert abs(value - exact[(stream, tick)]) <= 12 * stderr + 1e-9, (stream, tick)

@@ -60,10 +60,16 @@ def bound_of(s: Settings) -> float:
     return float(make_mechanism(s.strategy, s.p, s.horizon, s.privacy, s.cap).rounding_bound())
 
 
-async def test_ten_kill9_and_restarts(kafka_broker: str, unique_name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("output", ["json", "compact"])
+async def test_ten_kill9_and_restarts(kafka_broker: str, unique_name: str, tmp_path: Path,
+                                      output: str) -> None:
+    """Also for a compact-only deployment: every copy of every compact record (aborted
+    transactions included) decodes to the same per-stream releases, each released once."""
     leaves = ps.hierarchy_paths(4, 4, 8)
+    extra: dict[str, Any] = ({"compact_topic": f"{unique_name}.compact", "counts_json": 0}
+                             if output == "compact" else {})
     s = ps.make_settings(kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4,
-                         tick_seconds=1.0, transaction_timeout_s=10.0)
+                         tick_seconds=1.0, transaction_timeout_s=10.0, **extra)
     await ps.create_topics(s)
     domain = load_domain(s.domain_file)
     log = make_log(s, leaves, 100_000)

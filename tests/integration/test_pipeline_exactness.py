@@ -41,13 +41,33 @@ def synthetic_log(origin: float, tick: float, leaves: list[str]) -> list[tuple[s
     return [(leaves[k], float(t), float(v)) for k, t, v in zip(keys, ts, values, strict=True)]
 
 
-async def wait_for_histograms(s: Any, last_tick: int, timeout_s: float) -> dict[int, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        got = {}
+async def read_histograms(s: Any) -> dict[int, Any]:
+    """tick → dp.histograms.v1 message; from the chunk records and the node manifest when
+    ``histograms_json = 0``."""
+    got = {}
+    if s.histograms_json:
         for r in await ps.read_topic(s.bootstrap, s.histograms_topic):
             h = json.loads(r.value)
             got[h["tick"]] = h
+        return got
+    from stream_dp.compact import decode_manifest
+    from stream_dp.compact_histograms import HistogramAssembler, decode_histogram_chunk
+
+    nodes = {m.sha256: m for m in (decode_manifest(r.value) for r in
+                                   await ps.read_topic(s.bootstrap, s.manifests_topic)
+                                   if r.key == b"histogram")}
+    asm = HistogramAssembler()
+    for r in await ps.read_topic(s.bootstrap, s.histogram_blocks_topic):
+        hist = asm.add(decode_histogram_chunk(r.value))
+        if hist is not None:
+            got[hist.tick] = hist.message(nodes[hist.manifest].streams)
+    return got
+
+
+async def wait_for_histograms(s: Any, last_tick: int, timeout_s: float) -> dict[int, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        got = await read_histograms(s)
         if all(t in got for t in range(1, last_tick + 1)):
             return got
         if time.monotonic() > deadline:
@@ -55,16 +75,23 @@ async def wait_for_histograms(s: Any, last_tick: int, timeout_s: float) -> dict[
         await asyncio.sleep(1.0)
 
 
+@pytest.mark.parametrize("output", ["json", "compact"])
 async def test_exact_with_huge_epsilon_and_mse_with_epsilon_one(
-    kafka_broker: str, unique_name: str, tmp_path: Path
+    kafka_broker: str, unique_name: str, tmp_path: Path, output: str
 ) -> None:
+    """Also for a compact-only deployment (counts_json = 0, histograms_json = 0, histograms in
+    chunks of 50 nodes): the same checks on the decoded records."""
     leaves = ps.hierarchy_paths(4, 4, 8)  # 128 leaves + 16 + 4 + 1 = 149 nodes
+    compact = output == "compact"
+    extra: dict[str, Any] = ({"compact_topic": f"{unique_name}.compact", "counts_json": 0,
+                              "histograms_json": 0} if compact else {})
     exact_s = ps.make_settings(
         kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4, p=0.5, tick_seconds=1.0,
-        strategy="auto",
+        strategy="auto", **extra,
     )
     noisy_s = exact_s.replace(
         app_id=unique_name + "-eps1", epsilon=1.0,
+        compact_topic=f"{unique_name}.compact1" if compact else "",
         counts_topic=f"{unique_name}.counts1", dlq_topic=f"{unique_name}.dlq1",
         partials_topic=f"{unique_name}.partials1",
         ingest_checkpoints_topic=f"{unique_name}.ckpt1.ingest",
@@ -83,7 +110,8 @@ async def test_exact_with_huge_epsilon_and_mse_with_epsilon_one(
     stop = asyncio.Event()
     workers = [Worker(exact_s), Worker(noisy_s)]
     reconciler = Reconciler(
-        ReconcilerConfig.from_settings(exact_s, domain.name, instance_id=None), domain
+        ReconcilerConfig.from_settings(exact_s, domain.name, instance_id=None,
+                                       histogram_chunk_nodes=50), domain
     )
     tasks = [asyncio.create_task(w.run(stop)) for w in workers]
     tasks.append(asyncio.create_task(reconciler.run(stop)))
