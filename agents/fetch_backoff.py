@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-__all__ = ["empty_fetches", "install", "installed_seconds"]
+__all__ = ["empty_fetches", "install", "install_from_env", "installed_seconds"]
 
 _state: dict[str, Any] = {"seconds": 0.0, "patched": False, "empty": 0}
 
@@ -77,3 +77,17 @@ def install(seconds: float) -> None:
     Fetcher._proc_fetch_request = _proc_fetch_request
     Fetcher._get_actions_per_node = _get_actions_per_node
     _state["patched"] = True
+
+
+def install_from_env() -> None:
+    """:func:`install` with ``$STREAM_DP_EMPTY_FETCH_BACKOFF_MS`` (default 50 ms, the setting's
+    default): for the command-line readers (``stream-dp tail``, the standalone dashboard)."""
+    import os
+
+    raw = os.environ.get("STREAM_DP_EMPTY_FETCH_BACKOFF_MS", "50")
+    try:
+        ms = float(raw)
+    except ValueError:
+        raise ValueError(f"STREAM_DP_EMPTY_FETCH_BACKOFF_MS must be a number of milliseconds, "
+                         f"got {raw!r}") from None
+    install(ms / 1000.0)

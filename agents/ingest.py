@@ -24,6 +24,7 @@ across processes and releases (Python's ``hash`` is salted per process, so it is
 
 from __future__ import annotations
 
+import array
 import hashlib
 import json
 import math
@@ -126,8 +127,16 @@ class Router:
             self.local_index[i] = len(self.shard_nodes[s])
             self.shard_nodes[s].append(i)
         self._cache: dict[str, tuple[int, ...] | None] = {}
-        #: declared event keys seen so far -> their nodes (the ingest fast path's lookup)
-        self.declared: dict[str, tuple[int, ...]] = {}
+        #: flat and hierarchy domains: open buckets are keyed by the event's leaf (an int; its
+        #: nodes are the leaf and its ancestors, :meth:`expand`), and every valid event key is
+        #: known up front, so memory does not grow with the keys seen. Grids and binary
+        #: attributes: keyed by the tuple of nodes, cached per key seen.
+        self.leaf_mode = not self.patterns and getattr(domain, "kind", "") in ("flat", "hierarchy")
+        #: the ingest fast path's lookup: event key -> bucket key (leaf index, or nodes tuple)
+        self.declared: dict[str, Any] = domain.leaf_keys() if self.leaf_mode else {}
+        parent = getattr(domain, "parent", None)
+        self._parent = array.array("q", parent.tolist() if parent is not None and self.leaf_mode
+                                   else [])
 
     @property
     def domain_id(self) -> str:
@@ -144,8 +153,29 @@ class Router:
         names: Sequence[str] = self.domain.names
         return [names[i] for i in self.shard_nodes[shard]]
 
+    def expand(self, bucket_key: Any) -> tuple[int, ...]:
+        """The nodes (global indices) of a bucket key: a leaf and its ancestors, leaf first."""
+        if type(bucket_key) is tuple:
+            return bucket_key
+        path = [bucket_key]
+        parent = self._parent
+        if parent:
+            while (up := parent[path[-1]]) >= 0:
+                path.append(up)
+        return tuple(path)
+
+    def bucket_key(self, nodes: Sequence[int]) -> Any:
+        """The open-bucket key of an event feeding ``nodes`` (leaf first)."""
+        return int(nodes[0]) if self.leaf_mode else tuple(int(n) for n in nodes)
+
     def nodes(self, key: str) -> tuple[int, ...] | None:
         """Global node indices an event with ``key`` feeds, or ``None`` if undeclared."""
+        if self.leaf_mode:
+            try:
+                leaf = self.declared.get(key)
+            except TypeError:
+                return None
+            return None if leaf is None else self.expand(leaf)
         try:
             return self._cache[key]
         except KeyError:
@@ -316,10 +346,11 @@ class IngestState:
         self.markers = settings.schedule == "markers"
         #: first tick not yet closed
         self.next_tick = 1
-        #: tick -> {nodes an event feeds (tuple of global indices): sum of clamped values}.
-        #: Summing per event key (one dict update per event) and expanding to nodes at tick
-        #: close in sorted order keeps the float sums deterministic across restarts.
-        self.buckets: dict[int, dict[tuple[int, ...], float]] = {}
+        #: tick -> {bucket key (:meth:`Router.bucket_key`: the event's leaf, or the tuple of
+        #: nodes it feeds): sum of clamped values}. Summing per event key (one dict update per
+        #: event) and expanding to nodes at tick close in sorted order keeps the float sums
+        #: deterministic across restarts.
+        self.buckets: dict[int, dict[Any, float]] = {}
         #: closing points decided but not reached yet, in offset order
         self.pending: list[Close] = []
         #: closing points read back from the schedule topic that are still ahead (offset order)
@@ -453,9 +484,12 @@ class IngestState:
                         tuple(x for _, x in mine), decided))
                 continue
             sums: dict[int, float] = {}
-            for nodes in sorted(bucket):  # fixed order: bit-identical sums on every replay
-                v = bucket[nodes]
-                for n in nodes:
+            expand = router.expand
+            # fixed order (leaf indices sort like the node tuples they start): bit-identical
+            # sums on every replay
+            for bkey in sorted(bucket):
+                v = bucket[bkey]
+                for n in expand(bkey):
                     sums[n] = sums.get(n, 0.0) + v
             per_shard: list[list[tuple[int, float]]] = [[] for _ in range(router.shards)]
             for n in sorted(sums):
@@ -502,6 +536,7 @@ class IngestState:
         markers = self.markers
         whole = s.strategy == "naive-int"  # integer releases: whole-number values only
         nodes_of = self.router.nodes
+        bucket_key = self.router.bucket_key
         patterns = self.router.patterns
         buckets = self.buckets
         dead = self.out.dead_letters
@@ -661,7 +696,8 @@ class IngestState:
             slow_bucket = buckets.get(tick)
             if slow_bucket is None:
                 slow_bucket = buckets[tick] = {}
-            slow_bucket[nodes] = slow_bucket.get(nodes, 0.0) + v
+            bkey = bucket_key(nodes)
+            slow_bucket[bkey] = slow_bucket.get(bkey, 0.0) + v
             accepted += 1
         self.digest = digest % _DIGEST_MOD
         if start < len(records):
@@ -708,9 +744,11 @@ class IngestState:
 
     def _payload(self) -> bytes:
         buckets = {}
+        expand = self.router.expand
         for t, b in self.buckets.items():
             keys = sorted(b)  # sorted once: a deterministic checkpoint
-            buckets[str(t)] = [keys, [b[k] for k in keys]]
+            # the format stays "nodes of each key" whatever the in-memory key is
+            buckets[str(t)] = [[expand(k) for k in keys], [b[k] for k in keys]]
         doc = {
             "v": 3,
             "partition": self.partition,
@@ -753,8 +791,9 @@ class IngestState:
         self.range_start = int(d["range_start"])
         self.digest = int(d["digest"], 16)
         self.seq = seq
+        key_of = self.router.bucket_key
         self.buckets = {
-            int(t): {tuple(int(n) for n in k): float(c) for k, c in zip(b[0], b[1], strict=True)}
+            int(t): {key_of(k): float(c) for k, c in zip(b[0], b[1], strict=True)}
             for t, b in d["buckets"].items()
         }
         if not all(math.isfinite(c) for b in self.buckets.values() for c in b.values()):

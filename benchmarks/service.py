@@ -276,14 +276,264 @@ def reconcile_bench(reps: int = 5) -> dict[str, float]:
     return {"nodes": dom.size, "median_s": statistics.median(times), "min_s": min(times)}
 
 
+def _hierarchy_shape(n_streams: int) -> tuple[int, int, int]:
+    """A 3-level hierarchy of about ``n_streams`` nodes: 10 × 100 × c leaves (10 × b × c below
+    10^5)."""
+    if n_streams >= 100_000:
+        return 10, 100, max(1, round(n_streams / 1000))
+    b = max(1, min(100, round((n_streams / 10) ** 0.5)))
+    return 10, b, max(1, round(n_streams / (10 * b)))
+
+
+class _Lines:
+    """First time (Unix seconds) each tick showed up in a reader subprocess's JSON lines."""
+
+    def __init__(self, name: str, proc: Any, tick_of: Any) -> None:
+        self.name, self.proc, self.tick_of = name, proc, tick_of
+        self.first: dict[int, float] = {}
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        while True:
+            line = await self.proc.stdout.readline()
+            if not line:
+                return
+            now = time.time()
+            try:
+                tick = int(self.tick_of(json.loads(line)))
+            except (ValueError, KeyError, TypeError):
+                continue
+            self.first.setdefault(tick, now)
+
+
+def _rss_mb(pid: int | str = "self") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _group_rss_mb(pgid: int) -> float:
+    """Resident MiB of every process in group ``pgid`` (the embedded broker's)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                if int(stat[stat.rfind(")") + 2:].split()[2]) == pgid:
+                    total += _rss_mb(entry.name)
+            except (OSError, ValueError, IndexError):
+                continue
+    return total
+
+
+async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_seconds: float,
+                      active: float) -> dict[str, Any]:
+    """``stream-dp worker`` as shipped (pipeline, reconcile side agent, web server with the
+    dashboard, in this process) on a 3-level hierarchy of about ``n_streams`` nodes, compact
+    output only, live events (a fresh ``active`` fraction of the leaves per tick, from a
+    producer subprocess), and three readers in their own processes: the plain-Python example
+    consumer, ``stream-dp tail compact --prefix`` and ``stream-dp tail compact-histograms
+    --prefix``; the dashboard polled over HTTP. Release latency = commit time − the tick's
+    close (its last events partition closing it), for ticks that closed after every shard had
+    released once (start-up lets the clock run ahead)."""
+    import os
+    import subprocess
+
+    from agents.commands.worker import serve
+    from agents.config import load_domain
+    from agents.embedded_broker import free_port
+    from agents.release import build_mechanism
+
+    a, b, c = _hierarchy_shape(n_streams)
+    leaves = [f"r{i}/m{j}/l{k}" for i in range(a) for j in range(b) for k in range(c)]
+    leaves_file = tmp / "leaves.txt"
+    leaves_file.write_text("\n".join(leaves) + "\n", encoding="utf-8")
+    app = f"bench-scale-{n_streams}"
+    origin = float(int(time.time()))
+    s = ps.make_settings(broker.bootstrap, tmp, app, leaves, compact_topic=f"{app}.compact",
+                         counts_json=0, histograms_json=0, tick_seconds=tick_seconds,
+                         origin=origin, schedule="clock", close_grace_s=0.2,
+                         allowed_lateness_s=0.0, events_partitions=2, shards=4,
+                         counts_partitions=4, strategy="auto", horizon=4095,
+                         max_events_per_tick=1_000_000, commit_interval_s=2.0,
+                         web_host="127.0.0.1", web_port=free_port())
+    t0 = time.time()
+    domain = load_domain(s.domain_file)
+    t_domain = time.time() - t0
+    await ps.create_topics(s)
+    env = {**os.environ, "STREAM_DP_BOOTSTRAP": s.bootstrap,
+           "STREAM_DP_COMPACT_TOPIC": s.compact_topic, "PYTHONUNBUFFERED": "1"}
+    py = sys.executable
+    producer = subprocess.Popen([py, str(ROOT / "benchmarks" / "_live_events.py"), s.bootstrap,
+                                 s.events_topic, str(leaves_file), str(origin),
+                                 str(tick_seconds), str(active)], env=env)
+    prefix = "r0/m0/l1"
+    readers_cmd = {
+        # the example as written, plus the client-side fetch backoff the service's own readers
+        # use: the embedded broker answers empty fetches at once (a real one waits)
+        "example consumer (all shards decoded)": (
+            [py, "-c", "import runpy, sys; from agents.fetch_backoff import install; "
+             "install(0.05); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], "
+             "run_name='__main__')", str(ROOT / "examples" / "subscribe_compact.py"), "--json",
+             "--prefix", prefix],
+            lambda m: m["tick"]),
+        "stream-dp tail compact --prefix": (
+            [py, "-m", "agents.cli", "tail", "compact", "--json", "--prefix", prefix],
+            lambda m: m["tick"]),
+        "stream-dp tail compact-histograms --prefix": (
+            [py, "-m", "agents.cli", "tail", "compact-histograms", "--json", "--prefix", prefix],
+            lambda m: m["tick"]),
+    }
+    released: dict[int, list[float]] = {}
+    closed: dict[int, float] = {}
+    latencies: list[float] = []
+    histograms: dict[int, float] = {}
+    rss: list[tuple[float, float]] = []
+    caught_up: list[float] = []
+
+    def on_release(rel: Any) -> None:
+        now = time.time()
+        released.setdefault(rel.tick, []).append(now)
+        closed[rel.tick] = max(closed.get(rel.tick, 0.0), rel.closed_at)
+        if caught_up and rel.closed_at > caught_up[0]:
+            latencies.append(now - rel.closed_at)
+        elif not caught_up and len(released.get(rel.tick, [])) == s.shards:
+            caught_up.append(now)
+
+    async def on_histogram(msg: dict[str, Any]) -> None:
+        histograms.setdefault(int(msg["tick"]), time.time())
+
+    stop = asyncio.Event()
+    started_at = time.time()
+    ready: list[float] = []
+    task = asyncio.create_task(serve(s, stop_event=stop, on_release=on_release,
+                                     on_histogram=on_histogram,
+                                     started=lambda _srv: ready.append(time.time())))
+    readers: list[_Lines] = []
+    dash: dict[int, float] = {}
+    dash_sizes: list[tuple[int, float]] = []
+    try:
+        while not caught_up:
+            if task.done():
+                await task
+                raise RuntimeError("the worker stopped before its first release")
+            await asyncio.sleep(0.2)
+        steady_from = min(t for t, times in released.items() if len(times) == s.shards) + 1
+        for name, (cmd, tick_of) in readers_cmd.items():
+            proc = await asyncio.create_subprocess_exec(*cmd, env=env, cwd=str(ROOT),
+                                                        stdout=asyncio.subprocess.PIPE)
+            readers.append(_Lines(name, proc, tick_of))
+        from aiohttp import ClientSession
+
+        url = f"http://127.0.0.1:{s.web_port}/dashboard/api/snapshot?prefix={prefix}"
+        last_rss = 0.0
+        async with ClientSession() as http:
+            while True:
+                done_ticks = [t for t, times in released.items()
+                              if t >= steady_from + 1 and len(times) == s.shards]
+                if len(done_ticks) >= ticks + 1 and max(histograms, default=0) >= max(done_ticks):
+                    break
+                if task.done():
+                    await task
+                    raise RuntimeError("the worker stopped")
+                t_req = time.perf_counter()
+                async with http.get(url) as resp:
+                    body = await resp.read()
+                dash_sizes.append((len(body), time.perf_counter() - t_req))
+                snap = json.loads(body)
+                now = time.time()
+                for series in (snap.get("streams") or {}).values():
+                    for pt in series.get("points") or ():
+                        dash.setdefault(int(pt[0]), now)
+                if snap.get("histogram"):
+                    dash.setdefault(-int(snap["histogram"]["tick"]), now)
+                if time.time() - last_rss >= 1.0:
+                    last_rss = time.time()
+                    rss.append((last_rss, _rss_mb()))
+                await asyncio.sleep(0.25)
+        await asyncio.sleep(min(3 * tick_seconds, 15))  # readers finish the last ticks
+    finally:
+        stop.set()
+        producer.terminate()
+        for r in readers:
+            r.proc.terminate()
+        await task
+        for r in readers:
+            await r.proc.wait()
+        producer.wait()
+    steady = [t for t in sorted(released) if t >= steady_from + 1 and len(released[t]) == s.shards]
+    steady = steady[:ticks]
+    rel_at = {t: max(released[t]) for t in steady}
+    lib = library_tick(build_mechanism(s), domain.size)
+    lat = sorted(latencies)
+
+    def lags(first: dict[int, float]) -> tuple[int, float, float]:
+        got = [first[t] - rel_at[t] for t in steady if t in first]
+        return (len(got), statistics.median(got) if got else float("nan"),
+                max(got) if got else float("nan"))
+
+    rss_steady = [m for t, m in rss if t >= rel_at[steady[0]]]
+    return {
+        "nodes": domain.size, "leaves": len(leaves), "shape": (a, b, c),
+        "tick_seconds": tick_seconds, "active": active, "domain_load_s": t_domain,
+        "ready_s": (ready[0] - started_at) if ready else float("nan"),
+        "first_release_s": caught_up[0] - started_at, "ticks": len(steady),
+        "p50": statistics.median(lat), "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))],
+        "samples": len(lat), "library_tick": lib, "strategy": build_mechanism(s).name,
+        "reconciled": sum(1 for t in steady if t in histograms),
+        "reconcile_lag": lags(histograms),
+        "readers": {r.name: lags(r.first) for r in readers},
+        "dashboard_counts": lags(dash),
+        "dashboard_histogram": lags({-k: v for k, v in dash.items() if k < 0}),
+        "dashboard_bytes": statistics.median(x for x, _ in dash_sizes) if dash_sizes else 0,
+        "dashboard_get_s": statistics.median(y for _, y in dash_sizes) if dash_sizes else 0,
+        "rss_first": rss_steady[0] if rss_steady else float("nan"),
+        "rss_last": rss_steady[-1] if rss_steady else float("nan"),
+        "rss_max": max(rss_steady) if rss_steady else float("nan"),
+        "broker_rss": _group_rss_mb(broker.proc.pid) if broker.proc else float("nan"),
+    }
+
+
+def print_scale(r: dict[str, Any]) -> None:
+    a, b, c = r["shape"]
+    print(f"\n## as shipped at {r['nodes']:,} nodes ({a}×{b}×{c} hierarchy, {r['leaves']:,} "
+          f"leaves, {r['active']:.0%} active per tick, {r['tick_seconds']:g} s ticks, compact "
+          "output, 4 shards, dashboard + reconcile on, 3 reader processes)")
+    print(f"start-up: domain file {r['domain_load_s']:.1f} s, serving after {r['ready_s']:.1f} s,"
+          f" first complete tick after {r['first_release_s']:.1f} s")
+    print("| steady ticks | strategy | release p50 (s) | p99 (s) | library tick (s) | "
+          "p50 / library | reconciled ticks | worker RSS first → last, max (MiB) |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| {r['ticks']} | {r['strategy']} | {r['p50']:.3f} | {r['p99']:.3f} | "
+          f"{r['library_tick']:.3f} | {r['p50'] / r['library_tick']:.1f}x | "
+          f"{r['reconciled']} / {r['ticks']} | {r['rss_first']:.0f} → {r['rss_last']:.0f}, "
+          f"{r['rss_max']:.0f} |")
+    print("\n| reader (after the tick's release was committed) | ticks seen | p50 (s) | max (s) |")
+    print("|---|---|---|---|")
+    rows = [("reconcile side agent: histogram published", r["reconcile_lag"]),
+            *r["readers"].items(),
+            ("dashboard /api/snapshot (counts, polled every 0.25 s)", r["dashboard_counts"]),
+            ("dashboard /api/snapshot (histogram)", r["dashboard_histogram"])]
+    for name, (n, p50, mx) in rows:
+        print(f"| {name} | {n} / {r['ticks']} | {p50:.2f} | {mx:.2f} |")
+    print(f"\ndashboard snapshot (prefix filter): {r['dashboard_bytes'] / 1024:.0f} KiB, "
+          f"{r['dashboard_get_s'] * 1000:.0f} ms per GET; broker RSS at the end "
+          f"{r['broker_rss']:.0f} MiB")
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--streams", type=int, default=100_000)
     ap.add_argument("--ticks", type=int, default=8)
     ap.add_argument("--backlog-ticks", type=int, default=600)
-    ap.add_argument("--only", default="", help="comma-separated: ingest,latency,backlog,restart,"
-                    "reconcile (default: all)")
+    ap.add_argument("--tick-seconds", type=float, default=5.0, help="scale: tick length")
+    ap.add_argument("--active", type=float, default=0.1,
+                    help="scale: fraction of the leaves with an event in each tick")
+    ap.add_argument("--scale-ticks", type=int, default=10, help="scale: steady ticks measured")
+    ap.add_argument("--only", default="", help="comma-separated: scale,ingest,latency,backlog,"
+                    "restart,modes,reconcile (default: all but modes)")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
 
@@ -291,6 +541,10 @@ async def main() -> None:
         return not only or name in only
 
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        if want("scale"):
+            r = await scale_bench(broker, Path(tmp), args.streams, args.scale_ticks,
+                                  args.tick_seconds, args.active)
+            print_scale(r)
         if want("backlog"):
             print(f"\n## backlog release, {args.backlog_ticks} past ticks (20 events per tick, "
                   "clock schedule, CreateTime records, 3 release shards)")

@@ -459,6 +459,21 @@ class Domain:
         """Position of a node name; ``KeyError`` if undeclared."""
         return self._node(stream)
 
+    def leaf_keys(self) -> dict[str, int]:
+        """Flat and hierarchy domains: every valid event key (a flat stream, a hierarchy leaf)
+        → its node index, a new dict (the event's nodes are that node and its ancestors,
+        :meth:`nodes_for_event`). ``ValueError`` for a grid (its keys are cell descriptions).
+
+        >>> Domain.from_paths(["a/x", "a/y", "b"]).leaf_keys()
+        {'b': 2, 'a/x': 3, 'a/y': 4}
+        """
+        if self.kind == "flat":
+            return dict(self._index)
+        if self.kind != "hierarchy":
+            raise ValueError(f"a {self.kind} domain has no leaf keys")
+        leaf = self._is_leaf.tolist()
+        return {name: i for name, i in self._index.items() if leaf[i]}
+
     def _node(self, stream: str) -> int:
         try:
             return self._index[stream]

@@ -337,6 +337,10 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
     """Consume and print per ``args`` until a limit, ``stop`` or a signal; returns exit status."""
     from aiokafka import AIOKafkaConsumer
 
+    from agents.fetch_backoff import install_from_env
+
+    install_from_env()  # an idle tail must not busy-poll a broker that answers at once
+
     if args.what == "compact-histograms":
         base = default_topic("compact")
         topic = args.topic or (f"{base}.histograms" if base else "")

@@ -1,6 +1,11 @@
 """Run the dashboard alone: ``python -m agents.dashboard [--bootstrap B] [--port 8080]``.
 
-Useful on a laptop next to a remote cluster: it only reads the user-facing output topics.
+Useful on a laptop next to a remote cluster: it only reads the user-facing output topics. For a
+large deployment it is also the way to keep the dashboard off the workers: run them with
+``stream-dp worker --no-dashboard`` and this process beside them, with ``--compact-topic`` (the
+deployment's ``compact_topic``: counts from the compact records, the first 20 000 streams
+followed) and ``--compact-histograms`` (histograms from the chunk records; for
+``histograms_json = 0``).
 """
 
 from __future__ import annotations
@@ -8,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 
 from aiohttp import web
@@ -22,13 +28,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     parser.add_argument("--history", type=int, default=DEFAULT_HISTORY, help="ticks kept per stream")
+    parser.add_argument("--compact-topic", default=default_topic("compact"),
+                        help="read counts from this compact topic (default "
+                             "$STREAM_DP_COMPACT_TOPIC; empty: the per-stream JSON)")
+    parser.add_argument("--shards", type=int, default=int(os.environ.get("STREAM_DP_SHARDS", "1")),
+                        help="release shards of the deployment (default $STREAM_DP_SHARDS or 1)")
+    parser.add_argument("--compact-histograms", action="store_true",
+                        default=os.environ.get("STREAM_DP_HISTOGRAMS_JSON", "1") == "0",
+                        help="read histograms from <compact-topic>.histograms (default: when "
+                             "$STREAM_DP_HISTOGRAMS_JSON is 0)")
     args = parser.parse_args(argv)
+    if args.compact_histograms and not args.compact_topic:
+        parser.error("--compact-histograms needs --compact-topic")
     config = DashboardConfig(
         bootstrap=bootstrap_from(args.bootstrap),
         counts_topic=default_topic("counts"),
         histograms_topic=default_topic("histograms"),
         history=args.history,
+        compact_topic=args.compact_topic,
+        shards=max(1, args.shards),
+        histogram_blocks_topic=(f"{args.compact_topic}.histograms" if args.compact_histograms
+                                else ""),
     )
+
+    from agents.fetch_backoff import install_from_env
+
+    install_from_env()
 
     async def serve() -> None:
         # the same layout as a worker's web server: /dashboard/, with / redirecting there

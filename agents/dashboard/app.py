@@ -15,7 +15,10 @@ Routes (relative to the mount point, ``/dashboard/`` in the worker):
   batch of ``[stream, tick, tick_end, value, stderr]`` rows) and ``histogram`` (a
   ``dp.histograms.v1`` message) as they arrive, and ``status`` (consumer state); only streams
   starting with ``P`` when given;
-* ``GET /api/snapshot[?prefix=P]`` — the same snapshot as JSON (for scripts and tests).
+* ``GET /api/snapshot[?prefix=P][&limit=N[&after=S]]`` — the same snapshot as JSON (for
+  scripts and tests); histogram nodes filtered by the prefix too; with ``limit`` one page of at
+  most N streams (name order) after stream ``S``, and ``next``: the ``after`` of the next page
+  (``null`` on the last one).
 
 Compact output (``compact_topic`` set): the dashboard reads the ``dp.counts.block.v1`` records
 instead of the per-stream messages (zero-copy columns, decoded off the event loop) and follows
@@ -137,17 +140,27 @@ class DashboardState:
                     s.points = deque(list(s.points)[-cap:], maxlen=cap)
         return cap
 
-    def snapshot(self, prefix: str = "") -> dict[str, Any]:
-        return {
-            "streams": {
-                name: {"meta": s.meta, "points": list(s.points)}
-                for name, s in sorted(self.series.items())
-                if name.startswith(prefix)
-            },
-            "histogram": self.histogram,
+    def snapshot(self, prefix: str = "", limit: int | None = None, after: str = ""
+                 ) -> dict[str, Any]:
+        """Everything held for streams starting with ``prefix`` (histogram nodes too); with
+        ``limit``, at most that many streams in name order after the stream ``after`` and
+        ``next`` = the cursor of the following page (``None`` on the last page)."""
+        names = sorted(n for n in self.series if n.startswith(prefix) and n > after)
+        page = names if limit is None else names[:limit]
+        hist = self.histogram
+        if hist is not None and prefix:
+            hist = {**hist, "nodes": [n for n in hist.get("nodes") or ()
+                                      if str(n.get("stream", "")).startswith(prefix)]}
+        out: dict[str, Any] = {
+            "streams": {name: {"meta": self.series[name].meta,
+                               "points": list(self.series[name].points)} for name in page},
+            "histogram": hist,
             "marginals": self.marginals,
             "status": self.status(),
         }
+        if limit is not None:
+            out["next"] = page[-1] if len(names) > len(page) else None
+        return out
 
     def status(self) -> dict[str, Any]:
         return {"connected": self.connected, "error": self.error, "messages": self.messages}
@@ -448,7 +461,16 @@ async def _index(request: web.Request) -> web.StreamResponse:
 
 async def _snapshot(request: web.Request) -> web.Response:
     prefix = request.query.get("prefix", "")
-    return web.json_response(request.app[STATE_KEY].snapshot(prefix))
+    after = request.query.get("after", "")
+    limit: int | None = None
+    if "limit" in request.query:
+        try:
+            limit = int(request.query["limit"])
+        except ValueError:
+            limit = -1
+        if not 1 <= limit <= 100_000:
+            raise web.HTTPBadRequest(text="limit must be an integer in [1, 100000]")
+    return web.json_response(request.app[STATE_KEY].snapshot(prefix, limit, after))
 
 
 def _sse(kind: str, payload: Any) -> bytes:

@@ -151,7 +151,7 @@ def test_fast_path_agrees_with_decode_event(
         assert st_.out.accepted == 1 and not st_.out.dead_letters
         tick = math.floor((ref.ts - s.origin) / s.tick_seconds) + 1
         nodes = router.nodes(ref.key) or ()
-        assert st_.buckets[tick] == {tuple(nodes): min(ref.value, s.cap)}
+        assert st_.buckets[tick] == {router.bucket_key(nodes): min(ref.value, s.cap)}
     else:
         assert st_.out.accepted == 0 and len(st_.out.dead_letters) == 1
         if isinstance(ref, Rejection):
