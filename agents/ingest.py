@@ -164,6 +164,59 @@ class Router:
                 path.append(up)
         return tuple(path)
 
+    def tick_sums(self, bucket: dict[int, float]
+                  ) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
+        """Leaf mode: one closed tick's per-leaf sums → per shard, the (local indices, sums) of
+        every node they feed, nodes in global order.
+
+        Bit for bit the sums of adding each leaf's value to its nodes leaf by leaf in sorted
+        leaf order (``numpy.add.at`` is unbuffered and applies repeated indices in order); a
+        unit test checks it against that loop."""
+        import numpy as np
+
+        leaves = sorted(bucket)
+        n_leaves = len(leaves)
+        if not n_leaves:
+            return [((), ()) for _ in range(self.shards)]
+        arrays = self._arrays()
+        parent, node_shard, local = arrays
+        vals = np.fromiter((bucket[k] for k in leaves), dtype=np.float64, count=n_leaves)
+        cur = np.asarray(leaves, dtype=np.int64)
+        levels = [cur]
+        if parent.size:
+            while True:
+                up = np.where(cur >= 0, parent[np.maximum(cur, 0)], -1)
+                if not (up >= 0).any():
+                    break
+                levels.append(up)
+                cur = up
+        # leaf-major order: each leaf's path, leaf first, leaves in sorted order
+        paths = np.stack(levels, axis=1).ravel()
+        weights = np.repeat(vals, len(levels))
+        keep = paths >= 0
+        idx, w = paths[keep], weights[keep]
+        sums = np.zeros(len(node_shard), dtype=np.float64)
+        np.add.at(sums, idx, w)
+        touched = np.unique(idx)
+        shard_of_node = node_shard[touched]
+        out = []
+        for shard in range(self.shards):
+            mine = touched[shard_of_node == shard]
+            out.append((tuple(local[mine].tolist()), tuple(sums[mine].tolist())))
+        return out
+
+    def _arrays(self) -> tuple[Any, Any, Any]:
+        """``(parent, node_shard, local_index)`` as numpy arrays (built once)."""
+        found = self.__dict__.get("_np_arrays")
+        if found is None:
+            import numpy as np
+
+            found = self.__dict__["_np_arrays"] = (
+                np.asarray(self._parent, dtype=np.int64),
+                np.asarray(self.node_shard, dtype=np.int64),
+                np.asarray(self.local_index, dtype=np.int64))
+        return found  # type: ignore[no-any-return]
+
     def bucket_key(self, nodes: Sequence[int]) -> Any:
         """The open-bucket key of an event feeding ``nodes`` (leaf first)."""
         return int(nodes[0]) if self.leaf_mode else tuple(int(n) for n in nodes)
@@ -206,15 +259,19 @@ class Partial:
     closed_at: float
 
     def encode(self) -> bytes:
-        return json.dumps(
-            {"tick": self.tick, "src": self.source, "shard": self.shard, "idx": self.idx,
-             "counts": self.counts, "closed_at": self.closed_at},
-            separators=(",", ":"),
-        ).encode()
+        doc = {"tick": self.tick, "src": self.source, "shard": self.shard, "idx": self.idx,
+               "counts": self.counts, "closed_at": self.closed_at}
+        try:  # 10^5 counts per tick at 10^6 streams: orjson is ~10x faster (same numbers)
+            from orjson import dumps
+
+            out: bytes = dumps(doc)
+            return out
+        except ImportError:  # pragma: no cover - orjson is a dependency of the service extra
+            return json.dumps(doc, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> Partial:
-        d = json.loads(raw)
+        d = _fast_loads(raw)
         return cls(
             int(d["tick"]), int(d["src"]), int(d["shard"]), tuple(int(i) for i in d["idx"]),
             tuple(float(c) for c in d["counts"]), float(d["closed_at"]),
@@ -483,6 +540,11 @@ class IngestState:
                         tick, self.partition, shard, tuple(i for i, _ in mine),
                         tuple(x for _, x in mine), decided))
                 continue
+            if router.leaf_mode:
+                for shard, (idx, counts) in enumerate(router.tick_sums(bucket)):
+                    self.out.partials.append(
+                        Partial(tick, self.partition, shard, idx, counts, decided))
+                continue
             sums: dict[int, float] = {}
             expand = router.expand
             # fixed order (leaf indices sort like the node tuples they start): bit-identical
@@ -744,13 +806,12 @@ class IngestState:
 
     def _payload(self) -> bytes:
         buckets = {}
-        expand = self.router.expand
         for t, b in self.buckets.items():
             keys = sorted(b)  # sorted once: a deterministic checkpoint
-            # the format stays "nodes of each key" whatever the in-memory key is
-            buckets[str(t)] = [[expand(k) for k in keys], [b[k] for k in keys]]
+            # v4: a flat/hierarchy key is its leaf index (v3 wrote every key's nodes)
+            buckets[str(t)] = [keys, [b[k] for k in keys]]
         doc = {
-            "v": 3,
+            "v": 4,
             "partition": self.partition,
             "offset": self.offset,
             "next_tick": self.next_tick,
@@ -776,7 +837,7 @@ class IngestState:
 
             data = unseal(self._key, "ingest checkpoint", self.context(), data)
         d = json.loads(data)
-        if d.get("v") != 3 or d.get("partition") != self.partition:
+        if d.get("v") not in (3, 4) or d.get("partition") != self.partition:
             raise ValueError(
                 "ingest checkpoint of another version or partition (checkpoints written before "
                 "the public schedule (v3) cannot be resumed: start a new epoch)"
@@ -792,8 +853,17 @@ class IngestState:
         self.digest = int(d["digest"], 16)
         self.seq = seq
         key_of = self.router.bucket_key
+        leaf_mode = self.router.leaf_mode
+
+        def restored(k: Any) -> Any:
+            if type(k) is int:
+                if not leaf_mode:
+                    raise ValueError("ingest checkpoint of a flat/hierarchy domain")
+                return k
+            return key_of(k)  # a list of nodes (v3, grids, binary attributes)
+
         self.buckets = {
-            int(t): {key_of(k): float(c) for k, c in zip(b[0], b[1], strict=True)}
+            int(t): {restored(k): float(c) for k, c in zip(b[0], b[1], strict=True)}
             for t, b in d["buckets"].items()
         }
         if not all(math.isfinite(c) for b in self.buckets.values() for c in b.values()):

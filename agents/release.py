@@ -94,6 +94,9 @@ class Release:
     stderr: float
     strategy: str
     closed_at: float
+    #: SHA-256 of the shard's manifest (:func:`stream_dp.compact.manifest_hash` of ``streams``)
+    #: when the caller knows it; computed on demand otherwise
+    manifest_sha256: str = ""
 
     def messages(self, settings: Settings, privacy: dict[str, Any]) -> list[tuple[bytes, bytes]]:
         """``(key, value)`` of the ``dp.counts.v1`` messages, one per stream.
@@ -133,7 +136,8 @@ class Release:
             shard=self.shard_name(), tick=int(self.tick), tick_start=float(self.tick_start),
             tick_end=float(self.tick_end), epoch=int(settings.epoch), strategy=self.strategy,
             p=float(settings.p), privacy=privacy, cap=float(settings.cap),
-            horizon=int(settings.horizon), manifest=manifest_hash(self.streams),
+            horizon=int(settings.horizon),
+            manifest=self.manifest_sha256 or manifest_hash(self.streams),
             values=self.values, stderr=np.full(len(self.streams), float(self.stderr)))
 
 
@@ -250,6 +254,7 @@ class ReleaseState:
             stderr=float(self.bank.stderr) if self.bank is not None else 0.0,
             strategy=str(self.bank.mechanism.name) if self.bank is not None else "",
             closed_at=max(p.closed_at for p in slot.values()),
+            manifest_sha256=self.bank.names_sha256() if self.bank is not None else "",
         )
 
     # ------------------------------------------------------------------ checkpoint

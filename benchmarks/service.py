@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -328,15 +329,18 @@ def _group_rss_mb(pgid: int) -> float:
 
 
 async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_seconds: float,
-                      active: float) -> dict[str, Any]:
-    """``stream-dp worker`` as shipped (pipeline, reconcile side agent, web server with the
-    dashboard, in this process) on a 3-level hierarchy of about ``n_streams`` nodes, compact
-    output only, live events (a fresh ``active`` fraction of the leaves per tick, from a
-    producer subprocess), and three readers in their own processes: the plain-Python example
-    consumer, ``stream-dp tail compact --prefix`` and ``stream-dp tail compact-histograms
-    --prefix``; the dashboard polled over HTTP. Release latency = commit time − the tick's
-    close (its last events partition closing it), for ticks that closed after every shard had
-    released once (start-up lets the clock run ahead)."""
+                      active: float, processes: int) -> dict[str, Any]:
+    """``stream-dp worker`` as shipped (web server with the dashboard, the reconcile side agent
+    and the pipeline — in ``processes`` child processes, or in this process for 0) on a 3-level
+    hierarchy of about ``n_streams`` nodes, compact output only, live events (a fresh
+    ``active`` fraction of the leaves per tick, from a producer subprocess).
+
+    Phase 1 (``ticks`` ticks): the worker alone. Phase 2 (``ticks`` more): three readers in
+    their own processes — the plain-Python example consumer, ``stream-dp tail compact
+    --prefix`` and ``stream-dp tail compact-histograms --prefix`` — and the dashboard's
+    snapshot polled over HTTP. Release latency = commit time − the tick's close (its last
+    events partition closing it), for ticks that closed after every shard had released once
+    (start-up lets the clock run ahead). Reader lag = first seen − the tick's release."""
     import os
     import subprocess
 
@@ -349,14 +353,14 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     leaves = [f"r{i}/m{j}/l{k}" for i in range(a) for j in range(b) for k in range(c)]
     leaves_file = tmp / "leaves.txt"
     leaves_file.write_text("\n".join(leaves) + "\n", encoding="utf-8")
-    app = f"bench-scale-{n_streams}"
+    app = f"bench-scale-{n_streams}-{processes}"
     origin = float(int(time.time()))
     s = ps.make_settings(broker.bootstrap, tmp, app, leaves, compact_topic=f"{app}.compact",
                          counts_json=0, histograms_json=0, tick_seconds=tick_seconds,
                          origin=origin, schedule="clock", close_grace_s=0.2,
                          allowed_lateness_s=0.0, events_partitions=2, shards=4,
                          counts_partitions=4, strategy="auto", horizon=4095,
-                         max_events_per_tick=1_000_000, commit_interval_s=2.0,
+                         max_events_per_tick=1_000_000, pipeline_processes=processes,
                          web_host="127.0.0.1", web_port=free_port())
     t0 = time.time()
     domain = load_domain(s.domain_file)
@@ -386,23 +390,26 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
             lambda m: m["tick"]),
     }
     released: dict[int, list[float]] = {}
-    closed: dict[int, float] = {}
-    latencies: list[float] = []
+    #: (tick, closed_at, latency) of every shard release after the start-up backlog
+    latencies: list[tuple[int, float]] = []
     histograms: dict[int, float] = {}
     rss: list[tuple[float, float]] = []
     caught_up: list[float] = []
 
     def on_release(rel: Any) -> None:
-        now = time.time()
+        now = getattr(rel, "committed_at", None) or time.time()
         released.setdefault(rel.tick, []).append(now)
-        closed[rel.tick] = max(closed.get(rel.tick, 0.0), rel.closed_at)
         if caught_up and rel.closed_at > caught_up[0]:
-            latencies.append(now - rel.closed_at)
+            latencies.append((rel.tick, now - rel.closed_at))
         elif not caught_up and len(released.get(rel.tick, [])) == s.shards:
             caught_up.append(now)
 
     async def on_histogram(msg: dict[str, Any]) -> None:
         histograms.setdefault(int(msg["tick"]), time.time())
+
+    def complete(since: int) -> list[int]:
+        return sorted(t for t, times in released.items() if t >= since
+                      and len(times) == s.shards)
 
     stop = asyncio.Event()
     started_at = time.time()
@@ -413,13 +420,32 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     readers: list[_Lines] = []
     dash: dict[int, float] = {}
     dash_sizes: list[tuple[int, float]] = []
+    last_rss = 0.0
+
+    async def wait_ticks(first: int, n: int, poll: Any = None) -> list[int]:
+        nonlocal last_rss
+        while True:
+            got = complete(first)
+            if len(got) >= n and max(histograms, default=0) >= got[n - 1]:
+                return got[:n]
+            if task.done():
+                await task
+                raise RuntimeError("the worker stopped")
+            if poll is not None:
+                await poll()
+            if time.time() - last_rss >= 1.0:
+                last_rss = time.time()
+                rss.append((last_rss, _tree_rss_mb()))
+            await asyncio.sleep(0.5)
+
     try:
         while not caught_up:
             if task.done():
                 await task
                 raise RuntimeError("the worker stopped before its first release")
             await asyncio.sleep(0.2)
-        steady_from = min(t for t, times in released.items() if len(times) == s.shards) + 1
+        first_steady = complete(0)[0] + 2
+        phase1 = await wait_ticks(first_steady, ticks)
         for name, (cmd, tick_of) in readers_cmd.items():
             proc = await asyncio.create_subprocess_exec(*cmd, env=env, cwd=str(ROOT),
                                                         stdout=asyncio.subprocess.PIPE)
@@ -427,16 +453,8 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
         from aiohttp import ClientSession
 
         url = f"http://127.0.0.1:{s.web_port}/dashboard/api/snapshot?prefix={prefix}"
-        last_rss = 0.0
         async with ClientSession() as http:
-            while True:
-                done_ticks = [t for t, times in released.items()
-                              if t >= steady_from + 1 and len(times) == s.shards]
-                if len(done_ticks) >= ticks + 1 and max(histograms, default=0) >= max(done_ticks):
-                    break
-                if task.done():
-                    await task
-                    raise RuntimeError("the worker stopped")
+            async def poll_dashboard() -> None:
                 t_req = time.perf_counter()
                 async with http.get(url) as resp:
                     body = await resp.read()
@@ -448,11 +466,13 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
                         dash.setdefault(int(pt[0]), now)
                 if snap.get("histogram"):
                     dash.setdefault(-int(snap["histogram"]["tick"]), now)
-                if time.time() - last_rss >= 1.0:
-                    last_rss = time.time()
-                    rss.append((last_rss, _rss_mb()))
-                await asyncio.sleep(0.25)
-        await asyncio.sleep(min(3 * tick_seconds, 15))  # readers finish the last ticks
+
+            # readers start live: measure from the second tick after they started
+            phase2 = await wait_ticks(phase1[-1] + 3, ticks, poll_dashboard)
+            deadline = time.time() + min(3 * tick_seconds, 20)  # readers finish the last ticks
+            while time.time() < deadline and not all(phase2[-1] in r.first for r in readers):
+                await poll_dashboard()
+                await asyncio.sleep(0.5)
     finally:
         stop.set()
         producer.terminate()
@@ -462,64 +482,94 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
         for r in readers:
             await r.proc.wait()
         producer.wait()
-    steady = [t for t in sorted(released) if t >= steady_from + 1 and len(released[t]) == s.shards]
-    steady = steady[:ticks]
-    rel_at = {t: max(released[t]) for t in steady}
-    lib = library_tick(build_mechanism(s), domain.size)
-    lat = sorted(latencies)
+    rel_at = {t: max(released[t]) for t in phase1 + phase2}
+    mech = build_mechanism(s)
+    lib = library_tick(mech, domain.size)
 
-    def lags(first: dict[int, float]) -> tuple[int, float, float]:
-        got = [first[t] - rel_at[t] for t in steady if t in first]
+    def latency(ticks_of: list[int]) -> tuple[float, float, int]:
+        lat = sorted(x for t, x in latencies if t in set(ticks_of))
+        return (statistics.median(lat), lat[min(len(lat) - 1, int(0.99 * len(lat)))], len(lat))
+
+    def lags(first: dict[int, float], ticks_of: list[int]) -> tuple[int, float, float]:
+        got = [first[t] - rel_at[t] for t in ticks_of if t in first]
         return (len(got), statistics.median(got) if got else float("nan"),
                 max(got) if got else float("nan"))
 
-    rss_steady = [m for t, m in rss if t >= rel_at[steady[0]]]
+    rss_run = [m for t, m in rss if t >= rel_at[phase1[0]]]
     return {
         "nodes": domain.size, "leaves": len(leaves), "shape": (a, b, c),
         "tick_seconds": tick_seconds, "active": active, "domain_load_s": t_domain,
+        "processes": processes,
         "ready_s": (ready[0] - started_at) if ready else float("nan"),
-        "first_release_s": caught_up[0] - started_at, "ticks": len(steady),
-        "p50": statistics.median(lat), "p99": lat[min(len(lat) - 1, int(0.99 * len(lat)))],
-        "samples": len(lat), "library_tick": lib, "strategy": build_mechanism(s).name,
-        "reconciled": sum(1 for t in steady if t in histograms),
-        "reconcile_lag": lags(histograms),
-        "readers": {r.name: lags(r.first) for r in readers},
-        "dashboard_counts": lags(dash),
-        "dashboard_histogram": lags({-k: v for k, v in dash.items() if k < 0}),
+        "first_release_s": caught_up[0] - started_at, "ticks": len(phase1),
+        "phase1": latency(phase1), "phase2": latency(phase2),
+        "library_tick": lib, "strategy": mech.name,
+        "reconciled": (sum(1 for t in phase1 if t in histograms),
+                       sum(1 for t in phase2 if t in histograms)),
+        "reconcile_lag": lags(histograms, phase1),
+        "readers": {r.name: lags(r.first, phase2) for r in readers},
+        "dashboard_counts": lags(dash, phase2),
+        "dashboard_histogram": lags({-k: v for k, v in dash.items() if k < 0}, phase2),
         "dashboard_bytes": statistics.median(x for x, _ in dash_sizes) if dash_sizes else 0,
         "dashboard_get_s": statistics.median(y for _, y in dash_sizes) if dash_sizes else 0,
-        "rss_first": rss_steady[0] if rss_steady else float("nan"),
-        "rss_last": rss_steady[-1] if rss_steady else float("nan"),
-        "rss_max": max(rss_steady) if rss_steady else float("nan"),
+        "rss_first": rss_run[0] if rss_run else float("nan"),
+        "rss_last": rss_run[-1] if rss_run else float("nan"),
+        "rss_max": max(rss_run) if rss_run else float("nan"),
         "broker_rss": _group_rss_mb(broker.proc.pid) if broker.proc else float("nan"),
     }
 
 
+def _tree_rss_mb() -> float:
+    """Resident MiB of this process and its pipeline child processes (multiprocessing spawn)."""
+    total = _rss_mb()
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            if int(stat[stat.rfind(")") + 2:].split()[1]) != me:
+                continue
+            if b"spawn_main" in (entry / "cmdline").read_bytes():
+                total += _rss_mb(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def print_scale(r: dict[str, Any]) -> None:
     a, b, c = r["shape"]
+    where = (f"{r['processes']} pipeline processes" if r["processes"]
+             else "pipeline in the worker process")
     print(f"\n## as shipped at {r['nodes']:,} nodes ({a}×{b}×{c} hierarchy, {r['leaves']:,} "
           f"leaves, {r['active']:.0%} active per tick, {r['tick_seconds']:g} s ticks, compact "
-          "output, 4 shards, dashboard + reconcile on, 3 reader processes)")
+          f"output, 4 shards, dashboard + reconcile on, {where})")
     print(f"start-up: domain file {r['domain_load_s']:.1f} s, serving after {r['ready_s']:.1f} s,"
           f" first complete tick after {r['first_release_s']:.1f} s")
-    print("| steady ticks | strategy | release p50 (s) | p99 (s) | library tick (s) | "
-          "p50 / library | reconciled ticks | worker RSS first → last, max (MiB) |")
+    print("| phase | ticks | strategy | release p50 (s) | p99 (s) | library tick (s) | "
+          "p50 / library | reconciled ticks |")
     print("|---|---|---|---|---|---|---|---|")
-    print(f"| {r['ticks']} | {r['strategy']} | {r['p50']:.3f} | {r['p99']:.3f} | "
-          f"{r['library_tick']:.3f} | {r['p50'] / r['library_tick']:.1f}x | "
-          f"{r['reconciled']} / {r['ticks']} | {r['rss_first']:.0f} → {r['rss_last']:.0f}, "
-          f"{r['rss_max']:.0f} |")
-    print("\n| reader (after the tick's release was committed) | ticks seen | p50 (s) | max (s) |")
+    for i, name in ((1, "1: worker alone"), (2, "2: with 3 reader processes + dashboard polls")):
+        p50, p99, n = r[f"phase{i}"]
+        print(f"| {name} | {r['ticks']} ({n} shard-ticks) | {r['strategy']} | {p50:.3f} | "
+              f"{p99:.3f} | {r['library_tick']:.3f} | {p50 / r['library_tick']:.1f}x | "
+              f"{r['reconciled'][i - 1]} / {r['ticks']} |")
+    print(f"\nworker RSS (with its pipeline processes) over both phases: first "
+          f"{r['rss_first']:.0f} MiB, last {r['rss_last']:.0f} MiB, max {r['rss_max']:.0f} MiB; "
+          f"embedded broker at the end {r['broker_rss']:.0f} MiB")
+    print("\n| reader, phase 2 (after the tick's release was committed) | ticks seen | p50 (s) | "
+          "max (s) |")
     print("|---|---|---|---|")
-    rows = [("reconcile side agent: histogram published", r["reconcile_lag"]),
-            *r["readers"].items(),
-            ("dashboard /api/snapshot (counts, polled every 0.25 s)", r["dashboard_counts"]),
+    n, p50, mx = r["reconcile_lag"]
+    print(f"| reconcile side agent: histogram published (phase 1) | {n} / {r['ticks']} | "
+          f"{p50:.2f} | {mx:.2f} |")
+    rows = [*r["readers"].items(),
+            ("dashboard /api/snapshot (counts, polled every 0.5 s)", r["dashboard_counts"]),
             ("dashboard /api/snapshot (histogram)", r["dashboard_histogram"])]
     for name, (n, p50, mx) in rows:
         print(f"| {name} | {n} / {r['ticks']} | {p50:.2f} | {mx:.2f} |")
     print(f"\ndashboard snapshot (prefix filter): {r['dashboard_bytes'] / 1024:.0f} KiB, "
-          f"{r['dashboard_get_s'] * 1000:.0f} ms per GET; broker RSS at the end "
-          f"{r['broker_rss']:.0f} MiB")
+          f"{r['dashboard_get_s'] * 1000:.0f} ms per GET")
 
 
 async def main() -> None:
@@ -531,7 +581,10 @@ async def main() -> None:
     ap.add_argument("--tick-seconds", type=float, default=5.0, help="scale: tick length")
     ap.add_argument("--active", type=float, default=0.1,
                     help="scale: fraction of the leaves with an event in each tick")
-    ap.add_argument("--scale-ticks", type=int, default=10, help="scale: steady ticks measured")
+    ap.add_argument("--scale-ticks", type=int, default=10,
+                    help="scale: steady ticks measured in each phase")
+    ap.add_argument("--pipeline-processes", type=int, default=1,
+                    help="scale: the worker's pipeline_processes setting (0: in-process)")
     ap.add_argument("--only", default="", help="comma-separated: scale,ingest,latency,backlog,"
                     "restart,modes,reconcile (default: all but modes)")
     args = ap.parse_args()
@@ -543,7 +596,7 @@ async def main() -> None:
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
         if want("scale"):
             r = await scale_bench(broker, Path(tmp), args.streams, args.scale_ticks,
-                                  args.tick_seconds, args.active)
+                                  args.tick_seconds, args.active, args.pipeline_processes)
             print_scale(r)
         if want("backlog"):
             print(f"\n## backlog release, {args.backlog_ticks} past ticks (20 events per tick, "

@@ -101,6 +101,7 @@ async def serve(
     on_release: Callable[[Any], Any] | None = None,
     on_histogram: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
     started: Callable[[Any], None] | None = None,
+    json_logs: bool = True,
 ) -> int:
     """Run the worker's parts until ``stop_event`` is set or one of them fails.
 
@@ -115,7 +116,19 @@ async def serve(
     metrics = Metrics(event_counts=bool(getattr(settings, "metrics_event_counts", 0)))
     domain = load_domain(settings.domain_file)
     worker: Any = None
-    if pipeline:
+    group: Any = None
+    if pipeline and int(getattr(settings, "pipeline_processes", 0)) > 0:
+        from agents.config import check_attribute_settings
+        from agents.pipeline_processes import PipelineGroup
+        from agents.release import build_mechanism
+
+        # fail fast on bad settings here, not in every child
+        build_mechanism(settings)
+        check_attribute_settings(settings, domain)
+        group = PipelineGroup(settings, int(settings.pipeline_processes), metrics, on_release,
+                              json_lines=json_logs)
+        group.start()
+    elif pipeline:
         from agents.pipeline import Worker
 
         worker = Worker(settings, metrics=metrics, on_release=on_release, domain=domain)
@@ -124,6 +137,8 @@ async def serve(
         """/readyz: state restored for every assigned partition, not rebalancing, not stopping."""
         if stop_event.is_set():
             return False
+        if group is not None:
+            return bool(group.ready)
         return True if worker is None else bool(worker.ready)
 
     server = None
@@ -134,6 +149,13 @@ async def serve(
         server = await WebServer(app, settings.web_host, settings.web_port).start()
 
     tasks: dict[str, asyncio.Task[Any]] = {}
+    if group is not None:
+        async def run_group() -> None:
+            code = await group.run(stop_event)
+            if code:
+                raise _ChildFailed(code)
+
+        tasks["pipeline"] = asyncio.ensure_future(run_group())
     if worker is not None:
         from agents.pipeline import run_worker
 
@@ -174,7 +196,11 @@ async def serve(
                 from agents.ingest import ScheduleMismatch
                 from agents.release import CheckpointRefused, ReleaseOverflow
 
-                if isinstance(exc, CheckpointRefused):
+                if isinstance(exc, _ChildFailed):
+                    log.error("a pipeline process failed; stopping",
+                              extra={"part": name, "exit_code": exc.code})
+                    rc = exc.code
+                elif isinstance(exc, CheckpointRefused):
                     # tampered, another key, or another configuration: never start with it
                     log.error("refusing to start: %s", exc, extra={"part": name})
                     rc = 4
@@ -218,6 +244,14 @@ async def serve(
     return rc
 
 
+class _ChildFailed(RuntimeError):
+    """A pipeline child process exited with ``code`` (``pipeline_processes`` ≥ 1)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(f"pipeline process exited with status {code}")
+        self.code = code
+
+
 async def _main(settings: Any, args: argparse.Namespace) -> int:
     stop_event = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -240,6 +274,7 @@ async def _main(settings: Any, args: argparse.Namespace) -> int:
         return await serve(
             settings, stop_event=stop_event, web=not args.no_web,
             reconcile=not args.no_reconcile, dashboard=not args.no_dashboard, started=started,
+            json_logs=not args.plain_logs,
         )
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -183,11 +183,15 @@ async def _read(bootstrap: str, topic: str, want: int, timeout: float = 90) -> l
         await c.stop()
 
 
+@pytest.mark.parametrize("processes", ["0", "2"])
 def test_worker_serves_releases_histograms_health_and_stops_on_sigterm(
-    tmp_path: Path, kafka_broker: str, unique_name: str
+    tmp_path: Path, kafka_broker: str, unique_name: str, processes: str
 ) -> None:
+    """Also with the pipeline in two child processes (pipeline_processes = 2): the same
+    releases, readiness from the children, their metrics relayed, all stop on SIGTERM."""
     web_port = free_port()
     env = _worker_env(tmp_path, kafka_broker, unique_name, web_port)
+    env["STREAM_DP_PIPELINE_PROCESSES"] = processes
     created = cli("topics", "create", env=env)
     assert created.returncode == 0, created.stderr
     log_path = tmp_path / "worker.log"
@@ -217,8 +221,13 @@ def test_worker_serves_releases_histograms_health_and_stops_on_sigterm(
         assert 'stream_dp_dead_letters_total{reason="malformed_json"} 1.0' in metrics
         assert "stream_dp_ready 1.0" in metrics
         assert "stream_dp_reconcile_leader 1.0" in metrics
+        if processes != "0":
+            children = _children(proc.pid)
+            assert len(children) == int(processes), children
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, log_path.read_text()[-3000:]
+        if processes != "0":
+            assert not [p for p in children if _alive(p)]
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -229,6 +238,29 @@ def test_worker_serves_releases_histograms_health_and_stops_on_sigterm(
     started = next(r for r in lines if r["msg"] == "worker started")
     assert any(line.startswith("total per event:") for line in started["privacy"])
     assert KEY not in log_path.read_text()
+
+
+def _children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (Linux /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            cmd = (entry / "cmdline").read_bytes() if (entry / "cmdline").exists() else b""
+            if int(stat[stat.rfind(")") + 2:].split()[1]) == pid and b"spawn_main" in cmd:
+                out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
 
 
 def test_worker_bad_settings_exit_2(tmp_path: Path) -> None:
