@@ -28,8 +28,10 @@ transactions, short-lived (``partials_retention_s``), and documented as the sing
 (``transactional.id = <app_id>.<stage>.<partition>``). One Kafka transaction holds, atomically,
 the outputs (partials and dead letters, or counts), the stage partition's checkpoint (in a
 compacted checkpoint topic, partition = stage partition, :mod:`agents.checkpoints`) and the
-consumed input offsets (``send_offsets_to_transaction``; the offsets are also inside the
-checkpoint, which is what a restarted worker seeks to). A new owner of a partition first
+offset to resume from (inside the checkpoint: what a restarted worker seeks to). The consumer
+group's committed offsets (lag monitoring, the ownership check) are committed after the
+transaction, in the background, at most once per second per partition — inside the transaction
+they would add two broker round trips to every tick's latency. A new owner of a partition first
 initialises that partition's transactional id — which fences the previous owner (a ``kill -9``'d
 zombie or a worker that lost the partition in a rebalance) and aborts its open transaction —
 then reads the newest committed checkpoint (``read_committed``) and seeks to its offsets. So
@@ -227,6 +229,9 @@ class _Stage:
         self.producers: dict[int, Any] = {}
         self.last_commit: dict[int, float] = {}
         self.encode_seconds: dict[int, float] = {}
+        #: when each partition's consumed offset was last committed (monotonic s)
+        self._offsets_at: dict[int, float] = {}
+        self._offset_tasks: set[asyncio.Future[None]] = set()
         #: partition -> (state, producer) revoked by a rebalance in progress
         self.parked: dict[int, tuple[Any, Any]] = {}
         self.restoring = True
@@ -500,8 +505,30 @@ class _Stage:
             state.seq, payload, self.s.checkpoint_chunk_bytes
         ):
             await prod.send(self.ckpt_topic, value, key=key, partition=p, headers=headers)
+
+    def offsets_committed_later(self, p: int, offset: int) -> None:
+        """After a transaction committed: record ``offset`` as the group's committed offset of
+        partition ``p``, in the background, at most once per second per partition.
+
+        The checkpoint in the transaction holds the offset a restarted worker seeks to; the
+        group's committed offsets serve lag monitoring and the ownership check only. Inside the
+        transaction they would cost two broker round trips on every tick's latency path."""
+        now = time.monotonic()
+        if now - self._offsets_at.get(p, -1e9) < min(1.0, self.s.stall_timeout_s / 4):
+            return
+        self._offsets_at[p] = now
+        consumer = self.consumer
         tp = _kafka().TopicPartition(self.topic, p)
-        await prod.send_offsets_to_transaction({tp: state.offset}, self.group)
+
+        async def commit() -> None:
+            try:
+                await consumer.commit({tp: offset})
+            except Exception as exc:  # a rebalance in progress, a lost partition: next time
+                log.debug("%s: offset commit of partition %d skipped: %s", self.name, p, exc)
+
+        task = asyncio.ensure_future(commit())
+        self._offset_tasks.add(task)
+        task.add_done_callback(self._offset_tasks.discard)
 
     # -- partitions without an owner --------------------------------------------------------
     async def check_ownership(self) -> None:
@@ -722,6 +749,7 @@ class IngestStage(_Stage):
                 )
             await self._send_checkpoint(prod, p, state)
             await prod.commit_transaction()
+            self.offsets_committed_later(p, state.offset)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await prod.abort_transaction()
@@ -825,7 +853,10 @@ class ReleaseStage(_Stage):
                 tp = k.TopicPartition(self.topic, p)
                 end = self.consumer.highwater(tp)
                 try:
-                    behind = end is not None and await self.consumer.position(tp) < end
+                    # more than one offset to go: the last committed transaction's commit
+                    # marker alone (one offset, never delivered as a record) is not a backlog
+                    # and must not hold the release back until the next fetch
+                    behind = end is not None and end - await self.consumer.position(tp) > 1
                 except Exception:
                     behind = False
                 if behind and wall - since < 0.2:
@@ -891,6 +922,7 @@ class ReleaseStage(_Stage):
             return
         t0 = time.monotonic()
         releases: list[Release] = []
+        wall0 = time.time()
         try:
             per_commit = max(1, min(_MAX_TICKS_PER_COMMIT,
                                     _MAX_MESSAGES_PER_COMMIT // max(1, len(state.names))))
@@ -902,12 +934,18 @@ class ReleaseStage(_Stage):
                     self.w.release_error("overflow")
                     self.w.fail(exc)
                     return
+            marks = [time.time()]
             await prod.begin_transaction()
+            marks.append(time.time())
             if self.s.counts_json:
                 await self._send_counts(prod, p, releases)
             sent_manifest = await self._send_compact(prod, p, releases)
+            marks.append(time.time())
             await self._send_checkpoint(prod, p, state)
+            marks.append(time.time())
             await prod.commit_transaction()
+            marks.append(time.time())
+            self.offsets_committed_later(p, state.offset)
             if sent_manifest:
                 self._manifest_sent.add(p)
         except Exception as exc:
@@ -924,6 +962,11 @@ class ReleaseStage(_Stage):
             m.tick_released(now - rel.tick_end, len(rel.streams))
             self.w.stats["shard_ticks_released"] += 1
             self.w.latencies.append(now - rel.closed_at)
+            self.w.release_timings.append({
+                "tick": rel.tick, "shard": p, "to_stage": wall0 - rel.closed_at,
+                "step": marks[0] - wall0, "begin": marks[1] - marks[0],
+                "output": marks[2] - marks[1], "checkpoint": marks[3] - marks[2],
+                "commit": marks[4] - marks[3]})
             if self.w.on_release is not None:
                 try:
                     res = self.w.on_release(rel)
@@ -988,6 +1031,10 @@ class Worker:
         #: seconds from the last source partition closing a tick to its release being committed
         #: (the most recent ones; for benchmarks and diagnostics)
         self.latencies: deque[float] = deque(maxlen=10_000)
+        #: where each of the most recent shard-tick releases spent its time (seconds): from the
+        #: tick's close to the release stage starting on it (ingest close, partials transaction,
+        #: fetch), counter step, begin_transaction, output records, checkpoint, commit
+        self.release_timings: deque[dict[str, float]] = deque(maxlen=10_000)
         #: records handed to the ingest stage so far (committed or not; for benchmarks)
         self.processed = 0
         self._ready = False

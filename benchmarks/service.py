@@ -21,8 +21,21 @@ partition, which would otherwise dominate short runs).
    and N measured in the same run (ratio = worker p50 / library median tick). Pipeline only:
    no dashboard, no reconcile agent.
 
+7. As shipped at scale (``--only scale``; part of the default run): ``stream-dp worker``'s
+   parts (pipeline, reconcile side agent, web server with the dashboard; ``serve`` in this
+   process, the pipeline in ``--pipeline-processes`` children or in-process) on a 3-level
+   hierarchy of about ``--streams`` nodes with compact output only (``counts_json = 0``,
+   ``histograms_json = 0``), live events from a producer subprocess (``--active`` of the leaves
+   per tick), ``--tick-seconds`` ticks. Phase 1: the worker alone, release latency next to the
+   library's ``CounterBank`` tick for the same mechanism and N. Phase 2: plus three reader
+   processes (the plain-Python example consumer, ``stream-dp tail compact --prefix``,
+   ``stream-dp tail compact-histograms --prefix``) and dashboard snapshots over HTTP; lag of each
+   reader behind the release. Worker RSS sampled every second over both phases.
+
 Usage: python benchmarks/service.py [--events 1000000] [--streams 100000] [--ticks 8]
-                                   [--backlog-ticks 600] [--only backlog,restart,modes]
+                                   [--backlog-ticks 600] [--only scale,backlog,restart,modes]
+                                   [--tick-seconds 5] [--active 0.1] [--scale-ticks 10]
+                                   [--pipeline-processes 0]
 """
 
 from __future__ import annotations
@@ -414,9 +427,11 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     stop = asyncio.Event()
     started_at = time.time()
     ready: list[float] = []
+    workers: list[Any] = []
     task = asyncio.create_task(serve(s, stop_event=stop, on_release=on_release,
                                      on_histogram=on_histogram,
-                                     started=lambda _srv: ready.append(time.time())))
+                                     started=lambda _srv: ready.append(time.time()),
+                                     worker_created=workers.append))
     readers: list[_Lines] = []
     dash: dict[int, float] = {}
     dash_sizes: list[tuple[int, float]] = []
@@ -496,6 +511,11 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
                 max(got) if got else float("nan"))
 
     rss_run = [m for t, m in rss if t >= rel_at[phase1[0]]]
+    breakdown: dict[str, float] = {}
+    if workers:  # in-process pipeline: where phase 1's releases spent their time (medians)
+        rows = [r for r in workers[0].release_timings if r["tick"] in set(phase1)]
+        for k in ("to_stage", "step", "begin", "output", "checkpoint", "commit"):
+            breakdown[k] = statistics.median(r[k] for r in rows) if rows else float("nan")
     return {
         "nodes": domain.size, "leaves": len(leaves), "shape": (a, b, c),
         "tick_seconds": tick_seconds, "active": active, "domain_load_s": t_domain,
@@ -516,6 +536,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
         "rss_last": rss_run[-1] if rss_run else float("nan"),
         "rss_max": max(rss_run) if rss_run else float("nan"),
         "broker_rss": _group_rss_mb(broker.proc.pid) if broker.proc else float("nan"),
+        "breakdown": breakdown,
     }
 
 
@@ -554,6 +575,14 @@ def print_scale(r: dict[str, Any]) -> None:
         print(f"| {name} | {r['ticks']} ({n} shard-ticks) | {r['strategy']} | {p50:.3f} | "
               f"{p99:.3f} | {r['library_tick']:.3f} | {p50 / r['library_tick']:.1f}x | "
               f"{r['reconciled'][i - 1]} / {r['ticks']} |")
+    if r["breakdown"]:
+        b_ = r["breakdown"]
+        print("\nphase 1, median seconds per shard-tick release: " + ", ".join(
+            f"{k} {b_[k]:.3f}" for k in ("to_stage", "step", "begin", "output", "checkpoint",
+                                         "commit")))
+        print("(to_stage: tick closed → release stage starts on it = ingest close + partials "
+              "transaction + fetch; begin/commit: transaction round trips to the broker; "
+              "checkpoint: encode + send the counter state)")
     print(f"\nworker RSS (with its pipeline processes) over both phases: first "
           f"{r['rss_first']:.0f} MiB, last {r['rss_last']:.0f} MiB, max {r['rss_max']:.0f} MiB; "
           f"embedded broker at the end {r['broker_rss']:.0f} MiB")
@@ -583,7 +612,7 @@ async def main() -> None:
                     help="scale: fraction of the leaves with an event in each tick")
     ap.add_argument("--scale-ticks", type=int, default=10,
                     help="scale: steady ticks measured in each phase")
-    ap.add_argument("--pipeline-processes", type=int, default=1,
+    ap.add_argument("--pipeline-processes", type=int, default=0,
                     help="scale: the worker's pipeline_processes setting (0: in-process)")
     ap.add_argument("--only", default="", help="comma-separated: scale,ingest,latency,backlog,"
                     "restart,modes,reconcile (default: all but modes)")

@@ -102,11 +102,13 @@ async def serve(
     on_histogram: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
     started: Callable[[Any], None] | None = None,
     json_logs: bool = True,
+    worker_created: Callable[[Any], None] | None = None,
 ) -> int:
     """Run the worker's parts until ``stop_event`` is set or one of them fails.
 
     Returns 0 after a requested stop, 1 if a part failed. ``started`` is called with the web
-    server (or ``None``) once everything is up.
+    server (or ``None``) once everything is up; ``worker_created`` with the in-process
+    :class:`agents.pipeline.Worker` (``pipeline_processes = 0``).
     """
     from agents.config import load_domain
     from agents.metrics import Metrics
@@ -132,6 +134,8 @@ async def serve(
         from agents.pipeline import Worker
 
         worker = Worker(settings, metrics=metrics, on_release=on_release, domain=domain)
+        if worker_created is not None:  # benchmarks and diagnostics: the in-process pipeline
+            worker_created(worker)
 
     def ready() -> bool:
         """/readyz: state restored for every assigned partition, not rebalancing, not stopping."""
