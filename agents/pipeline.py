@@ -732,6 +732,7 @@ class IngestStage(_Stage):
         s = self.s
         out = state.out
         t0 = time.monotonic()
+        marks = [time.time()]
         try:
             await prod.begin_transaction()
             for key, rej, raw, offset in out.dead_letters:
@@ -747,9 +748,18 @@ class IngestStage(_Stage):
                     s.schedule_topic, entry.encode(),
                     key=f"{s.app_id}/{s.events_topic}/{p}".encode(), partition=p,
                 )
+            marks.append(time.time())
             await self._send_checkpoint(prod, p, state)
+            marks.append(time.time())
             await prod.commit_transaction()
+            marks.append(time.time())
             self.offsets_committed_later(p, state.offset)
+            closes = {part.tick: part.closed_at for part in out.partials}
+            for tick, closed_at in sorted(closes.items()):
+                self.w.ingest_timings.append({
+                    "tick": tick, "partition": p, "to_commit": marks[0] - closed_at,
+                    "outputs": marks[1] - marks[0], "checkpoint": marks[2] - marks[1],
+                    "commit": marks[3] - marks[2]})
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await prod.abort_transaction()
@@ -1004,6 +1014,9 @@ class Worker:
         check_attribute_settings(settings, self.domain)
         install_fetch_backoff(settings.empty_fetch_backoff_ms / 1000.0)
         self.router = Router(self.domain, settings.shards)
+        from agents.topics import check_shard_size
+
+        check_shard_size(self.router)
         if settings.compact_topic:
             from agents.topics import check_compact_size
 
@@ -1035,6 +1048,9 @@ class Worker:
         #: tick's close to the release stage starting on it (ingest close, partials transaction,
         #: fetch), counter step, begin_transaction, output records, checkpoint, commit
         self.release_timings: deque[dict[str, float]] = deque(maxlen=10_000)
+        #: the ingest side of a tick's close, per events partition: from the close decision to
+        #: the partials transaction starting, its outputs, checkpoint and commit (seconds)
+        self.ingest_timings: deque[dict[str, float]] = deque(maxlen=10_000)
         #: records handed to the ingest stage so far (committed or not; for benchmarks)
         self.processed = 0
         self._ready = False

@@ -67,6 +67,21 @@ HISTOGRAM_MAX_BYTES = 64 * 1024 * 1024
 _COMPACT_MAX_BYTES = 16 * 1024 * 1024
 
 
+#: most nodes in one release shard: a tick's partial (~25 bytes of JSON per node) must fit
+#: the partials topic's 16 MiB records
+MAX_SHARD_NODES = 600_000
+
+
+def check_shard_size(router: object) -> None:
+    """Refuse at start-up a shard too large for one partial record (raise ``shards``)."""
+    for shard, nodes in enumerate(router.shard_nodes):  # type: ignore[attr-defined]
+        if len(nodes) > MAX_SHARD_NODES:
+            raise ValueError(
+                f"shard {shard} has {len(nodes)} streams; at most {MAX_SHARD_NODES} fit one "
+                "partial record per tick: raise shards (about 250 000 streams per shard is a "
+                "good size)")
+
+
 def check_compact_size(domain: object, router: object) -> None:
     """Refuse at start-up a deployment whose compact records or manifests could not be sent:
     16 bytes per stream of the largest shard (plus the header), and its names, must fit
@@ -96,11 +111,13 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(settings.histograms_topic, settings.histograms_partitions, rf,
                   (("max.message.bytes", str(HISTOGRAM_MAX_BYTES)),)),
         TopicSpec(settings.dlq_topic, settings.dlq_partitions, rf),
+        # a tick's partial for a shard holds up to every node of the shard (~25 bytes each)
         TopicSpec(
             settings.partials_topic,
             settings.shards,
             rf,
-            (("retention.ms", str(settings.partials_retention_s * 1000)),),
+            (("retention.ms", str(settings.partials_retention_s * 1000)),
+             ("max.message.bytes", str(_COMPACT_MAX_BYTES))),
             internal=True,
         ),
         TopicSpec(settings.ingest_checkpoints_topic, settings.events_partitions, rf, compact, True),

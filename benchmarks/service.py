@@ -511,11 +511,16 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
                 max(got) if got else float("nan"))
 
     rss_run = [m for t, m in rss if t >= rel_at[phase1[0]]]
+    rss_p2 = [m for t, m in rss if t >= rel_at[phase2[0]]]
     breakdown: dict[str, float] = {}
     if workers:  # in-process pipeline: where phase 1's releases spent their time (medians)
         rows = [r for r in workers[0].release_timings if r["tick"] in set(phase1)]
         for k in ("to_stage", "step", "begin", "output", "checkpoint", "commit"):
             breakdown[k] = statistics.median(r[k] for r in rows) if rows else float("nan")
+        irows = [r for r in workers[0].ingest_timings if r["tick"] in set(phase1)]
+        for k in ("to_commit", "outputs", "checkpoint", "commit"):
+            breakdown["ingest_" + k] = (statistics.median(r[k] for r in irows) if irows
+                                        else float("nan"))
     return {
         "nodes": domain.size, "leaves": len(leaves), "shape": (a, b, c),
         "tick_seconds": tick_seconds, "active": active, "domain_load_s": t_domain,
@@ -535,6 +540,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
         "rss_first": rss_run[0] if rss_run else float("nan"),
         "rss_last": rss_run[-1] if rss_run else float("nan"),
         "rss_max": max(rss_run) if rss_run else float("nan"),
+        "rss_phase2_first": rss_p2[0] if rss_p2 else float("nan"),
         "broker_rss": _group_rss_mb(broker.proc.pid) if broker.proc else float("nan"),
         "breakdown": breakdown,
     }
@@ -583,9 +589,14 @@ def print_scale(r: dict[str, Any]) -> None:
         print("(to_stage: tick closed → release stage starts on it = ingest close + partials "
               "transaction + fetch; begin/commit: transaction round trips to the broker; "
               "checkpoint: encode + send the counter state)")
-    print(f"\nworker RSS (with its pipeline processes) over both phases: first "
-          f"{r['rss_first']:.0f} MiB, last {r['rss_last']:.0f} MiB, max {r['rss_max']:.0f} MiB; "
-          f"embedded broker at the end {r['broker_rss']:.0f} MiB")
+        print("its ingest side, median per events partition: " + ", ".join(
+            f"{k} {b_['ingest_' + k]:.3f}" for k in ("to_commit", "outputs", "checkpoint",
+                                                     "commit"))
+              + " (to_commit: close decided → its transaction starts)")
+    print(f"\nworker RSS (with its pipeline processes), sampled every second: phase 1 start "
+          f"{r['rss_first']:.0f} MiB, phase 2 start {r['rss_phase2_first']:.0f} MiB, end "
+          f"{r['rss_last']:.0f} MiB, max {r['rss_max']:.0f} MiB; embedded broker at the end "
+          f"{r['broker_rss']:.0f} MiB")
     print("\n| reader, phase 2 (after the tick's release was committed) | ticks seen | p50 (s) | "
           "max (s) |")
     print("|---|---|---|---|")

@@ -193,3 +193,15 @@ def test_a_shard_too_large_for_compact_records_is_refused_at_start_up(
     with pytest.raises(ValueError, match="raise shards"):
         topics.check_compact_size(dom, Router(dom, 1))
     topics.check_compact_size(dom, Router(dom, 4))  # smaller shards fit
+
+
+def test_a_shard_too_large_for_one_partial_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agents import topics
+
+    dom = Domain.from_paths([f"x/{i}" for i in range(200)])  # 201 nodes
+    monkeypatch.setattr(topics, "MAX_SHARD_NODES", 150)
+    with pytest.raises(ValueError, match="raise shards"):
+        topics.check_shard_size(Router(dom, 1))
+    topics.check_shard_size(Router(dom, 2))  # ~100 nodes per shard fit
+    specs = {t.name: dict(t.configs) for t in topics.topic_specs(Settings(origin=0.0))}
+    assert int(specs[Settings(origin=0.0).partials_topic]["max.message.bytes"]) >= 16 << 20
