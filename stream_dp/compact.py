@@ -213,15 +213,17 @@ class Block:
                    "stderr": float(self.stderr[i]), **tail}
 
 
-def decode_block(data: bytes) -> Block:
-    """Parse a ``dp.counts.block.v1`` record (``ValueError`` on any inconsistency). The columns
-    are zero-copy read-only views of ``data``."""
+def _open_record(data: bytes, magic: bytes, schema: str, keys: Sequence[str]
+                 ) -> tuple[memoryview, dict[str, Any], int]:
+    """``(buffer, header, start of the columns)`` of a record with the 12-byte prefix (magic,
+    version, reserved, header length), a JSON header and 8-byte aligned columns; ``ValueError``
+    for a wrong magic, version or schema, a truncated record, or a header without ``keys``."""
     buf = memoryview(bytes(data) if not isinstance(data, (bytes, bytearray, memoryview)) else data)
     if len(buf) < _PREFIX.size:
         raise ValueError("record shorter than its 12-byte prefix")
-    magic, version, _, hlen = _PREFIX.unpack_from(buf, 0)
-    if magic != MAGIC:
-        raise ValueError(f"bad magic {bytes(magic)!r} (expected {MAGIC!r})")
+    found, version, _, hlen = _PREFIX.unpack_from(buf, 0)
+    if found != magic:
+        raise ValueError(f"bad magic {bytes(found)!r} (expected {magic!r})")
     if version != VERSION:
         raise ValueError(f"unsupported format version {version} (this decoder reads {VERSION})")
     end = _PREFIX.size + hlen
@@ -231,15 +233,21 @@ def decode_block(data: bytes) -> Block:
         header = json.loads(bytes(buf[_PREFIX.size:end]).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"header is not UTF-8 JSON: {exc}") from None
-    if not isinstance(header, dict) or header.get("schema") != BLOCK_SCHEMA:
-        raise ValueError(f"not a {BLOCK_SCHEMA} record")
-    missing = [k for k in _HEADER_KEYS if k not in header]
+    if not isinstance(header, dict) or header.get("schema") != schema:
+        raise ValueError(f"not a {schema} record")
+    missing = [k for k in keys if k not in header]
     if missing:
         raise ValueError(f"header lacks {missing}")
+    return buf, header, end + (-end % 8)
+
+
+def decode_block(data: bytes) -> Block:
+    """Parse a ``dp.counts.block.v1`` record (``ValueError`` on any inconsistency). The columns
+    are zero-copy read-only views of ``data``."""
+    buf, header, start = _open_record(data, MAGIC, BLOCK_SCHEMA, _HEADER_KEYS)
     n = header["n"]
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"header n must be an integer ≥ 0, got {n!r}")
-    start = end + (-end % 8)
     if len(buf) != start + 16 * n:
         raise ValueError(f"record is {len(buf)} bytes; {start + 16 * n} expected for n = {n}")
     values = np.frombuffer(buf, dtype="<f8", count=n, offset=start)

@@ -42,8 +42,6 @@ Header: ``schema``, ``domain``, ``tick``, ``tick_end``, ``consistent``, ``diagno
 
 from __future__ import annotations
 
-import json
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,7 +49,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from stream_dp.compact import _canonical, _column
+from stream_dp.compact import _PREFIX, _canonical, _column, _open_record
 
 __all__ = [
     "CHUNK_NODES",
@@ -72,7 +70,6 @@ HISTOGRAM_BLOCK_SCHEMA = "dp.histograms.block.v1"
 HISTOGRAM_MANIFEST_SHARD = "histogram"
 #: nodes per chunk: 24 bytes each, so a chunk record is at most 6 MiB plus its header
 CHUNK_NODES = 262_144
-_PREFIX = struct.Struct("<4sHHI")
 _HEADER_KEYS = ("schema", "domain", "tick", "tick_end", "consistent", "diagnostics", "manifest",
                 "total", "chunk", "chunks", "offset", "n")
 
@@ -138,26 +135,7 @@ def _int_field(header: dict[str, Any], key: str, low: int) -> int:
 def decode_histogram_chunk(data: bytes) -> HistogramChunk:
     """Parse a ``dp.histograms.block.v1`` record (``ValueError`` on any inconsistency); the
     columns are zero-copy read-only views of ``data``."""
-    buf = memoryview(data if isinstance(data, (bytes, bytearray, memoryview)) else bytes(data))
-    if len(buf) < _PREFIX.size:
-        raise ValueError("record shorter than its 12-byte prefix")
-    magic, version, _, hlen = _PREFIX.unpack_from(buf, 0)
-    if magic != HISTOGRAM_MAGIC:
-        raise ValueError(f"bad magic {bytes(magic)!r} (expected {HISTOGRAM_MAGIC!r})")
-    if version != VERSION:
-        raise ValueError(f"unsupported format version {version} (this decoder reads {VERSION})")
-    end = _PREFIX.size + hlen
-    if end > len(buf):
-        raise ValueError("record truncated inside its header")
-    try:
-        header = json.loads(bytes(buf[_PREFIX.size:end]).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"header is not UTF-8 JSON: {exc}") from None
-    if not isinstance(header, dict) or header.get("schema") != HISTOGRAM_BLOCK_SCHEMA:
-        raise ValueError(f"not a {HISTOGRAM_BLOCK_SCHEMA} record")
-    missing = [k for k in _HEADER_KEYS if k not in header]
-    if missing:
-        raise ValueError(f"header lacks {missing}")
+    buf, header, start = _open_record(data, HISTOGRAM_MAGIC, HISTOGRAM_BLOCK_SCHEMA, _HEADER_KEYS)
     n = _int_field(header, "n", 0)
     total = _int_field(header, "total", 0)
     chunks = _int_field(header, "chunks", 1)
@@ -167,7 +145,6 @@ def decode_histogram_chunk(data: bytes) -> HistogramChunk:
     if chunk >= chunks or offset + n > total:
         raise ValueError(f"chunk {chunk} of {chunks} at offset {offset} (+{n}) exceeds its "
                          f"histogram of {total} nodes")
-    start = end + (-end % 8)
     if len(buf) != start + 24 * n:
         raise ValueError(f"record is {len(buf)} bytes; {start + 24 * n} expected for n = {n}")
     cols = [np.frombuffer(buf, dtype="<f8", count=n, offset=start + 8 * n * i) for i in range(3)]
