@@ -217,7 +217,7 @@ class Router:
                 np.asarray(self._parent, dtype=np.int64),
                 np.asarray(self.node_shard, dtype=np.int64),
                 np.asarray(self.local_index, dtype=np.int64))
-        return found  # type: ignore[no-any-return]
+        return found
 
     def bucket_key(self, nodes: Sequence[int]) -> Any:
         """The open-bucket key of an event feeding ``nodes`` (leaf first)."""

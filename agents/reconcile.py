@@ -256,7 +256,8 @@ class TickAssembler:
         return sorted(self._pending)
 
 
-SolveFn = Callable[[Any, Sequence[float], Sequence[float]], Any]
+#: ``(domain, noisy, variances) -> result`` (numbers in domain order: sequences or arrays)
+SolveFn = Callable[[Any, Any, Any], Any]
 
 #: Schema of the consistent tables of a binary-attribute domain on the histograms topic.
 MARGINALS_SCHEMA: Final = "dp.marginals.v1"

@@ -292,11 +292,11 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
                         counts += await _compact_rows(config, records, manifests)
                         continue
                     if blocks_topic and tp.topic == blocks_topic:
-                        for msg in await nodes.add(records):
-                            if _newer_histogram(state.histogram, msg):
-                                state.histogram = msg
+                        for view in await nodes.add(records):
+                            if _newer_histogram(state.histogram, view):
+                                state.histogram = view
                                 state.messages += 1
-                                state.broadcast("histogram", msg)
+                                state.broadcast("histogram", view)
                         continue
                     for rec in records:
                         try:
