@@ -622,8 +622,14 @@ class ReconcilerConfig:
 
     @property
     def manifests_topic(self) -> str:
-        """Where the compact records' manifests live (empty without ``compact_topic``)."""
-        return f"{self.compact_topic}.manifests" if self.compact_topic else ""
+        """Where the compact records' manifests (and the histogram's node manifest) live:
+        ``<compact_topic>.manifests``; without ``compact_topic``, beside an explicitly set
+        ``histogram_blocks_topic`` (``X.histograms`` → ``X.manifests``)."""
+        if self.compact_topic:
+            return f"{self.compact_topic}.manifests"
+        if self.histogram_blocks_topic:
+            return f"{self.histogram_blocks_topic.removesuffix('.histograms')}.manifests"
+        return ""
 
     @classmethod
     def from_settings(cls, settings: Any, domain_name: str, **changes: Any) -> ReconcilerConfig:
@@ -1018,10 +1024,19 @@ class Reconciler:
             self._skip(tick.tick, "unsolvable", str(exc))
             return
         if value is not None and len(value) > cfg.max_message_bytes:
-            self._skip(tick.tick, "too_large", f"{len(value)} bytes > max_message_bytes "
-                       f"{cfg.max_message_bytes}; set histograms_json = 0 and compact_topic "
-                       "(chunked compact histograms)")
-            return
+            detail = (f"{len(value)} bytes > max_message_bytes {cfg.max_message_bytes}; set "
+                      "histograms_json = 0 and compact_topic (chunked compact histograms)")
+            if not chunks:
+                self._skip(tick.tick, "too_large", detail)
+                return
+            # the chunk records still carry the tick: only the JSON view is missing
+            log.error("histogram too large as JSON; published as chunks only",
+                      extra={"tick": tick.tick, "error": detail})
+            if self.metrics:
+                record = getattr(self.metrics, "reconcile_error", None)
+                if record is not None:
+                    record("too_large")
+            value = None
         from aiokafka.errors import MessageSizeTooLargeError
 
         key = cfg.domain_name.encode()

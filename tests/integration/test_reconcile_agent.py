@@ -433,3 +433,50 @@ async def test_a_histogram_too_large_is_skipped_with_a_metric_not_a_restart_loop
     finally:
         await c.stop()
     assert sum(committed[tp] or 0 for tp in tps) >= sum(ends.values()) - len(domain.names)
+
+
+async def test_a_json_histogram_too_large_still_goes_out_as_chunks(
+    topics: Topics, producer: AIOKafkaProducer, unique_name: str
+) -> None:
+    """With chunk records configured, a tick whose JSON view is too large is published as
+    chunks only (counted as too_large): no tick is lost, every chunk decodes to the solve."""
+    from prometheus_client import generate_latest
+
+    from stream_dp.compact import decode_manifest
+    from stream_dp.compact_histograms import HistogramAssembler, decode_histogram_chunk
+
+    blocks, manifests = f"{unique_name}.x.histograms", f"{unique_name}.x.manifests"
+    admin = AIOKafkaAdminClient(bootstrap_servers=topics.bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(blocks, 1, 1), NewTopic(manifests, 1, 1)])
+    finally:
+        await admin.close()
+    domain = Domain.from_paths(PATHS, name="sales")
+    metrics = Metrics(process=False)
+    # ~1 KiB of JSON per histogram, ~400 bytes per one-node chunk: only the JSON is too large
+    r = Reconciler(topics.config(domain, max_message_bytes=700, histogram_blocks_topic=blocks,
+                                 histogram_chunk_nodes=1), domain, metrics=metrics)
+    stops, tasks = await run_reconcilers(r)
+    try:
+        for t in range(1, 4):
+            await publish_tick(producer, topics.counts, domain, t)
+        await wait_until(lambda: r.published >= 3)
+        text = generate_latest(metrics.registry).decode()
+        assert 'stream_dp_reconcile_errors_total{reason="too_large"} 3.0' in text
+    finally:
+        await stop_all(stops, tasks)
+    assert await read_histograms(topics.bootstrap, topics.histograms) == []
+    from tests.integration import pipeline_support as ps
+
+    names = [decode_manifest(m.value) for m in await ps.read_topic(topics.bootstrap, manifests)
+             if m.key == b"histogram"][-1]
+    asm = HistogramAssembler()
+    got = {}
+    for rec in await ps.read_topic(topics.bootstrap, blocks):
+        hist = asm.add(decode_histogram_chunk(rec.value))
+        if hist is not None:
+            got[hist.tick] = hist.message(names.streams)
+    assert sorted(got) == [1, 2, 3]
+    for msg in got.values():
+        check_histogram(domain, msg, 1e-9)
