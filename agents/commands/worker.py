@@ -27,6 +27,10 @@ STREAM_DP_* environment variables < the options below; every setting is listed i
 docs/configuration.md. The noise key comes from STREAM_DP_KEY_FILE or STREAM_DP_KEY and is never
 logged. Logs are JSON lines on stderr.
 
+With pipeline_processes = N (STREAM_DP_PIPELINE_PROCESSES) the ingest and release stages run
+in N child processes (members <worker_id>.p<i> of the same consumer groups), so a worker uses
+N + 1 cores; their metrics and readiness are served by this process.
+
 Start as many workers as you like with the same STREAM_DP_APP_ID and a distinct, stable
 STREAM_DP_WORKER_ID each (e.g. the StatefulSet pod name); Kafka partitions spread the streams
 over them. SIGTERM or SIGINT stops the worker gracefully: it finishes the current batch, leaves
