@@ -59,8 +59,10 @@ __all__ = [
 _DIGEST_MOD = 1 << 128
 
 try:  # orjson parses ~5x faster; the stdlib decoder (and decode_event) stays authoritative
+    from orjson import dumps as _orjson_dumps
     from orjson import loads as _fast_loads
 except ImportError:  # pragma: no cover - orjson is a dependency of the service extra
+    _orjson_dumps = None  # type: ignore[assignment]
     _std = json.JSONDecoder().raw_decode
 
     def _fast_loads(raw: bytes | bytearray | memoryview | str, /) -> Any:
@@ -69,6 +71,15 @@ except ImportError:  # pragma: no cover - orjson is a dependency of the service 
         if end != len(raw):
             raise ValueError("not a single JSON value")
         return obj
+
+
+def _fast_dumps(obj: Any) -> bytes:
+    """Compact JSON of internal records (partials, ingest checkpoints; their numbers are finite
+    by validation): orjson, else the stdlib with the same separators."""
+    if _orjson_dumps is not None:
+        out: bytes = _orjson_dumps(obj)
+        return out
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()  # pragma: no cover
 
 
 def shard_of(stream: str, shards: int) -> int:
@@ -263,13 +274,7 @@ class Partial:
     def encode(self) -> bytes:
         doc = {"tick": self.tick, "src": self.source, "shard": self.shard, "idx": self.idx,
                "counts": self.counts, "closed_at": self.closed_at}
-        try:  # 10^5 counts per tick at 10^6 streams: orjson is ~10x faster (same numbers)
-            from orjson import dumps
-
-            out: bytes = dumps(doc)
-            return out
-        except ImportError:  # pragma: no cover - orjson is a dependency of the service extra
-            return json.dumps(doc, separators=(",", ":")).encode()
+        return _fast_dumps(doc)  # 10^5 counts per tick at 10^6 streams
 
     @classmethod
     def decode(cls, raw: bytes) -> Partial:
@@ -548,12 +553,9 @@ class IngestState:
                         Partial(tick, self.partition, shard, idx, counts, decided))
                 continue
             sums: dict[int, float] = {}
-            expand = router.expand
-            # fixed order (leaf indices sort like the node tuples they start): bit-identical
-            # sums on every replay
-            for bkey in sorted(bucket):
-                v = bucket[bkey]
-                for n in expand(bkey):
+            for nodes in sorted(bucket):  # fixed order: bit-identical sums on every replay
+                v = bucket[nodes]
+                for n in nodes:
                     sums[n] = sums.get(n, 0.0) + v
             per_shard: list[list[tuple[int, float]]] = [[] for _ in range(router.shards)]
             for n in sorted(sums):
@@ -822,13 +824,7 @@ class IngestState:
             "schedule": list(self.schedule_id),
             "buckets": buckets,
         }
-        try:  # orjson: ~4.6x faster on 3·10^5 open keys (the bucket sums are finite by validation)
-            from orjson import dumps
-
-            out: bytes = dumps(doc)
-            return out
-        except ImportError:  # pragma: no cover - orjson is a dependency of the service extra
-            return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+        return _fast_dumps(doc)  # ~4.6x faster on 3·10^5 open keys (the sums are finite)
 
     def restore(self, data: bytes, seq: int, wall: float = 0.0) -> None:
         """Restore from :meth:`to_bytes`; a sealed checkpoint that is tampered with, written

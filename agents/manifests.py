@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["read_manifests"]
+__all__ = ["histogram_manifests_topic", "read_manifests"]
+
+
+def histogram_manifests_topic(blocks_topic: str) -> str:
+    """The manifests topic beside a histogram chunk topic: ``X.histograms`` → ``X.manifests``
+    (``<compact_topic>.manifests`` for the default ``<compact_topic>.histograms``)."""
+    return f"{blocks_topic.removesuffix('.histograms')}.manifests"
 
 
 async def read_manifests(bootstrap: str, kafka_kwargs: dict[str, Any], topic: str,

@@ -628,7 +628,9 @@ class ReconcilerConfig:
         if self.compact_topic:
             return f"{self.compact_topic}.manifests"
         if self.histogram_blocks_topic:
-            return f"{self.histogram_blocks_topic.removesuffix('.histograms')}.manifests"
+            from agents.manifests import histogram_manifests_topic
+
+            return histogram_manifests_topic(self.histogram_blocks_topic)
         return ""
 
     @classmethod
@@ -1009,6 +1011,10 @@ class Reconciler:
         log.error("cannot publish a histogram for this tick; skipped",
                   extra={"tick": tick, "reason": reason, "error": detail})
         self.last_tick = tick
+        self._count_error(reason)
+
+    def _count_error(self, reason: str) -> None:
+        """``stream_dp_reconcile_errors_total{reason}`` += 1."""
         if self.metrics:
             record = getattr(self.metrics, "reconcile_error", None)
             if record is not None:
@@ -1032,10 +1038,7 @@ class Reconciler:
             # the chunk records still carry the tick: only the JSON view is missing
             log.error("histogram too large as JSON; published as chunks only",
                       extra={"tick": tick.tick, "error": detail})
-            if self.metrics:
-                record = getattr(self.metrics, "reconcile_error", None)
-                if record is not None:
-                    record("too_large")
+            self._count_error("too_large")
             value = None
         from aiokafka.errors import MessageSizeTooLargeError
 

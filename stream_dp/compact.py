@@ -108,8 +108,12 @@ class Manifest:
     sha256: str
 
     def index(self) -> dict[str, int]:
-        """Stream name → position in every tick record of the shard."""
-        return {name: i for i, name in enumerate(self.streams)}
+        """Stream name → position in every tick record of the shard (built once and shared:
+        readers choose streams by name at every tick; do not modify it)."""
+        found: dict[str, int] | None = self.__dict__.get("_index")
+        if found is None:
+            found = self.__dict__["_index"] = {name: i for i, name in enumerate(self.streams)}
+        return found
 
 
 def encode_manifest(shard: str, streams: Sequence[str]) -> bytes:

@@ -419,16 +419,13 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
                 return list(block.records(known))
             return list(block.records(known, names))
 
-        histograms = None
+        from stream_dp.compact_histograms import HistogramAssembler, decode_histogram_chunk
+
+        histograms = HistogramAssembler()
         node_names: dict[str, Any] = {}
 
         async def assemble(value: bytes) -> list[dict[str, Any]]:
             """A compact histogram chunk; the tick's dp.histograms.v1 view once complete."""
-            from stream_dp.compact_histograms import HistogramAssembler, decode_histogram_chunk
-
-            nonlocal histograms
-            if histograms is None:
-                histograms = HistogramAssembler()
             try:
                 hist = histograms.add(decode_histogram_chunk(value))
             except ValueError as exc:
@@ -438,8 +435,10 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
             if hist is None or (args.from_tick is not None and hist.tick < args.from_tick):
                 return []
             if hist.manifest not in node_names:
-                base = topic.removesuffix(".histograms")
-                for man in (await _read_manifests(consumer.__class__, args, f"{base}.manifests",
+                from agents.manifests import histogram_manifests_topic
+
+                for man in (await _read_manifests(consumer.__class__, args,
+                                                  histogram_manifests_topic(topic),
                                                   histogram=True)).values():
                     keep = [i for i, n in enumerate(man.streams) if n.startswith(args.prefix)]
                     node_names[man.sha256] = (man.streams, keep)

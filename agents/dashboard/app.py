@@ -405,20 +405,15 @@ class _NodeView:
         return out
 
     async def _read_names(self) -> None:
-        from agents.manifests import read_manifests
+        from agents.manifests import histogram_manifests_topic, read_manifests
         from agents.security import client_kwargs
 
         cfg = self.config
         found = await read_manifests(cfg.bootstrap, client_kwargs(cfg.security),
-                                     f"{cfg.compact_topic or _base(cfg.histogram_blocks_topic)}"
-                                     ".manifests", histogram=True)
+                                     histogram_manifests_topic(cfg.histogram_blocks_topic),
+                                     histogram=True)
         for man in found.values():
             self.names = (man.sha256, tuple(man.streams[:COMPACT_NODES]))
-
-
-def _base(blocks_topic: str) -> str:
-    """``<compact_topic>`` of ``<compact_topic>.histograms``."""
-    return blocks_topic.removesuffix(".histograms")
 
 
 def _newer_marginals(current: dict[str, Any] | None, msg: dict[str, Any]) -> bool:
