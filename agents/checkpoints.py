@@ -9,6 +9,11 @@ or none.
 :func:`read_latest` scans the partition backwards from its end in growing windows and returns
 the newest checkpoint whose ``n`` chunks are all present (cost: about one checkpoint's bytes,
 not the topic's history).
+
+A **progress record** (key ``"p"``, header ``progress`` = the ``seq`` of the full checkpoint it
+builds on) is a small payload committed in the transactions between two full checkpoints (setting
+``release_checkpoint_every``); :func:`read_latest_with_progress` returns the newest one that builds
+on the checkpoint it found. Readers without the notion skip it (it has no ``seq`` header).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Checkpoint", "chunk_messages", "read_all", "read_latest"]
+__all__ = ["Checkpoint", "Progress", "chunk_messages", "progress_message", "read_all", "read_latest",
+           "read_latest_with_progress"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,34 @@ class Checkpoint:
 
     seq: int
     payload: bytes
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A progress record: the ``seq`` of the full checkpoint it builds on and its payload."""
+
+    base: int
+    payload: bytes
+
+
+def progress_message(base: int, payload: bytes) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """``(key, value, headers)`` of a progress record building on checkpoint ``base``."""
+    return b"p", payload, [("progress", str(base).encode())]
+
+
+def _progress_of(records: list[Any], base: int) -> Progress | None:
+    """The newest progress record among ``records`` (offset order) building on ``base``."""
+    for r in reversed(records):
+        h = {k: v for k, v in (r.headers or ())}
+        if "progress" not in h:
+            continue
+        try:
+            got = int(h["progress"])
+        except ValueError:
+            continue
+        # only the newest one counts: an older base means a newer full checkpoint followed it
+        return Progress(got, r.value or b"") if got == base else None
+    return None
 
 
 def chunk_messages(
@@ -72,6 +106,15 @@ async def read_latest(
     ``consumer`` is a started ``AIOKafkaConsumer`` without a group, with
     ``isolation_level="read_committed"``; this call (re)assigns it to the one partition.
     """
+
+    return (await read_latest_with_progress(consumer, topic, partition, timeout_s))[0]
+
+
+async def read_latest_with_progress(
+    consumer: Any, topic: str, partition: int, timeout_s: float = 60.0
+) -> tuple[Checkpoint | None, Progress | None]:
+    """:func:`read_latest`, and the newest progress record written after that checkpoint and
+    building on it (``None`` if there is none, or if it builds on another checkpoint)."""
     from aiokafka import TopicPartition
 
     tp = TopicPartition(topic, partition)
@@ -84,11 +127,11 @@ async def read_latest(
 
 async def _read_latest(
     consumer: Any, tp: Any, topic: str, partition: int, timeout_s: float
-) -> Checkpoint | None:
+) -> tuple[Checkpoint | None, Progress | None]:
     begin = (await consumer.beginning_offsets([tp]))[tp]
     end = (await consumer.end_offsets([tp]))[tp]
     if end <= begin:
-        return None
+        return None, None
     window = 64
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -105,14 +148,14 @@ async def _read_latest(
                     records.append(r)
         found, incomplete = _assemble(records)
         if found is not None:
-            return found
+            return found, _progress_of(records, found.seq)
         if start == begin:
             if incomplete:
                 raise RuntimeError(
                     f"checkpoint topic {topic}/{partition} holds an incomplete checkpoint; "
                     "refusing to start from scratch (that could count events twice)"
                 )
-            return None
+            return None, None
         window *= 4
 
 

@@ -59,13 +59,20 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import math
 import signal
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
-from agents.checkpoints import chunk_messages, read_all, read_latest
+from agents.checkpoints import (
+    Progress,
+    chunk_messages,
+    progress_message,
+    read_all,
+    read_latest_with_progress,
+)
 from agents.codec import dlq_message, encode
 from agents.config import Settings, load_domain
 from agents.groups import leave_group
@@ -243,6 +250,9 @@ class _Stage:
         self._progress: dict[int, tuple[int, float]] = {}
         self._next_owner_check = 0.0
         self._rejoin_after = 0.0
+        #: assignments handled and partitions restored (sought) so far: a fetch that began
+        #: before one may hold records from before the seek
+        self.repositioned = 0
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -360,6 +370,7 @@ class _Stage:
             for p, tp in sorted(wanted.items()):
                 if p not in self.states:
                     await self._try_restore(tp)
+            self.repositioned += 1
             self.restoring = False
         self.w._update_ready()
         log.info(
@@ -403,10 +414,12 @@ class _Stage:
         t0 = time.monotonic()
         prod = await self._producer(p)
         self.producers[p] = prod
-        ck = await read_latest(self.reader, self.ckpt_topic, p)
+        ck, progress = await read_latest_with_progress(self.reader, self.ckpt_topic, p)
         state = self.new_state(p)
         if ck is not None:
             self.restore_state(state, ck.payload, ck.seq)
+            if progress is not None:
+                self.restore_progress(state, progress)
         start = await self.after_restore(state, ck is not None)
         if start is not None:
             state.offset = start
@@ -416,6 +429,7 @@ class _Stage:
             await self.seek_fresh(tp)
             state.offset = await self.consumer.position(tp)
         self.states[p] = state
+        self.repositioned += 1
         self.last_commit[p] = time.monotonic()
         log.info(
             "%s partition %d restored (checkpoint seq %s, offset %d) in %.3f s",
@@ -589,6 +603,10 @@ class _Stage:
     def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
         raise NotImplementedError
 
+    def restore_progress(self, state: Any, progress: Progress) -> None:
+        raise CheckpointRefused(f"{self.name}: a progress record in {self.ckpt_topic}, which "
+                                "only release checkpoints have")
+
     async def seek_fresh(self, tp: Any) -> None:
         await self.consumer.seek_to_beginning(tp)
 
@@ -600,6 +618,7 @@ class _Stage:
         while not stop.is_set():
             if self.w.fatal is not None:
                 raise self.w.fatal
+            seen = self.repositioned
             try:
                 batch = await self.consumer.getmany(timeout_ms=100, max_records=self.s.max_batch)
             except Exception as exc:
@@ -610,6 +629,18 @@ class _Stage:
                 continue
             async with self.lock:
                 await self._retry_missing()
+                if batch and seen != self.repositioned:
+                    # Fetched while partitions were being assigned or restored: aiokafka starts
+                    # fetching a newly assigned partition at the group's committed offset before
+                    # the restore seeks it to its checkpoint's offset. Those records may lie past
+                    # the restored state's offset (a release shard re-stepping since its last
+                    # full checkpoint): processing them would skip the records in between.
+                    # Fetch again from each state's own offset.
+                    for tp in batch:
+                        state = self.states.get(tp.partition)
+                        if state is not None and state.offset >= 0:
+                            self.consumer.seek(tp, state.offset)
+                    batch = {}
                 await self.handle(batch)
             try:
                 await self.check_ownership()
@@ -799,6 +830,8 @@ class ReleaseStage(_Stage):
         self._ready_since: dict[int, float] = {}
         #: shards whose manifest this worker has committed to the manifests topic
         self._manifest_sent: set[int] = set()
+        #: shard -> monotonic time its last full checkpoint was committed here
+        self._full_at: dict[int, float] = {}
 
     def new_state(self, p: int) -> ReleaseState:
         if self.w.router.patterns:
@@ -835,6 +868,37 @@ class ReleaseStage(_Stage):
 
     def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
         state.restore(payload, seq, self.w.key)
+        self._full_at.pop(state.shard, None)
+
+    def restore_progress(self, state: Any, progress: Progress) -> None:
+        state.restore_progress(progress.payload, self.w.key)
+        if state.restepping:
+            log.info("release shard %d: re-stepping ticks %d..%d from the retained partials "
+                     "(released before the restart; not published again)", state.shard,
+                     state.next_tick, state.resume_tick - 1)
+
+    async def after_restore(self, state: Any, from_checkpoint: bool) -> int | None:
+        """Refuse to start if the partials to re-step from are no longer retained."""
+        if not state.restepping or state.offset < 0:
+            return None
+        tp = _kafka().TopicPartition(self.topic, state.shard)
+        begin = (await self.consumer.beginning_offsets([tp]))[tp]
+        if begin > state.offset:
+            raise CheckpointRefused(
+                f"release shard {state.shard}: ticks {state.next_tick}..{state.resume_tick - 1} "
+                f"were released after the newest full checkpoint, but the partials to re-step "
+                f"them from (offset {state.offset} on) are gone (the partition starts at "
+                f"{begin}): partials_retention_s is too short for release_checkpoint_every, or "
+                "the worker was down longer than the retention. Start a new epoch.")
+        return None
+
+    def _full_due(self, state: ReleaseState, released: int) -> bool:
+        """Whether this commit writes the full state (else a progress record)."""
+        if not released or state.unsaved + released >= state.checkpoint_every:
+            return True
+        # the partials since the last full state must outlive it with a wide margin
+        age = time.monotonic() - self._full_at.get(state.shard, -math.inf)
+        return age >= self.s.partials_retention_s / 4
 
     async def handle(self, batch: dict[Any, list[Any]]) -> None:
         for tp, records in batch.items():
@@ -854,7 +918,19 @@ class ReleaseStage(_Stage):
         wall = time.monotonic()
         k = _kafka()
         for p, state in list(self.states.items()):
+            if state.restepping:
+                # Released before the restore: the same partials and the same keyed noise give
+                # the same state; nothing is published and nothing committed until caught up
+                # (a commit now would write a full checkpoint behind the progress record).
+                while state.restepping and state.ready():
+                    state.step()
+                    self.w.stats["ticks_restepped"] += 1
+                if state.restepping:
+                    continue
             due = wall - self.last_commit.get(p, 0.0) >= self.s.commit_interval_s
+            if state.unsaved and wall - self._full_at.get(p, -math.inf) >= \
+                    self.s.partials_retention_s / 4:
+                due = state.dirty = True  # an idle shard's full state before its partials expire
             if state.ready():
                 # While partials wait in the partition (a backlog), gather more ready ticks
                 # into one transaction, for at most 0.2 s: a backlog goes out at processing
@@ -951,13 +1027,23 @@ class ReleaseStage(_Stage):
                 await self._send_counts(prod, p, releases)
             sent_manifest = await self._send_compact(prod, p, releases)
             marks.append(time.time())
-            await self._send_checkpoint(prod, p, state)
+            full = self._full_due(state, len(releases))
+            if full:
+                await self._send_checkpoint(prod, p, state)
+            else:
+                key, value, headers = progress_message(state.seq, state.progress_bytes())
+                await prod.send(self.ckpt_topic, value, key=key, partition=p, headers=headers)
             marks.append(time.time())
             await prod.commit_transaction()
             marks.append(time.time())
             self.offsets_committed_later(p, state.offset)
             if sent_manifest:
                 self._manifest_sent.add(p)
+            if full:
+                state.unsaved = 0
+                self._full_at[p] = time.monotonic()
+            else:
+                state.unsaved += len(releases)
         except Exception as exc:
             with contextlib.suppress(Exception):
                 await prod.abort_transaction()
@@ -1039,7 +1125,7 @@ class Worker:
         )
         self.stats: dict[str, int] = {
             "accepted": 0, "clamped": 0, "dead_letters": 0, "partition_ticks_closed": 0,
-            "shard_ticks_released": 0, "ownership_recoveries": 0,
+            "shard_ticks_released": 0, "ownership_recoveries": 0, "ticks_restepped": 0,
         }
         #: seconds from the last source partition closing a tick to its release being committed
         #: (the most recent ones; for benchmarks and diagnostics)

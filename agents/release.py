@@ -42,6 +42,7 @@ from stream_dp.mechanism import canonical_json
 
 __all__ = [
     "CHECKPOINT_PURPOSE",
+    "PROGRESS_PURPOSE",
     "CheckpointRefused",
     "Release",
     "ReleaseOverflow",
@@ -52,6 +53,8 @@ __all__ = [
 _MAGIC = b"SDPREL2\n"
 #: :func:`stream_dp.integrity.seal` purpose of release-stage checkpoints.
 CHECKPOINT_PURPOSE = "release checkpoint"
+#: :func:`stream_dp.integrity.seal` purpose of the progress records between full checkpoints.
+PROGRESS_PURPOSE = "release progress"
 
 
 def build_mechanism(settings: Settings) -> Any:
@@ -187,6 +190,21 @@ class ReleaseState:
         self.pending: dict[int, dict[int, Partial]] = {}
         self.dirty = False
         self.duplicates = 0
+        #: ticks below this were released (committed) before the state was restored: they are
+        #: re-stepped silently from the retained partials and never published again
+        self.resume_tick = 0
+        #: ticks released since the newest full checkpoint (their state is in no checkpoint)
+        self.unsaved = 0
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Full state with every K-th released tick (setting ``release_checkpoint_every``)."""
+        return self.settings.release_checkpoint_every
+
+    @property
+    def restepping(self) -> bool:
+        """True while ticks already released before a restore are being re-stepped."""
+        return self.next_tick < self.resume_tick
 
     def add(self, offset: int, partial: Partial) -> None:
         """Record one partial read at ``offset`` of this shard's partials partition."""
@@ -315,6 +333,35 @@ class ReleaseState:
         bank = self.bank.to_bytes(names=False) if self.bank is not None else b""
         body = _MAGIC + struct.pack(">Q", len(header)) + header + bank
         return seal(self._key, CHECKPOINT_PURPOSE, self.context(), body)
+
+    def progress_bytes(self) -> bytes:
+        """A sealed progress record: the ticks before :attr:`next_tick` are released, on top
+        of full checkpoint :attr:`seq` (written in the transactions between full checkpoints)."""
+        if self._key is None:
+            raise ValueError("ReleaseState needs the noise key (key=...) to seal checkpoints")
+        body = canonical_json({"v": 1, "shard": self.shard, "base": self.seq,
+                               "next_tick": self.next_tick})
+        return seal(self._key, PROGRESS_PURPOSE, self.context(), body)
+
+    def restore_progress(self, data: bytes, key: bytes) -> None:
+        """After :meth:`restore`: apply the newest progress record built on that checkpoint,
+        so ticks up to its ``next_tick`` are re-stepped silently (:attr:`restepping`)."""
+        try:
+            body = json.loads(unseal(key, PROGRESS_PURPOSE, self.context(), data))
+        except (IntegrityError, ValueError) as exc:
+            raise CheckpointRefused(
+                f"release shard {self.shard}: refusing the progress record: {exc}") from None
+        if body.get("v") != 1 or body.get("shard") != self.shard or body.get("base") != self.seq:
+            raise CheckpointRefused(
+                f"release shard {self.shard}: progress record of another version, shard or "
+                "checkpoint")
+        released = int(body["next_tick"])
+        if released < self.next_tick:
+            raise CheckpointRefused(
+                f"release shard {self.shard}: progress record (next tick {released}) behind its "
+                f"checkpoint (next tick {self.next_tick})")
+        self.resume_tick = released
+        self.unsaved = released - self.next_tick
 
     def restore(self, data: bytes, seq: int, key: bytes) -> None:
         """Restore from :meth:`to_bytes` output; :class:`CheckpointRefused` unless it was
@@ -486,6 +533,11 @@ class AttributeReleaseState(ReleaseState):
             stderr=float(max(lt.stderr)), strategy=str(self.live.release.bank.mechanism.name),
             closed_at=closed, live=lt, domain=self.router.domain,
         )
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Every tick: the attribute tables are not re-stepped after a restore."""
+        return 1
 
     def context(self) -> bytes:
         if self._context is None:

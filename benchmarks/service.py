@@ -35,7 +35,7 @@ partition, which would otherwise dominate short runs).
 Usage: python benchmarks/service.py [--events 1000000] [--streams 100000] [--ticks 8]
                                    [--backlog-ticks 600] [--only scale,backlog,restart,modes]
                                    [--tick-seconds 5] [--active 0.1] [--scale-ticks 10]
-                                   [--pipeline-processes 0]
+                                   [--pipeline-processes 0] [--release-checkpoint-every 1]
 """
 
 from __future__ import annotations
@@ -342,7 +342,8 @@ def _group_rss_mb(pgid: int) -> float:
 
 
 async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_seconds: float,
-                      active: float, processes: int) -> dict[str, Any]:
+                      active: float, processes: int, checkpoint_every: int = 1
+                      ) -> dict[str, Any]:
     """``stream-dp worker`` as shipped (web server with the dashboard, the reconcile side agent
     and the pipeline — in ``processes`` child processes, or in this process for 0) on a 3-level
     hierarchy of about ``n_streams`` nodes, compact output only, live events (a fresh
@@ -366,7 +367,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     leaves = [f"r{i}/m{j}/l{k}" for i in range(a) for j in range(b) for k in range(c)]
     leaves_file = tmp / "leaves.txt"
     leaves_file.write_text("\n".join(leaves) + "\n", encoding="utf-8")
-    app = f"bench-scale-{n_streams}-{processes}"
+    app = f"bench-scale-{n_streams}-{processes}-{checkpoint_every}"
     origin = float(int(time.time()))
     s = ps.make_settings(broker.bootstrap, tmp, app, leaves, compact_topic=f"{app}.compact",
                          counts_json=0, histograms_json=0, tick_seconds=tick_seconds,
@@ -374,6 +375,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
                          allowed_lateness_s=0.0, events_partitions=2, shards=4,
                          counts_partitions=4, strategy="auto", horizon=4095,
                          max_events_per_tick=1_000_000, pipeline_processes=processes,
+                         release_checkpoint_every=checkpoint_every,
                          web_host="127.0.0.1", web_port=free_port())
     t0 = time.time()
     domain = load_domain(s.domain_file)
@@ -525,6 +527,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
         "nodes": domain.size, "leaves": len(leaves), "shape": (a, b, c),
         "tick_seconds": tick_seconds, "active": active, "domain_load_s": t_domain,
         "processes": processes,
+        "checkpoint_every": checkpoint_every,
         "ready_s": (ready[0] - started_at) if ready else float("nan"),
         "first_release_s": caught_up[0] - started_at, "ticks": len(phase1),
         "phase1": latency(phase1), "phase2": latency(phase2),
@@ -570,7 +573,8 @@ def print_scale(r: dict[str, Any]) -> None:
              else "pipeline in the worker process")
     print(f"\n## as shipped at {r['nodes']:,} nodes ({a}×{b}×{c} hierarchy, {r['leaves']:,} "
           f"leaves, {r['active']:.0%} active per tick, {r['tick_seconds']:g} s ticks, compact "
-          f"output, 4 shards, dashboard + reconcile on, {where})")
+          f"output, 4 shards, dashboard + reconcile on, {where}, full release checkpoint every "
+          f"{r['checkpoint_every']} tick(s))")
     print(f"start-up: domain file {r['domain_load_s']:.1f} s, serving after {r['ready_s']:.1f} s,"
           f" first complete tick after {r['first_release_s']:.1f} s")
     print("| phase | ticks | strategy | release p50 (s) | p99 (s) | library tick (s) | "
@@ -623,6 +627,8 @@ async def main() -> None:
                     help="scale: fraction of the leaves with an event in each tick")
     ap.add_argument("--scale-ticks", type=int, default=10,
                     help="scale: steady ticks measured in each phase")
+    ap.add_argument("--release-checkpoint-every", type=int, default=1,
+                    help="scale: the worker's release_checkpoint_every setting")
     ap.add_argument("--pipeline-processes", type=int, default=0,
                     help="scale: the worker's pipeline_processes setting (0: in-process)")
     ap.add_argument("--only", default="", help="comma-separated: scale,ingest,latency,backlog,"
@@ -636,7 +642,8 @@ async def main() -> None:
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
         if want("scale"):
             r = await scale_bench(broker, Path(tmp), args.streams, args.scale_ticks,
-                                  args.tick_seconds, args.active, args.pipeline_processes)
+                                  args.tick_seconds, args.active, args.pipeline_processes,
+                                  args.release_checkpoint_every)
             print_scale(r)
         if want("backlog"):
             print(f"\n## backlog release, {args.backlog_ticks} past ticks (20 events per tick, "

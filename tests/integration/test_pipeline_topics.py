@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from agents.checkpoints import chunk_messages, read_latest
+from agents.checkpoints import (
+    chunk_messages,
+    progress_message,
+    read_latest,
+    read_latest_with_progress,
+)
 from agents.topics import ensure_topics, topic_specs
 from tests.integration import pipeline_support as ps
 
@@ -66,6 +71,27 @@ async def test_read_latest_checkpoint_across_windows(
         got = await read_latest(reader, topic, 1)
         assert got is not None and got.seq == 39 and got.payload == payloads[39]
         assert await read_latest(reader, topic, 0) is None
+        # progress records: the newest one counts, and only if it builds on that checkpoint
+        assert (await read_latest_with_progress(reader, topic, 1))[1] is None
+        for base, value in ((39, b"first"), (39, b"second")):
+            await prod.begin_transaction()
+            key, value, headers = progress_message(base, value)
+            await prod.send(topic, value, key=key, partition=1, headers=headers)
+            await prod.commit_transaction()
+        ck, progress = await read_latest_with_progress(reader, topic, 1)
+        assert ck == got and progress is not None and (progress.base, progress.payload) == (
+            39, b"second")
+        await prod.begin_transaction()  # a newer full checkpoint supersedes the progress
+        for key, value, headers in chunk_messages(40, b"full", 20):
+            await prod.send(topic, value, key=key, partition=1, headers=headers)
+        await prod.commit_transaction()
+        ck, progress = await read_latest_with_progress(reader, topic, 1)
+        assert ck is not None and ck.seq == 40 and progress is None
+        await prod.begin_transaction()  # a stale progress record after it is not applied
+        key, value, headers = progress_message(39, b"stale")
+        await prod.send(topic, value, key=key, partition=1, headers=headers)
+        await prod.commit_transaction()
+        assert (await read_latest_with_progress(reader, topic, 1))[1] is None
     finally:
         await prod.stop()
         await reader.stop()
