@@ -892,13 +892,16 @@ class ReleaseStage(_Stage):
                 "the worker was down longer than the retention. Start a new epoch.")
         return None
 
-    def _full_due(self, state: ReleaseState, released: int) -> bool:
-        """Whether this commit writes the full state (else a progress record)."""
-        if not released or state.unsaved + released >= state.checkpoint_every:
-            return True
-        # the partials since the last full state must outlive it with a wide margin
+    def _full_overdue(self, state: ReleaseState) -> bool:
+        """The last full state is older than a quarter of the partials' retention: the partials
+        since then must outlive it with a wide margin, so the next commit writes it."""
         age = time.monotonic() - self._full_at.get(state.shard, -math.inf)
         return age >= self.s.partials_retention_s / 4
+
+    def _full_due(self, state: ReleaseState, released: int) -> bool:
+        """Whether this commit writes the full state (else a progress record)."""
+        return (not released or state.unsaved + released >= state.checkpoint_every
+                or self._full_overdue(state))
 
     async def handle(self, batch: dict[Any, list[Any]]) -> None:
         for tp, records in batch.items():
@@ -928,9 +931,12 @@ class ReleaseStage(_Stage):
                 if state.restepping:
                     continue
             due = wall - self.last_commit.get(p, 0.0) >= self.s.commit_interval_s
-            if state.unsaved and wall - self._full_at.get(p, -math.inf) >= \
-                    self.s.partials_retention_s / 4:
-                due = state.dirty = True  # an idle shard's full state before its partials expire
+            # The next tick's partials are arriving: it is released in a moment, and a commit
+            # now would put a whole checkpoint on its latency path (the partials read so far are
+            # re-read after a restart anyway).
+            gathering = bool(state.pending.get(state.next_tick))
+            # an idle shard's full state, before the partials it was stepped from expire
+            overdue = bool(state.unsaved) and self._full_overdue(state)
             if state.ready():
                 # While partials wait in the partition (a backlog), gather more ready ticks
                 # into one transaction, for at most 0.2 s: a backlog goes out at processing
@@ -949,7 +955,7 @@ class ReleaseStage(_Stage):
                     continue
                 self._ready_since.pop(p, None)
                 jobs.append(self._commit(p, state))
-            elif state.dirty and due:
+            elif overdue or (state.dirty and due and not gathering):
                 jobs.append(self._commit(p, state))
         if jobs:
             await asyncio.gather(*jobs)
