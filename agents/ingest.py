@@ -187,14 +187,16 @@ class Router:
         unit test checks it against that loop."""
         import numpy as np
 
-        leaves = sorted(bucket)
-        n_leaves = len(leaves)
+        n_leaves = len(bucket)
         if not n_leaves:
             return [((), ()) for _ in range(self.shards)]
         arrays = self._arrays()
         parent, node_shard, local = arrays
-        vals = np.fromiter((bucket[k] for k in leaves), dtype=np.float64, count=n_leaves)
-        cur = np.asarray(leaves, dtype=np.int64)
+        # sorted leaf order from arrays (keys are unique: the order is fully determined)
+        keys = np.fromiter(bucket.keys(), dtype=np.int64, count=n_leaves)
+        order = np.argsort(keys, kind="stable")
+        cur = keys[order]
+        vals = np.fromiter(bucket.values(), dtype=np.float64, count=n_leaves)[order]
         levels = [cur]
         if parent.size:
             while True:
@@ -210,7 +212,9 @@ class Router:
         idx, w = paths[keep], weights[keep]
         sums = np.zeros(len(node_shard), dtype=np.float64)
         np.add.at(sums, idx, w)
-        touched = np.unique(idx)
+        seen = np.zeros(len(node_shard), dtype=bool)
+        seen[idx] = True
+        touched = np.flatnonzero(seen)  # == np.unique(idx), without sorting 4 entries per leaf
         shard_of_node = node_shard[touched]
         out = []
         for shard in range(self.shards):

@@ -832,6 +832,8 @@ class ReleaseStage(_Stage):
         self._manifest_sent: set[int] = set()
         #: shard -> monotonic time its last full checkpoint was committed here
         self._full_at: dict[int, float] = {}
+        #: (shard, tick) -> wall time its last partial was read (diagnostics: release_timings)
+        self._gathered: dict[tuple[int, int], float] = {}
 
     def new_state(self, p: int) -> ReleaseState:
         if self.w.router.patterns:
@@ -917,6 +919,8 @@ class ReleaseStage(_Stage):
                     state.offset = max(state.offset, r.offset + 1)
                     continue
                 state.add(r.offset, partial)
+            if state.ready() and not state.restepping and len(self._gathered) < 10_000:
+                self._gathered.setdefault((tp.partition, state.next_tick), time.time())
         jobs = []
         wall = time.monotonic()
         k = _kafka()
@@ -1064,8 +1068,10 @@ class ReleaseStage(_Stage):
             m.tick_released(now - rel.tick_end, len(rel.streams))
             self.w.stats["shard_ticks_released"] += 1
             self.w.latencies.append(now - rel.closed_at)
+            gathered = self._gathered.pop((p, rel.tick), wall0)
             self.w.release_timings.append({
                 "tick": rel.tick, "shard": p, "to_stage": wall0 - rel.closed_at,
+                "gathered": gathered - rel.closed_at,
                 "step": marks[0] - wall0, "begin": marks[1] - marks[0],
                 "output": marks[2] - marks[1], "checkpoint": marks[3] - marks[2],
                 "commit": marks[4] - marks[3]})

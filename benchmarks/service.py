@@ -517,7 +517,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     breakdown: dict[str, float] = {}
     if workers:  # in-process pipeline: where phase 1's releases spent their time (medians)
         rows = [r for r in workers[0].release_timings if r["tick"] in set(phase1)]
-        for k in ("to_stage", "step", "begin", "output", "checkpoint", "commit"):
+        for k in ("to_stage", "gathered", "step", "begin", "output", "checkpoint", "commit"):
             breakdown[k] = statistics.median(r[k] for r in rows) if rows else float("nan")
         irows = [r for r in workers[0].ingest_timings if r["tick"] in set(phase1)]
         for k in ("to_commit", "outputs", "checkpoint", "commit"):
@@ -588,11 +588,12 @@ def print_scale(r: dict[str, Any]) -> None:
     if r["breakdown"]:
         b_ = r["breakdown"]
         print("\nphase 1, median seconds per shard-tick release: " + ", ".join(
-            f"{k} {b_[k]:.3f}" for k in ("to_stage", "step", "begin", "output", "checkpoint",
-                                         "commit")))
+            f"{k} {b_[k]:.3f}" for k in ("to_stage", "gathered", "step", "begin", "output",
+                                         "checkpoint", "commit")))
         print("(to_stage: tick closed → release stage starts on it = ingest close + partials "
-              "transaction + fetch; begin/commit: transaction round trips to the broker; "
-              "checkpoint: encode + send the counter state)")
+              "transaction + fetch; gathered: tick closed → its last partial read by the "
+              "release stage; begin/commit: transaction round trips to the broker; checkpoint: "
+              "encode + send the counter state, or the progress record)")
         print("its ingest side, median per events partition: " + ", ".join(
             f"{k} {b_['ingest_' + k]:.3f}" for k in ("to_commit", "outputs", "checkpoint",
                                                      "commit"))
