@@ -106,7 +106,6 @@ async def read_latest(
     ``consumer`` is a started ``AIOKafkaConsumer`` without a group, with
     ``isolation_level="read_committed"``; this call (re)assigns it to the one partition.
     """
-
     return (await read_latest_with_progress(consumer, topic, partition, timeout_s))[0]
 
 
