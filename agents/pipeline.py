@@ -75,7 +75,7 @@ from agents.checkpoints import (
 )
 from agents.codec import dlq_message, encode
 from agents.config import Settings, load_domain
-from agents.groups import leave_group
+from agents.groups import install_empty_assignment_rejoin, leave_group
 from agents.ingest import IngestState, Partial, Router, ScheduleEntry, ScheduleMismatch
 from agents.release import CheckpointRefused, Release, ReleaseOverflow, ReleaseState
 from stream_dp.integrity import IntegrityError
@@ -1111,6 +1111,7 @@ class Worker:
 
         check_attribute_settings(settings, self.domain)
         install_fetch_backoff(settings.empty_fetch_backoff_ms / 1000.0)
+        install_empty_assignment_rejoin()
         self.router = Router(self.domain, settings.shards)
         from agents.topics import check_shard_size
 

@@ -718,6 +718,9 @@ class Reconciler:
 
     async def run(self, stop_event: asyncio.Event) -> None:
         """Join the election and serve until ``stop_event`` is set."""
+        from agents.groups import install_empty_assignment_rejoin
+
+        install_empty_assignment_rejoin()
         cfg = self.config
         await ensure_leader_topic(cfg.bootstrap, cfg.leader_topic)
         election = AIOKafkaConsumer(
