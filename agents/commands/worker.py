@@ -29,7 +29,10 @@ logged. Logs are JSON lines on stderr.
 
 With pipeline_processes = N (STREAM_DP_PIPELINE_PROCESSES) the ingest and release stages run
 in N child processes (members <worker_id>.p<i> of the same consumer groups), so a worker uses
-N + 1 cores; their metrics and readiness are served by this process.
+N + 1 cores; their metrics and readiness are served by this process. With
+release_checkpoint_every = K (STREAM_DP_RELEASE_CHECKPOINT_EVERY) a release shard writes its full
+counter state every K-th tick and a small progress record in between; after a restart it
+re-steps those ticks silently from the retained partials (never publishing them twice).
 
 Start as many workers as you like with the same STREAM_DP_APP_ID and a distinct, stable
 STREAM_DP_WORKER_ID each (e.g. the StatefulSet pod name); Kafka partitions spread the streams
