@@ -919,7 +919,7 @@ class ReleaseStage(_Stage):
                     state.offset = max(state.offset, r.offset + 1)
                     continue
                 state.add(r.offset, partial)
-            if state.ready() and not state.restepping and len(self._gathered) < 10_000:
+            if state.ready() and not state.restepping:
                 self._gathered.setdefault((tp.partition, state.next_tick), time.time())
         jobs = []
         wall = time.monotonic()
@@ -1064,11 +1064,13 @@ class ReleaseStage(_Stage):
         m.checkpoint_written(time.monotonic() - t0)
         state.dirty = False
         self.last_commit[p] = time.monotonic()
+        gathered_at = {t: self._gathered.pop((p, t)) for (q, t) in list(self._gathered)
+                       if q == p and t < state.next_tick}  # older ones: released before a rebalance
         for rel in releases:
             m.tick_released(now - rel.tick_end, len(rel.streams))
             self.w.stats["shard_ticks_released"] += 1
             self.w.latencies.append(now - rel.closed_at)
-            gathered = self._gathered.pop((p, rel.tick), wall0)
+            gathered = gathered_at.get(rel.tick, wall0)
             self.w.release_timings.append({
                 "tick": rel.tick, "shard": p, "to_stage": wall0 - rel.closed_at,
                 "gathered": gathered - rel.closed_at,
