@@ -27,15 +27,20 @@ Rejection reasons (the ``reason`` of ``dp.events.dlq``):
 | ``value_not_integer`` | a fractional ``value`` with the ``naive-int`` strategy (whole numbers only) |
 | ``invalid_attributes`` | binary-attribute domain: ``attrs`` missing, not ``m`` characters 0/1, or a list with an undeclared name |
 | ``value_not_one`` | binary-attribute domain: a ``value`` other than 1 (every event counts once) |
+| ``forged_marker`` | markers schedule: a record with the close header whose MAC does not verify |
+| ``marker_ahead`` | markers schedule: an authentic close marker for ticks whose deadline + grace has not passed on the worker's clock |
+| ``unexpected_marker`` | clock schedule: a record with the close header (markers are not schedule input there) |
 
 ``late`` and ``tick_closed`` are decided from the record itself and from the partition's public
 closing points (:mod:`agents.ticks`), never from other events.
 
 **Close markers** (``schedule = "markers"``, written by ``stream-dp replay``): a record with the
-header ``stream-dp-close`` and the value ``{"schema": "dp.close.v1", "time": T, "final": bool}``
-closes every tick whose deadline (end + allowed lateness) is ``≤ T`` (final: every tick up to the
-one containing ``T``). Markers are not
-events; on a clock-schedule deployment they are skipped.
+header ``stream-dp-close`` and the value
+``{"schema": "dp.close.v2", "time": T, "final": bool, "mac": hex}`` closes every tick whose
+deadline (end + allowed lateness) is ``≤ T`` (final: every tick up to the one containing ``T``).
+The MAC (HMAC-SHA256 under a key derived from the noise key, bound to the events topic and
+partition) is checked: anything else with the header is dead-lettered (``forged_marker``). Markers
+are not events; on a clock-schedule deployment they are dead-lettered (``unexpected_marker``).
 """
 
 from __future__ import annotations
@@ -52,7 +57,9 @@ __all__ = [
     "REASONS",
     "Event",
     "Rejection",
+    "MARKER_PURPOSE",
     "close_marker",
+    "marker_key",
     "count_message",
     "decode_attribute_event",
     "decode_event",
@@ -81,37 +88,78 @@ REASONS = (
     "value_not_integer",
     "invalid_attributes",
     "value_not_one",
+    "forged_marker",
+    "marker_ahead",
+    "unexpected_marker",
 )
 
 #: Kafka header that marks a close marker record (see the module docstring)
 CLOSE_HEADER = "stream-dp-close"
-CLOSE_SCHEMA = "dp.close.v1"
+CLOSE_SCHEMA = "dp.close.v2"
+#: the purpose under which the close markers' MAC key is derived from the noise key
+MARKER_PURPOSE = "close marker"
 
 
-def close_marker(time: float, final: bool) -> tuple[list[tuple[str, bytes]], bytes]:
-    """``(headers, value)`` of a close marker at event time ``time`` (Unix seconds)."""
+def marker_key(secret: bytes) -> bytes:
+    """The 32-byte MAC key of close markers, derived from the noise ``secret``
+    (:func:`stream_dp.integrity.derive_key`; the noise key itself never signs anything)."""
+    from stream_dp.integrity import derive_key
+
+    return derive_key(secret, MARKER_PURPOSE)
+
+
+def _marker_mac(mac_key: bytes, topic: str, partition: int, time: float, final: bool) -> str:
+    import hashlib
+    import hmac
+
+    msg = b"%s|%s|%d|%s|%d" % (CLOSE_SCHEMA.encode(), topic.encode("utf-8"), partition,
+                               float(time).hex().encode(), int(final))
+    return hmac.new(mac_key, msg, hashlib.sha256).hexdigest()
+
+
+def close_marker(time: float, final: bool, *, mac_key: bytes, topic: str, partition: int
+                 ) -> tuple[list[tuple[str, bytes]], bytes]:
+    """``(headers, value)`` of a close marker at event time ``time`` (Unix seconds) for
+    ``partition`` of the events topic ``topic``, authenticated with ``mac_key``
+    (:func:`marker_key` of the deployment's noise key). The MAC binds the marker to the topic
+    and the partition, so a marker copied to another partition or topic is refused."""
     if not math.isfinite(time):
         raise ValueError(f"close marker time must be finite, got {time!r}")
-    value = json.dumps({"schema": CLOSE_SCHEMA, "time": float(time), "final": bool(final)},
-                       separators=(",", ":")).encode()
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise ValueError(f"partition must be an integer >= 0, got {partition!r}")
+    mac = _marker_mac(mac_key, topic, partition, float(time), bool(final))
+    value = json.dumps({"schema": CLOSE_SCHEMA, "time": float(time), "final": bool(final),
+                        "mac": mac}, separators=(",", ":")).encode()
     return [(CLOSE_HEADER, b"1")], value
 
 
-def parse_close_marker(raw: bytes | None) -> tuple[float, bool] | None:
-    """``(time, final)`` of a close marker's value, or ``None`` if it is not a valid one."""
+def parse_close_marker(raw: bytes | None, *, mac_key: bytes, topic: str, partition: int
+                       ) -> tuple[float, bool] | Rejection:
+    """``(time, final)`` of an authentic close marker for ``partition`` of ``topic``, else a
+    :class:`Rejection` (``forged_marker``: not a marker of this schema, or its MAC does not
+    verify under ``mac_key`` for this topic and partition)."""
+    import hmac
+
+    def forged(why: str) -> Rejection:
+        return Rejection("forged_marker", why)
+
     if raw is None or len(raw) > 1024:
-        return None
+        return forged("a close header on a record that is not a close marker")
     try:
         d = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
-        return None
+        return forged("a close header on a record that is not JSON")
     if not isinstance(d, dict) or d.get("schema") != CLOSE_SCHEMA:
-        return None
-    t, final = d.get("time"), d.get("final", False)
+        return forged(f"a close header on a record that is not a {CLOSE_SCHEMA} marker")
+    t, final, mac = d.get("time"), d.get("final", False), d.get("mac")
     if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
-        return None
-    if not isinstance(final, bool):
-        return None
+        return forged("a close marker without a finite time")
+    if not isinstance(final, bool) or not isinstance(mac, str):
+        return forged("a close marker without final flag or MAC")
+    want = _marker_mac(mac_key, topic, partition, float(t), final)
+    if not hmac.compare_digest(want, mac):
+        return forged("the close marker's MAC does not verify (not written by stream-dp replay "
+                      "with this deployment's key for this topic and partition)")
     return float(t), final
 
 _RAW_LIMIT = 4096

@@ -45,7 +45,7 @@ from typing import Any
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-__all__ = ["IntegrityError", "seal", "unseal"]
+__all__ = ["IntegrityError", "derive_key", "seal", "unseal"]
 
 _MAGIC = b"SDPSEAL1"
 _SALT = b"stream-dp/integrity/v1"
@@ -72,6 +72,20 @@ def _mac_key(secret: bytes, purpose: str) -> bytes:
         raise ValueError("purpose must be a non-empty string")
     hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=_SALT, info=b"mac|" + purpose.encode())
     return hkdf.derive(secret)
+
+
+def derive_key(secret: bytes, purpose: str) -> bytes:
+    """A 32-byte key for ``purpose`` derived from the noise secret (HKDF-SHA256, the same
+    derivation as the MAC keys of :func:`seal`). Different purposes give unrelated keys, and
+    nothing about ``secret`` can be learnt from one of them. Used for the keyed schedule
+    digest and the close markers' MACs (docs/privacy.md, "Threat model").
+
+    >>> len(derive_key(b"k" * 32, "close marker"))
+    32
+    >>> derive_key(b"k" * 32, "a") == derive_key(b"k" * 32, "b")
+    False
+    """
+    return _mac_key(secret, purpose)
 
 
 def _as_bytes(name: str, value: object) -> bytes:
