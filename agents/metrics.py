@@ -197,6 +197,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.clipped = Counter(
+            "stream_dp_clipped",
+            "(stream, tick)s whose count reached the clip cap × max_events_per_tick (operator "
+            "only; the release goes on with the clipped count). No per-stream labels.",
+            registry=r,
+        )
         self.release_errors = Counter(
             "stream_dp_release_errors",
             "Fatal release errors by reason (overflow, checkpoint_refused); the worker stops.",
@@ -236,6 +242,10 @@ class Metrics:
     def checkpoint_written(self, seconds: float) -> None:
         """One checkpoint written in ``seconds``."""
         self.checkpoint_seconds.observe(max(0.0, float(seconds)))
+
+    def stream_clipped(self, n: int = 1) -> None:
+        """``n`` (stream, tick)s clipped to ``cap × max_events_per_tick``."""
+        self.clipped.inc(_nonneg(n, "n"))
 
     def release_error(self, reason: str) -> None:
         """One fatal release error (``overflow``, ``checkpoint_refused``)."""

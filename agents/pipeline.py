@@ -75,6 +75,7 @@ from agents.checkpoints import (
 )
 from agents.codec import dlq_message, encode
 from agents.config import Settings, load_domain
+from agents.deployment import deployment_id
 from agents.groups import install_empty_assignment_rejoin, leave_group
 from agents.ingest import IngestState, Partial, Router, ScheduleEntry, ScheduleMismatch
 from agents.release import CheckpointRefused, Release, ReleaseOverflow, ReleaseState
@@ -102,6 +103,7 @@ class Metrics(Protocol):
     def event_accepted(self, n: int = 1) -> None: ...
     def event_dead_lettered(self, reason: str, n: int = 1) -> None: ...
     def event_late(self, n: int = 1) -> None: ...
+    def stream_clipped(self, n: int = 1) -> None: ...
     def tick_released(self, latency_seconds: float, n_streams: int = 0) -> None: ...
     def checkpoint_written(self, seconds: float) -> None: ...
     def release_error(self, reason: str) -> None: ...
@@ -119,6 +121,9 @@ class NullMetrics:
         pass
 
     def event_late(self, n: int = 1) -> None:
+        pass
+
+    def stream_clipped(self, n: int = 1) -> None:
         pass
 
     def tick_released(self, latency_seconds: float, n_streams: int = 0) -> None:
@@ -651,6 +656,30 @@ class _Stage:
 class IngestStage(_Stage):
     name = "ingest"
 
+    #: a consumer without a group that reads the log end offsets (read_uncommitted): the
+    #: clock rule closes at the high watermark, so another producer's open transaction (which
+    #: holds back the last stable offset) cannot move an honest event past the closing point
+    hw: Any = None
+
+    async def start(self) -> None:
+        from agents.topics import check_events_topic
+
+        await check_events_topic(self.s.bootstrap, self.s)
+        await super().start()
+        k = _kafka()
+        self.hw = k.AIOKafkaConsumer(
+            bootstrap_servers=self.s.bootstrap, **self.w.kafka_kwargs(),
+            isolation_level="read_uncommitted", enable_auto_commit=False,
+            client_id=f"{self.s.app_id}-{self.name}-end-{self.s.worker_id}",
+        )
+        await self.hw.start()
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.hw is not None:
+            with contextlib.suppress(Exception):
+                await self.hw.stop()
+
     def new_state(self, p: int) -> IngestState:
         return IngestState(self.s, self.w.router, p, key=self.w.key, domain_id=self.w.domain_id)
 
@@ -674,7 +703,11 @@ class IngestStage(_Stage):
         entries = []
         for r in records:
             try:
-                entries.append(ScheduleEntry.decode(r.value))
+                entries.append(ScheduleEntry.decode(r.value, state.entry_key))
+            except ScheduleMismatch as exc:
+                raise ScheduleMismatch(
+                    f"schedule topic {self.s.schedule_topic!r} partition {state.partition}, "
+                    f"offset {r.offset}: {exc}") from None
             except (ValueError, KeyError, TypeError):
                 raise ScheduleMismatch(
                     f"schedule topic {self.s.schedule_topic!r} partition {state.partition}: "
@@ -727,9 +760,13 @@ class IngestStage(_Stage):
                 need_end.append(tp)
         if need_end:
             # The clock passed a deadline (+ grace): the records appended until now belong to
-            # the closing ticks. Read the end offsets now, never from an older fetch response.
+            # the closing ticks. Read the end offsets now, never from an older fetch response,
+            # and read the high watermark (the log end), not the last stable offset: an open
+            # transaction of any producer must not push honest records past the closing point.
+            # Records of a transaction still open there count if it commits (their own fate);
+            # the tick is released once the consumer has read up to the closing point.
             try:
-                ends = await self.consumer.end_offsets(need_end)
+                ends = await self.hw.end_offsets(need_end)
             except Exception as exc:
                 log.warning("ingest: reading end offsets failed (%s); retrying", exc)
                 ends = {}
@@ -776,7 +813,7 @@ class IngestStage(_Stage):
                 )
             for entry in out.entries:
                 await prod.send(
-                    s.schedule_topic, entry.encode(),
+                    s.schedule_topic, entry.encode(state.entry_key),
                     key=f"{s.app_id}/{s.events_topic}/{p}".encode(), partition=p,
                 )
             marks.append(time.time())
@@ -1025,6 +1062,9 @@ class ReleaseStage(_Stage):
             while state.ready() and len(releases) < per_commit:
                 try:
                     releases.append(state.step())
+                    if state.clipped:
+                        self.w.metrics.stream_clipped(state.clipped)
+                        state.clipped = 0
                 except ReleaseOverflow as exc:
                     # Not transient: the same counts fail again after any restore. Stop.
                     self.w.release_error("overflow")
@@ -1128,8 +1168,9 @@ class Worker:
         self.security = KafkaSecurity.from_settings(settings)
         self.security.validate()
 
-        #: the domain's digest: noise and checkpoints are bound to it (and to settings.epoch)
-        self.domain_id: str = self.router.domain_id
+        #: the deployment's identity (domain digest, every setting that decides what a tick
+        #: contains, app id, events topic): noise and checkpoints are bound to it
+        self.domain_id: str = deployment_id(settings, self.router.domain_id)
         self.privacy: dict[str, Any] = dict(settings.privacy.as_dict())
         self.ingest = IngestStage(
             self, settings.events_topic, settings.ingest_group, settings.ingest_checkpoints_topic

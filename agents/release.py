@@ -37,6 +37,7 @@ from agents.codec import encode
 from agents.config import Settings
 from agents.ingest import Partial, Router
 from stream_dp.compact import encode_block, encode_manifest, manifest_hash
+from stream_dp.contributions import clip_limit_units, value_unit
 from stream_dp.integrity import IntegrityError, seal, unseal
 from stream_dp.mechanism import canonical_json
 
@@ -195,6 +196,11 @@ class ReleaseState:
         self.resume_tick = 0
         #: ticks released since the newest full checkpoint (their state is in no checkpoint)
         self.unsaved = 0
+        #: integer units of the partials (stream_dp.contributions) and the per-tick clip
+        self.unit = value_unit(settings.cap)
+        self.clip = clip_limit_units(settings.cap, settings.max_events_per_tick)
+        #: (stream, tick)s whose count reached the clip (operator-only metric; never per stream)
+        self.clipped = 0
 
     @property
     def checkpoint_every(self) -> int:
@@ -235,13 +241,21 @@ class ReleaseState:
         """Release the next tick (call only when :meth:`ready`)."""
         tick = self.next_tick
         slot = self.pending.pop(tick)
-        counts = np.zeros(len(self.names), dtype=np.float64)
-        for src in range(self.sources):  # fixed order: bit-identical float sums
+        clip = self.clip
+        units = np.zeros(len(self.names), dtype=np.int64)
+        for src in range(self.sources):
             part = slot[src]
             if part.idx:
-                counts[np.asarray(part.idx, dtype=np.int64)] += np.asarray(
-                    part.counts, dtype=np.float64
-                )
+                # exact integers: each partial is <= clip < 2^53 and the sum is clipped after
+                # every source, so it never leaves int64
+                units[np.asarray(part.idx, dtype=np.int64)] += np.asarray(
+                    part.counts, dtype=np.int64)
+                np.minimum(units, clip, out=units)
+        # Clip each stream's count to cap × max_events_per_tick (1-Lipschitz: the sensitivity
+        # is unchanged) so that it never leaves the strategy's numeric range: a burst can
+        # neither stop the releases nor change them except through the noisy value.
+        self.clipped += int(np.count_nonzero(units == clip))
+        counts = units.astype(np.float64) * self.unit  # exact: units < 2^53, unit = 2^k
         if self.bank is not None and self.bank.tick != tick - 1:
             raise RuntimeError(
                 f"shard {self.shard}: bank is at tick {self.bank.tick}, expected {tick - 1}"
@@ -284,9 +298,13 @@ class ReleaseState:
 
     @property
     def domain_id(self) -> str:
-        """The digest of the declared domain (binds noise and checkpoints to it)."""
+        """The deployment's identity (:func:`agents.deployment.deployment_id`: the domain
+        digest and every setting that decides what a tick contains); binds noise and
+        checkpoints to it."""
         if self._domain_id is None:
-            self._domain_id = self.router.domain_id
+            from agents.deployment import deployment_id
+
+            self._domain_id = deployment_id(self.settings, self.router.domain_id)
         return self._domain_id
 
     def context(self) -> bytes:
@@ -443,7 +461,10 @@ def attribute_config(settings: Settings, domain: Any) -> Any:
 
 def attribute_description(settings: Settings, domain: Any) -> str:
     """Canonical text keying every noise draw of a binary-attribute deployment."""
-    return f"stream-dp/attributes/v1/domain={domain.digest()}/epoch={int(settings.epoch)}"
+    from agents.deployment import deployment_id
+
+    return (f"stream-dp/attributes/v2/deployment={deployment_id(settings, domain.digest())}"
+            f"/epoch={int(settings.epoch)}")
 
 
 def new_live(settings: Settings, domain: Any, key: bytes) -> Any:
@@ -510,11 +531,11 @@ class AttributeReleaseState(ReleaseState):
         """Release the next tick (call only when :meth:`ready`)."""
         tick = self.next_tick
         slot = self.pending.pop(tick)
-        acc: dict[int, float] = {}
-        for src in range(self.sources):  # fixed order: bit-identical sums
+        acc: dict[int, int] = {}
+        for src in range(self.sources):  # exact integer event counts
             part = slot[src]
             for pat, c in zip(part.idx, part.counts, strict=True):
-                acc[pat] = acc.get(pat, 0.0) + c
+                acc[pat] = acc.get(pat, 0) + c
         self.next_tick = tick + 1
         self.dirty = True
         start, end = self.settings.tick_bounds(tick)
@@ -525,7 +546,8 @@ class AttributeReleaseState(ReleaseState):
             raise RuntimeError(f"attribute tables are at tick {self.live.tick}, expected {tick - 1}")
         pats = sorted(acc)
         lt = self.live.step(np.array(pats, dtype=np.uint64),
-                            np.array([acc[p] for p in pats], dtype=np.float64))
+                            np.array([acc[p] for p in pats], dtype=np.float64),
+                            cell_clip=float(self.settings.max_events_per_tick))
         key = f"{self.router.domain.name}/tables"
         return TableRelease(
             tick=tick, tick_start=start, tick_end=end, shard=self.shard,

@@ -179,3 +179,54 @@ async def ensure_topics(bootstrap: str, settings: Settings, timeout_s: float = 3
         return [s.name for s in missing]
     finally:
         await admin.close()
+
+
+class TopicConfigMismatch(ValueError):
+    """A topic's broker-side configuration contradicts the settings (the worker refuses to
+    start: exit status 2)."""
+
+
+async def topic_config(bootstrap: str, settings: Settings, topic: str, name: str,
+                       timeout_s: float = 30.0) -> str | None:
+    """The value of config ``name`` of ``topic`` as the broker reports it (DescribeConfigs),
+    or ``None`` if the broker does not report it."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from agents.security import KafkaSecurity
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
+                                **KafkaSecurity.from_settings(settings).client_kwargs())
+    await admin.start()
+    try:
+        responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs={name: None})])
+    finally:
+        await admin.close()
+    for resp in responses:
+        for res in resp.resources:
+            if res[3] != topic:
+                continue
+            for entry in res[4]:
+                if entry[0] == name:
+                    return str(entry[1])
+    return None
+
+
+async def check_events_topic(bootstrap: str, settings: Settings) -> None:
+    """Refuse an events topic whose ``message.timestamp.type`` is not the setting
+    ``events_timestamp_type``: the LogAppendTime closing rule trusts broker timestamps, and a
+    CreateTime topic lets producers claim any timestamp (and on some brokers the LogAppendTime
+    bit). Raises :class:`TopicConfigMismatch`."""
+    found = await topic_config(bootstrap, settings, settings.events_topic,
+                               "message.timestamp.type")
+    want = settings.events_timestamp_type
+    if found is None:
+        raise TopicConfigMismatch(
+            f"the broker does not report message.timestamp.type of the events topic "
+            f"{settings.events_topic!r}; cannot check it against events_timestamp_type = {want}")
+    if found != want:
+        raise TopicConfigMismatch(
+            f"the events topic {settings.events_topic!r} has message.timestamp.type={found}, "
+            f"the settings say events_timestamp_type = {want}: set the topic's config "
+            f"(kafka-configs --alter --add-config message.timestamp.type={want}) or the setting")

@@ -326,9 +326,14 @@ class LiveMarginals:
             self.history[:2] = [(end1, tabs1, merged, max(v1, d * d * v0))]
 
     # ------------------------------------------------------------------ ticks
-    def step(self, patterns: NDArray[np.uint64], counts: NDArray[np.float64]) -> LiveTick:
+    def step(self, patterns: NDArray[np.uint64], counts: NDArray[np.float64],
+             cell_clip: float | None = None) -> LiveTick:
         """Release the next tick, whose events are ``counts[r]`` events with attribute pattern
-        ``patterns[r]`` (bit ``i`` = attribute ``i``; whole, non-negative counts)."""
+        ``patterns[r]`` (bit ``i`` = attribute ``i``; whole, non-negative counts).
+
+        ``cell_clip``: every table cell's count in this tick is clipped to it (events; e.g.
+        the service's ``max_events_per_tick``) before it is measured — 1-Lipschitz, so the
+        sensitivity is unchanged and no burst can leave the strategy's numeric range."""
         pats = np.asarray(patterns, dtype=np.uint64).reshape(-1)
         w = np.asarray(counts, dtype=np.float64).reshape(-1)
         if pats.shape != w.shape:
@@ -342,6 +347,8 @@ class LiveMarginals:
         ids = self.release.cell_ids(bits)
         k = ids.shape[1]
         cells = np.bincount(ids.reshape(-1), weights=np.repeat(w, k), minlength=self.release.n_cells)
+        if cell_clip is not None:
+            np.minimum(cells, float(cell_clip), out=cells)
         self.release.bank.step(cells)
         if self.config.bootstrap_epsilon > 0:
             self.stats.add(bits, w)

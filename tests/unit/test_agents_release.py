@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from agents.codec import Event, Rejection, count_message, decode_event, encode, validate
 from agents.config import Settings
+from agents.deployment import deployment_id
 from agents.ingest import IngestState, Partial, Router, shard_of
 from agents.release import Release, ReleaseState
 from stream_dp.counters import CounterBank
@@ -90,7 +91,8 @@ def test_ingest_to_release_end_to_end_without_kafka(tmp_path: Path) -> None:
     mech = make_mechanism("naive", 0.5, 63, s.privacy)
     rel_states = [ReleaseState(s, router, sh,
                                CounterBank(mech, router.shard_names(sh), KEY,
-                                           domain_id=dom.digest(), epoch=s.epoch), key=KEY)
+                                           domain_id=deployment_id(s, dom.digest()),
+                                           epoch=s.epoch), key=KEY)
                   for sh in range(2)]
     for off, part in enumerate(partials):
         rel_states[part.shard].add(off, Partial.decode(part.encode()))

@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from agents.config import Settings
+from agents.deployment import deployment_id
 from agents.ingest import Partial, Router
 from agents.pipeline import Worker
-from agents.release import CheckpointRefused, ReleaseOverflow, ReleaseState, build_mechanism
+from agents.release import CheckpointRefused, ReleaseState, build_mechanism
 from stream_dp.counters import CounterBank
 from stream_dp.domain import Domain
 from stream_dp.strategies._fenwick_base import FenwickMechanism
@@ -39,16 +40,17 @@ def shard(s: Settings, domain: Domain = DOMAIN, key: bytes = KEY, mechanism: Any
           ) -> ReleaseState:
     router = Router(domain, s.shards)
     mech = mechanism if mechanism is not None else build_mechanism(s)
-    bank = CounterBank(mech, router.shard_names(0), key, domain_id=domain.digest(),
-                       epoch=s.epoch)
+    bank = CounterBank(mech, router.shard_names(0), key,
+                       domain_id=deployment_id(s, domain.digest()), epoch=s.epoch)
     return ReleaseState(s, router, 0, bank, key=key, mechanism=mech)
 
 
 def run_ticks(st: ReleaseState, counts: list[float], first: int = 1) -> None:
     for i, c in enumerate(counts):
         tick = first + i
+        units = round(c / st.unit)  # partials carry integer units
         st.add(st.offset if st.offset >= 0 else 0,
-               Partial(tick, 0, 0, tuple(range(len(st.names))), (c,) * len(st.names), 0.0))
+               Partial(tick, 0, 0, tuple(range(len(st.names))), (units,) * len(st.names), 0.0))
         st.step()
 
 
@@ -213,49 +215,30 @@ def test_a_refused_checkpoint_stops_the_worker_instead_of_retrying() -> None:
     assert w.release._retry_at == 0.0  # no retry scheduled
 
 
-def test_dmfda_at_p_0999_and_1000_events_per_second_overflows_at_tick_1024() -> None:
-    """Reproduces the halt of issue #11 (60 s ticks → 60 000 events per tick): now a fatal
-    ReleaseOverflow with the state unchanged, and refused at start-up when declared."""
+def test_a_burst_beyond_max_events_per_tick_is_clipped_and_the_releases_go_on() -> None:
+    """The halt of issue #11 and the overflow attack of issue #23: 60 000 events per tick at
+    p = 0.999 used to stop every release for good at tick 1024. Now each stream's count is
+    clipped to cap × max_events_per_tick: the releases go on, bit-identical to a run fed
+    exactly the clip (the burst changes nothing but what the clip lets through), and the
+    clipped stream-ticks are counted."""
     s = settings(p=0.999, horizon=4095, strategy="dmfda", tick_seconds=60.0,
                  max_events_per_tick=10_000)
-    st = shard(s, domain=Domain.flat(["busy"]))
-    with pytest.raises(ReleaseOverflow, match="numeric range") as info:
-        run_ticks(st, [60_000.0] * 1100)
-    assert "tick 1024" in str(info.value)
-    assert st.next_tick == 1024 and st.bank.tick == 1023 and st.ready()  # state unchanged
+    burst = shard(s, domain=Domain.flat(["busy"]))
+    run_ticks(burst, [60_000.0] * 1100)
+    at_clip = shard(s, domain=Domain.flat(["busy"]))
+    run_ticks(at_clip, [10_000.0] * 1100)
+    assert burst.bank.tick == at_clip.bank.tick == 1100
+    assert np.array_equal(burst.bank.releases.view(np.int64),
+                          at_clip.bank.releases.view(np.int64))
+    assert burst.clipped == at_clip.clipped == 1100
+    below = shard(s, domain=Domain.flat(["busy"]))
+    run_ticks(below, [9_999.0] * 3)
+    assert below.clipped == 0
     with pytest.raises(ValueError, match="max_events_per_tick"):
         build_mechanism(s.replace(max_events_per_tick=60_000))
     # auto picks a strategy whose range covers the declared rate
     assert build_mechanism(s.replace(max_events_per_tick=60_000, strategy="auto")).max_count() \
         >= 60_000
-
-
-def test_overflow_in_the_release_stage_is_fatal_not_a_retry_loop() -> None:
-    errors: list[str] = []
-
-    class M:
-        def release_error(self, reason: str) -> None:
-            errors.append(reason)
-
-        def __getattr__(self, name: str) -> Any:
-            return lambda *a, **k: None
-
-    s = settings(p=0.999, horizon=4095, strategy="dmfda", max_events_per_tick=10_000)
-    w = Worker(s, key=KEY, domain=Domain.flat(["busy"]), metrics=M())  # type: ignore[arg-type]
-    st = w.release.new_state(0)
-    for tick in range(1, 1024):
-        st.add(tick - 1, Partial(tick, 0, 0, (0,), (60_000.0,), 0.0))
-        if tick < 1023:
-            st.step()
-    st.add(1023, Partial(1024, 0, 0, (0,), (60_000.0,), 0.0))
-
-    class Prod:
-        async def begin_transaction(self) -> None:  # pragma: no cover - must not be reached
-            raise AssertionError("no transaction for an overflowing tick")
-
-    w.release.producers[0] = Prod()
-    asyncio.run(w.release._commit(0, st))
-    assert isinstance(w.fatal, ReleaseOverflow) and errors == ["overflow"]
 
 
 def test_worker_command_refuses_an_out_of_range_configuration_before_connecting(

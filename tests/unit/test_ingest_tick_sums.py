@@ -1,9 +1,9 @@
-"""Leaf-mode tick sums (``Router.tick_sums``): bit for bit the per-node loop they replace.
+"""Leaf-mode tick sums (``Router.tick_sums``): exactly the per-node loop over integer units.
 
-The loop — every leaf in sorted order adds its value to each of its nodes — is the order in
-which releases were always summed; a replayed log must give identical bits. Unbalanced trees
-(leaves at several depths under one node) and values whose sums depend on the order are the
-cases a level-by-level shortcut would get wrong.
+The loop — every leaf adds its (clipped) units to each of its nodes, each node's sum clipped —
+is the definition; integer sums do not depend on the order, so any order must agree. Unbalanced
+trees (leaves at several depths under one node), huge sums and the clip are the cases a
+level-by-level shortcut would get wrong.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from agents.ingest import Router
 from stream_dp.domain import Domain
 
 
-def _loop(router: Router, bucket: dict[int, float]) -> list[tuple[tuple[int, ...], tuple[float, ...]]]:
-    sums: dict[int, float] = {}
+def _loop(router: Router, bucket: dict[int, int], clip: int
+          ) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    sums: dict[int, int] = {}
     for leaf in sorted(bucket):
         for n in router.expand(leaf):
-            sums[n] = sums.get(n, 0.0) + bucket[leaf]
-    per: list[list[tuple[int, float]]] = [[] for _ in range(router.shards)]
+            sums[n] = sums.get(n, 0) + min(bucket[leaf], clip)
+    per: list[list[tuple[int, int]]] = [[] for _ in range(router.shards)]
     for n in sorted(sums):
-        per[router.node_shard[n]].append((router.local_index[n], sums[n]))
+        per[router.node_shard[n]].append((router.local_index[n], min(sums[n], clip)))
     return [(tuple(i for i, _ in items), tuple(x for _, x in items)) for items in per]
 
 
@@ -44,25 +45,33 @@ def test_tick_sums_equal_the_leaf_by_leaf_loop_bit_for_bit(seed: int, shards: in
     assert router.leaf_mode
     leaves = sorted(router.declared.values())
     chosen = rng.choice(leaves, size=min(len(leaves), 40), replace=False)
-    # magnitudes 1e-3 .. 1e6: float sums that change with the order of the additions
-    bucket = {int(k): float(10.0 ** rng.uniform(-3, 6)) for k in chosen}
-    bucket[int(chosen[0])] = 0.0  # a zero-valued leaf still releases its nodes
-    got = router.tick_sums(bucket)
-    want = _loop(router, bucket)
-    assert [g[0] for g in got] == [w[0] for w in want]
-    for (_, g), (_, w) in zip(got, want, strict=True):
-        assert np.array_equal(np.array(g).view(np.int64), np.array(w).view(np.int64))
+    # magnitudes 1 .. 2^50 units, and a clip that some leaves and many ancestors reach
+    bucket = {int(k): int(2.0 ** rng.uniform(0, 50)) for k in chosen}
+    bucket[int(chosen[0])] = 0  # a zero-valued leaf still releases its nodes
+    for clip in (1 << 52, int(np.median(list(bucket.values()))), 1):
+        got = router.tick_sums(bucket, clip)
+        want = _loop(router, bucket, clip)
+        assert got == want
+        assert all(type(x) is int for _, g in got for x in g)
+
+
+def test_sums_beyond_int64_are_exact_and_clipped() -> None:
+    """Sums that would overflow int64 fall back to exact integers (then the clip)."""
+    router = Router(Domain.from_paths([f"r/l{i}" for i in range(8)]), 1)
+    bucket = {k: (1 << 62) - 1 for k in router.declared.values()}
+    clip = (1 << 63) + 5
+    assert router.tick_sums(bucket, clip) == _loop(router, bucket, clip)
 
 
 def test_flat_domain_and_empty_tick() -> None:
     router = Router(Domain.flat([f"s{i}" for i in range(10)]), 2)
-    bucket = {7: 1.5, 2: 0.25}
-    assert router.tick_sums(bucket) == _loop(router, bucket)
-    assert router.tick_sums({}) == [((), ()), ((), ())]
+    bucket = {7: 3, 2: 1 << 40}
+    assert router.tick_sums(bucket, 1 << 52) == _loop(router, bucket, 1 << 52)
+    assert router.tick_sums({}, 5) == [((), ()), ((), ())]
 
 
-def test_a_v3_checkpoint_restores_to_the_same_leaf_buckets() -> None:
-    """Checkpoints written before leaf keys (v3: each key as its list of nodes) still restore."""
+def test_checkpoints_round_trip_integer_buckets_and_refuse_older_versions() -> None:
+    """v5 checkpoints hold integer units; older (float) checkpoints are refused."""
     import json
 
     from agents.config import Settings
@@ -72,38 +81,56 @@ def test_a_v3_checkpoint_restores_to_the_same_leaf_buckets() -> None:
     router = Router(dom, 2)
     s = Settings(origin=1000.0)
     st = IngestState(s, router, 0)
-    st.buckets = {3: {router.declared["a/y"]: 2.5, router.declared["b/z/w"]: 1.0}, 4: {}}
-    v4 = st.to_bytes()
-    doc = json.loads(v4)
-    assert doc["v"] == 4
-    doc["v"] = 3
-    doc["buckets"] = {t: [[list(router.expand(k)) for k in b[0]], b[1]]
-                      for t, b in doc["buckets"].items()}
-    for raw in (v4, json.dumps(doc).encode()):
-        back = IngestState(s, router, 0)
-        back.restore(raw, 1)
-        assert back.buckets == st.buckets
+    st.buckets = {3: {router.declared["a/y"]: 5, router.declared["b/z/w"]: 1 << 36}, 4: {}}
+    v5 = st.to_bytes()
+    back = IngestState(s, router, 0)
+    back.restore(v5, 1)
+    assert back.buckets == st.buckets
+    doc = json.loads(v5)
+    doc["v"] = 4
+    with pytest.raises(ValueError, match="version"):
+        IngestState(s, router, 0).restore(json.dumps(doc).encode(), 1)
+    doc["v"] = 5
+    doc["buckets"]["3"][1][0] = 2.5  # a float sum is not a count of units
+    with pytest.raises(ValueError, match="integer"):
+        IngestState(s, router, 0).restore(json.dumps(doc).encode(), 1)
 
 
-def test_record_digest_is_blake2b_of_the_documented_bytes() -> None:
+def test_record_digest_is_keyed_blake2b_of_the_documented_bytes() -> None:
     """The schedule's per-record digest (persisted with closing points: it must never change)
-    against an independent incremental BLAKE2b over the documented fields."""
+    against an independent incremental keyed BLAKE2b over the documented fields, headers
+    included; another key, another header or a moved byte gives another digest."""
     import hashlib
     import random
 
-    from agents.ingest import record_digest
+    from agents.ingest import digest_key, record_digest
 
-    def oracle(offset: int, ts: int, tt: int, key: bytes | None, value: bytes | None) -> int:
-        h = hashlib.blake2b(digest_size=16)
+    def lp(b: bytes | None) -> bytes:
+        return b"-|" if b is None else f"{len(b)}|".encode() + b
+
+    def oracle(dkey: bytes, offset: int, ts: int, tt: int, key: bytes | None,
+               value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
+        h = hashlib.blake2b(digest_size=16, key=dkey)
         h.update(f"{offset}|{ts}|{tt}|".encode())
-        h.update(b"-|" if key is None else f"{len(key)}|".encode() + key)
-        if value is not None:
-            h.update(value)
+        h.update(lp(key))
+        h.update(lp(value))
+        h.update(f"{len(headers)}|".encode())
+        for k, v in headers:
+            h.update(lp(k.encode()))
+            h.update(lp(v))
         return int.from_bytes(h.digest(), "little")
 
     rng = random.Random(3)
+    dkey = digest_key(bytes(range(32)))
+    assert dkey != digest_key(bytes(range(1, 33))) and len(dkey) == 32
     for i in range(2000):
         key = None if i % 7 == 0 else rng.randbytes(rng.randint(0, 20))
         value = None if i % 11 == 0 else rng.randbytes(rng.randint(0, 80))
+        headers = [(f"h{j}", None if j % 3 == 2 else rng.randbytes(rng.randint(0, 9)))
+                   for j in range(i % 4)]
         args = (rng.randint(0, 10**12), rng.randint(-1, 10**13), rng.randint(0, 1))
-        assert record_digest(*args, key, value) == oracle(*args, key, value)
+        got = record_digest(dkey, *args, key, value, headers)
+        assert got == oracle(dkey, *args, key, value, headers)
+        assert got != record_digest(digest_key(None), *args, key, value, headers)
+        assert got != record_digest(dkey, *args, key, value,
+                                    [*headers, ("stream-dp-close", b"1")])

@@ -26,10 +26,11 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from agents.codec import close_marker
+from agents.codec import close_marker, marker_key
 from agents.config import Settings
-from agents.ingest import IngestState, Record, Router, ScheduleMismatch
+from agents.ingest import _UNKEYED, IngestState, Record, Router, ScheduleMismatch
 from agents.ticks import Schedule
+from stream_dp.contributions import to_units
 from stream_dp.domain import Domain
 
 ORIGIN = 1_000_000.0
@@ -49,6 +50,12 @@ def _settings(tmp: Path, **kw: Any) -> Settings:
 
 
 _ROUTER = Router(Domain.from_paths(LEAVES), 2)
+
+
+def _marker(at: float, final: bool, partition: int = 0) -> tuple[list[tuple[str, bytes]], bytes]:
+    """An authentic close marker for the unkeyed test states (default events topic)."""
+    return close_marker(at, final, mac_key=marker_key(_UNKEYED), topic="dp.events.v1",
+                        partition=partition)
 
 # one record: (real arrival, producer timestamp or None = same as arrival, key, ts, value)
 _honest = st.tuples(
@@ -80,7 +87,7 @@ def _nasty(draw: st.DrawFn) -> tuple[float, float | None, bytes, list[tuple[str,
     elif kind == "unknown":
         raw = _payload("nope", arrival, 1.0)
     elif kind == "marker":
-        headers, raw = close_marker(ORIGIN + 1e6, True)
+        headers, raw = _marker(ORIGIN + 1e6, True)
     else:
         raw = _payload(LEAVES[2], arrival, 1e6)
     return arrival, stamp, raw, headers
@@ -123,8 +130,9 @@ def _run(s: Settings, log: list[Record], closes: list[tuple[int, int]], splits: 
     return state
 
 
-def _sums(state: IngestState) -> dict[tuple[int, int], float]:
-    out: dict[tuple[int, int], float] = defaultdict(float)
+def _sums(state: IngestState) -> dict[tuple[int, int], int]:
+    """Released partial sums per (tick, node), in exact integer units."""
+    out: dict[tuple[int, int], int] = defaultdict(int)
     for p in state.out.partials:
         for i, c in zip(p.idx, p.counts, strict=True):
             out[(p.tick, _ROUTER.shard_nodes[p.shard][i])] += c
@@ -163,8 +171,8 @@ def test_p1_one_added_record_moves_nothing_else(
     assert fate_a == fate_b
     # releases differ only by e's own clamped contribution on e's nodes
     sa, sb = _sums(a), _sums(b)
-    diff = {k: sb.get(k, 0.0) - sa.get(k, 0.0) for k in set(sa) | set(sb)}
-    diff = {k: v for k, v in diff.items() if abs(v) > 1e-9}
+    diff = {k: sb.get(k, 0) - sa.get(k, 0) for k in set(sa) | set(sb)}
+    diff = {k: v for k, v in diff.items() if v != 0}
     e_accepted = b.out.accepted - a.out.accepted
     assert e_accepted in (0, 1)
     if e_accepted == 0:
@@ -173,11 +181,13 @@ def test_p1_one_added_record_moves_nothing_else(
         body = json.loads(e_value)
         tick = sch.tick_of(body["ts"])
         nodes = _ROUTER.nodes(body["key"]) or ()
-        want = {(tick, n): min(body.get("value", 1.0), s.cap) for n in nodes}
+        own = to_units(body.get("value", 1.0), b.unit, b.cap_u)
+        assert own * b.unit <= s.cap
+        want = {(tick, n): own for n in nodes}
         if tick >= b.next_tick:  # e's tick is still open: nothing of it released yet
             want = {}
             assert b.buckets[tick] != a.buckets.get(tick)
-        assert diff == pytest.approx(want)
+        assert diff == want  # exactly: integer sums, whatever else arrived
 
 
 def _honest_log(seed: int, n: int = 60) -> list[Record]:
@@ -250,10 +260,10 @@ def test_p2_p4_following_persisted_points_reproduces_or_refuses(tmp_path: Path) 
 def test_markers_schedule_closes_only_at_markers(tmp_path: Path) -> None:
     s = _settings(tmp_path, schedule="markers")
     recs = [Record(i, b"k", _payload("a/x", ORIGIN + 1 + 3 * i, 1.0), 0, 0) for i in range(10)]
-    headers, raw = close_marker(ORIGIN + 22.0, False)  # deadlines of ticks 1, 2 passed by then
+    headers, raw = _marker(ORIGIN + 22.0, False)  # deadlines of ticks 1, 2 passed by then
     recs.append(Record(10, None, raw, 0, 0, headers))
     recs.append(Record(11, b"k", _payload("a/x", ORIGIN + 5, 1.0), 0, 0))  # tick 1: closed
-    headers, raw = close_marker(ORIGIN + 31.0, True)  # final: closes tick 4 (contains 31)
+    headers, raw = _marker(ORIGIN + 31.0, True)  # final: closes tick 4 (contains 31)
     recs.append(Record(12, None, raw, 0, 0, headers))
     state = IngestState(s, _ROUTER, 0, offset=0)
     state.process_batch(recs)
@@ -262,15 +272,16 @@ def test_markers_schedule_closes_only_at_markers(tmp_path: Path) -> None:
     assert [r.reason for _, r, _, _ in state.out.dead_letters] == ["tick_closed"]
     sums = _sums(state)
     leaf = _ROUTER.domain.names.index("a/x")
-    assert [sums.get((t, leaf), 0.0) for t in (1, 2, 3, 4)] == [3.0, 4.0, 3.0, 0.0]
+    assert [sums.get((t, leaf), 0) * state.unit for t in (1, 2, 3, 4)] == [3.0, 4.0, 3.0, 0.0]
 
 
 def test_clock_rule_ignores_markers(tmp_path: Path) -> None:
     s = _settings(tmp_path)
-    headers, raw = close_marker(ORIGIN + 1e6, True)
+    headers, raw = _marker(ORIGIN + 1e6, True)
     state = IngestState(s, _ROUTER, 0, offset=0)
     state.process_batch([Record(0, None, raw, int(ORIGIN * 1000), 0, headers)])
-    assert state.next_tick == 1 and not state.out.entries and not state.out.dead_letters
+    assert state.next_tick == 1 and not state.out.entries
+    assert [r.reason for _, r, _, _ in state.out.dead_letters] == ["unexpected_marker"]
 
 
 def test_sealed_ingest_checkpoints_refuse_tampering_another_key_or_configuration(
