@@ -115,13 +115,15 @@ async def close_ticks(s: Settings, through_tick: int) -> None:
     ``stream-dp replay`` does at the end of a log; markers schedule)."""
     from aiokafka import AIOKafkaProducer
 
-    from agents.codec import close_marker
+    from agents.codec import close_marker, marker_key
 
-    headers, value = close_marker(s.tick_bounds(through_tick)[0], True)
+    mac_key = marker_key(bytes.fromhex(KEY_HEX))
     prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap)
     await prod.start()
     try:
         for p in range(s.events_partitions):
+            headers, value = close_marker(s.tick_bounds(through_tick)[0], True, mac_key=mac_key,
+                                          topic=s.events_topic, partition=p)
             await prod.send(s.events_topic, value, partition=p, headers=headers)
         await prod.flush()
     finally:

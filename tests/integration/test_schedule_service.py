@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from agents.codec import close_marker
+from agents.codec import close_marker, marker_key
 from agents.config import Settings, load_domain
 from agents.ingest import ScheduleMismatch
 from agents.pipeline import Worker
@@ -87,7 +87,9 @@ async def test_p1_p2_p3_neighbouring_logs_backlog_and_silent_partitions(
             extra: list[Any] = []
             if tick == e_tick:
                 now = time.time()
-                marker_headers, marker = close_marker(o + 1e5, True)
+                marker_headers, marker = close_marker(  # authentic, but ahead: refused
+                    o + 1e5, True, mac_key=marker_key(bytes.fromhex(ps.KEY_HEX)),
+                    topic=s.events_topic, partition=1)
                 extra = [
                     (b"e", json.dumps({"key": LEAVES[0], "ts": now}).encode(), 2, []),  # counted
                     (b"e", json.dumps({"key": LEAVES[1], "ts": now + 50}).encode(), 0, []),
@@ -137,8 +139,12 @@ async def test_p1_p2_p3_neighbouring_logs_backlog_and_silent_partitions(
     finally:
         stop.set()
         await task
-    assert _values(got_c, last) == va
-    assert {k: got_c[k][0] for k in va} == {k: got_a[k][0] for k in va}  # byte for byte
+    # another deployment (app id, schedule topic) draws its own noise (docs/privacy.md,
+    # "Threat model"): the same decisions, hence the same counts up to the noise (ε = 10^4)
+    vc = _values(got_c, last)
+    assert set(vc) == set(va)
+    assert all(vc[k] == pytest.approx(va[k], abs=5e-3) for k in va)
+    assert any(vc[k] != va[k] for k in va)
 
 
 def _fresh_state(s: Settings, tag: str) -> Settings:
@@ -168,12 +174,11 @@ async def test_p2_p4_persisted_closing_points_reproduce_a_copy_and_refuse_a_chan
     await ps.close_ticks(x, 8)
     first, _ = await _run_until(x, domain.size, 8)
 
-    # the same deployment (app id, schedule topic), fresh state, on an exact copy of its log
-    copy = _fresh_state(x, "copy")
+    # the same deployment (app id, events and schedule topics) from scratch: fresh state
+    # topics, the persisted closing points followed, the same releases byte for byte
+    copy = _fresh_state(x, "copy").replace(events_topic=x.events_topic)
     await ps.create_topics(copy)
     records = await ps.read_topic(kafka_broker, x.events_topic)
-    await _produce_raw(copy, [(r.key, r.value, r.partition, list(r.headers or ()))
-                              for r in sorted(records, key=lambda r: (r.partition, r.offset))])
     again, _ = await _run_until(copy, domain.size, 8)
     assert {k: again[k][0] for k in first} == {k: v[0] for k, v in first.items()}
 
