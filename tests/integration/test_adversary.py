@@ -103,7 +103,7 @@ async def test_a_create_time_topic_is_refused_by_a_log_append_time_worker(
                          shards=1)
     await ps.create_topics(s.replace(events_timestamp_type="CreateTime"))
     worker = Worker(s)
-    with pytest.raises(TopicConfigMismatch, match="message.timestamp.type=CreateTime"):
+    with pytest.raises(TopicConfigMismatch, match=r"message\.timestamp\.type=CreateTime"):
         await asyncio.wait_for(worker.run(asyncio.Event()), timeout=60)
     # the matching setting starts (and is judged by producers' timestamps, own events only)
     ok = Worker(s.replace(events_timestamp_type="CreateTime"))
