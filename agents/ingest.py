@@ -144,26 +144,33 @@ def _header_bytes(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
     return b"".join(parts)
 
 
-def record_digest(dkey: bytes, offset: int, timestamp: int, timestamp_type: int,
+def record_digest(dkey: bytes | Any, offset: int, timestamp: int, timestamp_type: int,
                   key: bytes | None, value: bytes | None,
                   headers: Sequence[tuple[str, bytes | None]] = ()) -> int:
     """The digest contribution of one record: keyed BLAKE2b-128 (key ``dkey``,
-    :func:`digest_key`) of everything that can change the record's fate, as an integer.
+    :func:`digest_key`, or a keyed ``hashlib.blake2b`` object of it, which saves hashing the
+    key block per record) of everything that can change the record's fate, as an integer.
 
     The hashed bytes are ``b"<offset>|<timestamp>|<type>|"``, then the key and the value each as
     ``b"-|"`` (absent) or ``b"<len>|"`` and the bytes, then ``b"<number of headers>|"`` and each
     header's name and value the same way. Every field is length-prefixed, so no two records
     give the same bytes. Without the key nobody can compute a record's contribution, so the sum
     of contributions (the range digest) cannot be matched by a search over forged records
-    (a generalized-birthday attack needs the values). One bytes object, one hash call."""
-    kpart = b"-|" if key is None else b"%d|%b" % (len(key), key)
-    vpart = b"-|" if value is None else b"%d|%b" % (len(value), value)
-    if headers:
-        data = b"%d|%d|%d|%b%b%d|%b" % (offset, timestamp, timestamp_type, kpart, vpart,
-                                         len(headers), _header_bytes(headers))
+    (a generalized-birthday attack needs the values)."""
+    if key is not None and value is not None and not headers:  # the common case: one format
+        data = b"%d|%d|%d|%d|%b%d|%b0|" % (offset, timestamp, timestamp_type, len(key), key,
+                                             len(value), value)
     else:
-        data = b"%d|%d|%d|%b%b0|" % (offset, timestamp, timestamp_type, kpart, vpart)
-    return int.from_bytes(_blake2b(data, digest_size=16, key=dkey).digest(), "little")
+        kpart = b"-|" if key is None else b"%d|%b" % (len(key), key)
+        vpart = b"-|" if value is None else b"%d|%b" % (len(value), value)
+        data = b"%d|%d|%d|%b%b%d|%b" % (offset, timestamp, timestamp_type, kpart, vpart,
+                                         len(headers), _header_bytes(headers) if headers else b"")
+    if type(dkey) is bytes:
+        h = _blake2b(data, digest_size=16, key=dkey)
+    else:
+        h = dkey.copy()
+        h.update(data)
+    return int.from_bytes(h.digest(), "little")
 
 
 class Router:
@@ -505,6 +512,8 @@ class IngestState:
         self.clock: Callable[[], float] = time.time
         #: keyed digest and close-marker MAC keys, derived from the noise key
         self._dkey = digest_key(key)
+        #: the keyed hash with its key block already absorbed (copied per record)
+        self._dhash = _blake2b(digest_size=16, key=self._dkey)
         self.entry_key = entry_key(key)
         self._mkey = marker_key(key if key is not None else _UNKEYED)
         #: exact sums: values in integer units of ``unit`` (stream_dp.contributions)
@@ -717,7 +726,7 @@ class IngestState:
         floor = math.floor
         loads = _fast_loads
         digest_of = record_digest
-        dkey = self._dkey
+        dkey = self._dhash
         accepted = clamped = late = 0
         position = self.offset
         cache_get = self.router.declared.get
