@@ -223,6 +223,7 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
         "--settings-out", str(tmp_path / "stream-dp.toml"), cwd=ROOT)
     assert await sim.wait() == 0
     (tmp_path / "key").write_text("5a1e8c3f72b94d06e15a7c2f9b30d48e6c1f7a92b3d05e84c6a1f27b9e30d5c8")
+    (tmp_path / "key").chmod(0o600)  # key files open to group or others are refused
     n = unique_name
     s = Settings.load(tmp_path / "stream-dp.toml", env={}).replace(
         bootstrap=kafka_broker, app_id=n, worker_id="w0", events_topic=f"{n}.events",

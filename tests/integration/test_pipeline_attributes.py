@@ -47,6 +47,7 @@ async def test_attribute_tables_through_the_worker_match_the_library(
                "--domain-out", str(dom_file), "--settings-out", str(tmp_path / "s.toml"))
     assert sim.returncode == 0, sim.stderr
     (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)  # key files open to group or others are refused
     n = unique_name
     s = Settings.load(tmp_path / "s.toml", env={}).replace(
         bootstrap=kafka_broker, app_id=n, worker_id="w0", events_topic=f"{n}.events",

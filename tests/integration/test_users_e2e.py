@@ -42,6 +42,7 @@ TICKS = 12
 def _settings(bootstrap: str, tmp: Path, name: str, key_hex: str, epsilon: float) -> Settings:
     key_file = tmp / f"{name}.key"
     key_file.write_text(key_hex, encoding="utf-8")
+    key_file.chmod(0o600)  # key files open to group or others are refused
     loaded = Settings.load(tmp / "stream-dp.toml", env={})  # written by `simulate --settings-out`
     return loaded.replace(
         bootstrap=bootstrap, app_id=name, worker_id=f"{name}-w0",

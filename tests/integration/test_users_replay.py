@@ -163,6 +163,7 @@ def test_key_fingerprint_same_key_reproduces_other_key_warns(
     assert "same noise key" in same.stdout and "bit for bit" in same.stdout
     key_file = tmp_path / "key"
     key_file.write_text(KEY_B)
+    key_file.chmod(0o600)  # key files open to group or others are refused
     other = stream_dp(*args, "--key-file", str(key_file), env={"STREAM_DP_KEY": KEY_A}, check=True)
     assert "WARNING" in other.stdout and "spent AGAIN" in other.stdout
     assert KEY_A not in first.stdout + same.stdout + other.stdout + other.stderr

@@ -53,6 +53,7 @@ def _args(tmp: Path, **over: str) -> list[str]:
 @pytest.fixture()
 def tmp(tmp_path: Path) -> Path:
     (tmp_path / "key").write_text("ab53e19c07f4d2a86b1e5c93a0f7d24e8c61b3f09a2e7d54c1b8f36a0e9d27c5")
+    (tmp_path / "key").chmod(0o600)  # key files open to group or others are refused
     (tmp_path / "q.json").write_text(json.dumps([[0, 1, 2], [5], [3, 0]]))
     _write_events(tmp_path / "ev.jsonl", _dataset())
     return tmp_path
