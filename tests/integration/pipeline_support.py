@@ -43,6 +43,7 @@ def make_settings(bootstrap: str, tmp: Path, name: str, paths: Sequence[str], **
     domain = write_domain(tmp / "domain.toml", paths)
     key_file = tmp / "key.hex"
     key_file.write_text(KEY_HEX, encoding="utf-8")
+    key_file.chmod(0o600)  # key files open to group or others are refused
     base: dict[str, Any] = {
         "bootstrap": bootstrap,
         "app_id": name,
@@ -115,13 +116,15 @@ async def close_ticks(s: Settings, through_tick: int) -> None:
     ``stream-dp replay`` does at the end of a log; markers schedule)."""
     from aiokafka import AIOKafkaProducer
 
-    from agents.codec import close_marker
+    from agents.codec import close_marker, marker_key
 
-    headers, value = close_marker(s.tick_bounds(through_tick)[0], True)
+    mac_key = marker_key(s.noise_key())  # authentic: the deployment's own key
     prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap)
     await prod.start()
     try:
         for p in range(s.events_partitions):
+            headers, value = close_marker(s.tick_bounds(through_tick)[0], True, mac_key=mac_key,
+                                          topic=s.events_topic, partition=p)
             await prod.send(s.events_topic, value, partition=p, headers=headers)
         await prod.flush()
     finally:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from agents.codec import close_marker
+from agents.codec import close_marker, marker_key
 from agents.config import Settings, load_domain
 from agents.ingest import ScheduleMismatch
 from agents.pipeline import Worker
@@ -87,7 +87,10 @@ async def test_p1_p2_p3_neighbouring_logs_backlog_and_silent_partitions(
             extra: list[Any] = []
             if tick == e_tick:
                 now = time.time()
-                marker_headers, marker = close_marker(o + 1e5, True)
+                # forged: signed with a key derived from another noise key than the worker's
+                marker_headers, marker = close_marker(
+                    o + 1e5, True, mac_key=marker_key(bytes.fromhex("5e" * 16 + "a7" * 16)),
+                    topic=a.events_topic, partition=1)
                 extra = [
                     (b"e", json.dumps({"key": LEAVES[0], "ts": now}).encode(), 2, []),  # counted
                     (b"e", json.dumps({"key": LEAVES[1], "ts": now + 50}).encode(), 0, []),

@@ -26,13 +26,19 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from agents.codec import close_marker
+from agents.codec import close_marker, marker_key
 from agents.config import Settings
 from agents.ingest import IngestState, Record, Router, ScheduleMismatch
 from agents.ticks import Schedule
 from stream_dp.domain import Domain
 
 ORIGIN = 1_000_000.0
+#: the noise key of the deployment under test (markers are signed with a key derived from it)
+NOISE_KEY = b"k" * 32
+MARKER_KEY = marker_key(NOISE_KEY)
+#: what an attacker without the noise key can sign with
+FORGED_KEY = marker_key(b"f" * 32)
+TOPIC = "dp.events.v1"  # Settings' default events topic
 L = 10.0
 LEAVES = ["a/x", "a/y", "b/z"]
 N_TICKS = 8
@@ -80,7 +86,8 @@ def _nasty(draw: st.DrawFn) -> tuple[float, float | None, bytes, list[tuple[str,
     elif kind == "unknown":
         raw = _payload("nope", arrival, 1.0)
     elif kind == "marker":
-        headers, raw = close_marker(ORIGIN + 1e6, True)
+        headers, raw = close_marker(ORIGIN + 1e6, True, mac_key=FORGED_KEY, topic=TOPIC,
+                                    partition=0)
     else:
         raw = _payload(LEAVES[2], arrival, 1e6)
     return arrival, stamp, raw, headers
@@ -250,10 +257,12 @@ def test_p2_p4_following_persisted_points_reproduces_or_refuses(tmp_path: Path) 
 def test_markers_schedule_closes_only_at_markers(tmp_path: Path) -> None:
     s = _settings(tmp_path, schedule="markers")
     recs = [Record(i, b"k", _payload("a/x", ORIGIN + 1 + 3 * i, 1.0), 0, 0) for i in range(10)]
-    headers, raw = close_marker(ORIGIN + 22.0, False)  # deadlines of ticks 1, 2 passed by then
+    headers, raw = close_marker(ORIGIN + 22.0, False,  # deadlines of ticks 1, 2 passed by then
+                                mac_key=MARKER_KEY, topic=s.events_topic, partition=0)
     recs.append(Record(10, None, raw, 0, 0, headers))
     recs.append(Record(11, b"k", _payload("a/x", ORIGIN + 5, 1.0), 0, 0))  # tick 1: closed
-    headers, raw = close_marker(ORIGIN + 31.0, True)  # final: closes tick 4 (contains 31)
+    headers, raw = close_marker(ORIGIN + 31.0, True,  # final: closes tick 4 (contains 31)
+                                mac_key=MARKER_KEY, topic=s.events_topic, partition=0)
     recs.append(Record(12, None, raw, 0, 0, headers))
     state = IngestState(s, _ROUTER, 0, offset=0)
     state.process_batch(recs)
@@ -267,7 +276,8 @@ def test_markers_schedule_closes_only_at_markers(tmp_path: Path) -> None:
 
 def test_clock_rule_ignores_markers(tmp_path: Path) -> None:
     s = _settings(tmp_path)
-    headers, raw = close_marker(ORIGIN + 1e6, True)
+    headers, raw = close_marker(ORIGIN + 1e6, True, mac_key=MARKER_KEY, topic=s.events_topic,
+                                partition=0)
     state = IngestState(s, _ROUTER, 0, offset=0)
     state.process_batch([Record(0, None, raw, int(ORIGIN * 1000), 0, headers)])
     assert state.next_tick == 1 and not state.out.entries and not state.out.dead_letters
