@@ -569,9 +569,9 @@ _KEY_NOTES = {
     "same": "same noise key and the very same log as an earlier replay: a fresh deployment "
             "with the same settings reproduces the original releases bit for bit and spends no "
             "new privacy budget.",
-    "different": "WARNING: this log was replayed before under another noise key: the releases "
-                 "will differ from the original ones and the privacy budget for these events "
-                 "is spent AGAIN.",
+    "different": "WARNING: these events were replayed before under another noise key: the "
+                 "releases will differ from the original ones and the privacy budget for these "
+                 "events is spent AGAIN.",
 }
 
 NO_KEY = ("no noise key: replay needs the deployment's key (--key-file FILE, $STREAM_DP_KEY_FILE "
@@ -746,6 +746,11 @@ async def _async_run(args: argparse.Namespace) -> int:
     verdict = history.check_and_record(
         fingerprint, content, log=where,
         target={"bootstrap": bootstrap, "topic": topic}, imported=_imported(previous))
+    if verdict.key == "new" and previous is not None and previous.key_fingerprint \
+            and not hmac.compare_digest(previous.key_fingerprint, fingerprint):
+        # a first content under this key, but this path was replayed under another key: most
+        # of these events were published before (say so; the content check is the guard)
+        verdict = dataclasses.replace(verdict, key="different")
     out.result["key"] = verdict.key
     if verdict.refused:
         assert verdict.previous is not None
