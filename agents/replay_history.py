@@ -174,6 +174,19 @@ class ReplayHistory:
             return verdict
 
 
+    def add(self, fingerprint: str, content: Content, *, log: str,
+            target: dict[str, str]) -> None:
+        """Record ``content`` under the key of ``fingerprint`` whatever is recorded already: for
+        what was *sent* although it was not what was checked (a log that changed while it was
+        being replayed). The key then holds two contents and refuses every later replay."""
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        with self._locked() as data:
+            mine = data["keys"].setdefault(fingerprint, [])
+            if not any(content.same_as(e) for e in mine):
+                mine.append({"log_sha256": content.log_sha256, "time_offset": content.time_offset,
+                             "paths": [log], "targets": [target], "first": now, "last": now})
+
+
 def _entries_of(data: dict[str, Any], fingerprint: str) -> list[dict[str, Any]]:
     for fp, entries in data["keys"].items():
         if hmac.compare_digest(fp, fingerprint):

@@ -833,6 +833,19 @@ async def _async_run(args: argparse.Namespace) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        try:
+            after = log_digest(log)
+        except OSError:  # removed meanwhile: what was sent was read before
+            after = digest
+        if after != digest:
+            # the log changed while it was being sent: what reached the topic may be neither
+            # content, so both are bound to this key (which then refuses every other replay)
+            history.add(fingerprint, Content(after, offset), log=where,
+                        target={"bootstrap": bootstrap, "topic": topic})
+            print(f"stream-dp replay: WARNING: {log} changed while it was being replayed (SHA-256 "
+                  f"{digest[:16]}… before, {after[:16]}… after): both are recorded in "
+                  f"{history.path} under this key, which now refuses every further replay. Never "
+                  "write to a log that is being replayed.", file=sys.stderr)
     bar.close()
     if report.interrupted:
         out.say(f"interrupted after record {state.records_acked} ({report.sent} sent this run); "

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from agents.codec import marker_key, parse_close_marker
-from agents.commands.replay import HEADER, ReplayState, state_path
+from agents.commands.replay import HEADER, ReplayState, key_fingerprint, state_path
 from agents.replay_history import ReplayHistory
 from simulators.logfile import read_log
 from tests.integration._users import (
@@ -423,3 +423,39 @@ def test_no_key_open_key_file_or_no_public_end_sends_nothing(
         assert KEY_B not in proc.stderr and "Traceback" not in proc.stderr
     assert read_all(kafka_broker, unique_name) == []
     assert not state_path(log, None).exists()
+
+
+def test_a_log_written_to_while_it_is_replayed_binds_the_key_for_good(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """The sent records may be neither the checked content nor the final one: both contents
+    are recorded under the key, which then refuses every further replay (said out loud)."""
+    create_topic(kafka_broker, unique_name, partitions=1)
+    log = tmp_path / "growing.csv"
+    head = "ts,key\n" + "".join(f"{1704067200 + i * 0.1:.1f},item{i % 3}\n" for i in range(40))
+    log.write_text(head, encoding="utf-8")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "agents.cli", "replay", str(log), "--bootstrap", kafka_broker,
+         "--topic", unique_name, "--speed", "1", "--until", UNTIL, "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        spath = state_path(log, None)
+        for _ in range(400):  # wait until the replay has started sending
+            if spath.exists():
+                break
+            time.sleep(0.02)
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write("1704067204.5,item1\n")
+        _out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    assert "changed while it was being replayed" in err
+    assert len(ReplayHistory().entries(key_fingerprint(bytes.fromhex(KEY_A)))) == 2
+    for content in (head, log.read_text()):
+        log.write_text(content, encoding="utf-8")
+        again = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic",
+                          unique_name, "--until", UNTIL, "--restart")
+        assert again.returncode == 3, again.stderr

@@ -221,3 +221,18 @@ def test_a_state_file_of_the_per_path_guard_is_not_forgotten(
     assert rc == 3 and status["status"] == "log_differs"
     assert [e["log_sha256"] for e in ReplayHistory(tmp_path / "history.json").entries(FP_A)] \
         == [old_digest]
+
+
+def test_a_log_changed_during_its_replay_binds_both_contents(history: ReplayHistory,
+                                                              tmp_path: Path) -> None:
+    """What was sent may be neither the checked content nor the final one: both are recorded,
+    and the key refuses every further replay, the original included."""
+    log = _log(tmp_path / "growing.csv", ROWS[:20])
+    before = Content(log_digest(log))
+    _record(history, FP_A, log)
+    _log(log, ROWS)  # appended to while it was being sent
+    history.add(FP_A, Content(log_digest(log)), log=str(log),
+                target={"bootstrap": NOWHERE, "topic": "t"})
+    assert history.lookup(FP_A, before).refused
+    assert history.lookup(FP_A, Content(log_digest(log))).refused
+    assert len(history.entries(FP_A)) == 2
