@@ -459,3 +459,22 @@ def test_a_log_written_to_while_it_is_replayed_binds_the_key_for_good(
         again = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic",
                           unique_name, "--until", UNTIL, "--restart")
         assert again.returncode == 3, again.stderr
+
+
+def test_progress_markers_never_pass_until(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """#23 item 8: a paced replay's progress markers follow the replay clock but stop at the
+    public end, so events after --until never close a tick past it."""
+    create_topic(kafka_broker, unique_name, partitions=1)
+    log = tmp_path / "paced.csv"
+    log.write_text("ts,key\n" + "".join(f"{1704067200 + i * 0.25:.2f},item{i % 3}\n"
+                                        for i in range(33)), encoding="utf-8")  # 8 s of log
+    until = 1704067201.0
+    stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+              "--speed", "2", "--until", str(until), "--no-progress", check=True)
+    markers = [m.json() for m in close_markers(kafka_broker, unique_name)]
+    progress = [m["time"] for m in markers if not m["final"]]
+    assert len(progress) >= 2  # about one a wall second over ~4 s
+    assert max(progress) <= until
+    assert [m["time"] for m in markers if m["final"]] == [until]
