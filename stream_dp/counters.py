@@ -465,7 +465,7 @@ class DecayedCounter:
 
     ``p`` ∈ (0, 1] decay per tick; ``epsilon`` per event (pure DP) — or ``rho`` per event
     (ρ-zCDP) instead; ``strategy`` a registered name or ``"auto"``; ``horizon`` ticks per epoch;
-    ``key`` the noise secret (bytes, ≥ 16); ``cap`` bounds one event's contribution; ``name`` the
+    ``key`` the noise secret (bytes, ≥ 32); ``cap`` bounds one event's contribution; ``name`` the
     stream name, **required**: it keys the counter's noise, so two counters under one key must
     have different names (otherwise they would share their noise); ``integer_counts=True``
     declares whole-number counts, which lets ``auto`` use the integer-grid strategies

@@ -33,3 +33,12 @@ def unique_name(request: pytest.FixtureRequest) -> str:
 
     base = re.sub(r"[^a-zA-Z0-9]+", "-", request.node.name)[:40]
     return f"t-{base}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(autouse=True)
+def _own_replay_history(tmp_path_factory: pytest.TempPathFactory,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test gets its own ``stream-dp replay`` history (children inherit the variable):
+    tests reuse a few noise keys on many logs, and nothing is written into the user's home."""
+    path = tmp_path_factory.mktemp("replay-history") / "replay-history.json"
+    monkeypatch.setenv("STREAM_DP_REPLAY_HISTORY", str(path))

@@ -14,17 +14,27 @@ before the worker reads it. The event time travels in the value, where the worke
   the interruption are found by their headers in the topic and skipped too. No record is sent
   twice and none is lost.
 
-The state file also holds the SHA-256 of the **whole log** and a key check value (HMAC-SHA256 of
-a fixed label under the noise key; never the key, never printed), so replaying a log again says
-truthfully whether the releases will be reproduced bit for bit (same log, same key: no new privacy
-budget), are new releases (another key: budget spent again), or must not happen: the same key on
-a log that differs from the one replayed before would publish the exact difference, so replay
-refuses (exit status 3, ``"status": "log_differs"``).
+**The key and the log's content.** Replay needs the deployment's noise key (``--key-file``,
+``$STREAM_DP_KEY_FILE`` or ``$STREAM_DP_KEY``) and refuses to run without it. Before anything is
+sent it consults the replay history (:mod:`agents.replay_history`), kept per key check value
+(HMAC-SHA256 of a fixed label under the noise key; never the key, never printed) and per log
+*content* (SHA-256 of the whole file, and the ``--retime`` shift), wherever the file lies and
+whatever it is called: the same key on the very same content reproduces the releases bit for bit
+at no new privacy budget; the same key on any other content (edited, extended, a prefix, a
+renamed copy of another log) would publish the exact difference, so replay refuses (exit status
+3, ``"status": "log_differs"``); another key is said to spend the budget again.
 
 **Close markers.** After the events (and, when paced, every second of wall time), replay writes a
-close marker into every partition of the topic (:func:`agents.codec.close_marker`): on a
-deployment with ``schedule = "markers"`` they are its schedule — ticks close exactly where the log
-says, however fast the replay runs; a clock-schedule deployment skips them.
+close marker into every partition of the topic (:func:`agents.codec.close_marker`), authenticated
+with a MAC under :func:`agents.codec.marker_key` of the noise key, bound to the topic and the
+partition: on a deployment with ``schedule = "markers"`` they are its schedule — ticks close
+exactly where the log says, however fast the replay runs; a clock-schedule deployment
+dead-letters them (pass ``--no-close-markers``). The final marker is at ``--until``, required
+whenever markers are written: the last released tick is public, fixed before the replay, never
+the last event's tick (removing the last event must not change how many ticks are released).
+A ``--until`` in the future is refused (a worker dead-letters a marker whose ticks' deadline +
+``close_grace_s`` has not passed on its clock), and progress markers never run ahead of the wall
+clock or of ``--until``.
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from agents.codec import marker_key
 from agents.commands._client import (
     add_bootstrap_argument,
     bootstrap_from,
@@ -58,6 +69,7 @@ from agents.commands._client import (
     topic_partitions,
 )
 from agents.commands._progress import ProgressBar
+from agents.replay_history import Content, ReplayHistory
 from simulators.logfile import (
     Event,
     LogFormat,
@@ -96,31 +108,46 @@ rest is sent, each record exactly once. --restart starts over (a new replay of t
 
 Schedule: a historical log is replayed into a deployment with schedule = "markers" (what
 'stream-dp simulate --settings-out' writes). Replay writes close markers after the events (and
-every second when paced), so ticks close where the log says, whatever the speed, and the worker
-can be started before or after the replay. The final marker closes the tick of the last event, or
-of --until TIME. A clock-schedule deployment (live) skips markers and judges each event by its
-record's timestamp: an old log then arrives late, unless retimed (--retime now --speed 1).
+every second when paced), signed with a key derived from the noise key, so ticks close where the
+log says, whatever the speed, and the worker can be started before or after the replay. The final
+marker closes every tick up to the one containing --until TIME, which is required with markers:
+the end of the release is public and fixed in advance, never the last event's time (removing the
+last event must not change how many ticks are released). --until must not lie in the future: a
+worker refuses a final marker whose ticks' deadline + close_grace_s has not passed on its clock.
+A clock-schedule deployment (live) judges each event by its record's timestamp and dead-letters
+markers: use --no-close-markers; an old log then arrives late, unless retimed (--retime now
+--speed 1).
+
+Noise key: required (--key-file, $STREAM_DP_KEY_FILE or $STREAM_DP_KEY, as the worker reads it):
+it signs the close markers and identifies the key in the replay history. A key file readable by
+group or others is refused (chmod 600).
 
 Replay semantics: noise is keyed by (secret key, mechanism, stream, node), so replaying the same
 log into a fresh deployment with the same noise key reproduces the original releases bit for bit
 and spends no new privacy budget. With a different key the releases differ and the budget for
-these events is spent again (replay says so). The SHA-256 of the whole log is recorded: the same
-key on a log that differs from the one replayed before (any byte, added or removed records) is
-refused with exit status 3, because the difference of the two releases would reveal the changed
-events. Publish a changed log under a new epoch or another key (fresh noise, new budget).
+these events is spent again (replay says so). The replay history (--history-file, one file for
+every log, whatever its name or folder) lists, per key, the SHA-256 of every log content (and
+--retime shift) replayed under it: the same key on any other content (any changed byte, records
+added or removed, a prefix, a renamed copy of another log, another --retime shift) is refused
+with exit status 3, because the difference of the two releases would reveal the changed events.
+Publish a changed log under another key (fresh noise, new budget). The whole log is read and
+checked before anything is sent.
 
-Exit status: 0 done (or nothing to do), 1 error, 2 bad usage or log, 3 log differs from the one
-replayed before under the same key (refused), 130 interrupted (run again to resume). --json prints
-one JSON object with the outcome on stdout (messages go to stderr).
+Exit status: 0 done (or nothing to do), 1 error, 2 bad usage, log or key (no key, too open a key
+file, --until missing or in the future), 3 log differs from one replayed before under the same
+key (refused), 130 interrupted (run again to resume). --json prints one JSON object with the
+outcome on stdout (messages go to stderr).
 
 Examples:
-  stream-dp simulate restaurant --seed 7 --out sales.csv --domain-out domain.toml
-  stream-dp replay sales.csv                            # as fast as possible
-  stream-dp replay sales.jsonl --speed 3600 --bootstrap kafka:9092
-  stream-dp replay sales.csv --state-dir ~/.cache/stream-dp    # log folder read-only
-  stream-dp replay sales.csv --restart --key-file /run/secrets/noise-key
-  stream-dp replay web.csv --retime now --speed 1 --bootstrap 127.0.0.1:40123   # into the demo
-  stream-dp replay sales.csv --json --until 2024-01-02T00:00:00Z   # machine-readable, fixed end
+  stream-dp simulate restaurant --seed 7 --ticks 60 --out sales.csv --domain-out domain.toml
+  export STREAM_DP_KEY_FILE=/run/secrets/noise-key      # the deployment's key (mode 0600)
+  stream-dp replay sales.csv --until 2024-01-01T01:00:00Z    # as fast as possible
+  stream-dp replay sales.jsonl --speed 3600 --until 2024-01-02T00:00:00Z --bootstrap kafka:9092
+  stream-dp replay sales.csv --until 2024-01-01T01:00:00Z --state-dir ~/.cache/stream-dp
+  stream-dp replay sales.csv --until 2024-01-01T01:00:00Z --restart --key-file /run/secrets/k
+  # into the demo (clock schedule; 'stream-dp demo --data-dir /tmp/demo' keeps its key there):
+  stream-dp replay web.csv --retime now --speed 1 --no-close-markers --key-file /tmp/demo/noise.key
+  stream-dp replay sales.csv --json --until 2024-01-02T00:00:00Z   # machine-readable
 """
 
 STATE_VERSION = 2
@@ -160,8 +187,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--key-file", metavar="FILE",
-        help="noise key file, only to compare its fingerprint with the previous replay "
-        "(default: $STREAM_DP_KEY_FILE, then $STREAM_DP_KEY)",
+        help="the deployment's noise key file (hex or raw, >= 32 bytes, mode 0600; default: "
+        "$STREAM_DP_KEY_FILE, then $STREAM_DP_KEY); required: it signs the close markers and "
+        "keys the replay history",
+    )
+    parser.add_argument(
+        "--history-file", metavar="FILE",
+        help="replay history: per noise key, every log content replayed under it (default: "
+        "$STREAM_DP_REPLAY_HISTORY, else $XDG_STATE_HOME/stream-dp/replay-history.json, else "
+        "~/.local/state/stream-dp/replay-history.json); share it between every machine that "
+        "replays with the same key",
     )
     parser.add_argument(
         "--chunk", type=int, default=2000, metavar="N",
@@ -170,9 +205,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument(
         "--until", metavar="TIME",
-        help="the final close marker closes the tick containing TIME (Unix s or ISO 8601; "
-        "default: the last event's time). Fixing it makes the set of released ticks independent "
-        "of the log's contents",
+        help="the final close marker closes every tick up to the one containing TIME (Unix s or "
+        "ISO 8601); required unless --no-close-markers: the last released tick is fixed in "
+        "advance, never taken from the log. Must not lie in the future",
     )
     parser.add_argument(
         "--no-close-markers", action="store_true",
@@ -203,10 +238,10 @@ class ReplayState:
     delivered: list[int] = field(default_factory=list)
     #: seconds added to every event time (``--retime``); 0 keeps the original times
     time_offset: float = 0.0
-    #: largest (retimed) event time sent so far: the final close marker's default time
+    #: largest (retimed) event time sent so far (informative; never a close marker's time)
     max_ts: float | None = None
-    #: every (key check value, log SHA-256) ever replayed from this path: the same key on another
-    #: log is refused even after replays under other keys in between
+    #: (key check value, log SHA-256) pairs of earlier versions, which kept the guard per path:
+    #: merged into the replay history (:mod:`agents.replay_history`) when read, never written
     history: list[list[str]] = field(default_factory=list)
     started: str = ""
     updated: str = ""
@@ -255,16 +290,13 @@ def key_fingerprint(key: bytes) -> str:
 
 
 def load_key_for_fingerprint(key_file: str | None) -> bytes | None:
-    """The noise key as the worker loads it, or ``None`` if no key is configured here."""
+    """The noise key as the worker loads it (:func:`stream_dp.noise.load_key`: length, entropy
+    and file permissions checked), or ``None`` if no key is configured here."""
+    from stream_dp.noise import load_key
+
     key_file = key_file or os.environ.get("STREAM_DP_KEY_FILE") or None
     if key_file is None and not os.environ.get("STREAM_DP_KEY"):
         return None
-    try:
-        from stream_dp.noise import load_key  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:  # pragma: no cover - library without the noise module yet
-        if key_file:
-            return Path(key_file).read_bytes().strip()
-        return os.environ["STREAM_DP_KEY"].encode()
     key: bytes = load_key(key_file, env="STREAM_DP_KEY")
     return key
 
@@ -304,6 +336,8 @@ async def send_events(
     stop: asyncio.Event | None = None,
     markers: bool = False,
     final_marker: Callable[[], float | None] | None = None,
+    mac_key: bytes | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> SendReport:
     """Produce ``records`` to ``topic`` with an idempotent producer, in order.
 
@@ -313,8 +347,10 @@ async def send_events(
     Setting ``stop`` ends the loop after acknowledging what was sent.
 
     ``markers``: when paced, write a progress close marker into every partition once per wall
-    second (time = the replay clock); after the last record, a final one at ``final_marker()``
-    (skipped if it returns None).
+    second (time = the replay clock, never past ``final_marker()`` nor the wall ``clock()``);
+    after the last record, a final one at ``final_marker()`` (skipped if it returns None). Each
+    marker is authenticated with ``mac_key`` (:func:`agents.codec.marker_key` of the deployment's
+    noise key; required with ``markers``) for its topic and partition.
     """
     from aiokafka import AIOKafkaProducer
 
@@ -324,6 +360,8 @@ async def send_events(
         raise ValueError(f"chunk must be ≥ 1, got {chunk}")
     if speed is not None and not speed > 0:
         raise ValueError(f"speed must be > 0, got {speed}")
+    if markers and mac_key is None:
+        raise ValueError("close markers need mac_key (agents.codec.marker_key of the noise key)")
     from agents.security import client_kwargs
 
     producer = AIOKafkaProducer(
@@ -350,8 +388,9 @@ async def send_events(
     last_marker = loop.time()
 
     async def mark(at: float, final: bool) -> None:
-        headers, value = close_marker(at, final)
+        assert mac_key is not None
         for part in partitions:
+            headers, value = close_marker(at, final, mac_key=mac_key, topic=topic, partition=part)
             pending.append((None, await producer.send(  # type: ignore[arg-type]
                 topic, value=value, partition=part, headers=headers)))
 
@@ -408,15 +447,17 @@ async def send_events(
             if markers and speed is not None and ts0 is not None \
                     and loop.time() - last_marker >= 1.0:
                 last_marker = loop.time()
-                await mark(ts0 + (loop.time() - t_start) * speed, False)
+                at = min(ts0 + (loop.time() - t_start) * speed, clock())
+                end = final_marker() if final_marker is not None else None
+                await mark(at if end is None else min(at, end), False)
             if len(pending) >= chunk or loop.time() - last_checkpoint > 0.5:
                 await settle(processed)
             if on_progress is not None:
                 on_progress(record)
         if markers and not interrupted and final_marker is not None:
-            at = final_marker()
-            if at is not None:
-                await mark(at, True)
+            final_at = final_marker()
+            if final_at is not None:
+                await mark(final_at, True)
         await settle(processed)
     except LogFormatError:
         await settle(processed)  # what came before the bad line is delivered and recorded
@@ -522,28 +563,20 @@ def _say(out: TextIO, text: str) -> None:
     print(text, file=out, flush=True)
 
 
-def _key_outcome(previous: str | None, current: str | None) -> str:
-    """``unknown`` (no key here), ``new`` (first replay), ``same`` or ``different``."""
-    if current is None:
-        return "unknown"
-    if previous is None:
-        return "new"
-    return "same" if hmac.compare_digest(previous, current) else "different"
-
-
 _KEY_NOTES = {
-    "unknown": "note: no noise key here (--key-file or $STREAM_DP_KEY), so replay cannot check "
-               "that the worker's key is the one of the previous replay, nor refuse a changed "
-               "log under the same key.",
-    "new": "first replay of this log with this noise key (its key check value and the log's "
-           "SHA-256 are recorded for later replays).",
-    "same": "same noise key and the very same log as the previous replay: a fresh deployment "
+    "new": "first replay under this noise key: the log's SHA-256 is recorded in the replay "
+           "history, and this key may from now on replay only this very log.",
+    "same": "same noise key and the very same log as an earlier replay: a fresh deployment "
             "with the same settings reproduces the original releases bit for bit and spends no "
             "new privacy budget.",
-    "different": "WARNING: the noise key differs from the previous replay of this log: the "
+    "different": "WARNING: these events were replayed before under another noise key: the "
                  "releases will differ from the original ones and the privacy budget for these "
                  "events is spent AGAIN.",
 }
+
+NO_KEY = ("no noise key: replay needs the deployment's key (--key-file FILE, $STREAM_DP_KEY_FILE "
+          "or $STREAM_DP_KEY) to sign its close markers and to refuse a changed log under the "
+          "same key")
 
 
 class _Out:
@@ -566,6 +599,27 @@ class _Out:
         return code
 
 
+
+def _until_problem(args: argparse.Namespace, now: float) -> str | None:
+    """Why ``--until`` is missing, misplaced or ahead of the wall clock ``now``, or ``None``."""
+    markers = not getattr(args, "no_close_markers", False)
+    if args.until is None:
+        if markers:
+            return ("--until TIME is required when close markers are written (the default): the "
+                    "final marker fixes the last released tick, which must be public and chosen "
+                    "in advance, not the last event's (e.g. --until 2024-01-02T00:00:00Z); a "
+                    "clock-schedule deployment takes --no-close-markers instead")
+        return None
+    if not markers:
+        return "--until sets the final close marker: it has no effect with --no-close-markers"
+    until = parse_ts(args.until)
+    if until > now:
+        return (f"--until {args.until} is in the future: a worker dead-letters (marker_ahead) a "
+                "final marker whose ticks' deadline + close_grace_s has not passed on its clock; "
+                "give a past time, or replay again once that time has passed")
+    return None
+
+
 def validate_args(args: argparse.Namespace) -> None:
     """Every option that needs no broker, checked before anything connects (one-line
     ``ValueError`` naming the option and its range)."""
@@ -584,7 +638,42 @@ def validate_args(args: argparse.Namespace) -> None:
             raise ValueError(f"{option}: {' '.join(str(exc).split())}") from None
         if not math.isfinite(ts):
             raise ValueError(f"{option} must be a finite time, got {value!r}")
+    problem = _until_problem(args, time.time())
+    if problem is not None:
+        raise ValueError(problem)
     detect_format(args.log, args.format)
+
+
+def _check_log(log: Path, fmt: LogFormat) -> None:
+    """Read the whole log once (``LogFormatError`` naming the first bad line): nothing is
+    recorded in the history nor sent for a log that would stop half-way."""
+    for _record in read_log(log, fmt):
+        pass
+
+
+def _imported(previous: ReplayState | None) -> list[tuple[str, Content]]:
+    """The (key, content) pairs a state file of an earlier version guarded per path."""
+    if previous is None:
+        return []
+    pairs: list[tuple[str, Content]] = []
+    if previous.key_fingerprint:
+        pairs.append((previous.key_fingerprint,
+                      Content(previous.log_sha256, previous.time_offset)))
+    for item in previous.history:
+        if len(item) == 2:
+            fp, digest = item
+            offset = previous.time_offset if digest == previous.log_sha256 else 0.0
+            pairs.append((fp, Content(digest, offset)))
+    return pairs
+
+
+def _describe(entry: dict[str, Any]) -> str:
+    shift = float(entry.get("time_offset", 0.0))
+    where = ", ".join(entry.get("paths", [])[:3]) or "an earlier version's state file"
+    topics = ", ".join(t.get("topic", "?") for t in entry.get("targets", [])[:3])
+    return (f"SHA-256 {str(entry.get('log_sha256'))[:16]}…"
+            + (f", retimed {shift:+.3f} s" if shift else "")
+            + f", read from {where}" + (f", into {topics}" if topics else ""))
 
 
 async def _async_run(args: argparse.Namespace) -> int:
@@ -598,65 +687,43 @@ async def _async_run(args: argparse.Namespace) -> int:
     if not log.is_file():
         print(f"stream-dp replay: no such log file: {log}", file=sys.stderr)
         return out.finish("error", 2, error=f"no such log file: {log}")
-    if args.speed is not None and not (args.speed > 0 and args.speed < float("inf")):
-        print(f"stream-dp replay: --speed must be a number > 0, got {args.speed}", file=sys.stderr)
-        return out.finish("error", 2, error="--speed must be > 0")
-    if args.chunk < 1:
-        print(f"stream-dp replay: --chunk must be an integer >= 1, got {args.chunk}",
-              file=sys.stderr)
-        return out.finish("error", 2, error="--chunk must be >= 1")
     problem = security_problem()
     if problem:
         print(f"stream-dp replay: {problem}", file=sys.stderr)
         return out.finish("error", 2, error=problem)
-    until: float | None = None
-    if args.until is not None:
-        try:
-            until = parse_ts(args.until)
-        except (ValueError, LogFormatError) as exc:
-            print(f"stream-dp replay: --until: {exc}", file=sys.stderr)
-            return out.finish("error", 2, error=f"--until: {exc}")
+    markers = not args.no_close_markers
+    until = parse_ts(args.until) if args.until is not None else None
     fmt = detect_format(log, args.format)
     bootstrap = bootstrap_from(args.bootstrap)
     topic = args.topic or default_topic("events")
     spath = state_path(log, args.state_dir)
-    digest = log_digest(log)
     try:
         key = load_key_for_fingerprint(args.key_file)
     except ValueError as exc:
-        print(f"stream-dp replay: {exc}", file=sys.stderr)
+        print(f"stream-dp replay: {' '.join(str(exc).split())}", file=sys.stderr)
         return out.finish("error", 2, error="noise key refused")
-    fingerprint = key_fingerprint(key) if key is not None else None
+    if key is None:
+        print(f"stream-dp replay: {NO_KEY}", file=sys.stderr)
+        return out.finish("error", 2, error="no noise key")
+    fingerprint = key_fingerprint(key)
+    mac_key = marker_key(key) if markers else None
     del key
+    digest = log_digest(log)
     out.result.update(log=str(log), topic=topic, log_sha256=digest)
+    history = ReplayHistory(args.history_file)
 
     previous = ReplayState.load(spath)
-    outcome = _key_outcome(previous.key_fingerprint if previous else None, fingerprint)
-    out.result["key"] = outcome
-    history = [list(h) for h in previous.history] if previous is not None else []
-    if previous is not None and previous.key_fingerprint is not None and [
-            previous.key_fingerprint, previous.log_sha256] not in history:
-        history.append([previous.key_fingerprint, previous.log_sha256])
-    clash = fingerprint is not None and any(
-        hmac.compare_digest(f, fingerprint) and d != digest for f, d in history)
-    if clash:
-        assert previous is not None
-        print(f"stream-dp replay: REFUSED: {log} differs from the log replayed before with the "
-              f"same noise key (SHA-256 {digest[:16]}… vs {previous.log_sha256[:16]}…, recorded "
-              f"in {spath}). Releasing a changed log with the same key would publish the exact "
-              "difference. Use a new epoch or another key (fresh noise, new budget), or restore "
-              "the original log.", file=sys.stderr)
-        return out.finish("log_differs", EXIT_LOG_DIFFERS, budget="refused")
-    budget = {"same": "no_new_budget", "different": "spent_again", "new": "spent",
-              "unknown": "unknown"}[outcome]
-    out.result["budget"] = budget
-    resume = previous is not None and not args.restart and not previous.complete
-    if previous is not None and previous.complete and not args.restart:
+    if previous is not None and previous.complete and not args.restart \
+            and previous.log_sha256 == digest:
+        verdict = history.lookup(fingerprint, Content(digest, previous.time_offset))
+        out.result["key"] = verdict.key
         out.say(f"{log}: already replayed completely ({previous.records_acked} records into "
                 f"{previous.topic}, {previous.updated}). Nothing to do; --restart replays it "
                 "again.")
-        out.say(_KEY_NOTES[outcome])
+        if not verdict.refused:
+            out.say(_KEY_NOTES[verdict.key])
         return out.finish("already_complete", 0, records=previous.records_acked, sent=0)
+    resume = previous is not None and not args.restart and not previous.complete
     if resume:
         assert previous is not None
         if previous.log_sha256 != digest:
@@ -667,11 +734,41 @@ async def _async_run(args: argparse.Namespace) -> int:
             print(f"stream-dp replay: the interrupted replay went to topic {previous.topic!r}, "
                   f"not {topic!r}; pass --topic {previous.topic} or --restart", file=sys.stderr)
             return out.finish("error", 2, error="interrupted replay went to another topic")
+    try:
+        _check_log(log, fmt)
+    except LogFormatError as exc:
+        print(f"stream-dp replay: {exc}; nothing was sent", file=sys.stderr)
+        return out.finish("error", 2, error=str(exc), records=0)
+    offset = previous.time_offset if resume and previous is not None \
+        else _retime_offset(log, fmt, args.retime)
+    content = Content(digest, offset)
+    where = str(log.resolve())
+    verdict = history.check_and_record(
+        fingerprint, content, log=where,
+        target={"bootstrap": bootstrap, "topic": topic}, imported=_imported(previous))
+    if verdict.key == "new" and previous is not None and previous.key_fingerprint \
+            and not hmac.compare_digest(previous.key_fingerprint, fingerprint):
+        # a first content under this key, but this path was replayed under another key: most
+        # of these events were published before (say so; the content check is the guard)
+        verdict = dataclasses.replace(verdict, key="different")
+    out.result["key"] = verdict.key
+    if verdict.refused:
+        assert verdict.previous is not None
+        print(f"stream-dp replay: REFUSED: this noise key already replayed another log "
+              f"({_describe(verdict.previous)}; recorded in {history.path}); {log} "
+              f"(SHA-256 {digest[:16]}…" + (f", retimed {offset:+.3f} s" if offset else "")
+              + ") differs from it, whatever the file names. Releasing it with the same key "
+              "would publish the exact difference. Replay the very same log, or use another key "
+              "(fresh noise, new budget).", file=sys.stderr)
+        return out.finish("log_differs", EXIT_LOG_DIFFERS, budget="refused")
+    budget = {"same": "no_new_budget", "different": "spent_again", "new": "spent"}[verdict.key]
+    out.result["budget"] = budget
+    out.say(_KEY_NOTES[verdict.key])
+    if resume:
+        assert previous is not None
         state = previous
-        if fingerprint is not None and state.key_fingerprint is not None:
-            out.say(_KEY_NOTES[outcome])
-        state.key_fingerprint = fingerprint or state.key_fingerprint
-        state.history = history
+        state.key_fingerprint = fingerprint
+        state.history = []
         found = await find_unacknowledged(
             bootstrap, topic, state.run_id, state.scan_from, state.records_acked
         )
@@ -682,12 +779,10 @@ async def _async_run(args: argparse.Namespace) -> int:
                 f"({len(skip)} later records already delivered before the interruption are "
                 "skipped too)")
     else:
-        out.say(_KEY_NOTES[outcome])
         state = ReplayState(
             log=str(log.resolve()), log_sha256=digest, topic=topic, run_id=uuid.uuid4().hex,
             key_fingerprint=fingerprint, scan_from=await end_offsets(bootstrap, topic),
-            started=_now_iso(), time_offset=_retime_offset(log, fmt, args.retime),
-            history=history,
+            started=_now_iso(), time_offset=offset,
         )
         if state.time_offset:
             out.say(f"retimed by {state.time_offset:+.3f} s: these are NEW releases (other "
@@ -715,7 +810,7 @@ async def _async_run(args: argparse.Namespace) -> int:
         bar.advance_to(record.end_offset, record.number)
 
     def final_marker() -> float | None:
-        return until if until is not None else state.max_ts
+        return until  # public, given in advance: never the log's last event
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -728,7 +823,7 @@ async def _async_run(args: argparse.Namespace) -> int:
         report = await send_events(
             records, bootstrap=bootstrap, topic=topic, speed=speed, run_id=state.run_id,
             skip=skip, chunk=args.chunk, on_checkpoint=checkpoint, on_progress=progress,
-            stop=stop, markers=not args.no_close_markers, final_marker=final_marker,
+            stop=stop, markers=markers, final_marker=final_marker, mac_key=mac_key,
         )
     except LogFormatError as exc:
         bar.close()
@@ -738,6 +833,19 @@ async def _async_run(args: argparse.Namespace) -> int:
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        try:
+            after = log_digest(log)
+        except OSError:  # removed meanwhile: what was sent was read before
+            after = digest
+        if after != digest:
+            # the log changed while it was being sent: what reached the topic may be neither
+            # content, so both are bound to this key (which then refuses every other replay)
+            history.add(fingerprint, Content(after, offset), log=where,
+                        target={"bootstrap": bootstrap, "topic": topic})
+            print(f"stream-dp replay: WARNING: {log} changed while it was being replayed (SHA-256 "
+                  f"{digest[:16]}… before, {after[:16]}… after): both are recorded in "
+                  f"{history.path} under this key, which now refuses every further replay. Never "
+                  "write to a log that is being replayed.", file=sys.stderr)
     bar.close()
     if report.interrupted:
         out.say(f"interrupted after record {state.records_acked} ({report.sent} sent this run); "
@@ -745,35 +853,35 @@ async def _async_run(args: argparse.Namespace) -> int:
         return out.finish("interrupted", EXIT_INTERRUPTED, records=state.records_acked,
                           sent=report.sent)
     state.complete = True
-    if state.key_fingerprint is not None and [state.key_fingerprint, digest] not in state.history:
-        state.history.append([state.key_fingerprint, digest])
     state.save(spath)
     rate = report.sent / report.seconds if report.seconds > 0 else float("inf")
     out.say(f"replayed {state.records_acked} records of {log} into {topic} "
             f"({report.sent} sent, {report.skipped} skipped as already delivered) in "
             f"{report.seconds:.1f} s ({rate:,.0f} records/s).")
-    if not args.no_close_markers:
-        out.say(f"close markers written: the final one closes the tick containing "
-                f"{final_marker()!r} (a deployment with schedule = \"markers\" releases every "
-                "tick up to it).")
+    if markers:
+        out.say(f"close markers written: the final one closes every tick up to the one "
+                f"containing {args.until} (a deployment with schedule = \"markers\" releases "
+                "every tick up to it).")
+        if state.max_ts is not None and until is not None and state.max_ts > until:
+            out.say(f"note: events after --until {args.until} were sent too; their ticks stay "
+                    "open (not released) until a later final marker closes them.")
     if state.time_offset:
-        out.say(f"Event times were shifted by {state.time_offset:+.3f} s (--retime): the same "
-                "log with the same --retime TIME and key reproduces these releases; 'now' "
-                "never does.")
-    elif outcome == "same":
+        out.say(f"Event times were shifted by {state.time_offset:+.3f} s (--retime): only the "
+                "same log with the same shift reproduces these releases under this key; another "
+                "shift ('now' always gives another) is refused as another log.")
+    elif verdict.key == "same":
         out.say("Same log, same key: a fresh deployment with the same settings publishes the "
                 "very releases of the earlier replay, bit for bit, at no new privacy cost.")
-    elif outcome == "different":
+    elif verdict.key == "different":
         out.say("Another key than before: these are new releases; the budget for these events "
                 "is spent again.")
-    elif outcome == "new":
+    elif verdict.key == "new":
         out.say("Replaying this log again with the same noise key into a fresh deployment with "
-                "the same settings reproduces these releases bit for bit; a changed log under "
+                "the same settings reproduces these releases bit for bit; any other log under "
                 "this key is refused.")
     return out.finish("replayed", 0, records=state.records_acked, sent=report.sent,
                       skipped=report.skipped, final_marker=final_marker(),
                       retimed=bool(state.time_offset))
-
 
 def run(args: argparse.Namespace) -> int:
     try:

@@ -45,19 +45,20 @@ every query is answered by the junction-tree (maximum-entropy) estimator.
 Input:
   EVENTS.jsonl   one event a line: {"ts": <unix seconds>, "attrs": "<M characters 0/1>"};
                  character i = attribute i. Tick n covers [O + (n-1)S, O + nS); every tick from
-                 1 to the last event's tick is released.
+                 1 to --last-tick T is released (an event after tick T is an error).
   QUERIES.json   a list of queries, each a list of distinct 0-based attribute indices (1..8).
 Output:
-  ANSWERS.json   {"tick": <last tick>, "answers": [[c_0, ..., c_{2^α-1}], ...]}: decayed counts
+  ANSWERS.json   {"tick": T, "answers": [[c_0, ..., c_{2^α-1}], ...]}: decayed counts
                  of each query's cells at the last tick; cell index = bits of the queried
                  attributes in query order, first attribute most significant.
 
-Released ticks: 1 .. the last event's tick (as specified), so the end of the data is not hidden:
-removing the very last event can change the "tick" field. Give --last-tick T to release 1..T, a
-public end fixed in advance, for a guarantee that also covers it.
+Released ticks: 1 .. --last-tick T, required: a public end fixed in advance, so how many ticks
+are released never depends on the data (taking the last event's tick would let removing the very
+last event change the "tick" field and the counters' epoch length).
 
-The noise key is read from --key-file (hex or raw, ≥ 16 bytes); without it a fresh random key is
-used (said on stderr) and the run cannot be reproduced. The noise also depends on the log's
+The noise key is read from --key-file (hex or raw, ≥ 32 bytes after decoding, mode 0600: a key
+file readable by group or others is refused); without it a fresh random key is used (said on
+stderr) and the run cannot be reproduced. The noise also depends on the log's
 digest, so the same key never reuses noise for a different log. Progress goes to stderr.
 Exit status 2 with a one-line message for invalid input.
 
@@ -65,11 +66,12 @@ examples:
   stream-dp simulate attributes --attributes 32 --ticks 300 --out events.jsonl
   echo '[[0, 1, 2], [3, 7, 9, 12, 30]]' > queries.json
   stream-dp marginals --events events.jsonl --attributes 32 --epsilon 1 --decay 0.99 \\
-      --tick-seconds 60 --origin 1704067200 --queries queries.json --out answers.json
-  openssl rand -hex 32 > key.hex
+      --tick-seconds 60 --origin 1704067200 --last-tick 300 --queries queries.json \\
+      --out answers.json
+  (umask 077; openssl rand -hex 32 > key.hex)
   stream-dp marginals --events events.jsonl --attributes 32 --epsilon 1 --decay 0.99 \\
-      --tick-seconds 60 --origin 1704067200 --queries queries.json --out answers.json \\
-      --key-file key.hex --report report.json
+      --tick-seconds 60 --origin 1704067200 --last-tick 300 --queries queries.json \\
+      --out answers.json --key-file key.hex --report report.json
 """
 
 #: Largest number of ticks one run may release (guards against a far-future timestamp).
@@ -130,7 +132,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--queries", required=True, metavar="QUERIES.json", help="queries")
     parser.add_argument("--out", required=True, metavar="ANSWERS.json", help="answers file")
-    parser.add_argument("--key-file", metavar="KEY", help="noise key file (default: fresh random)")
+    parser.add_argument(
+        "--key-file", metavar="KEY",
+        help="noise key file: hex or raw, >= 32 bytes after decoding, not readable by group or "
+        "others (chmod 600) (default: a fresh random key; the run cannot be reproduced)",
+    )
     parser.add_argument(
         "--bootstrap-fraction",
         default="0.2",
@@ -164,10 +170,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--last-tick",
-        default=None,
+        required=True,
         metavar="T",
-        help="release ticks 1..T, a public end fixed in advance (default: the last event's "
-        "tick, as the issue specifies; the end of the data is then not protected)",
+        help="release ticks 1..T (required): a public end fixed in advance, so the number of "
+        "released ticks never depends on the data; an event after tick T is an error",
     )
     parser.add_argument(
         "--max-ticks",

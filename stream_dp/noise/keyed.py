@@ -125,7 +125,7 @@ NOISE_FORMAT = "aes256-hkdf-sha256/cks2020-split8/2"
 class KeyedNoise:
     """Exact discrete noise keyed by ``(secret, tag, stream id, node)``; one sample per stream.
 
-    ``key``: the secret (bytes ≥ 16 or :class:`SecretKey`); ``tag``: domain separation (the
+    ``key``: the secret (bytes ≥ 32 or :class:`SecretKey`); ``tag``: domain separation (the
     mechanism's ``tag``); ``stream_ids``: uint64 ids (:func:`stream_dp.noise.stream_ids`).
     """
 

@@ -13,10 +13,13 @@ Accepted encodings (file content or environment value):
 After decoding the key must have at least 32 bytes (256 bits). Keys loaded by :func:`load_key`
 (the path every deployment uses) are also refused when they are *visibly* of low entropy: all
 bytes equal, a short pattern repeated, a counting sequence, or fewer than
-:data:`MIN_DISTINCT_BYTES` distinct byte values (32 random bytes have about 30). Make a key with::
+:data:`MIN_DISTINCT_BYTES` distinct byte values (32 random bytes have about 30). A key *file*
+that its group or others may read or write is refused, as ``ssh`` refuses such a private key
+(one line naming the file and ``chmod 600``; :func:`key_file_permission_problem`). Make a key
+with::
 
-    python -c 'import secrets; print(secrets.token_hex(32))' > noise.key
-    head -c 32 /dev/urandom | xxd -p -c 64 > noise.key
+    (umask 077; python -c 'import secrets; print(secrets.token_hex(32))' > noise.key)
+    (umask 077; head -c 32 /dev/urandom | xxd -p -c 64 > noise.key)
 
 No fingerprint, prefix or hash of the key is ever printed (a short one would help a brute-force
 search); ``stream-dp replay`` keeps a 256-bit keyed check value in its state file only.
@@ -48,6 +51,7 @@ __all__ = [
     "MIN_DISTINCT_BYTES",
     "MIN_KEY_BYTES",
     "SecretKey",
+    "key_file_permission_problem",
     "key_weakness",
     "load_key",
     "stream_id",
@@ -177,17 +181,54 @@ def key_weakness(key: bytes) -> str | None:
     return None
 
 
+def key_file_permission_problem(st: os.stat_result, euid: int | None = None) -> str | None:
+    """Why a key file with status ``st`` is too open for the process of effective uid ``euid``
+    (default: this one), or ``None``: the rule of ``ssh`` for private keys, with PostgreSQL's
+    exception for ``ssl_key_file``.
+
+    Any access by others is refused, and any access by the group, except read access to a file
+    owned by root when this process is not root: that is how a secret reaches a service account
+    through its group (a Kubernetes secret volume with ``fsGroup`` is ``root:<fsGroup>``, mode
+    ``0440``, read by a non-root container).
+
+    >>> import stat
+    >>> def st(mode, uid): return os.stat_result((stat.S_IFREG | mode, 0, 0, 1, uid, 0, 64, 0, 0, 0))
+    >>> key_file_permission_problem(st(0o600, 1000), euid=1000)
+    >>> key_file_permission_problem(st(0o644, 1000), euid=1000)
+    'readable or writable by group or others (mode 0644)'
+    >>> key_file_permission_problem(st(0o440, 0), euid=10001)
+    >>> key_file_permission_problem(st(0o440, 0), euid=0)
+    'readable or writable by group or others (mode 0440)'
+    """
+    if euid is None:
+        euid = os.geteuid() if hasattr(os, "geteuid") else -1
+    mode = st.st_mode & 0o777
+    too_open = 0o037 if st.st_uid == 0 and euid != 0 else 0o077
+    if mode & too_open:
+        return f"readable or writable by group or others (mode {mode:04o})"
+    return None
+
+
 def load_key(path: str | os.PathLike[str] | None = None, env: str = DEFAULT_KEY_ENV) -> bytes:
     """Read the noise secret from ``path`` (a file) or, if ``path`` is None, from ``$env``.
 
     Returns the decoded key bytes (≥ 32). Raises ``ValueError`` if the file or variable is
-    missing, unreadable, too short or visibly of low entropy (:func:`key_weakness`); messages
-    name the source and say how to make a key, never show the content.
+    missing, unreadable, too short or visibly of low entropy (:func:`key_weakness`), or if the
+    file can be read or written by its group or by others
+    (:func:`key_file_permission_problem`: ``chmod 600`` it); messages name the source and say
+    how to make a key, never show the content.
     """
     if path is not None:
         p = Path(path)
         try:
-            content = p.read_bytes()
+            with open(p, "rb") as fh:
+                problem = key_file_permission_problem(os.fstat(fh.fileno()))
+                if problem is not None:
+                    raise ValueError(
+                        f"key file {str(p)!r} is {problem}: anyone who can read it can remove "
+                        f"the noise; run: chmod 600 {str(p)!r}"
+                    )
+                content = fh.read()
         except OSError as exc:
             raise ValueError(
                 f"key file {str(p)!r} cannot be read ({type(exc).__name__}); "

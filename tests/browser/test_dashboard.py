@@ -223,6 +223,7 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
         "--settings-out", str(tmp_path / "stream-dp.toml"), cwd=ROOT)
     assert await sim.wait() == 0
     (tmp_path / "key").write_text("5a1e8c3f72b94d06e15a7c2f9b30d48e6c1f7a92b3d05e84c6a1f27b9e30d5c8")
+    (tmp_path / "key").chmod(0o600)  # key files open to group or others are refused
     n = unique_name
     s = Settings.load(tmp_path / "stream-dp.toml", env={}).replace(
         bootstrap=kafka_broker, app_id=n, worker_id="w0", events_topic=f"{n}.events",
@@ -261,7 +262,9 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
             replay = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "agents.cli", "replay", str(log),
                 "--bootstrap", kafka_broker, "--topic", s.events_topic, "--speed", "4",
-                "--no-progress", cwd=ROOT, stdout=asyncio.subprocess.DEVNULL)
+                "--no-progress", "--key-file", str(tmp_path / "key"),
+                "--until", str(1704067200 + 2 * 20 - 1),  # in tick 20: the log's public end
+                cwd=ROOT, stdout=asyncio.subprocess.DEVNULL)
             last = "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick"
             await page.wait_for_function(f"Number({last}) >= 3", timeout=120_000)
             chart = page.locator('.chart[data-stream="all"]')

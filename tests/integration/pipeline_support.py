@@ -43,6 +43,7 @@ def make_settings(bootstrap: str, tmp: Path, name: str, paths: Sequence[str], **
     domain = write_domain(tmp / "domain.toml", paths)
     key_file = tmp / "key.hex"
     key_file.write_text(KEY_HEX, encoding="utf-8")
+    key_file.chmod(0o600)  # key files open to group or others are refused
     base: dict[str, Any] = {
         "bootstrap": bootstrap,
         "app_id": name,
@@ -117,7 +118,7 @@ async def close_ticks(s: Settings, through_tick: int) -> None:
 
     from agents.codec import close_marker, marker_key
 
-    mac_key = marker_key(bytes.fromhex(KEY_HEX))
+    mac_key = marker_key(s.noise_key())  # authentic: the deployment's own key
     prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap)
     await prod.start()
     try:

@@ -47,6 +47,7 @@ async def test_attribute_tables_through_the_worker_match_the_library(
                "--domain-out", str(dom_file), "--settings-out", str(tmp_path / "s.toml"))
     assert sim.returncode == 0, sim.stderr
     (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)  # key files open to group or others are refused
     n = unique_name
     s = Settings.load(tmp_path / "s.toml", env={}).replace(
         bootstrap=kafka_broker, app_id=n, worker_id="w0", events_topic=f"{n}.events",
@@ -61,7 +62,8 @@ async def test_attribute_tables_through_the_worker_match_the_library(
     )
     await ensure_topics(kafka_broker, s)
     rep = _cli("replay", str(log), "--bootstrap", kafka_broker, "--topic", s.events_topic,
-               "--no-progress")
+               "--no-progress", "--key-file", str(tmp_path / "key"),
+               "--until", str(1704067200 + 10 * TICKS - 1))  # public end: inside tick TICKS
     assert rep.returncode == 0, rep.stderr
     worker_log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - owned by the child
     env = settings_env(s)

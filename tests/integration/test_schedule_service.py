@@ -87,9 +87,10 @@ async def test_p1_p2_p3_neighbouring_logs_backlog_and_silent_partitions(
             extra: list[Any] = []
             if tick == e_tick:
                 now = time.time()
-                marker_headers, marker = close_marker(  # authentic, but ahead: refused
-                    o + 1e5, True, mac_key=marker_key(bytes.fromhex(ps.KEY_HEX)),
-                    topic=s.events_topic, partition=1)
+                # forged: signed with a key derived from another noise key than the worker's
+                marker_headers, marker = close_marker(
+                    o + 1e5, True, mac_key=marker_key(bytes.fromhex("5e" * 16 + "a7" * 16)),
+                    topic=a.events_topic, partition=1)
                 extra = [
                     (b"e", json.dumps({"key": LEAVES[0], "ts": now}).encode(), 2, []),  # counted
                     (b"e", json.dumps({"key": LEAVES[1], "ts": now + 50}).encode(), 0, []),
@@ -124,7 +125,7 @@ async def test_p1_p2_p3_neighbouring_logs_backlog_and_silent_partitions(
         assert total[t - 1] == pytest.approx(acc, abs=0.05)
     reasons = sorted(json.loads(r.value)["reason"] for r in await ps.read_topic(kafka_broker,
                                                                                 b.dlq_topic))
-    assert reasons == ["before_origin", "future", "malformed_json"]
+    assert reasons == ["before_origin", "future", "malformed_json", "unexpected_marker"]
     assert workers[1].stats["accepted"] == workers[0].stats["accepted"] + 2  # +now, +50 s ahead
 
     # P2: a fresh deployment reads A's events topic later: a backlog of past ticks, released

@@ -118,6 +118,7 @@ def _env(b: TlsBroker, name: str, ca: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
     key = b.tmp / "noise.key"
     key.write_text("7c41d9e2a05f8b36c17e4a92f0d3b68e5a2c71f94b0e3d86a5c2f17e9b40d3a6")  # 32 random bytes
+    key.chmod(0o600)  # key files open to group or others are refused
     domain = b.tmp / "domain.toml"
     domain.write_text('name = "shop"\nkind = "hierarchy"\nroot = "all"\n'
                       'paths = ["eu/fr", "eu/de", "us/ny"]\n')

@@ -42,6 +42,7 @@ TICKS = 12
 def _settings(bootstrap: str, tmp: Path, name: str, key_hex: str, epsilon: float) -> Settings:
     key_file = tmp / f"{name}.key"
     key_file.write_text(key_hex, encoding="utf-8")
+    key_file.chmod(0o600)  # key files open to group or others are refused
     loaded = Settings.load(tmp / "stream-dp.toml", env={})  # written by `simulate --settings-out`
     return loaded.replace(
         bootstrap=bootstrap, app_id=name, worker_id=f"{name}-w0",
@@ -78,9 +79,14 @@ def _worker(s: Settings, log_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
                 proc.wait(10)
 
 
+#: the public end of every replay here: inside tick TICKS of the simulated logs (2 s ticks from
+#: the simulators' default start, 2024-01-01T00:00:00Z), fixed in advance, not the last event's
+UNTIL = str(1704067200 + 2 * TICKS - 1)
+
+
 def _replay(log: Path, s: Settings, *extra: str) -> subprocess.CompletedProcess[str]:
     return stream_dp("replay", str(log), "--bootstrap", s.bootstrap, "--topic", s.events_topic,
-                     "--key-file", s.key_file, *extra, check=True)
+                     "--key-file", s.key_file, "--until", UNTIL, *extra, check=True)
 
 
 def _run(s: Settings, log: Path, tmp: Path, n_streams: int, *extra: str) -> tuple[

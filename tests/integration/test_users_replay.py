@@ -1,4 +1,8 @@
-"""`stream-dp replay` end to end against the real (embedded) broker."""
+"""`stream-dp replay` end to end against the real (embedded) broker.
+
+Every replay here runs with the noise key (``STREAM_DP_KEY`` = KEY_A unless a test says
+otherwise: replay refuses to run without one) and a public end (``--until``), and each test has its
+own replay history (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,14 +17,32 @@ from pathlib import Path
 
 import pytest
 
-from agents.commands.replay import HEADER, ReplayState, state_path
+from agents.codec import marker_key, parse_close_marker
+from agents.commands.replay import HEADER, ReplayState, key_fingerprint, state_path
+from agents.replay_history import ReplayHistory
 from simulators.logfile import read_log
-from tests.integration._users import ROOT, close_markers, create_topic, read_events, stream_dp
+from tests.integration._users import (
+    ROOT,
+    close_markers,
+    create_topic,
+    read_all,
+    read_events,
+    stream_dp,
+)
 
 pytestmark = pytest.mark.integration
 
 KEY_A = "a3f1c07e5b92d4186e0fa7c3b5d29e41f6087ac2d3e5b9f10c4a7e6d28b3f951"  # hex, 32 random bytes
 KEY_B = "b71e04c9a2f5d8363c1be7a09d4f52e8c61a3f7b0e95d2c48a6f1b3e07d9c52a"
+KEY_C = "c58d2e07f1a94b36e0d7c5a18f3b62e94d0a7c1f58e36b2d9a04f7c1e3b85d26"
+#: a public end after every simulated log here (they start 2024-01-01; no worker reads them)
+UNTIL = "2024-01-08T00:00:00Z"
+
+
+@pytest.fixture(autouse=True)
+def _key_a(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAM_DP_KEY", KEY_A)
+    monkeypatch.delenv("STREAM_DP_KEY_FILE", raising=False)
 
 
 def _log_events(path: Path) -> Counter[tuple[str, float, float]]:
@@ -45,7 +67,7 @@ def test_replay_csv_sends_every_event_once_keeping_event_time(
     log = tmp_path / "sales.csv"
     stream_dp("simulate", "restaurant", "--seed", "5", "--ticks", "15", "--out", str(log), check=True)
     proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
-                     env={"STREAM_DP_KEY": KEY_A}, check=True)
+                     "--until", UNTIL, env={"STREAM_DP_KEY": KEY_A}, check=True)
     assert "bit for bit" in proc.stdout
     expected = _log_events(log)
     assert sum(expected.values()) > 500
@@ -55,7 +77,7 @@ def test_replay_csv_sends_every_event_once_keeping_event_time(
     assert KEY_A not in state_path(log, None).read_text()  # fingerprint only, never the key
 
     again = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
-                      check=True)
+                      "--until", UNTIL, check=True)
     assert "already replayed completely" in again.stdout
     assert _topic_events(kafka_broker, unique_name) == expected  # nothing sent twice
 
@@ -73,7 +95,7 @@ def test_replay_jsonl_with_iso_times_and_default_value(
         encoding="utf-8",
     )
     stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
-              "--state-dir", str(tmp_path / "state"), check=True)
+              "--until", UNTIL, "--state-dir", str(tmp_path / "state"), check=True)
     got = [m.json() for m in sorted(read_events(kafka_broker, unique_name), key=lambda m: m.offset)]
     assert got == [
         {"key": "www/news", "ts": 1704067200.25, "value": 1.0},
@@ -95,7 +117,8 @@ def test_replay_resumes_after_kill_9_without_duplicates_or_loss(
     spath = state_path(log, None)
     child = subprocess.Popen(
         [sys.executable, "-m", "agents.cli", "replay", str(log), "--bootstrap", kafka_broker,
-         "--topic", unique_name, "--speed", "8", "--chunk", "50", "--no-progress"],
+         "--topic", unique_name, "--speed", "8", "--chunk", "50", "--no-progress",
+         "--until", UNTIL],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )
     try:
@@ -117,7 +140,7 @@ def test_replay_resumes_after_kill_9_without_duplicates_or_loss(
     assert 0 < state.records_acked < sum(expected.values())
 
     proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
-                     check=True)
+                     "--until", UNTIL, check=True)
     assert "resuming" in proc.stdout
     assert _topic_events(kafka_broker, unique_name) == expected
 
@@ -129,7 +152,8 @@ def test_resume_skips_records_delivered_after_the_last_checkpoint(
     create_topic(kafka_broker, unique_name)
     log = tmp_path / "census.csv"
     stream_dp("simulate", "census", "--seed", "2", "--ticks", "10", "--out", str(log), check=True)
-    stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name, check=True)
+    stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+              "--until", UNTIL, check=True)
     expected = _log_events(log)
     before = read_events(kafka_broker, unique_name)
     assert all(any(h == HEADER for h, _ in m.headers) for m in before)
@@ -144,7 +168,7 @@ def test_resume_skips_records_delivered_after_the_last_checkpoint(
     spath.write_text(json.dumps(data))
 
     proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
-                     check=True)
+                     "--until", UNTIL, check=True)
     assert f"{sum(expected.values()) - 100} later records already delivered" in proc.stdout
     assert "0 sent" in proc.stdout
     assert _topic_events(kafka_broker, unique_name) == expected
@@ -156,20 +180,35 @@ def test_key_fingerprint_same_key_reproduces_other_key_warns(
     create_topic(kafka_broker, unique_name, partitions=1)
     log = tmp_path / "small.csv"
     log.write_text("ts,key\n1704067200,item1\n1704067201,item2\n", encoding="utf-8")
-    args = ("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name, "--restart")
+    args = ("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name, "--restart",
+            "--until", "2024-01-01T00:00:30Z")
     first = stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
     assert "first replay" in first.stdout and "WARNING" not in first.stdout
     same = stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
     assert "same noise key" in same.stdout and "bit for bit" in same.stdout
     key_file = tmp_path / "key"
     key_file.write_text(KEY_B)
+    key_file.chmod(0o600)  # key files open to group or others are refused
     other = stream_dp(*args, "--key-file", str(key_file), env={"STREAM_DP_KEY": KEY_A}, check=True)
     assert "WARNING" in other.stdout and "spent AGAIN" in other.stdout
     assert KEY_A not in first.stdout + same.stdout + other.stdout + other.stderr
     assert len(read_events(kafka_broker, unique_name)) == 6  # three full replays
-    # each replay ends with a final close marker in every partition, at the last event's time
-    markers = [m.json() for m in close_markers(kafka_broker, unique_name)]
-    assert markers == [{"schema": "dp.close.v1", "time": 1704067201.0, "final": True}] * 3
+    # each replay ends with a final close marker in every partition at --until (not at the last
+    # event's time), signed for this topic and partition with the key it was run with (#23 item 5)
+    markers = sorted(close_markers(kafka_broker, unique_name), key=lambda m: m.offset)
+    assert [m.json()["time"] for m in markers] == [1704067230.0] * 3
+    assert all(m.json()["schema"] == "dp.close.v2" and m.json()["final"] for m in markers)
+    keys = [bytes.fromhex(KEY_A), bytes.fromhex(KEY_A), bytes.fromhex(KEY_B)]
+    for m, key in zip(markers, keys, strict=True):
+        good = parse_close_marker(m.value, mac_key=marker_key(key), topic=unique_name,
+                                  partition=m.partition)
+        assert good == (1704067230.0, True)
+        other = bytes.fromhex(KEY_B if key == bytes.fromhex(KEY_A) else KEY_A)
+        assert not isinstance(parse_close_marker(m.value, mac_key=marker_key(other),
+                                                 topic=unique_name, partition=m.partition), tuple)
+        assert not isinstance(parse_close_marker(m.value, mac_key=marker_key(key),
+                                                 topic=unique_name + "x", partition=m.partition),
+                              tuple)
 
 
 def test_changed_log_under_the_same_key_is_refused_whole_log_checked(
@@ -182,7 +221,7 @@ def test_changed_log_under_the_same_key_is_refused_whole_log_checked(
     log.write_text("ts,key\n" + "\n".join(rows) + "\n", encoding="utf-8")
     assert log.stat().st_size > 100_000
     args = ("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
-            "--restart", "--json", "--no-progress")
+            "--restart", "--json", "--no-progress", "--until", UNTIL)
     first = stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
     status = json.loads(first.stdout)
     assert status["status"] == "replayed" and status["key"] == "new"
@@ -215,25 +254,33 @@ def test_changed_log_under_the_same_key_is_refused_whole_log_checked(
         sent = len(read_events(kafka_broker, unique_name))
 
 
-def test_bad_line_names_its_line_and_keeps_what_came_before(
+def test_bad_line_names_its_line_and_nothing_is_sent(
     kafka_broker: str, unique_name: str, tmp_path: Path
 ) -> None:
+    """The whole log is read before anything is sent or recorded: fixing the line afterwards
+    is not "another log" under the key."""
     create_topic(kafka_broker, unique_name, partitions=1)
     log = tmp_path / "bad.csv"
     log.write_text("key,ts,value\nitem1,1704067200,1\nitem2,1704067201,1\nitem3,yesterday,1\n"
                    "item4,1704067203,1\n", encoding="utf-8")
-    proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name)
+    proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                     "--until", UNTIL)
     assert proc.returncode == 2
     assert "bad.csv:4:" in proc.stderr and "ts must be" in proc.stderr
-    assert [m.json()["key"] for m in read_events(kafka_broker, unique_name)] == ["item1", "item2"]
-    state = ReplayState.load(state_path(log, None))
-    assert state is not None and state.records_acked == 2 and not state.complete
+    assert "nothing was sent" in proc.stderr
+    assert read_all(kafka_broker, unique_name) == []
+    log.write_text(log.read_text().replace("yesterday", "1704067202"), encoding="utf-8")
+    stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+              "--until", UNTIL, check=True)
+    assert [m.json()["key"] for m in read_events(kafka_broker, unique_name)] == [
+        "item1", "item2", "item3", "item4"]
 
 
 def test_missing_topic_is_a_clear_error(kafka_broker: str, unique_name: str, tmp_path: Path) -> None:
     log = tmp_path / "x.csv"
     log.write_text("ts,key\n1704067200,item1\n", encoding="utf-8")
-    proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name)
+    proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                     "--until", UNTIL)
     assert proc.returncode == 1
     assert "does not exist" in proc.stderr
 
@@ -247,7 +294,7 @@ def test_retime_now_shifts_every_event_by_one_constant(
                    "2024-01-01T00:00:01.250Z,a\n", encoding="utf-8")
     before = time.time()
     proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
-                     "--retime", "now", "--speed", "10", check=True)
+                     "--retime", "now", "--speed", "10", "--no-close-markers", check=True)
     assert "NEW releases" in proc.stdout and "bit for bit" not in proc.stdout
     got = [m.json() for m in sorted(read_events(kafka_broker, unique_name), key=lambda m: m.offset)]
     ts = [m["ts"] for m in got]
@@ -256,6 +303,11 @@ def test_retime_now_shifts_every_event_by_one_constant(
     assert [round(t - ts[0], 3) for t in ts] == [0.0, 0.5, 1.25]  # gaps kept exactly
     state = ReplayState.load(state_path(log, None))
     assert state is not None and state.time_offset == round(ts[0] - 1704067200.0, 3)
+    assert close_markers(kafka_broker, unique_name) == []
+    # 'now' again is another shift: other counts in the same ticks under the same key: refused
+    again = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                      "--retime", "now", "--no-close-markers", "--restart")
+    assert again.returncode == 3 and "retimed" in again.stderr
 
 
 def test_ctrl_c_saves_progress_and_the_same_command_resumes(
@@ -266,7 +318,7 @@ def test_ctrl_c_saves_progress_and_the_same_command_resumes(
     stream_dp("simulate", "restaurant", "--seed", "9", "--ticks", "30", "--tick-seconds", "1",
               "--out", str(log), check=True)
     args = [sys.executable, "-m", "agents.cli", "replay", str(log), "--bootstrap",
-            kafka_broker, "--topic", unique_name]
+            kafka_broker, "--topic", unique_name, "--until", UNTIL]
     child = subprocess.Popen([*args, "--speed", "2", "--chunk", "20", "--no-progress"], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     spath = state_path(log, None)
@@ -288,3 +340,141 @@ def test_ctrl_c_saves_progress_and_the_same_command_resumes(
     assert st is not None and not st.complete and st.records_acked > 0
     stream_dp(*args[3:], check=True)
     assert _topic_events(kafka_broker, unique_name) == _log_events(log)
+
+
+def test_the_guard_follows_the_content_not_the_file_name(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """#23 item 7: a changed log under another name, a prefix then the full log under another
+    name: refused with exit 3 and nothing sent; the very same log under another name: allowed
+    (a bit-identical replay, no new budget)."""
+    create_topic(kafka_broker, unique_name, partitions=2)
+    rows = [f"{1704067200 + i * 0.5:.1f},item{i % 5}" for i in range(200)]
+
+    def write(path: Path, lines: list[str]) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("ts,key\n" + "\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+    def replay(log: Path, key: str) -> tuple[int, dict[str, object], str]:
+        proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                         "--until", UNTIL, "--json", "--no-progress",
+                         env={"STREAM_DP_KEY": key})
+        return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+    original = write(tmp_path / "a" / "sales.csv", rows)
+    rc, status, _ = replay(original, KEY_A)
+    assert (rc, status["key"], status["budget"]) == (0, "new", "spent")
+    sent = len(read_events(kafka_broker, unique_name))
+    assert sent == 200
+
+    # the same bytes under another name and folder: the same releases, no new budget
+    copy = write(tmp_path / "b" / "renamed.csv", rows)
+    rc, status, _ = replay(copy, KEY_A)
+    assert (rc, status["key"], status["budget"]) == (0, "same", "no_new_budget")
+    sent = len(read_events(kafka_broker, unique_name))
+    assert sent == 400
+
+    # one event removed, under a third name: the difference would be published exactly
+    changed = write(tmp_path / "c" / "sales-fixed.csv", rows[:150] + rows[151:])
+    rc, status, err = replay(changed, KEY_A)
+    assert rc == 3 and status["status"] == "log_differs" and status["budget"] == "refused"
+    assert "REFUSED" in err and str(original) in err and KEY_A not in err
+    assert len(read_events(kafka_broker, unique_name)) == sent  # nothing sent
+    assert not state_path(changed, None).exists()
+
+    # a prefix first (day 1), then the full log under another name, with another key
+    prefix = write(tmp_path / "d" / "day1.csv", rows[:100])
+    rc, status, _ = replay(prefix, KEY_C)
+    assert (rc, status["key"]) == (0, "new")
+    sent = len(read_events(kafka_broker, unique_name))
+    full = write(tmp_path / "e" / "week.csv", rows)
+    rc, status, err = replay(full, KEY_C)
+    assert rc == 3 and status["status"] == "log_differs" and str(prefix) in err
+    assert len(read_events(kafka_broker, unique_name)) == sent
+
+    history = ReplayHistory()  # $STREAM_DP_REPLAY_HISTORY of this test
+    text = history.path.read_text()
+    assert KEY_A not in text and KEY_C not in text
+    assert str(copy.resolve()) in text and str(changed.resolve()) not in text
+
+
+def test_no_key_open_key_file_or_no_public_end_sends_nothing(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Exit status 2 and one line on stderr, before anything reaches the topic."""
+    create_topic(kafka_broker, unique_name, partitions=1)
+    log = tmp_path / "x.csv"
+    log.write_text("ts,key\n1704067200,item1\n1704067201,item2\n", encoding="utf-8")
+    base = ("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name)
+    open_key = tmp_path / "noise.key"
+    open_key.write_text(KEY_B)
+    open_key.chmod(0o644)
+    cases = [
+        ((*base, "--until", UNTIL), {"STREAM_DP_KEY": ""}, "no noise key"),
+        ((*base, "--until", UNTIL, "--key-file", str(open_key)), {}, "chmod 600"),
+        (base, {}, "--until TIME is required"),
+        ((*base, "--until", "2999-01-01T00:00:00Z"), {}, "in the future"),
+    ]
+    for argv, env, message in cases:
+        proc = stream_dp(*argv, env=env)
+        assert proc.returncode == 2, (argv, proc.stdout, proc.stderr)
+        assert message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+        assert KEY_B not in proc.stderr and "Traceback" not in proc.stderr
+    assert read_all(kafka_broker, unique_name) == []
+    assert not state_path(log, None).exists()
+
+
+def test_a_log_written_to_while_it_is_replayed_binds_the_key_for_good(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """The sent records may be neither the checked content nor the final one: both contents
+    are recorded under the key, which then refuses every further replay (said out loud)."""
+    create_topic(kafka_broker, unique_name, partitions=1)
+    log = tmp_path / "growing.csv"
+    head = "ts,key\n" + "".join(f"{1704067200 + i * 0.1:.1f},item{i % 3}\n" for i in range(40))
+    log.write_text(head, encoding="utf-8")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "agents.cli", "replay", str(log), "--bootstrap", kafka_broker,
+         "--topic", unique_name, "--speed", "1", "--until", UNTIL, "--no-progress"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        spath = state_path(log, None)
+        for _ in range(400):  # wait until the replay has started sending
+            if spath.exists():
+                break
+            time.sleep(0.02)
+        with open(log, "a", encoding="utf-8") as fh:
+            fh.write("1704067204.5,item1\n")
+        _out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    assert "changed while it was being replayed" in err
+    assert len(ReplayHistory().entries(key_fingerprint(bytes.fromhex(KEY_A)))) == 2
+    for content in (head, log.read_text()):
+        log.write_text(content, encoding="utf-8")
+        again = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic",
+                          unique_name, "--until", UNTIL, "--restart")
+        assert again.returncode == 3, again.stderr
+
+
+def test_progress_markers_never_pass_until(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """#23 item 8: a paced replay's progress markers follow the replay clock but stop at the
+    public end, so events after --until never close a tick past it."""
+    create_topic(kafka_broker, unique_name, partitions=1)
+    log = tmp_path / "paced.csv"
+    log.write_text("ts,key\n" + "".join(f"{1704067200 + i * 0.25:.2f},item{i % 3}\n"
+                                        for i in range(33)), encoding="utf-8")  # 8 s of log
+    until = 1704067201.0
+    stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+              "--speed", "2", "--until", str(until), "--no-progress", check=True)
+    markers = [m.json() for m in close_markers(kafka_broker, unique_name)]
+    progress = [m["time"] for m in markers if not m["final"]]
+    assert len(progress) >= 2  # about one a wall second over ~4 s
+    assert max(progress) <= until
+    assert [m["time"] for m in markers if m["final"]] == [until]

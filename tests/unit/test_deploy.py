@@ -244,6 +244,7 @@ def test_k8s_configmap_loads_and_example_secret_cannot_be_used(
     assert secret["metadata"]["name"] == "stream-dp-noise-key"
     placeholder = secret["stringData"]["noise.key"]
     (tmp_path / "key").write_text(placeholder)
+    (tmp_path / "key").chmod(0o600)  # a key file open to others is refused for that alone
     from stream_dp.noise import load_key
 
     with pytest.raises(ValueError):

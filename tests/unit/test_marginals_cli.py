@@ -38,6 +38,7 @@ def _args(tmp: Path, **over: str) -> list[str]:
         "--decay": "0.9",
         "--tick-seconds": "10",
         "--origin": "100",
+        "--last-tick": "20",  # the data's ticks are 1..20; the end is public, not the data's
         "--queries": str(tmp / "q.json"),
         "--out": str(tmp / "ans.json"),
         "--key-file": str(tmp / "key"),
@@ -53,6 +54,7 @@ def _args(tmp: Path, **over: str) -> list[str]:
 @pytest.fixture()
 def tmp(tmp_path: Path) -> Path:
     (tmp_path / "key").write_text("ab53e19c07f4d2a86b1e5c93a0f7d24e8c61b3f09a2e7d54c1b8f36a0e9d27c5")
+    (tmp_path / "key").chmod(0o600)  # key files open to group or others are refused
     (tmp_path / "q.json").write_text(json.dumps([[0, 1, 2], [5], [3, 0]]))
     _write_events(tmp_path / "ev.jsonl", _dataset())
     return tmp_path
@@ -175,10 +177,10 @@ def test_bad_parameters(tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
-def test_empty_ticks_are_released_and_tick_is_last_events(tmp: Path) -> None:
+def test_empty_ticks_are_released_through_the_last_tick(tmp: Path) -> None:
     rows = [(100.0, "110000"), (100.5, "110000"), (395.0, "000011")]  # ticks 1, 1, 30
     _write_events(tmp / "ev.jsonl", rows)
-    assert main(_args(tmp, **{"--epsilon": "100"})) == 0
+    assert main(_args(tmp, **{"--epsilon": "100", "--last-tick": "30"})) == 0
     doc = json.loads((tmp / "ans.json").read_text())
     assert doc["tick"] == 30
     exact = _exact(rows, [0, 1, 2], 0.9, 30)
@@ -192,3 +194,33 @@ def test_last_tick_is_a_public_end(tmp: Path, capsys: pytest.CaptureFixture[str]
     assert main(_args(tmp, **{"--last-tick": "10"})) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "lies after tick 10" in err[-1]
+
+
+def test_last_tick_is_required(tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """#23 item 8: the end of the release is public; it is never taken from the data."""
+    with pytest.raises(SystemExit) as exit_:
+        main(_args(tmp, **{"--last-tick": ""}))
+    assert exit_.value.code == 2
+    assert "--last-tick" in capsys.readouterr().err
+
+
+def test_removing_the_last_event_does_not_change_the_released_ticks(tmp: Path) -> None:
+    rows = _dataset()
+    assert main(_args(tmp)) == 0
+    full = json.loads((tmp / "ans.json").read_text())
+    _write_events(tmp / "ev.jsonl", rows[:-1])
+    assert main(_args(tmp)) == 0
+    assert json.loads((tmp / "ans.json").read_text())["tick"] == full["tick"] == 20
+    _write_events(tmp / "ev.jsonl", [r for r in rows if tick_of(r[0], 100, 10) <= 15])
+    assert main(_args(tmp)) == 0  # five quiet ticks at the end: still released through 20
+    assert json.loads((tmp / "ans.json").read_text())["tick"] == 20
+
+
+def test_help_states_the_key_length_the_command_enforces(
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["marginals", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "≥ 16" not in text and ">= 16" not in text
+    assert ">= 32 bytes" in text and "≥ 32 bytes" in text

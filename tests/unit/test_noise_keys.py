@@ -34,6 +34,7 @@ def _assert_no_leak(text: str, secret: bytes) -> None:
 
 def test_load_hex_key_from_file(tmp_path: Path) -> None:
     p = tmp_path / "key"
+    p.touch(mode=0o600)  # a key file open to group or others is refused
     p.write_text(f"  {HEX_KEY}\n")
     assert load_key(p) == bytes.fromhex(HEX_KEY)
     assert load_key(str(p)) == bytes.fromhex(HEX_KEY)
@@ -41,6 +42,7 @@ def test_load_hex_key_from_file(tmp_path: Path) -> None:
 
 def test_load_raw_key_from_file(tmp_path: Path) -> None:
     p = tmp_path / "key"
+    p.touch(mode=0o600)  # a key file open to group or others is refused
     p.write_bytes(RAW_KEY.encode() + b"\r\n")
     assert load_key(p) == RAW_KEY.encode()
     binary = bytes(range(256))[::7] + b"\n\n"
@@ -75,6 +77,7 @@ def test_short_key_rejected_without_echo(
     short: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     p = tmp_path / "k"
+    p.touch(mode=0o600)  # a key file open to group or others is refused
     p.write_text(short)
     with pytest.raises(ValueError, match="at least 32 bytes") as err:
         load_key(p)
@@ -175,6 +178,7 @@ def test_low_entropy_keys_are_refused_with_advice(
     text: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     p = tmp_path / "k"
+    p.touch(mode=0o600)  # a key file open to group or others is refused
     p.write_text(text + "\n")
     with pytest.raises(ValueError, match="low entropy") as err:
         load_key(p)
@@ -210,3 +214,54 @@ def test_no_key_fingerprint_is_printed_anywhere() -> None:
             ):
                 offenders.append(f"{path.relative_to(root)}:{i}")
     assert offenders == []
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o606, 0o620, 0o602, 0o444])
+def test_key_file_open_to_group_or_others_is_refused(tmp_path: Path, mode: int) -> None:
+    """Like ssh's private keys: one line naming the file and ``chmod 600``, never the key."""
+    p = tmp_path / "noise.key"
+    p.write_text(HEX_KEY + "\n")
+    p.chmod(mode)
+    with pytest.raises(ValueError) as err:
+        load_key(p)
+    text = str(err.value)
+    assert "\n" not in text and str(p) in text and "chmod 600" in text
+    assert f"mode {mode:04o}" in text
+    _assert_no_leak(text, bytes.fromhex(HEX_KEY))
+    p.chmod(0o600)
+    assert load_key(p) == bytes.fromhex(HEX_KEY)
+    p.chmod(0o400)
+    assert load_key(p) == bytes.fromhex(HEX_KEY)
+
+
+def test_key_file_permission_rule_root_owned_group_read_allowed() -> None:
+    """A root-owned key that a non-root service reads through its group (a Kubernetes secret
+    volume with ``fsGroup``: ``root:<fsGroup>``, mode 0440) is accepted; group write, world
+    access, or group read when the reader is root or the owner is not."""
+    import os
+    import stat
+
+    from stream_dp.noise.keys import key_file_permission_problem
+
+    def st(mode: int, uid: int) -> os.stat_result:
+        return os.stat_result((stat.S_IFREG | mode, 0, 0, 1, uid, 10001, 64, 0, 0, 0))
+
+    assert key_file_permission_problem(st(0o440, 0), euid=10001) is None
+    assert key_file_permission_problem(st(0o640, 0), euid=10001) is None
+    assert key_file_permission_problem(st(0o440, 0), euid=0) is not None
+    assert key_file_permission_problem(st(0o440, 10001), euid=10001) is not None
+    assert key_file_permission_problem(st(0o460, 0), euid=10001) is not None
+    assert key_file_permission_problem(st(0o444, 0), euid=10001) is not None
+    assert key_file_permission_problem(st(0o600, 10001), euid=10001) is None
+    assert key_file_permission_problem(st(0o400, 0), euid=0) is None
+
+
+def test_every_command_loading_a_key_file_refuses_a_world_readable_one(tmp_path: Path) -> None:
+    """The worker's settings, ``replay`` and ``marginals`` all load key files through load_key."""
+    from agents.commands.replay import load_key_for_fingerprint
+
+    p = tmp_path / "noise.key"
+    p.write_text(HEX_KEY)
+    p.chmod(0o644)
+    with pytest.raises(ValueError, match="chmod 600"):
+        load_key_for_fingerprint(str(p))

@@ -34,6 +34,12 @@ from stream_dp.contributions import to_units
 from stream_dp.domain import Domain
 
 ORIGIN = 1_000_000.0
+#: the noise key of the deployment under test (markers are signed with a key derived from it)
+NOISE_KEY = b"k" * 32
+MARKER_KEY = marker_key(NOISE_KEY)
+#: what an attacker without the noise key can sign with
+FORGED_KEY = marker_key(b"f" * 32)
+TOPIC = "dp.events.v1"  # Settings' default events topic
 L = 10.0
 LEAVES = ["a/x", "a/y", "b/z"]
 N_TICKS = 8

@@ -164,7 +164,7 @@ def test_default_client_kwargs_follow_the_environment(monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("command", [
     ["worker", "--no-web"],
     ["tail", "counts", "--timeout", "1"],
-    ["replay", "LOG"],
+    ["replay", "LOG", "--until", "2024-01-01T00:00:00Z"],
 ])
 def test_commands_refuse_bad_security_before_connecting(tmp_path: Path, command: list[str]) -> None:
     log = tmp_path / "x.csv"

@@ -78,6 +78,8 @@ def test_simulate_command_writes_marginals_input(
         "60",
         "--origin",
         "1704067200",
+        "--last-tick",
+        "5",
         "--queries",
         str(tmp_path / "q.json"),
         "--out",
