@@ -144,7 +144,7 @@ def _header_bytes(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
     return b"".join(parts)
 
 
-def record_digest(dkey: bytes | Any, offset: int, timestamp: int, timestamp_type: int,
+def record_digest(dkey: Any, offset: int, timestamp: int, timestamp_type: int,
                   key: bytes | None, value: bytes | None,
                   headers: Sequence[tuple[str, bytes | None]] = ()) -> int:
     """The digest contribution of one record: keyed BLAKE2b-128 (key ``dkey``,

@@ -122,9 +122,12 @@ Noise key: required (--key-file, $STREAM_DP_KEY_FILE or $STREAM_DP_KEY, as the w
 it signs the close markers and identifies the key in the replay history. A key file readable by
 group or others is refused (chmod 600).
 
-Replay semantics: noise is keyed by (secret key, mechanism, stream, node), so replaying the same
-log into a fresh deployment with the same noise key reproduces the original releases bit for bit
-and spends no new privacy budget. With a different key the releases differ and the budget for
+Replay semantics: noise is keyed by (secret key, deployment, mechanism, stream, node), where the
+deployment is its app id, events and schedule topics and every setting that decides what a tick
+contains. Replaying the same log with the same noise key into a fresh deployment with that same
+identity (e.g. the same topic names on a new cluster, or after deleting the topics) reproduces
+the original releases bit for bit and spends no new privacy budget; any other deployment draws
+fresh noise and spends the budget again. With a different key the releases differ and the budget for
 these events is spent again (replay says so). The replay history (--history-file, one file for
 every log, whatever its name or folder) lists, per key, the SHA-256 of every log content (and
 --retime shift) replayed under it: the same key on any other content (any changed byte, records
@@ -567,8 +570,9 @@ _KEY_NOTES = {
     "new": "first replay under this noise key: the log's SHA-256 is recorded in the replay "
            "history, and this key may from now on replay only this very log.",
     "same": "same noise key and the very same log as an earlier replay: a fresh deployment "
-            "with the same settings reproduces the original releases bit for bit and spends no "
-            "new privacy budget.",
+            "with the same identity (app id, events and schedule topics) and settings "
+            "reproduces the original releases bit for bit and spends no new privacy budget; "
+            "any other deployment draws fresh noise and spends it again.",
     "different": "WARNING: these events were replayed before under another noise key: the "
                  "releases will differ from the original ones and the privacy budget for these "
                  "events is spent AGAIN.",
@@ -870,15 +874,17 @@ async def _async_run(args: argparse.Namespace) -> int:
                 "same log with the same shift reproduces these releases under this key; another "
                 "shift ('now' always gives another) is refused as another log.")
     elif verdict.key == "same":
-        out.say("Same log, same key: a fresh deployment with the same settings publishes the "
-                "very releases of the earlier replay, bit for bit, at no new privacy cost.")
+        out.say("Same log, same key: a fresh deployment with the same identity (app id, events "
+                "and schedule topics) and settings publishes the very releases of the earlier "
+                "replay, bit for bit, at no new privacy cost; another deployment draws fresh "
+                "noise (budget spent again).")
     elif verdict.key == "different":
         out.say("Another key than before: these are new releases; the budget for these events "
                 "is spent again.")
     elif verdict.key == "new":
         out.say("Replaying this log again with the same noise key into a fresh deployment with "
-                "the same settings reproduces these releases bit for bit; any other log under "
-                "this key is refused.")
+                "the same identity (app id, events and schedule topics) and settings reproduces "
+                "these releases bit for bit; any other log under this key is refused.")
     return out.finish("replayed", 0, records=state.records_acked, sent=report.sent,
                       skipped=report.skipped, final_marker=final_marker(),
                       retimed=bool(state.time_offset))

@@ -113,8 +113,10 @@ def test_same_key_replay_reproduces_releases_bit_for_bit(
     first, out_a = _run(a, log, tmp_path, n)
     assert "first replay" in out_a
 
-    # the same log, the same key, a fresh deployment
-    b = _settings(kafka_broker, tmp_path, f"{unique_name}-b", KEY_1, epsilon=1.0)
+    # the same log, the same key, a fresh deployment with the same identity (app id, topic
+    # names, settings): a's topics deleted and created anew, as on a new cluster
+    asyncio.run(_delete_topics(a))
+    b = a
     second, out_b = _run(b, log, tmp_path, n, "--restart")
     assert "same noise key" in out_b and "bit for bit" in out_b
 
@@ -149,6 +151,25 @@ def test_same_key_replay_reproduces_releases_bit_for_bit(
         if m["tick"] == TICKS:
             assert json.dumps(m, separators=(",", ":")).encode() == first[(m["stream"], TICKS)][0] \
                 or m == json.loads(first[(m["stream"], TICKS)][0])
+
+
+async def _delete_topics(s: Settings) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from agents.topics import topic_specs
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap)
+    await admin.start()
+    try:
+        names = [t.name for t in topic_specs(s)]
+        existing = set(await admin.list_topics())
+        await admin.delete_topics([n for n in names if n in existing])
+        for _ in range(100):
+            if not set(await admin.list_topics()) & set(names):
+                return
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
 
 
 def _csv_rows(path: Path) -> list[dict[str, Any]]:
