@@ -42,6 +42,8 @@ name                                       type       meaning
                                                       ``reason`` ∈ too_large (the histogram exceeds
                                                       the topic's limit), unsolvable; the agent
                                                       skips the tick and goes on (no restart loop)
+``stream_dp_clipped_total``                counter    (stream, tick)s clipped to
+                                                      cap × max_events_per_tick (releases go on)
 ``stream_dp_release_errors_total{reason}`` counter    fatal release errors; ``reason`` ∈ overflow
                                                       (counts beyond the strategy's numeric range),
                                                       checkpoint_refused (tampered / other key /
