@@ -207,6 +207,9 @@ async def topic_config(bootstrap: str, settings: Settings, topic: str, name: str
         for res in resp.resources:
             if res[3] != topic:
                 continue
+            if res[0] == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+                raise RuntimeError(
+                    f"topic {topic!r} does not exist; create the topics first (stream-dp topics)")
             for entry in res[4]:
                 if entry[0] == name:
                     return str(entry[1])
