@@ -45,10 +45,12 @@ async def test_kill9_between_full_checkpoints_republishes_nothing_and_loses_noth
     leaves = ps.hierarchy_paths(3, 3, 4)  # 36 leaves + 9 + 3 + 1 = 49 nodes
     s = ps.make_settings(kafka_broker, tmp_path, unique_name, leaves, epsilon=1.0,
                          tick_seconds=1.0, release_checkpoint_every=7, shards=2)
+    # the reference: the same deployment (app id, events and schedule topics: the same noise,
+    # docs/privacy.md "Threat model") from scratch with K = 1, run after it; fresh state topics
     ref = s.replace(
-        app_id=unique_name + "-ref", release_checkpoint_every=1,
+        release_checkpoint_every=1,
         counts_topic=f"{unique_name}.counts-ref", dlq_topic=f"{unique_name}.dlq-ref",
-        partials_topic=f"{unique_name}.partials-ref", schedule_topic=f"{unique_name}.sched-ref",
+        partials_topic=f"{unique_name}.partials-ref",
         ingest_checkpoints_topic=f"{unique_name}.ckpt-ref.ingest",
         release_checkpoints_topic=f"{unique_name}.ckpt-ref.release",
     )

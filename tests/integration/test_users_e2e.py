@@ -222,7 +222,9 @@ def test_replay_speed_and_worker_start_order_do_not_change_releases(
     n = len(Domain.from_file(tmp_path / "domain.toml").names)
     a = _settings(kafka_broker, tmp_path, f"{unique_name}-fast", KEY_1, epsilon=1.0)
     fast, _ = _run(a, log, tmp_path, n)
-    b = _settings(kafka_broker, tmp_path, f"{unique_name}-paced", KEY_1, epsilon=1.0)
+    # the same deployment identity (docs/privacy.md, "Threat model"), its topics re-created
+    asyncio.run(_delete_topics(a))
+    b = a
     asyncio.run(ensure_topics(b.bootstrap, b))
     out = _replay(log, b, "--restart", "--speed", "8", "--json", "--no-progress").stdout
     status = json.loads(out)
