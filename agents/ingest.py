@@ -200,7 +200,9 @@ class Router:
         #: attributes: keyed by the tuple of nodes, cached per key seen.
         self.leaf_mode = not self.patterns and getattr(domain, "kind", "") in ("flat", "hierarchy")
         #: the ingest fast path's lookup: event key -> bucket key (leaf index, or nodes tuple)
-        self.declared: dict[str, Any] = domain.leaf_keys() if self.leaf_mode else {}
+        self.declared: dict[str, Any] = (
+            {k: v for k, v in domain.leaf_keys().items() if len(k) <= 1024}  # decode_event's limit
+            if self.leaf_mode else {})
         parent = getattr(domain, "parent", None)
         self._parent = array.array("q", parent.tolist() if parent is not None and self.leaf_mode
                                    else [])
@@ -314,9 +316,9 @@ class Router:
             found: tuple[int, ...] | None = tuple(int(i) for i in self.domain.nodes_for_event(key))
         except KeyError:
             found = None
-        if len(self._cache) < 1_000_000:
-            self._cache[key] = found
-            if found is not None and len(key) <= 1024:
+        if found is not None and len(self._cache) < 1_000_000:  # never cache a miss: a
+            self._cache[key] = found  # writer's random keys must not fill the memory
+            if len(key) <= 1024:
                 self.declared[key] = found
         return found
 
@@ -818,8 +820,9 @@ class IngestState:
                         if tick >= next_tick and (
                                 markers
                                 or tick > floor((arrival - lateness - origin) / tick_seconds)):
-                            if rv > cap:
+                            if rv > cap:  # clamp first: rv * inv_unit may overflow a float
                                 clamped += 1
+                                rv = cap
                             u = round(rv * inv_unit)  # exact integer units (sums are exact)
                             if u > cap_u:
                                 u = cap_u
@@ -890,8 +893,9 @@ class IngestState:
             if patterns:
                 units = 1  # every event counts once (a count, not a value)
             else:
-                if v > cap:
+                if v > cap:  # clamp first: v * inv_unit may overflow a float
                     clamped += 1
+                    v = cap
                 units = round(v * inv_unit)
                 if units > cap_u:
                     units = cap_u

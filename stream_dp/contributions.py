@@ -64,9 +64,12 @@ def cap_units(cap: float, unit: float) -> int:
 def to_units(value: float, unit: float, cap_u: int) -> int:
     """One event's contribution in units: ``min(round(value / unit), cap_u)`` (half to even).
 
-    ``value`` must be a finite number ≥ 0 (validated by the caller)."""
-    u = round(value / unit)
-    return u if u < cap_u else cap_u
+    ``value`` must be a finite number ≥ 0 (validated by the caller); values far beyond the cap
+    (even ``1e308``, whose quotient overflows to ``inf``) give ``cap_u``."""
+    q = value / unit
+    if q >= cap_u:
+        return cap_u
+    return round(q)
 
 
 def clip_limit_units(cap: float, max_events_per_tick: int) -> int:

@@ -289,3 +289,30 @@ def test_the_deployment_id_ignores_settings_that_cannot_change_a_tick(tmp_path: 
     for name in ("web_port", "log_level", "max_batch", "counts_topic", "bootstrap"):
         other = s.replace(**{name: _other_value(name, getattr(s, name))})
         assert deployment_id(other, d) == deployment_id(s, d), name
+
+
+# ------------------------------------------------------------------ review findings (F7–F9)
+def test_huge_values_are_clamped_before_they_become_units() -> None:
+    """F8: with a very large max_event_value, value 1e308 made ``value / unit`` overflow and
+    crashed ingest on every restart; it is clamped to cap first."""
+    s = _settings(events_timestamp_type="CreateTime", max_event_value=1.7e308)
+    state = _state(s, ORIGIN + 100.0)
+    arrival = int((ORIGIN + 3.0) * 1000)
+    state.process_batch([Record(0, b"k", _event("a/x", ORIGIN + 1.0, 1e308), arrival, 0),
+                         Record(1, b"k", b'{"key": "a/y", "ts": 1000001.0, "value": 1.5e308}',
+                                arrival, 0)])
+    assert state.out.accepted == 2 and state.out.clamped == 2
+    assert sorted(state.buckets[1].values()) == [state.cap_u, state.cap_u]
+    assert to_units(1e308, value_unit(1.0), 5) == 5
+
+
+def test_unknown_keys_are_not_cached_and_long_keys_take_the_validating_path() -> None:
+    """F7: misses were cached (a writer's random keys filled ~1.3 GB); F9: the fast path
+    accepted declared keys longer than decode_event's 1024-character limit."""
+    grid = Router(Domain.grid({"a": ["x", "y"], "b": ["u", "v"]}), 1)
+    for i in range(1000):
+        assert grid.nodes(f"nope-{i}") is None
+    assert len(grid._cache) == 0
+    long_leaf = "a/" + "z" * 1100
+    router = Router(Domain.from_paths([long_leaf, "a/x"]), 1)
+    assert long_leaf not in router.declared and "a/x" in router.declared
