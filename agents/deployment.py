@@ -6,7 +6,9 @@ example the count of the events one of them accepts as on time and the other as 
 noise key's label (:func:`stream_dp.counters.bank_context`, field ``domain``) is not just the
 domain's digest but :func:`deployment_id`: the SHA-256 of the canonical JSON of the domain
 digest and **every setting that decides what a tick contains**, plus the deployment's identity
-(``app_id`` and the events topic).
+(``app_id`` and the events topic), and the deployment's **nonce** (:mod:`agents.nonce`): a
+random value its first worker writes to the schedule topic, so that another cluster or
+re-created topics with the very same settings never share noise either.
 
 Every field of :class:`agents.config.Settings` is classified here, either in :data:`BINDING`
 (it is part of the identity) or in :data:`NOT_BINDING` with the reason it cannot change what a
@@ -41,7 +43,8 @@ BINDING: tuple[str, ...] = (
 
 #: settings that cannot change what a tick contains, with the reason
 NOT_BINDING: dict[str, str] = {
-    "bootstrap": "where the brokers are, not what they hold (addresses change)",
+    "bootstrap": "where the brokers are (addresses change); another cluster is another "
+                 "incarnation, told apart by the deployment nonce (agents.nonce)",
     "security_protocol": "transport security", "ssl_cafile": "transport security",
     "ssl_certfile": "transport security", "ssl_keyfile": "transport security",
     "ssl_key_password_file": "transport security", "ssl_check_hostname": "transport security",
@@ -74,20 +77,25 @@ NOT_BINDING: dict[str, str] = {
 }
 
 
-def deployment_context(settings: Settings, domain_digest: str) -> dict[str, Any]:
-    """Everything the deployment's noise is bound to: the domain digest and every
-    :data:`BINDING` setting (floats as exact hex, so 1.0 and 1.0000000001 differ)."""
+def deployment_context(settings: Settings, domain_digest: str, nonce: str = ""
+                       ) -> dict[str, Any]:
+    """Everything the deployment's noise is bound to: the domain digest, every
+    :data:`BINDING` setting (floats as exact hex, so 1.0 and 1.0000000001 differ) and the
+    deployment's nonce (:mod:`agents.nonce`; ``""`` for the pure states of unit tests)."""
     doc: dict[str, Any] = {"context": "stream-dp/deployment", "version": 1,
                            "domain": str(domain_digest)}
+    if nonce:
+        doc["nonce"] = nonce
     for name in BINDING:
         v = getattr(settings, name)
         doc[name] = float(v).hex() if isinstance(v, float) else v
     return doc
 
 
-def deployment_id(settings: Settings, domain_digest: str) -> str:
+def deployment_id(settings: Settings, domain_digest: str, nonce: str = "") -> str:
     """SHA-256 (hex) of :func:`deployment_context` as canonical JSON: the ``domain_id`` that
     keys every bank's noise and binds every checkpoint of the deployment."""
     from stream_dp.mechanism import canonical_json
 
-    return hashlib.sha256(canonical_json(deployment_context(settings, domain_digest))).hexdigest()
+    return hashlib.sha256(canonical_json(deployment_context(settings, domain_digest, nonce))
+                          ).hexdigest()

@@ -194,6 +194,8 @@ class Router:
             self.local_index[i] = len(self.shard_nodes[s])
             self.shard_nodes[s].append(i)
         self._cache: dict[str, tuple[int, ...] | None] = {}
+        #: the deployment's nonce (agents.nonce), set by the worker before any state is built
+        self.deployment_nonce = ""
         #: flat and hierarchy domains: open buckets are keyed by the event's leaf (an int; its
         #: nodes are the leaf and its ancestors, :meth:`expand`), and every valid event key is
         #: known up front, so memory does not grow with the keys seen. Grids and binary

@@ -699,9 +699,13 @@ class IngestStage(_Stage):
         was released before), ingest starts where the first persisted range starts, so every
         decision is made again exactly as it was.
         """
+        from agents.nonce import NONCE_KEY
+
         records = await read_all(self.reader, self.s.schedule_topic, state.partition)
         entries = []
         for r in records:
+            if r.key == NONCE_KEY:
+                continue  # the deployment nonce (partition 0), not a closing point
             try:
                 entries.append(ScheduleEntry.decode(r.value, state.entry_key))
             except ScheduleMismatch as exc:
@@ -876,7 +880,8 @@ class ReleaseStage(_Stage):
         if self.w.router.patterns:
             from agents.release import AttributeReleaseState, new_live
 
-            live = new_live(self.s, self.w.domain, self.w.key) if p == 0 else None
+            live = new_live(self.s, self.w.domain, self.w.key,
+                            self.w.router.deployment_nonce) if p == 0 else None
             return AttributeReleaseState(self.s, self.w.router, p, live, key=self.w.key)
         return ReleaseState(
             self.s, self.w.router, p, self.w.new_bank(p), key=self.w.key,
@@ -1254,6 +1259,16 @@ class Worker:
             self.mechanism(), names, self.key, domain_id=self.domain_id, epoch=self.settings.epoch
         )
 
+    async def adopt_nonce(self) -> None:
+        """Read (or create) the deployment's nonce (:mod:`agents.nonce`) and bind the noise
+        and every checkpoint to it, before any state is built."""
+        from agents.nonce import adopt_nonce
+
+        nonce = await adopt_nonce(self.settings, self.router.domain_id, self.key,
+                                  self.kafka_kwargs())
+        self.router.deployment_nonce = nonce
+        self.domain_id = deployment_id(self.settings, self.router.domain_id, nonce)
+
     async def run(self, stop_event: asyncio.Event | None = None) -> None:
         stop = stop_event if stop_event is not None else asyncio.Event()
         self.mechanism()  # fail fast on bad strategy settings
@@ -1261,6 +1276,7 @@ class Worker:
         tasks: list[asyncio.Task[None]] = []
         stopper = asyncio.create_task(stop.wait())
         try:
+            await self.adopt_nonce()
             await self.ingest.start()
             await self.release.start()
             tasks = [

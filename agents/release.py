@@ -304,7 +304,8 @@ class ReleaseState:
         if self._domain_id is None:
             from agents.deployment import deployment_id
 
-            self._domain_id = deployment_id(self.settings, self.router.domain_id)
+            self._domain_id = deployment_id(self.settings, self.router.domain_id,
+                                            getattr(self.router, "deployment_nonce", ""))
         return self._domain_id
 
     def context(self) -> bytes:
@@ -459,20 +460,21 @@ def attribute_config(settings: Settings, domain: Any) -> Any:
     )
 
 
-def attribute_description(settings: Settings, domain: Any) -> str:
-    """Canonical text keying every noise draw of a binary-attribute deployment."""
+def attribute_description(settings: Settings, domain: Any, nonce: str = "") -> str:
+    """Canonical text keying every noise draw of a binary-attribute deployment (bound to the
+    deployment's identity and nonce, :mod:`agents.deployment`)."""
     from agents.deployment import deployment_id
 
-    return (f"stream-dp/attributes/v2/deployment={deployment_id(settings, domain.digest())}"
-            f"/epoch={int(settings.epoch)}")
+    did = deployment_id(settings, domain.digest(), nonce)
+    return f"stream-dp/attributes/v2/deployment={did}/epoch={int(settings.epoch)}"
 
 
-def new_live(settings: Settings, domain: Any, key: bytes) -> Any:
+def new_live(settings: Settings, domain: Any, key: bytes, nonce: str = "") -> Any:
     """A fresh :class:`stream_dp.attributes.live.LiveMarginals` for the deployment."""
     from stream_dp.attributes.live import LiveMarginals
 
     return LiveMarginals(attribute_config(settings, domain), key,
-                         attribute_description(settings, domain))
+                         attribute_description(settings, domain, nonce))
 
 
 @dataclass(frozen=True)
@@ -525,7 +527,8 @@ class AttributeReleaseState(ReleaseState):
         super().__init__(settings, router, shard, None, key=key, mechanism=False)
         self.live = live
         self._config = attribute_config(settings, router.domain)
-        self._description = attribute_description(settings, router.domain)
+        self._description = attribute_description(
+            settings, router.domain, getattr(router, "deployment_nonce", ""))
 
     def step(self) -> Any:
         """Release the next tick (call only when :meth:`ready`)."""

@@ -24,7 +24,9 @@ at no new privacy budget; the same key on any other content (edited, extended, a
 renamed copy of another log) would publish the exact difference, so replay refuses (exit status
 3, ``"status": "log_differs"``); another key is said to spend the budget again.
 
-**Close markers.** After the events (and, when paced, every second of wall time), replay writes a
+**Close markers.** After the events (and, in between, a progress marker before the first record
+whose event time reaches the next multiple of ``--marker-every`` seconds: positions fixed by the
+log, the same at any speed), replay writes a
 close marker into every partition of the topic (:func:`agents.codec.close_marker`), authenticated
 with a MAC under :func:`agents.codec.marker_key` of the noise key, bound to the topic and the
 partition: on a deployment with ``schedule = "markers"`` they are its schedule — ticks close
@@ -33,8 +35,8 @@ dead-letters them (pass ``--no-close-markers``). The final marker is at ``--unti
 whenever markers are written: the last released tick is public, fixed before the replay, never
 the last event's tick (removing the last event must not change how many ticks are released).
 A ``--until`` in the future is refused (a worker dead-letters a marker whose ticks' deadline +
-``close_grace_s`` has not passed on its clock), and progress markers never run ahead of the wall
-clock or of ``--until``.
+``close_grace_s`` has not passed on its clock), and progress markers never run ahead of
+``--until``.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ rest is sent, each record exactly once. --restart starts over (a new replay of t
 
 Schedule: a historical log is replayed into a deployment with schedule = "markers" (what
 'stream-dp simulate --settings-out' writes). Replay writes close markers after the events (and
-every second when paced), signed with a key derived from the noise key, so ticks close where the
+every --marker-every seconds of event time, at positions fixed by the log), signed with a key derived from the noise key, so ticks close where the
 log says, whatever the speed, and the worker can be started before or after the replay. The final
 marker closes every tick up to the one containing --until TIME, which is required with markers:
 the end of the release is public and fixed in advance, never the last event's time (removing the
@@ -175,6 +177,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     pace.add_argument(
         "--as-fast-as-possible", action="store_true", help="no pacing (the default)"
+    )
+    parser.add_argument(
+        "--marker-every", type=float, default=60.0, metavar="SECONDS",
+        help="progress close markers every SECONDS of event time (default 60), at positions "
+        "fixed by the log: the same releases at any --speed; 0 = only the final marker",
     )
     parser.add_argument(
         "--retime", metavar="now|TIME",
@@ -341,6 +348,7 @@ async def send_events(
     final_marker: Callable[[], float | None] | None = None,
     mac_key: bytes | None = None,
     clock: Callable[[], float] = time.time,
+    marker_every: float = 60.0,
 ) -> SendReport:
     """Produce ``records`` to ``topic`` with an idempotent producer, in order.
 
@@ -349,9 +357,11 @@ async def send_events(
     awaited and ``on_checkpoint(last acknowledged record, {partition: last offset})`` is called.
     Setting ``stop`` ends the loop after acknowledging what was sent.
 
-    ``markers``: when paced, write a progress close marker into every partition once per wall
-    second (time = the replay clock, never past ``final_marker()`` nor the wall ``clock()``);
-    after the last record, a final one at ``final_marker()`` (skipped if it returns None). Each
+    ``markers``: progress close markers at positions fixed by the log alone, the same whether
+    paced or not and however fast the sender keeps up: before the first record whose event time
+    reaches a multiple ``B`` of ``marker_every`` seconds (event time) beyond the last marker, a
+    marker at ``B`` (never past ``final_marker()``) into every partition; after the last record,
+    a final one at ``final_marker()`` (skipped if it returns None). Each
     marker is authenticated with ``mac_key`` (:func:`agents.codec.marker_key` of the deployment's
     noise key; required with ``markers``) for its topic and partition.
     """
@@ -388,7 +398,7 @@ async def send_events(
     interrupted = False
 
     checkpointed = 0
-    last_marker = loop.time()
+    last_boundary: float | None = None
 
     async def mark(at: float, final: bool) -> None:
         assert mac_key is not None
@@ -423,6 +433,16 @@ async def send_events(
                     on_progress(record)
                 continue
             event = record.event
+            if markers and marker_every > 0 and math.isfinite(event.ts):
+                # a boundary of event time fixed by the log, not by the wall clock: the same
+                # marker positions at any speed (docs/privacy.md, "The release schedule")
+                boundary = math.floor(event.ts / marker_every) * marker_every
+                if last_boundary is None:
+                    last_boundary = boundary
+                elif boundary > last_boundary:
+                    last_boundary = boundary
+                    end = final_marker() if final_marker is not None else None
+                    await mark(boundary if end is None else min(boundary, end), False)
             if speed is not None:
                 if ts0 is None:
                     ts0 = event.ts
@@ -447,12 +467,6 @@ async def send_events(
             )
             pending.append((record, fut))
             processed = record
-            if markers and speed is not None and ts0 is not None \
-                    and loop.time() - last_marker >= 1.0:
-                last_marker = loop.time()
-                at = min(ts0 + (loop.time() - t_start) * speed, clock())
-                end = final_marker() if final_marker is not None else None
-                await mark(at if end is None else min(at, end), False)
             if len(pending) >= chunk or loop.time() - last_checkpoint > 0.5:
                 await settle(processed)
             if on_progress is not None:
@@ -630,6 +644,9 @@ def validate_args(args: argparse.Namespace) -> None:
     if args.speed is not None and not (args.speed > 0 and math.isfinite(args.speed)):
         raise ValueError(f"--speed must be a finite number > 0 (event-time seconds per wall "
                          f"second), got {args.speed}")
+    if not (math.isfinite(args.marker_every) and 0 <= args.marker_every <= 1e9):
+        raise ValueError(f"--marker-every must be a number of seconds in [0, 1e9], got "
+                         f"{args.marker_every}")
     if not 1 <= args.chunk <= 10_000_000:
         raise ValueError(f"--chunk must be an integer in [1, 10000000] (records per "
                          f"checkpoint), got {args.chunk}")
@@ -828,6 +845,7 @@ async def _async_run(args: argparse.Namespace) -> int:
             records, bootstrap=bootstrap, topic=topic, speed=speed, run_id=state.run_id,
             skip=skip, chunk=args.chunk, on_checkpoint=checkpoint, on_progress=progress,
             stop=stop, markers=markers, final_marker=final_marker, mac_key=mac_key,
+            marker_every=args.marker_every,
         )
     except LogFormatError as exc:
         bar.close()

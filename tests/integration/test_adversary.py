@@ -172,3 +172,46 @@ async def test_two_deployments_with_one_key_never_share_noise(
     va, vb = _values(got_a), _values(got_b)
     assert set(va) == set(vb) and len(va) == domain.size * 4
     assert all(va[k] != vb[k] for k in va)
+
+
+async def test_the_same_configuration_on_another_cluster_draws_fresh_noise(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Review F2: one configuration and key on two clusters (here: every topic deleted and
+    created anew) with different events gave identical noise, so the difference of their
+    releases was the exact count difference. The deployment nonce on the schedule topic tells
+    the incarnations apart; two workers of one incarnation adopt the same nonce."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from agents.nonce import adopt_nonce
+    from agents.topics import topic_specs
+
+    s = ps.make_settings(kafka_broker, tmp_path, unique_name, LEAVES, epsilon=1.0, p=0.5,
+                         events_partitions=1, shards=1, tick_seconds=1.0)
+    domain = load_domain(s.domain_file)
+    releases = []
+    nonces = []
+    for _incarnation in range(2):
+        await ps.create_topics(s)
+        digest = str(domain.digest())
+        got = await asyncio.gather(*(adopt_nonce(s, digest, s.noise_key(), {}) for _ in range(3)))
+        assert len(set(got)) == 1  # racing workers agree: the earliest record wins
+        nonces.append(got[0])
+        await ps.produce(s, (ps.event_bytes("a/x", s.origin + 0.01 * i, 1.0) for i in range(50)))
+        await ps.close_ticks(s, 3)
+        out, _ = await ps.run_worker_until(s, domain.size, 3)
+        releases.append(_values(out))
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
+        await admin.start()
+        try:
+            await admin.delete_topics([t.name for t in topic_specs(s)])
+            for _ in range(100):
+                if not set(await admin.list_topics()) & {t.name for t in topic_specs(s)}:
+                    break
+                await asyncio.sleep(0.1)
+        finally:
+            await admin.close()
+    assert nonces[0] != nonces[1]
+    first, second = releases
+    assert set(first) == set(second)
+    assert all(first[k] != second[k] for k in first)  # the same counts, unrelated noise

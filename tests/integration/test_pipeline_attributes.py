@@ -104,7 +104,10 @@ async def test_attribute_tables_through_the_worker_match_the_library(
     assert sorted(by_tick) == list(range(1, TICKS + 1))
     # oracle: the library object, fed the log's events tick by tick with the deployment's key
     dom = load_domain(dom_file)
-    live = new_live(s, dom, s.noise_key())
+    from agents.nonce import adopt_nonce  # the deployment's nonce, from its schedule topic
+
+    nonce = await adopt_nonce(s, str(dom.digest()), s.noise_key(), {})
+    live = new_live(s, dom, s.noise_key(), nonce)
     events = [r.event for r in read_log(log)]
     ticks = np.array([math.floor((e.ts - s.origin) / s.tick_seconds) + 1 for e in events])
     pats = np.array([dom.pattern(e.attrs) for e in events], dtype=np.uint64)

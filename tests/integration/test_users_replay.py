@@ -464,17 +464,27 @@ def test_a_log_written_to_while_it_is_replayed_binds_the_key_for_good(
 def test_progress_markers_never_pass_until(
     kafka_broker: str, unique_name: str, tmp_path: Path
 ) -> None:
-    """#23 item 8: a paced replay's progress markers follow the replay clock but stop at the
-    public end, so events after --until never close a tick past it."""
+    """#23 item 8: progress markers stop at the public end, so events after --until never
+    close a tick past it; and (review F3) they sit at positions fixed by the log: the same
+    markers, in the same places, paced or not."""
     create_topic(kafka_broker, unique_name, partitions=1)
     log = tmp_path / "paced.csv"
     log.write_text("ts,key\n" + "".join(f"{1704067200 + i * 0.25:.2f},item{i % 3}\n"
                                         for i in range(33)), encoding="utf-8")  # 8 s of log
     until = 1704067201.0
     stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
-              "--speed", "2", "--until", str(until), "--no-progress", check=True)
+              "--speed", "2", "--until", str(until), "--marker-every", "1", "--no-progress",
+              check=True)
     markers = [m.json() for m in close_markers(kafka_broker, unique_name)]
     progress = [m["time"] for m in markers if not m["final"]]
-    assert len(progress) >= 2  # about one a wall second over ~4 s
-    assert max(progress) <= until
+    assert progress == [until] * 8  # boundaries 1..8 s into the log, each capped at --until
     assert [m["time"] for m in markers if m["final"]] == [until]
+    # unpaced, into another topic: the very same markers at the very same offsets
+    other = unique_name + "-fast"
+    create_topic(kafka_broker, other, partitions=1)
+    stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", other, "--restart",
+              "--until", str(until), "--marker-every", "1", "--no-progress", check=True)
+    again = [m.json() for m in close_markers(kafka_broker, other)]
+    assert [(m["time"], m["final"]) for m in again] == [(m["time"], m["final"]) for m in markers]
+    assert [m.offset for m in close_markers(kafka_broker, other)] == [
+        m.offset for m in close_markers(kafka_broker, unique_name)]

@@ -316,3 +316,20 @@ def test_unknown_keys_are_not_cached_and_long_keys_take_the_validating_path() ->
     long_leaf = "a/" + "z" * 1100
     router = Router(Domain.from_paths([long_leaf, "a/x"]), 1)
     assert long_leaf not in router.declared and "a/x" in router.declared
+
+
+def test_nonce_records_are_sealed_to_the_deployment_and_key() -> None:
+    from agents.nonce import nonce_record, parse_nonce
+
+    s = _settings()
+    d = ROUTER.domain_id
+    nonce = "ab" * 32
+    rec = nonce_record(s, d, KEY, nonce)
+    assert parse_nonce(s, d, KEY, rec) == nonce
+    assert parse_nonce(s, d, bytes(range(32)), rec) is None  # another key
+    assert parse_nonce(s.replace(app_id="other"), d, KEY, rec) is None  # another deployment
+    forged = bytearray(rec)
+    forged[-40] ^= 1
+    assert parse_nonce(s, d, KEY, bytes(forged)) is None
+    assert parse_nonce(s, d, KEY, b'{"v": 1, "nonce": "' + b"cd" * 32 + b'"}') is None
+    assert deployment_id(s, d, nonce) != deployment_id(s, d, "cd" * 32) != deployment_id(s, d)
