@@ -735,9 +735,10 @@ class IngestState:
         position = self.offset
         cache_get = self.router.declared.get
         digest = self.digest
-        # Markers schedule: event times are bounded by the worker's own clock (a far-future
-        # time would open a bucket that no marker may close); read once per batch.
-        horizon_ts = self.clock() + skew if markers else math.inf
+        # Event times are bounded by the worker's own clock too (read once per batch): a
+        # far-future time — on a markers deployment, or with a forged CreateTime stamp as far
+        # ahead — would open a bucket that closes only years later (memory, checkpoints).
+        horizon_ts = self.clock() + skew
         if self.range_start < 0:
             self.range_start = position if position >= 0 else (
                 records[0].offset if records else -1)
@@ -808,8 +809,8 @@ class IngestState:
                 if (
                     (tts is float or tts is int) and (tv is float or tv is int)
                     and origin <= rts and 0.0 <= rv <= max_value
-                    and (rts <= horizon_ts if markers
-                         else (rts <= arrival + skew and arrival - rts <= max_age))
+                    and rts <= horizon_ts
+                    and (markers or (rts <= arrival + skew and arrival - rts <= max_age))
                     and (not whole or float(rv).is_integer())
                 ):
                     rk: Any = obj.get("key")
@@ -859,12 +860,11 @@ class IngestState:
                              value, offset))
                 continue
             tick = sch.tick_of(ts)
-            if markers:
-                if ts > horizon_ts:
-                    dead.append((key, Rejection("future", f"ts={ts!r} is more than {skew:g} s "
-                                 "ahead of the worker's clock (markers schedule)"), value, offset))
-                    continue
-            else:
+            if ts > horizon_ts:
+                dead.append((key, Rejection("future", f"ts={ts!r} is more than {skew:g} s "
+                             "ahead of the worker's clock"), value, offset))
+                continue
+            if not markers:
                 if rts_ms < 0:
                     dead.append((key, Rejection("no_timestamp", "the record carries no Kafka "
                                  "timestamp, so its arrival cannot be checked"), value, offset))

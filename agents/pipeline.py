@@ -674,6 +674,45 @@ class IngestStage(_Stage):
         )
         await self.hw.start()
 
+    async def run(self, stop: asyncio.Event) -> None:
+        """The stage's loop, plus (clock schedule) a timer that reads the end offsets as soon
+        as a tick's deadline + grace passes, not after the batch being processed: on CreateTime
+        topics a busy worker would otherwise read them later, and a burst of junk could move
+        an honest straggler across the closing point."""
+        if self.s.schedule != "clock":
+            await super().run(stop)
+            return
+        timer = asyncio.create_task(self._clock_closes(stop), name="stream-dp-ingest-clock")
+        try:
+            await super().run(stop)
+        finally:
+            timer.cancel()
+            with contextlib.suppress(BaseException):
+                await timer
+
+    async def _clock_closes(self, stop: asyncio.Event) -> None:
+        sch = self.w.schedule
+        while not stop.is_set():
+            now = time.time()
+            due = sch.due_through(now)
+            need = [p for p, st in list(self.states.items())
+                    if not st.replaying and st.covered_through() < due]
+            if need:
+                k = _kafka()
+                tps = [k.TopicPartition(self.topic, p) for p in need]
+                try:
+                    ends = await self.hw.end_offsets(tps)
+                except Exception as exc:  # handle() reads them again on its next pass
+                    log.debug("ingest: clock-close end offsets failed: %s", exc)
+                    ends = {}
+                for tp, end_offset in ends.items():
+                    state = self.states.get(tp.partition)
+                    if state is not None:
+                        state.schedule_close(due, int(end_offset), "clock", now)
+            # sleep until the next tick's deadline + grace (at most 1 s, to follow rebalances)
+            nxt = sch.deadline(due + 1) + sch.grace - time.time()
+            await asyncio.sleep(min(1.0, max(0.005, nxt)))
+
     async def stop(self) -> None:
         await super().stop()
         if self.hw is not None:

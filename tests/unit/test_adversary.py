@@ -333,3 +333,18 @@ def test_nonce_records_are_sealed_to_the_deployment_and_key() -> None:
     assert parse_nonce(s, d, KEY, bytes(forged)) is None
     assert parse_nonce(s, d, KEY, b'{"v": 1, "nonce": "' + b"cd" * 32 + b'"}') is None
     assert deployment_id(s, d, nonce) != deployment_id(s, d, "cd" * 32) != deployment_id(s, d)
+
+
+def test_a_forged_create_time_stamp_years_ahead_opens_no_bucket() -> None:
+    """Review F5: on CreateTime a writer set the record timestamp and ts years ahead: every
+    such record opened a bucket that closed only years later (memory, checkpoint size). Event
+    times beyond the worker's clock + max_future_skew_s are ``future``."""
+    s = _settings(events_timestamp_type="CreateTime")
+    now = ORIGIN + 100.0
+    state = _state(s, now)
+    recs = [Record(i, b"k", _event("a/x", now + 1e6 * (i + 1)), int((now + 1e6 * (i + 1)) * 1000), 0)
+            for i in range(50)]
+    recs.append(Record(50, b"k", _event("a/y", ORIGIN + 95.0), int((ORIGIN + 96.0) * 1000), 0))
+    state.process_batch(recs)
+    assert _reasons(state) == ["future"] * 50
+    assert sorted(state.buckets) == [10]
