@@ -12,10 +12,13 @@ for every level; the weights ``w`` have unit L1 (pure) or L2 (zCDP) norm.
 
 **Sensitivity.** One event of size ``cap`` changes one coordinate per level by at most
 ``cap·w_i`` (exactly ``cap·w_i`` when its tick ends a top block), plus 2 grid units of slack per
-coordinate: one for rounding, one for the float64 evaluation error of ``w·S`` on both neighbours
-(the open-block sum is accumulated over up to ``b_top`` ticks, ``R ← p·R + D``, error
-≤ ``b_top·2^-52·max|R|``; :meth:`step` keeps every ``|w·R/g|`` below ``2**50/b_top`` grid units,
-so each evaluation is off by < 3/8 unit, raising ``ValueError`` with the state unchanged
+coordinate: one for rounding, one for the evaluation error of ``w·S`` on both neighbours. The
+open-block sums are kept in **double-double** arithmetic (:mod:`stream_dp.strategies._dd`, ~106
+bits, non-negative operands), ``R ← p·R + D`` with relative error ≤ ``2·2**-102`` per tick, and
+``w·S/g`` is evaluated in it too and rounded to two float64 integers to which the integer noise is
+added (the noisy measurement is an exact integer of any size). :meth:`step` keeps every
+``|w·R/g|`` below ``2**99/b_top`` grid units, so each evaluation is off by < 1/4 unit, raising
+``ValueError`` with the state unchanged
 otherwise). L1: ``cap + 2mg``; L2: ``cap + 2√m·g``. Noise: discrete Laplace with
 scale ``Δ₁/(ε g)`` grid units (ε-DP), discrete Gaussian with ``σ = Δ₂/(√(2ρ) g)`` (ρ-zCDP,
 Canonne–Kamath–Steinke). Grid ``g``: largest power of two ≤ (noise scale without slack)/2**17.
@@ -41,6 +44,7 @@ from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_varianc
 from stream_dp.noise.gaussian import MIN_SIGMA
 from stream_dp.noise.grid import choose_grid
 from stream_dp.noise.laplace import MIN_SCALE
+from stream_dp.strategies import _dd
 from stream_dp.strategies._common import (
     MAX_GRID_BUDGET,
     RESOLUTION_BITS,
@@ -62,8 +66,9 @@ from stream_dp.strategies.tree.plan import (
 
 __all__ = ["BinaryTreeMechanism", "TreeMechanism", "make", "make_binary"]
 
-#: |w·R/g| must stay below this divided by the longest block (float64 error < 3/8 grid unit).
-MAX_MEASURED_UNITS = float(2**50)
+#: |w·R/g| must stay below this divided by the longest block (double-double evaluation error
+#: < 1/4 grid unit).
+MAX_MEASURED_UNITS = float(2**99)
 #: Slack per measured coordinate an event touches, in grid units (rounding + float evaluation).
 SLACK_UNITS = 2.0
 _NODE_SHIFT = 40
@@ -132,7 +137,7 @@ class TreeMechanism(Mechanism):
             self.levels, self.weights, self.p, self.unit_variance
         )
         self._blocks = tuple(1 << lv for lv in self.levels)
-        #: bound on |w·R/g| (grid units) keeping float64 evaluation error < 3/8 unit
+        #: bound on |w·R/g| (grid units) keeping the evaluation error < 1/4 unit
         self.max_units = MAX_MEASURED_UNITS / float(self._blocks[-1])
 
     def _default_plan(self) -> TreePlan:
@@ -151,6 +156,7 @@ class TreeMechanism(Mechanism):
             "scale_units": self.scale_units,
             "max_units": self.max_units,
             "slack_units": SLACK_UNITS,
+            "arithmetic": "double-double",
             "node_shift": _NODE_SHIFT,
             "resolution_bits": RESOLUTION_BITS,
         }
@@ -162,6 +168,7 @@ class TreeMechanism(Mechanism):
         return {
             "tick": np.array(0, dtype=np.int64),
             "raw": np.zeros((m, n_streams), dtype=np.float64),
+            "raw_lo": np.zeros((m, n_streams), dtype=np.float64),
             "acc": np.zeros((m, n_streams), dtype=np.float64),
             "release": np.zeros(n_streams, dtype=np.float64),
         }
@@ -178,6 +185,7 @@ class TreeMechanism(Mechanism):
         d = np.asarray(counts, dtype=np.float64)
         p = self.p
         raw: Float64Array = state["raw"]  # type: ignore[assignment]
+        raw_lo: Float64Array = state["raw_lo"]  # type: ignore[assignment]
         acc: Float64Array = state["acc"]  # type: ignore[assignment]
         done = [i for i, b in enumerate(self._blocks) if t % b == 0]  # a prefix 0..c
         g = self.grid
@@ -194,14 +202,18 @@ class TreeMechanism(Mechanism):
                 )
         meas = []
         for i in done:
-            u = p * raw[i] + d  # the block's decayed sum, same float ops as the update below
-            u *= self.weights[i] / g
-            y = np.rint(u).astype(np.int64)
-            y += self._sample(noise, (i << _NODE_SHIFT) | (t // self._blocks[i]))
-            meas.append(y.astype(np.float64) * (g / self.weights[i]))
+            # the block's decayed sum p·R + D (double-double, as the update below), times w/g
+            u_hi, u_lo = _dd.mul(raw[i], raw_lo[i], p)
+            u_hi, u_lo = _dd.add(u_hi, u_lo, d)
+            u_hi, u_lo = _dd.mul(u_hi, u_lo, float(self.weights[i]))
+            y_hi, y_lo = _dd.round_split(u_hi / g, u_lo / g)
+            y_lo += self._sample(noise, (i << _NODE_SHIFT) | (t // self._blocks[i]))
+            meas.append((y_hi + y_lo) * (g / self.weights[i]))
         # 2. in-place update: open blocks and completed estimates decay by p
-        raw *= p
-        raw += d
+        new_hi, new_lo = _dd.mul(raw, raw_lo, p)
+        new_hi, new_lo = _dd.add(new_hi, new_lo, np.broadcast_to(d, raw.shape))
+        raw[...] = new_hi
+        raw_lo[...] = new_lo
         acc *= p
         est = meas[0]
         for i in done[1:]:
@@ -210,6 +222,7 @@ class TreeMechanism(Mechanism):
             a = float(self.alpha[i])
             est = a * meas[i] + (1.0 - a) * children
         raw[: done[-1] + 1] = 0.0
+        raw_lo[: done[-1] + 1] = 0.0
         acc[done[-1]] += est
         release = acc.sum(axis=0) if acc.shape[0] > 1 else acc[0].copy()
         state["release"] = release

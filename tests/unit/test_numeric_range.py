@@ -1,0 +1,81 @@
+"""Numeric range of every registered strategy (issue #26): ``Mechanism.max_count()`` ≥ 10^6 × cap
+per stream and tick at the default horizon (65,535) and at 2^20 − 1, for every p in a grid that
+includes 0.9, 0.99, 0.999 and 1, under every privacy model the strategy accepts.
+
+The strategies are enumerated from the registry, so a strategy registered later is covered
+without editing this file. Two caps: 1 (a power of two, the grids' best case) and 1.9 (just below
+the next power of two: the power-of-two grids are then relatively finest, the worst case).
+
+A range is only worth something if the strategy *releases* counts up to it: for each strategy a
+stream fed ``max_count()`` on every tick (and a neighbour stream fed 0) is stepped through a
+whole top block / node sequence at a short horizon without a refusal.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from stream_dp.budget import ZCDP, Privacy, PureDP
+from stream_dp.counters import CounterBank
+from stream_dp.strategies import available, get, make_mechanism
+
+DEFAULT_HORIZON = 65_535
+LONG_HORIZON = (1 << 20) - 1
+P_GRID = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999, 1.0)
+REQUIRED = 1e6
+PRIVACY: dict[str, Privacy] = {"pure": PureDP(1.0), "zcdp": ZCDP(0.5)}
+
+
+def _cases() -> list[tuple[str, str]]:
+    return [
+        (model, name)
+        for model in ("pure", "zcdp")
+        for name in available(model, integer_counts=True)
+    ]
+
+
+def test_every_registered_strategy_is_enumerated() -> None:
+    """The enumeration is not empty and covers both privacy models and the Fenwick family."""
+    cases = _cases()
+    names = {n for _, n in cases}
+    assert {"naive", "dm", "dmfda", "fenwick-opt", "tree", "binary-tree"} <= names
+    assert {m for m, _ in cases} == {"pure", "zcdp"}
+
+
+def _caps(name: str) -> tuple[float, ...]:
+    return (1.0, 3.0) if get(name).integer_only else (1.0, 1.9)
+
+
+@pytest.mark.parametrize(
+    "horizon",
+    [DEFAULT_HORIZON, pytest.param(LONG_HORIZON, marks=pytest.mark.slow)],
+)
+@pytest.mark.parametrize(("model", "name"), _cases())
+def test_range_at_least_a_million_events_per_tick(model: str, name: str, horizon: int) -> None:
+    short: list[str] = []
+    for p in P_GRID:
+        for cap in _caps(name):
+            mech = make_mechanism(name, p, horizon, PRIVACY[model], cap)
+            got = mech.max_count()
+            if not (not math.isnan(got) and got >= REQUIRED * cap):
+                short.append(f"p={p} cap={cap}: {got:.3g} < {REQUIRED * cap:.3g}")
+    assert not short, f"{name} ({model}, horizon {horizon}): " + "; ".join(short)
+
+
+@pytest.mark.parametrize("p", [0.9, 0.999, 1.0])
+@pytest.mark.parametrize(("model", "name"), _cases())
+def test_counts_at_max_count_are_released(model: str, name: str, p: float) -> None:
+    """``max_count()`` is not an empty promise: counts at it on every tick are released (a short
+    horizon, so that whole nodes and blocks — and at p = 1 an epoch roll — are exercised)."""
+    mech = make_mechanism(name, p, 63, PRIVACY[model], 1.0)
+    top = mech.max_count()
+    if math.isinf(top):
+        top = 1e15
+    bank = CounterBank(mech, ["busy", "idle"], key=b"k" * 32)
+    counts = np.array([math.floor(top) if get(name).integer_only else top, 0.0])
+    for _ in range(200):
+        out = bank.step(counts)
+        assert np.all(np.isfinite(out))
