@@ -51,10 +51,10 @@ def check_range(mechanism: Mechanism, max_tick_count: float, what: str | None = 
     >>> from stream_dp.budget import PureDP
     >>> from stream_dp.strategies import make_mechanism
     >>> check_range(make_mechanism("naive", 0.9, 63, PureDP(1.0)), 1e6)
-    >>> check_range(make_mechanism("dmfda", 0.999, 4095, PureDP(1.0)), 60_000)
+    >>> check_range(make_mechanism("tree-ls", 0.999, 4095, PureDP(1.0)), 1e9)
     Traceback (most recent call last):
     ...
-    ValueError: per-tick count 60000 can exceed the numeric range of dmfda (p = 0.999, horizon = 4095, cap = 1): counts up to 3.63e+04 per tick and stream; declare fewer events per tick, or choose a strategy with a larger range (docs/accuracy.md, 'Numeric range')
+    ValueError: per-tick count 1e+09 can exceed the numeric range of tree-ls (p = 0.999, horizon = 4095, cap = 1): counts up to 5.37e+08 per tick and stream; declare fewer events per tick, or choose a strategy with a larger range (docs/accuracy.md, 'Numeric range')
     """
     limit = mechanism.max_count()
     if not (isinstance(max_tick_count, (int, float)) and max_tick_count >= 0):

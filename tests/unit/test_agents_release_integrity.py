@@ -213,21 +213,26 @@ def test_a_refused_checkpoint_stops_the_worker_instead_of_retrying() -> None:
     assert w.release._retry_at == 0.0  # no retry scheduled
 
 
-def test_dmfda_at_p_0999_and_1000_events_per_second_overflows_at_tick_1024() -> None:
-    """Reproduces the halt of issue #11 (60 s ticks → 60 000 events per tick): now a fatal
-    ReleaseOverflow with the state unchanged, and refused at start-up when declared."""
-    s = settings(p=0.999, horizon=4095, strategy="dmfda", tick_seconds=60.0,
+def test_counts_beyond_the_range_overflow_with_the_state_unchanged() -> None:
+    """The halt of issue #11 (then: dmfda at p = 0.999 and 60 000 events per tick, tick 1024;
+    since issue #26 the Fenwick and tree strategies hold ≥ 10^12 caps per tick, so the finite
+    range shown here is tree-ls's 5.4·10^8): a fatal ReleaseOverflow with the state unchanged,
+    and refused at start-up when declared."""
+    s = settings(p=0.999, horizon=4095, strategy="tree-ls", tick_seconds=60.0,
                  max_events_per_tick=10_000)
     st = shard(s, domain=Domain.flat(["busy"]))
     with pytest.raises(ReleaseOverflow, match="numeric range") as info:
-        run_ticks(st, [60_000.0] * 1100)
-    assert "tick 1024" in str(info.value)
-    assert st.next_tick == 1024 and st.bank.tick == 1023 and st.ready()  # state unchanged
+        run_ticks(st, [60_000.0] * 9 + [1e9])
+    assert "tick 10" in str(info.value)
+    assert st.next_tick == 10 and st.bank.tick == 9 and st.ready()  # state unchanged
     with pytest.raises(ValueError, match="max_events_per_tick"):
-        build_mechanism(s.replace(max_events_per_tick=60_000))
+        build_mechanism(s.replace(max_events_per_tick=1_000_000_000))
     # auto picks a strategy whose range covers the declared rate
-    assert build_mechanism(s.replace(max_events_per_tick=60_000, strategy="auto")).max_count() \
-        >= 60_000
+    assert build_mechanism(s.replace(max_events_per_tick=1_000_000_000, strategy="auto")
+                           ).max_count() >= 1e9
+    # dmfda, the strategy of issue #11, now covers the largest declarable rate
+    assert build_mechanism(s.replace(max_events_per_tick=2**31 - 1, strategy="dmfda")
+                           ).max_count() >= 2**31 - 1
 
 
 def test_overflow_in_the_release_stage_is_fatal_not_a_retry_loop() -> None:
@@ -240,14 +245,14 @@ def test_overflow_in_the_release_stage_is_fatal_not_a_retry_loop() -> None:
         def __getattr__(self, name: str) -> Any:
             return lambda *a, **k: None
 
-    s = settings(p=0.999, horizon=4095, strategy="dmfda", max_events_per_tick=10_000)
+    s = settings(p=0.999, horizon=4095, strategy="tree-ls", max_events_per_tick=10_000)
     w = Worker(s, key=KEY, domain=Domain.flat(["busy"]), metrics=M())  # type: ignore[arg-type]
     st = w.release.new_state(0)
-    for tick in range(1, 1024):
+    for tick in range(1, 10):
         st.add(tick - 1, Partial(tick, 0, 0, (0,), (60_000.0,), 0.0))
-        if tick < 1023:
+        if tick < 9:
             st.step()
-    st.add(1023, Partial(1024, 0, 0, (0,), (60_000.0,), 0.0))
+    st.add(9, Partial(10, 0, 0, (0,), (1e9,), 0.0))
 
     class Prod:
         async def begin_transaction(self) -> None:  # pragma: no cover - must not be reached
@@ -273,9 +278,9 @@ def test_worker_command_refuses_an_out_of_range_configuration_before_connecting(
     monkeypatch.setenv("STREAM_DP_ORIGIN", str(__import__("time").time()))
     monkeypatch.setenv("STREAM_DP_DOMAIN_FILE", str(domain))
     monkeypatch.setenv("STREAM_DP_BOOTSTRAP", "127.0.0.1:1")
-    monkeypatch.setenv("STREAM_DP_STRATEGY", "dmfda")
+    monkeypatch.setenv("STREAM_DP_STRATEGY", "tree-ls")
     monkeypatch.setenv("STREAM_DP_P", "0.999")
-    monkeypatch.setenv("STREAM_DP_MAX_EVENTS_PER_TICK", "60000")
+    monkeypatch.setenv("STREAM_DP_MAX_EVENTS_PER_TICK", "1000000000")
     monkeypatch.setenv("STREAM_DP_KEY", KEY.hex())
     parser = argparse.ArgumentParser()
     worker.add_arguments(parser)
