@@ -203,14 +203,17 @@ class TreeMechanism(Mechanism):
         meas = []
         for i in done:
             # the block's decayed sum p·R + D (double-double, as the update below), times w/g
-            u_hi, u_lo = _dd.mul(raw[i], raw_lo[i], p)
-            u_hi, u_lo = _dd.add(u_hi, u_lo, d)
+            if p == 1.0:  # ·1 is the identity on normalised pairs: skip it
+                u_hi, u_lo = _dd.add(raw[i], raw_lo[i], d)
+            else:
+                u_hi, u_lo = _dd.mul(raw[i], raw_lo[i], p)
+                u_hi, u_lo = _dd.add(u_hi, u_lo, d)
             u_hi, u_lo = _dd.mul(u_hi, u_lo, float(self.weights[i]))
             y_hi, y_lo = _dd.round_split(u_hi / g, u_lo / g)
             y_lo += self._sample(noise, (i << _NODE_SHIFT) | (t // self._blocks[i]))
             meas.append((y_hi + y_lo) * (g / self.weights[i]))
         # 2. in-place update: open blocks and completed estimates decay by p
-        new_hi, new_lo = _dd.mul(raw, raw_lo, p)
+        new_hi, new_lo = (raw, raw_lo) if p == 1.0 else _dd.mul(raw, raw_lo, p)
         new_hi, new_lo = _dd.add(new_hi, new_lo, np.broadcast_to(d, raw.shape))
         raw[...] = new_hi
         raw_lo[...] = new_lo
