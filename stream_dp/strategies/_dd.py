@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 
 Float64Array = NDArray[np.float64]
 
-__all__ = ["REL_ERR", "add", "mul", "round_split", "split", "two_prod", "two_sum"]
+__all__ = ["REL_ERR", "add", "mul", "mul_dd", "power", "round_split", "split", "two_prod", "two_sum"]
 
 #: Relative error bound of one :func:`add` or :func:`mul` (non-negative operands).
 REL_ERR = 2.0**-102
@@ -100,3 +100,33 @@ def round_split(hi: Float64Array, lo: Float64Array) -> tuple[Float64Array, Float
     m_hi = np.rint(hi)
     r = (hi - m_hi) + lo
     return m_hi, np.rint(r)
+
+
+def mul_dd(
+    hi: Float64Array, lo: Float64Array, b_hi: float, b_lo: float
+) -> tuple[Float64Array, Float64Array]:
+    """``(hi + lo)·(b_hi + b_lo)`` for a double-double constant ``b`` (relative error
+    ≤ :data:`REL_ERR`, non-negative operands; the ``lo·b_lo`` term, below ``2**-104``
+    relative, is left out)."""
+    p, e = two_prod(hi, b_hi)
+    e = e + (hi * b_lo + lo * b_hi)
+    return _fast_two_sum(p, e)
+
+
+def power(b: float, n: int) -> tuple[float, float]:
+    """``b**n`` (``b > 0``, ``n ≥ 1``) as a double-double ``(hi, lo)`` by repeated squaring:
+    relative error ≤ ``2·log2(n)·``:data:`REL_ERR` (each step one :func:`mul_dd`)."""
+    if n < 1:
+        raise ValueError(f"n must be an integer ≥ 1, got {n!r}")
+    base = (np.array([float(b)]), np.array([0.0]))
+    acc: tuple[Float64Array, Float64Array] | None = None
+    while True:
+        if n & 1:
+            acc = base if acc is None else mul_dd(acc[0], acc[1], float(base[0][0]),
+                                                  float(base[1][0]))
+        n >>= 1
+        if not n:
+            break
+        base = mul_dd(base[0], base[1], float(base[0][0]), float(base[1][0]))
+    assert acc is not None
+    return float(acc[0][0]), float(acc[1][0])

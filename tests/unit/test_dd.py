@@ -63,3 +63,32 @@ def test_round_split_is_within_half_a_unit(values: np.ndarray) -> None:
         # and the double-double product itself is the exact one to 2**-102 relative
         exact = Fraction(float(values[i])) * Fraction(1.0 / 3.0)
         assert abs(x - exact) <= exact * Fraction(_dd.REL_ERR)
+
+
+@pytest.mark.parametrize("p", [0.999, 0.5, 0.9999999, 1.0])
+@pytest.mark.parametrize("n", [1, 2, 3, 8, 4096, 524288])
+def test_power_is_the_exact_power_to_the_stated_error(p: float, n: int) -> None:
+    import math
+
+    if n * math.log2(p) < -960:
+        pytest.skip("the power underflows (absolute error below 2**-960, see the module doc)")
+    hi, lo = _dd.power(p, n)
+    got = Fraction(hi) + Fraction(lo)
+    if n <= 4096:
+        exact = Fraction(p) ** n
+        bound = exact * Fraction(2 * max(1, math.ceil(math.log2(n)))) * Fraction(_dd.REL_ERR)
+        assert abs(got - exact) <= bound
+    else:  # the exact power has millions of bits: compare with mpmath-free log bounds
+        assert abs(math.log(hi) - n * math.log(p)) <= 1e-12 * max(1.0, abs(n * math.log(p)))
+    if p == 1.0:
+        assert (hi, lo) == (1.0, 0.0)
+
+
+def test_mul_dd_against_rational(values: np.ndarray) -> None:
+    b_hi, b_lo = _dd.power(0.999, 37)
+    hi, lo = _dd.mul_dd(values, np.zeros_like(values), b_hi, b_lo)
+    b = Fraction(b_hi) + Fraction(b_lo)
+    for i in range(values.size):
+        exact = Fraction(float(values[i])) * b
+        got = Fraction(float(hi[i])) + Fraction(float(lo[i]))
+        assert abs(got - exact) <= exact * Fraction(_dd.REL_ERR)
