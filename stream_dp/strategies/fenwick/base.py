@@ -17,7 +17,7 @@ Python loop over streams.
 
 **Grid and sensitivity.** ``g`` is the largest power of two ``≤ cap / (2·levels) / 2**17``.
 Each measured coordinate an event touches gets a slack of 2 grid units: one for rounding and one
-for the float64 evaluation error of ``a·S/g`` on the two neighbouring inputs (≤ 1/2 unit each):
+for the evaluation error of ``a·S/g`` on the two neighbouring inputs (≤ 1/2 unit each):
 
 * node sums are kept and combined in **double-double** arithmetic (:mod:`stream_dp.strategies._dd`,
   ~106 bits; every operand is non-negative), and the measurement ``a·S/g`` is evaluated in it
