@@ -27,8 +27,14 @@ counts
 ======================  =====================================  ===========================================
 
 Some strategies refuse part of these ranges for a given cap (e.g. ``naive-int`` noise on the
-integer grid cannot follow ε above about 1e3): :func:`check_buildable` builds the mechanism and
-turns its refusal into the same one-line error.
+integer grid cannot follow ε above about 1e3): :func:`stream_dp.planner.check_buildable` builds
+the mechanism and turns its refusal into the same one-line error.
+
+**Layering** (issue #26): this module is the bottom of strategy selection — it imports nothing
+from ``stream_dp``; the registry (:mod:`stream_dp.strategies.registry`) checks its arguments with
+:func:`check_parameters`, and the planner sits above both. ``stream_dp.limits.check_buildable``,
+which builds mechanisms, is defined in the planner; the name stays importable from here as a lazy
+alias (module ``__getattr__``: resolved on first use, never at import time).
 
 Memory: :func:`estimate_memory` bounds the bytes one worker needs for a strategy's tables and
 ``n_streams`` streams; :func:`check_memory` refuses what does not fit a limit.
@@ -45,6 +51,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the alias's type for mypy (no import at run time; see __getattr__)
+    from stream_dp.planner import check_buildable
 
 __all__ = [
     "CAP_RANGE",
@@ -53,7 +63,7 @@ __all__ = [
     "P_RANGE",
     "RHO_RANGE",
     "MemoryEstimate",
-    "check_buildable",
+    "check_buildable",  # alias of stream_dp.planner.check_buildable (module __getattr__)
     "check_memory",
     "check_parameters",
     "estimate_memory",
@@ -175,32 +185,6 @@ def check_parameters(
         )
 
 
-def check_buildable(
-    strategy: str,
-    p: float,
-    horizon: int,
-    privacy: object,
-    cap: float = 1.0,
-    *,
-    integer_counts: bool = False,
-) -> str:
-    """Build the mechanism once (``auto`` resolved); return the strategy name it resolves to.
-
-    A strategy's own refusal (a budget its samplers cannot follow for this cap and grid, a
-    strategy unknown or not offered for the privacy model) becomes a one-line ``ValueError``.
-    """
-    from stream_dp.strategies import make_mechanism
-
-    try:
-        mech = make_mechanism(
-            strategy, p, horizon, privacy, cap, integer_counts=integer_counts  # type: ignore[arg-type]
-        )
-        mech.variance(1)
-    except ValueError as exc:
-        raise ValueError(" ".join(str(exc).split())) from None
-    return mech.name
-
-
 @dataclass(frozen=True)
 class MemoryEstimate:
     """Upper bound on the memory a worker needs for one mechanism and ``n_streams`` streams."""
@@ -258,3 +242,13 @@ def check_memory(
             "into a new epoch after it), fewer streams per worker, or raise the limit"
         )
     return est
+
+
+def __getattr__(name: str) -> object:
+    """Lazy alias: ``check_buildable`` is :func:`stream_dp.planner.check_buildable` (it builds
+    mechanisms, so it lives above the registry; this module stays at the bottom)."""
+    if name == "check_buildable":
+        from stream_dp.planner import check_buildable
+
+        return check_buildable
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

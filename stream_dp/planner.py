@@ -19,9 +19,12 @@ its exact variance at ``t = T, 16T, 256T`` (p = 1 and p = 0.999), so a wrong cla
 This is why at p = 1 ``auto`` may pick a strategy with a larger error *within* the horizon:
 the others' error keeps growing linearly afterwards (docs/accuracy.md, "p = 1").
 
-This module sits above the registry (:mod:`stream_dp.strategies.registry`) and the figures
-(:mod:`stream_dp.figures`) and below :mod:`stream_dp.analysis`; :func:`make_mechanism` here
-resolves ``"auto"``.
+Layers, bottom up (issue #26; ``tests/unit/test_layering.py``): :mod:`stream_dp.limits` (ranges)
+< :mod:`stream_dp.strategies.registry` < :mod:`stream_dp.figures` < this module <
+:mod:`stream_dp.analysis`. :func:`make_mechanism` here is the one implementation of "build a
+mechanism, ``auto`` included"; ``stream_dp.strategies.make_mechanism`` and
+``stream_dp.limits.check_buildable`` are lazy aliases of this module's functions (module
+``__getattr__``), so no module below imports this one.
 
 >>> from stream_dp.budget import PureDP
 >>> pick(0.3, 1023, PureDP(1.0))
@@ -37,7 +40,7 @@ from stream_dp.figures import StrategyFigures, figures
 from stream_dp.mechanism import Mechanism
 from stream_dp.strategies.registry import available, check_arguments, get, make
 
-__all__ = ["Candidate", "check_range", "compare", "make_mechanism", "pick"]
+__all__ = ["Candidate", "check_buildable", "check_range", "compare", "make_mechanism", "pick"]
 
 
 def check_range(mechanism: Mechanism, max_tick_count: float, what: str | None = None) -> None:
@@ -51,10 +54,10 @@ def check_range(mechanism: Mechanism, max_tick_count: float, what: str | None = 
     >>> from stream_dp.budget import PureDP
     >>> from stream_dp.strategies import make_mechanism
     >>> check_range(make_mechanism("naive", 0.9, 63, PureDP(1.0)), 1e6)
-    >>> check_range(make_mechanism("dmfda", 0.999, 4095, PureDP(1.0)), 60_000)
+    >>> check_range(make_mechanism("tree-ls", 0.999, 4095, PureDP(1.0)), 1e9)
     Traceback (most recent call last):
     ...
-    ValueError: per-tick count 60000 can exceed the numeric range of dmfda (p = 0.999, horizon = 4095, cap = 1): counts up to 3.63e+04 per tick and stream; declare fewer events per tick, or choose a strategy with a larger range (docs/accuracy.md, 'Numeric range')
+    ValueError: per-tick count 1e+09 can exceed the numeric range of tree-ls (p = 0.999, horizon = 4095, cap = 1): counts up to 5.37e+08 per tick and stream; declare fewer events per tick, or choose a strategy with a larger range (docs/accuracy.md, 'Numeric range')
     """
     limit = mechanism.max_count()
     if not (isinstance(max_tick_count, (int, float)) and max_tick_count >= 0):
@@ -155,3 +158,26 @@ def make_mechanism(
         p, horizon, cap, _ = check_arguments(p, horizon, privacy, cap)
         strategy = pick(p, horizon, privacy, cap=cap, integer_counts=integer_counts)
     return make(strategy, p, horizon, privacy, cap)
+
+
+def check_buildable(
+    strategy: str,
+    p: float,
+    horizon: int,
+    privacy: Privacy,
+    cap: float = 1.0,
+    *,
+    integer_counts: bool = False,
+) -> str:
+    """Build the mechanism once (``auto`` resolved); return the strategy name it resolves to.
+
+    A strategy's own refusal (a budget its samplers cannot follow for this cap and grid, a
+    strategy unknown or not offered for the privacy model) becomes a one-line ``ValueError``.
+    Also importable as ``stream_dp.limits.check_buildable``.
+    """
+    try:
+        mech = make_mechanism(strategy, p, horizon, privacy, cap, integer_counts=integer_counts)
+        mech.variance(1)
+    except ValueError as exc:
+        raise ValueError(" ".join(str(exc).split())) from None
+    return mech.name

@@ -13,21 +13,22 @@ Families (each subpackage holds its plan/weights, its mechanism and its dense or
 
 The registry (:mod:`stream_dp.strategies.registry`: ``register``, ``get``, ``available``,
 ``make`` for concrete names) does not depend on the planner. ``"auto"`` is not a strategy: it is
-resolved by :func:`stream_dp.planner.make_mechanism`; :func:`make_mechanism` here is kept for
-compatibility and defers to it (a deferred import: this package's import does not load the
-planner).
+resolved by :func:`stream_dp.planner.make_mechanism`, the one implementation;
+``stream_dp.strategies.make_mechanism`` is the same function, a lazy alias (module
+``__getattr__``: this package's import does not load the planner).
 
 >>> from stream_dp.budget import PureDP
 >>> "dmfda" in available("pure")
 True
+>>> from stream_dp.strategies import make_mechanism
 >>> make_mechanism("dm", 0.3, 7, PureDP(1.0)).name
 'dm'
 """
 
 from __future__ import annotations
 
-from stream_dp.budget import Privacy
-from stream_dp.mechanism import Mechanism
+from typing import TYPE_CHECKING
+
 from stream_dp.strategies import registry as _registry
 from stream_dp.strategies.registry import (
     Factory,
@@ -37,6 +38,9 @@ from stream_dp.strategies.registry import (
     make,
     register,
 )
+
+if TYPE_CHECKING:  # the alias's type for mypy (no import at run time)
+    from stream_dp.planner import make_mechanism
 
 __all__ = ["Factory", "StrategyInfo", "available", "get", "make", "make_mechanism", "register"]
 
@@ -58,26 +62,12 @@ _PLUGINS: tuple[str, ...] = (
 _registry.configure(_BUILTIN, _PLUGINS)
 
 
-def make_mechanism(
-    strategy: str,
-    p: float,
-    horizon: int,
-    privacy: Privacy,
-    cap: float = 1.0,
-    *,
-    integer_counts: bool = False,
-) -> Mechanism:
-    """A configured :class:`~stream_dp.mechanism.Mechanism`; ``"auto"`` asks the planner.
+def __getattr__(name: str) -> object:
+    """Lazy alias: ``make_mechanism`` is :func:`stream_dp.planner.make_mechanism`, the one
+    implementation (the planner sits above the registry, so this package cannot import it at
+    import time; the alias resolves on first use)."""
+    if name == "make_mechanism":
+        from stream_dp.planner import make_mechanism
 
-    Same as :func:`stream_dp.planner.make_mechanism` (kept here for compatibility). ``p`` ∈
-    (0, 1] decay per tick; ``horizon`` ticks per epoch (≥ 1); ``privacy`` per event and stream;
-    ``cap`` (> 0) bounds one event's contribution to a tick's count. ``integer_counts``
-    declares that every count will be a whole number, which lets ``auto`` consider the
-    integer-grid strategies.
-    """
-    if strategy != "auto":
-        return make(strategy, p, horizon, privacy, cap)
-    # deferred: the planner sits above the registry (tests/unit/test_layering.py)
-    from stream_dp.planner import make_mechanism as planned
-
-    return planned(strategy, p, horizon, privacy, cap, integer_counts=integer_counts)
+        return make_mechanism
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,7 +27,7 @@ bit of ``k``) and the open block's part: its variance is
 The data part of every estimate is the exact total it covers (each combination is unbiased), so
 the rounding bound is that of the counts alone. Growth past the horizon: ``V̂_ℓ ≤ v_ℓ =
 O(m_e⁴)`` and there are ``O(log t)`` epochs and bits, so the variance is ``O(log⁵ t)`` at worst
-(measured for ``tree-ls``: 1.37× from ``t = 16T`` to ``256T`` at ``T = 32767``; docs/accuracy.md).
+(measured for ``tree-ls``: 1.62× from ``t = 16T`` to ``256T`` at ``T = 32767``; docs/accuracy.md).
 
 Exact totals of many blocks can exceed int64, so they are kept in two 32-bit limbs
 (:func:`add_limbs`); :func:`fold_block` is the streaming update at a block's end.

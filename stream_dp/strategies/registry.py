@@ -4,8 +4,9 @@ Each strategy family (a subpackage of :mod:`stream_dp.strategies`) registers a f
 ``f(p, horizon, privacy, cap) -> Mechanism`` under its name with the privacy models it supports
 (``"pure"`` for ε-DP with Laplace noise, ``"zcdp"`` for ρ-zCDP with Gaussian noise).
 
-This module is the bottom layer of strategy selection: it imports neither the planner nor the
-analysis (``tests/unit/test_layering.py`` checks it). ``"auto"`` is not a strategy; it resolves
+This module sits on :mod:`stream_dp.limits` (the parameter ranges, which imports nothing of
+``stream_dp``) and below everything else of strategy selection: it imports neither the planner
+nor the analysis, at any level (``tests/unit/test_layering.py`` checks it). ``"auto"`` is not a strategy; it resolves
 through :func:`stream_dp.planner.make_mechanism`, a layer above. The list of modules to load is
 kept in :mod:`stream_dp.strategies` (``_BUILTIN``, ``_PLUGINS``), which hands it over on import.
 
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from stream_dp.budget import Privacy
+from stream_dp.limits import check_parameters
 from stream_dp.mechanism import Mechanism
 from stream_dp.strategies._common import check_cap, check_horizon, check_p
 
@@ -144,8 +146,6 @@ def check_arguments(
     model = getattr(privacy, "model", None)
     if model not in ("pure", "zcdp"):
         raise ValueError(f"privacy must be PureDP(epsilon) or ZCDP(rho), got {privacy!r}")
-    from stream_dp.limits import check_parameters
-
     check_parameters(
         p=p, horizon=horizon, cap=cap,
         epsilon=getattr(privacy, "epsilon", None), rho=getattr(privacy, "rho", None),

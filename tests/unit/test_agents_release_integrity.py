@@ -234,11 +234,12 @@ def test_a_burst_beyond_max_events_per_tick_is_clipped_and_the_releases_go_on() 
     below = shard(s, domain=Domain.flat(["busy"]))
     run_ticks(below, [9_999.0] * 3)
     assert below.clipped == 0
+    # dmfda (and so auto) covers the largest declarable rate at cap 1 (issues #23 and #26)
+    for strategy in ("dmfda", "auto"):
+        assert build_mechanism(s.replace(max_events_per_tick=2**29, strategy=strategy)
+                               ).max_count() >= 2**29
     with pytest.raises(ValueError, match="max_events_per_tick"):
-        build_mechanism(s.replace(max_events_per_tick=60_000))
-    # auto picks a strategy whose range covers the declared rate
-    assert build_mechanism(s.replace(max_events_per_tick=60_000, strategy="auto")).max_count() \
-        >= 60_000
+        s.replace(max_events_per_tick=2**29 + 1)
 
 
 def test_worker_command_refuses_an_out_of_range_configuration_before_connecting(
@@ -256,9 +257,11 @@ def test_worker_command_refuses_an_out_of_range_configuration_before_connecting(
     monkeypatch.setenv("STREAM_DP_ORIGIN", str(__import__("time").time()))
     monkeypatch.setenv("STREAM_DP_DOMAIN_FILE", str(domain))
     monkeypatch.setenv("STREAM_DP_BOOTSTRAP", "127.0.0.1:1")
-    monkeypatch.setenv("STREAM_DP_STRATEGY", "dmfda")
+    monkeypatch.setenv("STREAM_DP_STRATEGY", "blt")  # range 8.4·10^6 per tick at cap 1
+    monkeypatch.setenv("STREAM_DP_PRIVACY_MODEL", "zcdp")
+    monkeypatch.setenv("STREAM_DP_RHO", "0.5")
     monkeypatch.setenv("STREAM_DP_P", "0.999")
-    monkeypatch.setenv("STREAM_DP_MAX_EVENTS_PER_TICK", "60000")
+    monkeypatch.setenv("STREAM_DP_MAX_EVENTS_PER_TICK", "10000000")
     monkeypatch.setenv("STREAM_DP_KEY", KEY.hex())
     parser = argparse.ArgumentParser()
     worker.add_arguments(parser)

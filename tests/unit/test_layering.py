@@ -1,10 +1,18 @@
-"""Import layering of the library (issue #12, "the house"): registry < figures < planner <
-analysis, checked on the source with an AST scan (no imports executed).
+"""Import layering of the library (issues #12 and #26, "the house"): limits < registry < figures
+< planner < analysis, checked on the source with an AST scan (no imports executed).
 
-* no cycle among the modules' import-time (module-level) imports;
-* the registry module imports neither the planner nor the analysis, at any level, and neither
-  does anything it imports at import time;
+* no cycle among the modules' imports, **at any level** (deferred, function-level imports
+  included): the circle limits → strategies.make_mechanism → planner → registry → limits is gone;
+* the registry and limits import neither the planner nor the analysis, at any level, and neither
+  does anything they import;
 * the planner does not import the analysis (the analysis sits above it: ``expected_mse("auto")``).
+
+Two names stay importable where they were, as *lazy aliases* of the planner's functions:
+``stream_dp.strategies.make_mechanism`` and ``stream_dp.limits.check_buildable``. An alias is a
+module-level ``def __getattr__`` (PEP 562) that returns a function of a module above; the scan
+records its import as an alias, not a dependency, and a test checks that each alias *is* the
+planner's function (one implementation, reachable from one place). ``if TYPE_CHECKING:`` imports
+are never executed and are skipped too.
 """
 
 from __future__ import annotations
@@ -31,7 +39,17 @@ def _imports(path: Path, module: str, known: set[str]) -> tuple[set[str], set[st
     top: set[str] = set()
     every: set[str] = set()
     toplevel_nodes = set(map(id, tree.body))
+    skipped: set[int] = set()
+    for node in tree.body:
+        alias = isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
+        typing_only = isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING", "typing.TYPE_CHECKING"
+        )
+        if alias or typing_only:
+            skipped.update(id(n) for n in ast.walk(node))
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -123,20 +141,63 @@ def test_planner_does_not_import_the_analysis() -> None:
     assert "stream_dp.analysis" not in every["stream_dp.planner"]
 
 
-#: Deferred (function-level) imports that go up the layers, on purpose: the compatibility
-#: facade ``stream_dp.strategies.make_mechanism`` resolving ``"auto"``, and ``stream_dp.limits``,
-#: whose range checks sit below the registry while its builders (``resolve_strategy``,
-#: ``check_buildable``) build mechanisms. Any other cycle, even through deferred imports, fails.
-KNOWN_UPWARD = {
-    ("stream_dp.strategies", "stream_dp.planner"),
-    ("stream_dp.limits", "stream_dp.strategies"),
-}
-
-
-def test_no_cycle_even_through_deferred_imports_except_the_known_upward_ones() -> None:
+def test_no_cycle_even_through_deferred_imports() -> None:
+    """Issue #26: no known upward exceptions any more; any cycle at any level fails (the whole
+    library, not only strategy selection)."""
     _, every = _graph()
-    pruned = {m: {n for n in deps if (m, n) not in KNOWN_UPWARD} for m, deps in every.items()}
-    assert _find_cycle(pruned) is None
-    # the allowance is not stale: each listed edge exists
-    for m, n in KNOWN_UPWARD:
-        assert n in every[m]
+    assert _find_cycle(every) is None
+
+
+@pytest.mark.parametrize("module", ["stream_dp.limits", "stream_dp.strategies.registry"])
+def test_limits_and_registry_sit_below_the_planner(module: str) -> None:
+    _, every = _graph()
+    reach = _closure(every, every[module])
+    assert "stream_dp.planner" not in reach
+    assert "stream_dp.figures" not in reach
+    assert "stream_dp.analysis" not in reach
+    # and the registry checks its arguments with the bottom layer's ranges
+    if module == "stream_dp.strategies.registry":
+        assert "stream_dp.limits" in every[module]
+
+
+def test_limits_imports_nothing_of_the_library() -> None:
+    _, every = _graph()
+    assert every["stream_dp.limits"] == set()
+
+
+def test_the_aliases_are_the_planners_functions() -> None:
+    """One implementation, reachable from one place: the old import paths are the same objects."""
+    import stream_dp.limits as limits
+    import stream_dp.planner as planner
+    import stream_dp.strategies as strategies
+    from stream_dp.limits import check_buildable
+    from stream_dp.strategies import make_mechanism
+
+    assert make_mechanism is planner.make_mechanism is strategies.make_mechanism
+    assert check_buildable is planner.check_buildable is limits.check_buildable
+    with pytest.raises(AttributeError):
+        _ = strategies.no_such_name  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        _ = limits.no_such_name  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["stream_dp.limits", "stream_dp.strategies.registry", "stream_dp.strategies",
+     "stream_dp.figures", "stream_dp.planner", "stream_dp.analysis",
+     "stream_dp.strategies.tree", "stream_dp.strategies.fenwick.dmfda"],
+)
+def test_each_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
+    """Whichever module is imported first, the import succeeds and ``auto`` resolves."""
+    import subprocess
+    import sys
+
+    code = (
+        f"import importlib; importlib.import_module({module!r}); "
+        "from stream_dp.strategies import make_mechanism; from stream_dp.budget import PureDP; "
+        "print(make_mechanism('auto', 0.3, 63, PureDP(1.0)).name)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=False, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "naive"

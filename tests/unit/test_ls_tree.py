@@ -151,14 +151,17 @@ def test_running_totals_neighbours_across_epochs_and_super_levels(privacy: objec
 
 
 def test_running_totals_grow_slowly_past_the_horizon() -> None:
-    """p = 1, T = 32767: within the horizon ≤ 400 (issue #12), and past it the error grows far
-    more slowly than one block per block: ≤ 1.5× from 16T to 256T, and below dmfda's there."""
+    """p = 1, T = 32767: within the horizon ≤ 400 (issue #12; 350.3 since issue #26), and past it
+    the error grows far more slowly than one block per block: ≤ 2× from 16T to 256T (linear
+    growth would be 16×; the 16/256/4096 plan of issue #26: 1.62×, from 1170 to 1901, both below
+    the 32/512/4096 plan's 1589 and 2173), and below dmfda's there."""
     horizon = 32767
     mech = make_mechanism("tree-ls", 1.0, horizon, PureDP(1.0))
     assert expected_mse("tree-ls", 1.0, horizon, 1.0) <= 400.0
     assert expected_mse("auto", 1.0, horizon, 1.0) <= 400.0
     v16, v256 = mech.variance(16 * horizon), mech.variance(256 * horizon)
-    assert v256 <= 1.5 * v16
+    assert v256 <= 2.0 * v16
+    assert v16 < 1589.0 and v256 < 2173.0  # never worse than before issue #26
     dmfda = make_mechanism("dmfda", 1.0, horizon, PureDP(1.0))
     assert v16 < dmfda.variance(16 * horizon) and v256 < dmfda.variance(256 * horizon)
     # the closed form at one tick agrees with the curve across epochs

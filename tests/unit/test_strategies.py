@@ -249,19 +249,34 @@ def test_overflowing_counts_raise_and_leave_state_unchanged(strategy: str) -> No
 
 
 def test_numeric_range_documented_per_p() -> None:
-    """p < 1: node values up to 2**53/(2(L+2)²) grid units; p = 1: exact sums up to 2**52 units."""
-    lo = make_mechanism("dm", 0.9, 2**20 - 1, PureDP(1.0))
-    hi = make_mechanism("dm", 1.0, 2**20 - 1, PureDP(1.0))
-    assert isinstance(lo, FenwickMechanism) and isinstance(hi, FenwickMechanism)
-    plan_lo, plan_hi = lo.plan(lo.epoch_of(1)[2]), hi.plan(hi.epoch_of(1)[2])
-    assert plan_lo.max_units == 2.0**43 and plan_hi.max_units == 2.0**52
-    big = np.full(2, 10**6 + 0.3)  # 64 ticks of 10^6 events: node sums up to 6.4·10^7
-    noise = FixedNoise(np.zeros((64, 2), dtype=np.int64))
-    state = hi.new_state(2)
-    for _ in range(64):
-        rel = hi.step(state, big, noise)
-    assert abs(float(rel[0]) - 64 * (10**6 + 0.3)) <= hi.rounding_bound(64)  # type: ignore[call-arg]
-    state = lo.new_state(2)
-    with pytest.raises(ValueError, match="range"):
+    """Node values up to 2**100/(2(L+2)²) grid units (double-double), for every p: 10^12 events
+    per tick for 64 ticks at horizon 2^20 − 1 come out as the exact decayed sum (zero noise,
+    rational oracle) within the rounding bound and the float64 rounding of the release; counts beyond ``max_count()`` are refused with
+    the state unchanged."""
+    from fractions import Fraction
+
+    for p in (0.9, 0.9999, 1.0):
+        mech = make_mechanism("dm", p, 2**20 - 1, PureDP(1.0))
+        assert isinstance(mech, FenwickMechanism)
+        plan = mech.plan(mech.epoch_of(1)[2])
+        assert plan.levels in (20, 21) and plan.max_units == (2.0**90 if plan.levels == 20 else 2.0**89)
+        assert mech.max_count() >= 1e12
+        big = np.array([10**12 + 0.3, 7.0])
+        noise = FixedNoise(np.zeros((256, 2), dtype=np.int64))
+        state = mech.new_state(2)
+        exact = [Fraction(0), Fraction(0)]
         for _ in range(64):
-            lo.step(state, big * 10, noise)
+            rel = mech.step(state, big, noise)
+            exact = [Fraction(p) * e + Fraction(float(b)) for e, b in zip(exact, big, strict=True)]
+        bound = mech.rounding_bound(64)  # type: ignore[call-arg]
+        for s in range(2):
+            # grid rounding, plus the float64 rounding of the release itself (post-processing)
+            slack = Fraction(bound) * (1 + Fraction(1, 10**9)) + exact[s] * Fraction(1, 2**48)
+            assert abs(Fraction(float(rel[s])) - exact[s]) <= slack
+        with pytest.raises(ValueError, match="range"):
+            for _ in range(128):
+                before = {k: v.copy() for k, v in state.items()}
+                mech.step(state, np.full(2, 4 * plan.max_units * plan.grid / float(np.min(mech.weights(plan.n)))), noise)
+        assert set(state) == set(before)
+        for k, v in before.items():
+            np.testing.assert_array_equal(state[k], v)  # state unchanged by the refused tick

@@ -8,6 +8,8 @@ Fenwick strategy matrix), ``B = R·Λ⁻¹`` (reconstruction), ``B @ L = W_p``.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -29,11 +31,32 @@ def dense(mech: object, n: int) -> tuple[NDArray[np.float64], NDArray[np.float64
     return big_l, big_b, var
 
 
+def _exact_rounded(
+    w: NDArray[np.float64], p: float, d: NDArray[np.float64], g: float
+) -> NDArray[np.float64]:
+    """``round_half_even(a_τ·S_τ/g)`` for every node ``τ`` and stream, in exact rational
+    arithmetic (exact powers of the float ``p``), independent of the mechanism's float code."""
+    fp, fg = Fraction(p), Fraction(g)
+    m, streams = d.shape
+    out = np.zeros((m, streams))
+    for tau in range(1, m + 1):
+        low = tau & -tau
+        a = Fraction(float(w[tau - 1]))
+        for s in range(streams):
+            total = sum(
+                (fp ** (tau - j) * Fraction(float(d[j - 1, s])) for j in range(tau - low + 1, tau + 1)),
+                Fraction(0),
+            )
+            out[tau - 1, s] = float(round(a * total / fg))
+    return out
+
+
 def release(
     mech: object, counts: NDArray[np.float64], z: NDArray[np.int64], rounded: bool
 ) -> NDArray[np.float64]:
     """Releases for ``counts`` (ticks × streams) and known grid-unit noise ``z`` (one row per
-    measurement = tick): ``R Λ⁻¹ (g·round(Λ S D/g) + g·z)`` per epoch, carrying
+    measurement = tick): ``R Λ⁻¹ (g·round(Λ S D/g) + g·z)`` per epoch (the rounding computed
+    exactly, :func:`_exact_rounded`), carrying
     ``p^τ·(last release)`` across epochs (unrounded measurements if not ``rounded``)."""
     p, ticks = float(mech.p), counts.shape[0]  # type: ignore[attr-defined]
     out = np.zeros_like(counts)
@@ -48,8 +71,8 @@ def release(
         d, ze = counts[start : start + m], z[start : start + m]
         if p == 1.0 and rounded:  # p = 1 measures the counts rounded to the epoch's grid
             d = np.rint(d / g) * g
-        x = w * (strategy_matrix(m, p) @ d) / g
-        meas = g * ((np.rint(x) if rounded else x) + ze)
+        x = _exact_rounded(w[:, 0], p, d, g) if rounded else w * (strategy_matrix(m, p) @ d) / g
+        meas = g * (x + ze)
         tau = np.arange(1, m + 1, dtype=np.float64)[:, None]
         rel = reconstruction_matrix(m, p) @ (meas / w) + p**tau * carry
         out[start : start + m] = rel

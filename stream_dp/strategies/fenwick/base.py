@@ -17,14 +17,22 @@ Python loop over streams.
 
 **Grid and sensitivity.** ``g`` is the largest power of two ``≤ cap / (2·levels) / 2**17``.
 Each measured coordinate an event touches gets a slack of 2 grid units: one for rounding and one
-for the float64 evaluation error of ``a·S/g`` on the two neighbouring inputs (≤ 1/2 unit each):
+for the evaluation error of ``a·S/g`` on the two neighbouring inputs (≤ 1/2 unit each):
 
-* ``p < 1``: the recursion for ``S`` over ``L`` levels has relative error ≤ ``((L+1)² + 1)·2**-53``
-  (non-negative terms), so values are limited to ``|a·S/g| < 2**53 / (2(L+2)²)`` rounded down to
-  a power of two (2**43 units for 20 levels: node values up to about 10⁶ caps);
+* node sums are kept and combined in **double-double** arithmetic (:mod:`stream_dp.strategies._dd`,
+  ~106 bits; every operand is non-negative), and the measurement ``a·S/g`` is evaluated in it
+  too and rounded to two float64 integers ``(m_hi, m_lo)``; the noise is added to ``m_lo``, so
+  the noisy measurement is an exact integer of any size. Over ``L`` levels the relative error of
+  ``a·S/g`` is at most ``(2L + 3)·2**-102``, so ``|a·S/g|`` up to ``2**100 / (2(L+2)²)`` grid
+  units (rounded down to a power of two; 2**90 for 20 levels) is off by less than 1/2 unit:
+  node values up to about 10^19 caps, i.e. ≥ 10^12 caps per tick at every ``p`` and horizon;
+* ``p < 1``: the decay factors ``p^(2^i)`` are float64 roundings, so the functional actually
+  measured has coefficients within a relative ``L·2**-51`` of the exact ``p^(k−j)``; the
+  sensitivity's data term is therefore scaled by ``1 + 2**-40`` (it concerns the *difference* of
+  neighbouring inputs, one count of size ≤ ``cap``, not the node values);
 * ``p = 1``: counts are first rounded to the grid (an event then changes a count by at most
-  ``cap + g``, which the sensitivity uses), so every ``S`` is an exact multiple of ``g`` and only
-  the final product by ``a`` rounds: values up to ``2**52`` grid units (about 5·10⁸ caps).
+  ``cap + g``, which the sensitivity uses), so every ``S`` is an exact multiple of ``g`` (exact in
+  double-double) and only the final product by ``a`` rounds.
 
 :meth:`step` raises ``ValueError`` with the state unchanged when a node leaves its range. The
 L1 sensitivity is the exact ``max_j Σ_{k on update path of j} (cap'·a_k·p^(k−j) + 2g)`` (``cap'``
@@ -54,6 +62,7 @@ from stream_dp.budget import Privacy
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
 from stream_dp.noise.grid import choose_grid
 from stream_dp.noise.laplace import MIN_SCALE
+from stream_dp.strategies import _dd
 from stream_dp.strategies._common import (
     RESOLUTION_BITS,
     check_cap,
@@ -66,15 +75,15 @@ from stream_dp.strategies._common import (
 )
 from stream_dp.strategies.fenwick.plan import column_sums, levels_for, query_sums
 
-#: Largest |S / g| for p = 1 (exact sums of grid multiples, one rounding in the product by a).
-MAX_EXACT_UNITS = float(2**52)
+#: Relative inflation of the sensitivity's data term for ``p < 1`` (float64 decay factors).
+COEFFICIENT_SLACK = 2.0**-40
 
 
 def max_measured_units(levels: int, p: float) -> float:
-    """Largest ``|a·S/g|`` whose float64 evaluation error stays ≤ 1/2 grid unit (see module doc)."""
-    if p == 1.0:
-        return MAX_EXACT_UNITS
-    bound = 2.0**53 / (2.0 * (levels + 2) ** 2)
+    """Largest ``|a·S/g|`` whose double-double evaluation error stays below 1/2 grid unit:
+    ``2**100 / (2(L+2)²)`` rounded down to a power of two (see module doc; ``p`` is accepted for
+    the callers' convenience, the bound is the same for every ``p``)."""
+    bound = 2.0**100 / (2.0 * (levels + 2) ** 2)
     return math.ldexp(1.0, math.frexp(bound)[1] - 1)
 
 
@@ -154,6 +163,8 @@ class FenwickMechanism(Mechanism):
             "max_units": plan.max_units,
             "slack_units": SLACK_UNITS,
             "resolution_bits": RESOLUTION_BITS,
+            "arithmetic": "double-double",
+            "coefficient_slack": COEFFICIENT_SLACK if self.p < 1.0 else 0.0,
             "weights": self.weights(n),
         }
 
@@ -182,7 +193,8 @@ class FenwickMechanism(Mechanism):
         while True:
             grid = choose_grid(self.cap / (SLACK_UNITS * levels_for(n)),
                                resolution_bits=RESOLUTION_BITS)
-            best = min(best, MAX_EXACT_UNITS * grid / (a_bound * n) - grid / 2)
+            units = max_measured_units(levels_for(n), 1.0)
+            best = min(best, units * grid / (a_bound * n) - grid / 2)
             if n >= self._max_epoch:
                 break
             n = min(2 * n, self._max_epoch)
@@ -216,7 +228,8 @@ class FenwickMechanism(Mechanism):
         levels = levels_for(n)
         grid = choose_grid(self.cap / (SLACK_UNITS * levels), resolution_bits=RESOLUTION_BITS)
         sums, lengths = column_sums(self.weights(n), self.p)
-        cap_eff = self.cap + grid if self.p == 1.0 else self.cap  # p = 1: counts rounded to g
+        # p = 1: counts rounded to g; p < 1: float64 decay factors (module docstring)
+        cap_eff = self.cap + grid if self.p == 1.0 else self.cap * (1.0 + COEFFICIENT_SLACK)
         sens = float(np.max(cap_eff * sums + SLACK_UNITS * grid * lengths))
         scale = check_noise_scale(
             sens / (self.epsilon * grid), MIN_SCALE, f"epsilon = {self.epsilon!r}"
@@ -252,6 +265,7 @@ class FenwickMechanism(Mechanism):
         return {
             "tick": np.array(0, dtype=np.int64),
             "S": np.zeros((levels, n_streams), dtype=np.float64),
+            "S_lo": np.zeros((levels, n_streams), dtype=np.float64),
             "R": np.zeros((levels, n_streams), dtype=np.float64),
             "carry": np.zeros(n_streams, dtype=np.float64),
             "release": np.zeros(n_streams, dtype=np.float64),
@@ -264,33 +278,42 @@ class FenwickMechanism(Mechanism):
         plan = self.plan(n)
         w = self.weights(n)
         S = state["S"]
+        S_lo = state["S_lo"]
         R = state["R"]
         roll = tau == 1 and t > 1
         if roll and S.shape[0] != plan.levels:
             S = np.zeros((plan.levels, S.shape[1]), dtype=np.float64)
+            S_lo = np.zeros_like(S)
             R = np.zeros_like(S)
         ell = (tau & -tau).bit_length() - 1
         if self.p == 1.0:  # counts on the grid: every S is an exact multiple of g
-            s_new = np.asarray(counts, dtype=np.float64) / plan.grid
-            np.rint(s_new, out=s_new)
-            s_new *= plan.grid
+            hi = np.asarray(counts, dtype=np.float64) / plan.grid
+            np.rint(hi, out=hi)
+            hi *= plan.grid
         else:
-            s_new = np.array(counts, dtype=np.float64, copy=True)
-        for i in range(ell):
-            s_new += plan.ppow[i] * S[i]
+            hi = np.array(counts, dtype=np.float64, copy=True)
+        lo = np.zeros_like(hi)
+        for i in range(ell):  # S_tau = D_tau + sum_i p^(2^i) S[i], in double-double
+            if self.p == 1.0:
+                hi, lo = _dd.add(hi, lo, S[i], S_lo[i])
+            else:
+                m_hi, m_lo = _dd.mul(S[i], S_lo[i], plan.ppow[i])
+                hi, lo = _dd.add(hi, lo, m_hi, m_lo)
         a = float(w[tau - 1])
-        est = s_new * (a / plan.grid)  # the measured value in grid units
-        big = max(float(s_new.max()), -float(s_new.min())) if s_new.size else 0.0
+        big = max(float(hi.max()), -float(hi.min())) if hi.size else 0.0
         limit = plan.max_units * plan.grid / (max(1.0, a) if self.p == 1.0 else a)
         if big >= limit:
             raise ValueError(
                 f"counts too large for {self.name}: a node value reached {big:.6g}, above the "
                 f"mechanism's range {limit:.6g} (cap={self.cap}); state unchanged"
             )
-        # round half to even, add the integer noise; all values < 2**53, so float64 is exact
-        np.rint(est, out=est)
-        est += noise.discrete_laplace(t, plan.scale_units)
-        est *= plan.grid / a  # the noisy estimate of S_tau (exact scaling by a power of two / a)
+        # the measured value a*S/g in grid units (double-double; g is a power of two), rounded
+        # to two float64 integers; the integer noise goes to the low part (exact)
+        u_hi, u_lo = _dd.mul(hi, lo, a)
+        y_hi, y_lo = _dd.round_split(u_hi / plan.grid, u_lo / plan.grid)
+        y_lo += noise.discrete_laplace(t, plan.scale_units)
+        est = y_hi + y_lo  # the correctly rounded noisy integer measurement
+        est *= plan.grid / a  # the noisy estimate of S_tau (post-processing)
         low = 1 << ell
         if tau != low:
             upper = tau - low
@@ -300,8 +323,9 @@ class FenwickMechanism(Mechanism):
         # Commit (nothing above mutated the state).
         if roll:
             state["carry"] = np.array(carry, dtype=np.float64, copy=True)
-            state["S"], state["R"] = S, R
-        S[ell] = s_new
+            state["S"], state["S_lo"], state["R"] = S, S_lo, R
+        S[ell] = hi
+        S_lo[ell] = lo
         R[ell] = est
         state["release"] = release
         state["tick"] = np.array(t, dtype=np.int64)

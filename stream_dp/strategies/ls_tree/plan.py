@@ -241,12 +241,15 @@ def best_plan(p: float, horizon: int, model: Model, budget: float, slack_units: 
                     if a2 >= 0.05:
                         consider(levels3, (round(a0, 2), round(a1, 2), round(a2, 2)))
     if p >= _FOUR_LEVEL_P and horizon >= 2048:
-        coarse4 = _normalised((0.3, 0.25, 0.2, 0.25))
+        # two coarse share vectors pick the lengths (issue #26: the equal split finds
+        # 16/256/4096 at p = 1, 350.3 against 360.6 for 32/512/4096 found by the first alone)
+        coarse4s = (_normalised((0.3, 0.25, 0.2, 0.25)), _normalised((0.25, 0.25, 0.25, 0.25)))
         scored4 = sorted(
             (_value(p, (f, f * m, f * m * k), coarse4, model, budget, slack_units, horizon),
              (f, f * m, f * m * k))
             for f in _FOUR_FIRST for m in _FOUR_MULTIPLE for k in _FOUR_TOP
             if f * m * k <= min(horizon, MAX_BLOCK)
+            for coarse4 in coarse4s
         )
         if scored4:
             levels4 = scored4[0][1]

@@ -12,15 +12,23 @@ for every level; the weights ``w`` have unit L1 (pure) or L2 (zCDP) norm.
 
 **Sensitivity.** One event of size ``cap`` changes one coordinate per level by at most
 ``cap·w_i`` (exactly ``cap·w_i`` when its tick ends a top block), plus 2 grid units of slack per
-coordinate: one for rounding, one for the float64 evaluation error of ``w·S`` on both neighbours
-(the open-block sum is accumulated over up to ``b_top`` ticks, ``R ← p·R + D``, error
-≤ ``b_top·2^-52·max|R|``; :meth:`step` keeps every ``|w·R/g|`` below ``2**50/b_top`` grid units,
-so each evaluation is off by < 3/8 unit, raising ``ValueError`` with the state unchanged
+coordinate: one for rounding, one for the evaluation error of ``w·S`` on both neighbours. The
+block sums are kept in **double-double** arithmetic (:mod:`stream_dp.strategies._dd`, ~106
+bits, non-negative operands) and built **lazily**: level ``i ≥ 1`` is updated only when a block
+of level ``i − 1`` completes, ``R_i ← p^(b_(i−1))·R_i + S_(i−1)`` (``p^b`` a double-double power),
+so a tick updates about one level instead of all of them (level 0 is one tick, ``S_0 = D``).
+Along the way to a top block's sum there are at most ``b_top`` such folds, each off by a relative
+``≤ 3·2**-102`` (power, product, sum), and ``w·S/g`` is evaluated in double-double too and rounded
+to two float64 integers to which the integer noise is added (the noisy measurement is an exact
+integer of any size). :meth:`step` keeps every ``|w·R/g|`` below ``2**97/b_top`` grid units, so
+each evaluation is off by < 1/8 unit, raising ``ValueError`` with the state unchanged
 otherwise). L1: ``cap + 2mg``; L2: ``cap + 2√m·g``. Noise: discrete Laplace with
 scale ``Δ₁/(ε g)`` grid units (ε-DP), discrete Gaussian with ``σ = Δ₂/(√(2ρ) g)`` (ρ-zCDP,
 Canonne–Kamath–Steinke). Grid ``g``: largest power of two ≤ (noise scale without slack)/2**17.
 
-**State** (stream axis last): ``raw[i]`` true decayed sum of the open level-``i`` block,
+**State** (stream axis last): ``raw[i]``/``raw_lo[i]`` (double-double) the decayed sum of the
+open level-``i`` block's completed children, as of the last child's completion (``raw[0]`` is
+unused: level 0 is one tick),
 ``acc[i]`` decayed sum of the estimates of the completed level-``i`` blocks inside the open
 parent (all completed top blocks for the top level), ``release``: ``2m + 1`` floats per stream.
 No epochs: the structure is periodic and the stream may run forever (noise node ids
@@ -41,6 +49,7 @@ from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_varianc
 from stream_dp.noise.gaussian import MIN_SIGMA
 from stream_dp.noise.grid import choose_grid
 from stream_dp.noise.laplace import MIN_SCALE
+from stream_dp.strategies import _dd
 from stream_dp.strategies._common import (
     MAX_GRID_BUDGET,
     RESOLUTION_BITS,
@@ -62,8 +71,9 @@ from stream_dp.strategies.tree.plan import (
 
 __all__ = ["BinaryTreeMechanism", "TreeMechanism", "make", "make_binary"]
 
-#: |w·R/g| must stay below this divided by the longest block (float64 error < 3/8 grid unit).
-MAX_MEASURED_UNITS = float(2**50)
+#: |w·R/g| must stay below this divided by the longest block (double-double evaluation error
+#: < 1/8 grid unit).
+MAX_MEASURED_UNITS = float(2**97)
 #: Slack per measured coordinate an event touches, in grid units (rounding + float evaluation).
 SLACK_UNITS = 2.0
 _NODE_SHIFT = 40
@@ -132,7 +142,11 @@ class TreeMechanism(Mechanism):
             self.levels, self.weights, self.p, self.unit_variance
         )
         self._blocks = tuple(1 << lv for lv in self.levels)
-        #: bound on |w·R/g| (grid units) keeping float64 evaluation error < 3/8 unit
+        if self._blocks[0] != 1:  # pragma: no cover - every plan measures single ticks
+            raise AssertionError("tree plans start with level 0 (blocks of one tick)")
+        #: p^(b_(i−1)) per level i ≥ 1 as double-double (index 0 unused): the lazy fold's decay
+        self._fold = ((1.0, 0.0), *(_dd.power(self.p, b) for b in self._blocks[:-1]))
+        #: bound on |w·R/g| (grid units) keeping the evaluation error < 1/8 unit
         self.max_units = MAX_MEASURED_UNITS / float(self._blocks[-1])
 
     def _default_plan(self) -> TreePlan:
@@ -151,6 +165,7 @@ class TreeMechanism(Mechanism):
             "scale_units": self.scale_units,
             "max_units": self.max_units,
             "slack_units": SLACK_UNITS,
+            "arithmetic": "double-double, lazy folds",
             "node_shift": _NODE_SHIFT,
             "resolution_bits": RESOLUTION_BITS,
         }
@@ -162,6 +177,7 @@ class TreeMechanism(Mechanism):
         return {
             "tick": np.array(0, dtype=np.int64),
             "raw": np.zeros((m, n_streams), dtype=np.float64),
+            "raw_lo": np.zeros((m, n_streams), dtype=np.float64),
             "acc": np.zeros((m, n_streams), dtype=np.float64),
             "release": np.zeros(n_streams, dtype=np.float64),
         }
@@ -178,30 +194,51 @@ class TreeMechanism(Mechanism):
         d = np.asarray(counts, dtype=np.float64)
         p = self.p
         raw: Float64Array = state["raw"]  # type: ignore[assignment]
+        raw_lo: Float64Array = state["raw_lo"]  # type: ignore[assignment]
         acc: Float64Array = state["acc"]  # type: ignore[assignment]
         done = [i for i, b in enumerate(self._blocks) if t % b == 0]  # a prefix 0..c
         g = self.grid
-        # 1. everything that can fail, before any mutation (state unchanged on error)
+        m = len(self._blocks)
+        c = done[-1]
+        # 1. everything that can fail, before any mutation (state unchanged on error): bounds of
+        #    the sums this tick forms (the completed blocks 1..c and the fold into level c + 1)
         if d.size:
-            # conservative bound on every open-block sum after this tick: p·max|R| + max|d|
-            top_d = float(np.max(np.abs(d)))
-            top_r = np.max(np.abs(raw), axis=1) if raw.shape[0] else np.zeros(0)
-            worst = float(np.max((p * top_r + top_d) * self.weights)) / g
-            if not worst < self.max_units:
+            bound = float(np.max(np.abs(d)))
+            worst = bound * float(self.weights[0])
+            for i in range(1, min(c + 1, m - 1) + 1):
+                bound = self._fold[i][0] * float(np.max(np.abs(raw[i]))) + bound
+                worst = max(worst, bound * float(self.weights[i]))
+            if not worst / g < self.max_units:
                 raise ValueError(
                     f"counts too large for tree's grid (|w·R/g| must stay < {self.max_units:.3g}, "
                     f"grid={g!r}); state unchanged"
                 )
         meas = []
+        cur_hi, cur_lo = d, np.zeros_like(d)  # S_0 = D (exact)
         for i in done:
-            u = p * raw[i] + d  # the block's decayed sum, same float ops as the update below
-            u *= self.weights[i] / g
-            y = np.rint(u).astype(np.int64)
-            y += self._sample(noise, (i << _NODE_SHIFT) | (t // self._blocks[i]))
-            meas.append(y.astype(np.float64) * (g / self.weights[i]))
-        # 2. in-place update: open blocks and completed estimates decay by p
-        raw *= p
-        raw += d
+            if i > 0:  # S_i = p^(b_(i−1))·R_i + S_(i−1), double-double
+                f_hi, f_lo = self._fold[i]
+                if p == 1.0:  # the fold's decay is exactly 1: skip the product
+                    cur_hi, cur_lo = _dd.add(raw[i], raw_lo[i], cur_hi, cur_lo)
+                else:
+                    r_hi, r_lo = _dd.mul_dd(raw[i], raw_lo[i], f_hi, f_lo)
+                    cur_hi, cur_lo = _dd.add(r_hi, r_lo, cur_hi, cur_lo)
+            u_hi, u_lo = _dd.mul(cur_hi, cur_lo, float(self.weights[i]))
+            y_hi, y_lo = _dd.round_split(u_hi / g, u_lo / g)
+            y_lo += self._sample(noise, (i << _NODE_SHIFT) | (t // self._blocks[i]))
+            meas.append((y_hi + y_lo) * (g / self.weights[i]))
+        # 2. in-place update: the completed blocks' sums restart, the next level folds S_c in
+        raw[1 : c + 1] = 0.0
+        raw_lo[1 : c + 1] = 0.0
+        if c + 1 < m:
+            f_hi, f_lo = self._fold[c + 1]
+            if p == 1.0:
+                n_hi, n_lo = _dd.add(raw[c + 1], raw_lo[c + 1], cur_hi, cur_lo)
+            else:
+                r_hi, r_lo = _dd.mul_dd(raw[c + 1], raw_lo[c + 1], f_hi, f_lo)
+                n_hi, n_lo = _dd.add(r_hi, r_lo, cur_hi, cur_lo)
+            raw[c + 1] = n_hi
+            raw_lo[c + 1] = n_lo
         acc *= p
         est = meas[0]
         for i in done[1:]:
@@ -209,7 +246,6 @@ class TreeMechanism(Mechanism):
             acc[i - 1] = 0.0
             a = float(self.alpha[i])
             est = a * meas[i] + (1.0 - a) * children
-        raw[: done[-1] + 1] = 0.0
         acc[done[-1]] += est
         release = acc.sum(axis=0) if acc.shape[0] > 1 else acc[0].copy()
         state["release"] = release
