@@ -256,6 +256,10 @@ class QueryError(ValueError):
     """A ``--query`` that the published tables cannot answer (bad name, index or size)."""
 
 
+class NoAttributeTables(RuntimeError):
+    """``tail tables`` / ``tail marginals`` on a deployment without binary attributes."""
+
+
 class _Printer:
     def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
         self.args = args
@@ -272,6 +276,14 @@ class _Printer:
             return str(msg.get("stream", "")).startswith(self.args.prefix)
         if self.args.what == "compact-histograms":
             return True  # nodes already chosen by prefix
+        if self.args.what in ("tables", "marginals") and msg.get("schema") in (
+                "dp.counts.v1", "dp.histograms.v1"):
+            raise NoAttributeTables(
+                f"this topic holds {msg.get('schema')} messages, not {self.args.what}: "
+                "the deployment has no binary "
+                "attributes (kind = \"binary\"), so it publishes no tables or marginals; "
+                f"read its releases with: stream-dp tail "
+                f"{'counts' if msg.get('schema') == 'dp.counts.v1' else 'histograms'}")
         if self.args.what == "tables":
             return msg.get("schema") == "dp.tables.v1" and (not self.args.prefix or any(
                 str(n).startswith(self.args.prefix) for n in msg.get("names") or ()))
@@ -361,7 +373,9 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
         # compact records and histogram chunks are a few MiB each
         max_partition_fetch_bytes=(16 << 20) if args.what.startswith("compact") else 1 << 20,
     )
-    await consumer.start()
+    from agents.commands._client import start_client
+
+    await start_client(consumer)
     printer = _Printer(args, out)
     loop = asyncio.get_running_loop()
     try:
@@ -449,7 +463,7 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
             names, keep = node_names[hist.manifest]
             return [hist.message(names, keep if args.prefix else None)]
 
-        print(f"stream-dp tail: following {topic} ({len(tps)} partitions) {where}; "
+        print(f"stream-dp tail: following {topic} ({len(tps)} partition{'s' if len(tps) != 1 else ''}) {where}; "
               "Ctrl-C stops", file=sys.stderr, flush=True)
         last_message = loop.time()
         while not printer.done and not (stop is not None and stop.is_set()):
@@ -526,7 +540,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(main())
-    except TopicMissingError as exc:
+    except (TopicMissingError, NoAttributeTables) as exc:
         print(f"stream-dp tail: {exc}", file=sys.stderr)
         return 1
     except QueryError as exc:
@@ -535,7 +549,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # connection and TLS/SASL failures: one line, no traceback
         if not is_kafka_error(exc):
             raise
-        print(f"stream-dp tail: {connection_problem(exc)}", file=sys.stderr)
+        print(f"stream-dp tail: {connection_problem(exc, bootstrap_from(args.bootstrap))}",
+              file=sys.stderr)
         return 1
     except BrokenPipeError:  # `stream-dp tail | head`
         with contextlib.suppress(OSError):

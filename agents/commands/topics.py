@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agents.commands._client import start_client
+
 HELP = "create the service's topics with explicit partitions"
 
 DESCRIPTION = """\
@@ -82,7 +84,7 @@ async def create_topics(settings: object) -> list[str]:
 
     security = KafkaSecurity.from_settings(settings)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **security.client_kwargs())
-    await admin.start()
+    await start_client(admin)
     try:
         leader_topic = getattr(settings, "leader_topic", LEADER_TOPIC)
         had_leader = leader_topic in set(await admin.list_topics())
@@ -100,7 +102,7 @@ async def list_topics(bootstrap: str, security: Any = None) -> list[tuple[str, i
     from agents.security import client_kwargs
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_kwargs(security))
-    await admin.start()
+    await start_client(admin)
     try:
         names = sorted(n for n in await admin.list_topics() if not n.startswith("__"))
         described = await admin.describe_topics(names) if names else []
@@ -128,11 +130,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"stream-dp topics: {exc}", file=sys.stderr)
         return 1
+    except ImportError:
+        raise  # no Kafka client installed: the console script names the extra to install
     except Exception as exc:  # connection errors: say what failed, no traceback
         from agents.commands._client import connection_problem
 
-        why = connection_problem(exc).removeprefix("cannot connect to the broker: ")
-        print(f"stream-dp topics: cannot reach {bootstrap}: {why}", file=sys.stderr)
+        print(f"stream-dp topics: {connection_problem(exc, bootstrap)}", file=sys.stderr)
         return 1
     if created:
         for name in created:

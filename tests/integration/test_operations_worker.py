@@ -1,0 +1,151 @@
+"""`stream-dp worker` and the clients against a real broker, run the way a user runs them: a
+subprocess, its exit status and the lines it writes on stderr (issue #24; docs/operations.md,
+"Exit statuses of stream-dp worker"). No failure path may print a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.embedded_broker import free_port
+from tests.integration.test_commands_service import CLI, _read, _worker_env, cli
+
+pytestmark = pytest.mark.integration
+
+OTHER_KEY = "9c2e71d04fb83a65e0d917c4b2a85f3e6d1c08b97a4f25e3c6b0d8e17f92a4c5"  # another key
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _start_worker(env: dict[str, str], log_path: Path, *args: str) -> subprocess.Popen[bytes]:
+    with open(log_path, "wb") as log:
+        return subprocess.Popen([*CLI, "worker", *args], env=env, stdout=subprocess.DEVNULL,
+                                stderr=log)
+
+
+def _wait_log(proc: subprocess.Popen[bytes], log_path: Path, text: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in log_path.read_text(errors="replace"):
+        assert proc.poll() is None, log_path.read_text()[-3000:]
+        assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+        time.sleep(0.2)
+
+
+def _stop(proc: subprocess.Popen[bytes], log_path: Path) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            assert proc.wait(60) == 0, log_path.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_second_quickstart_with_a_new_key_exits_4_in_one_line(
+    tmp_path: Path, kafka_broker: str, unique_name: str
+) -> None:
+    """Guide §1 run twice on a reused development broker: the second run (a new noise key)
+    finds the first run's checkpoints. Exit 4, one error line that says how to get a fresh
+    broker, no traceback (it was exit 1 inside 'worker part failed while stopping')."""
+    env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
+    assert cli("topics", "create", env=env).returncode == 0
+    first = _start_worker(env, tmp_path / "first.log")
+    try:
+        counts = asyncio.run(_read(kafka_broker, env["STREAM_DP_COUNTS_TOPIC"], 6))
+        assert len(counts) >= 6  # the first run checkpointed and released
+    finally:
+        _stop(first, tmp_path / "first.log")
+    again = cli("topics", "create", env=env)
+    assert again.returncode == 0 and "all topics exist" in again.stdout
+    env2 = {**env, "STREAM_DP_KEY": OTHER_KEY}
+    second = cli("worker", env=env2, timeout=120)
+    assert second.returncode == 4, second.stderr[-3000:]
+    assert "Traceback" not in second.stderr
+    errors = [json.loads(line) for line in _lines(second.stderr)
+              if json.loads(line)["level"] == "error"]
+    refusals = [e for e in errors if e["msg"].startswith("refusing to start:")]
+    assert len(refusals) == 1, errors
+    assert "stream-dp broker start --data-dir" in refusals[0]["msg"]
+    assert not any("exc" in e for e in errors), errors
+    assert len(_lines(second.stderr)) <= 15, second.stderr
+
+
+def test_topics_missing_one_line_exit_2(tmp_path: Path, kafka_broker: str,
+                                        unique_name: str) -> None:
+    env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
+    proc = cli("worker", env=env)
+    assert proc.returncode == 2, proc.stderr
+    lines = _lines(proc.stderr)
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("stream-dp worker: topics missing on ")
+    assert env["STREAM_DP_EVENTS_TOPIC"] in lines[0] and "stream-dp topics create" in lines[0]
+
+
+def test_web_port_in_use_one_line_exit_2(tmp_path: Path, kafka_broker: str,
+                                         unique_name: str) -> None:
+    port = free_port()
+    env = _worker_env(tmp_path, kafka_broker, unique_name, port)
+    assert cli("topics", "create", env=env).returncode == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        proc = cli("worker", env=env)
+    assert proc.returncode == 2, proc.stderr
+    lines = _lines(proc.stderr)
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = json.loads(lines[0])
+    assert f"cannot serve on 127.0.0.1:{port}" in line["msg"] and "--web-port" in line["msg"]
+
+
+def test_second_worker_with_the_same_worker_id_is_refused(
+    tmp_path: Path, kafka_broker: str, unique_name: str
+) -> None:
+    """Two workers on one host with one worker_id (the default: the host name) fenced each
+    other forever; the second is refused at start-up, the first keeps working."""
+    env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
+    assert cli("topics", "create", env=env).returncode == 0
+    log_path = tmp_path / "first.log"
+    first = _start_worker(env, log_path)
+    try:
+        _wait_log(first, log_path, "worker started")
+        second = cli("worker", "--web-port", "0", env=env, timeout=60)
+        assert second.returncode == 2, second.stderr
+        lines = _lines(second.stderr)
+        assert len(lines) == 1 and "another worker on this host" in lines[0], second.stderr
+        assert "--worker-id" in lines[0]
+        assert first.poll() is None
+        counts = asyncio.run(_read(kafka_broker, env["STREAM_DP_COUNTS_TOPIC"], 6))
+        assert len(counts) >= 6
+    finally:
+        _stop(first, log_path)
+    text = log_path.read_text()
+    assert "not recognized" not in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize("what", ["tables", "marginals"])
+def test_tail_tables_without_binary_attributes_says_so(
+    tmp_path: Path, kafka_broker: str, unique_name: str, what: str
+) -> None:
+    env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
+    assert cli("topics", "create", env=env).returncode == 0
+    log_path = tmp_path / "w.log"
+    worker = _start_worker(env, log_path)
+    try:
+        asyncio.run(_read(kafka_broker, env["STREAM_DP_HISTOGRAMS_TOPIC"], 1))
+        proc = cli("tail", what, "--from-beginning", "--timeout", "30", env=env)
+    finally:
+        _stop(worker, log_path)
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in _lines(proc.stderr) if not line.startswith("stream-dp tail: following")]
+    assert len(errors) == 1 and "no binary attributes" in errors[0], proc.stderr
+    assert proc.stdout == ""
