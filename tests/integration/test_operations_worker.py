@@ -149,3 +149,23 @@ def test_tail_tables_without_binary_attributes_says_so(
     errors = [line for line in _lines(proc.stderr) if not line.startswith("stream-dp tail: following")]
     assert len(errors) == 1 and "no binary attributes" in errors[0], proc.stderr
     assert proc.stdout == ""
+
+
+def test_broker_started_again_on_its_old_data_says_so(tmp_path: Path) -> None:
+    """The quickstart's `stream-dp broker start` on the data an earlier run left behind: one
+    line says so and how to get an empty broker (a fresh data directory says nothing)."""
+    data = tmp_path / "broker"
+    port = str(free_port())
+    try:
+        first = cli("broker", "start", "--port", port, "--data-dir", str(data))
+        assert first.returncode == 0 and _lines(first.stderr) == [], first.stderr
+        created = cli("topics", "create", "--bootstrap", f"127.0.0.1:{port}")
+        assert created.returncode == 0, created.stderr
+        assert cli("broker", "stop", "--data-dir", str(data)).returncode == 0
+        again = cli("broker", "start", "--port", port, "--data-dir", str(data))
+        assert again.returncode == 0, again.stderr
+        lines = _lines(again.stderr)
+        assert len(lines) == 1 and "reusing the topics and records" in lines[0], again.stderr
+        assert "--data-dir" in lines[0]
+    finally:
+        cli("broker", "stop", "--data-dir", str(data))
