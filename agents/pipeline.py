@@ -424,6 +424,7 @@ class _Stage:
         if start is not None:
             state.offset = start
         if state.offset >= 0:
+            await self._check_not_ahead(tp, state.offset, ck.seq if ck else None)
             self.consumer.seek(tp, state.offset)
         else:
             await self.seek_fresh(tp)
@@ -439,6 +440,21 @@ class _Stage:
     async def after_restore(self, state: Any, from_checkpoint: bool) -> int | None:
         """Stage hook after the checkpoint is read; may return the offset to start from."""
         return None
+
+    async def _check_not_ahead(self, tp: Any, offset: int, seq: int | None) -> None:
+        """Refuse state that is ahead of its log: a checkpoint that has consumed the partition
+        up to ``offset`` while the partition now ends before it. The broker lost records it had
+        acknowledged (the development broker killed with kill -9, docs/operations.md); seeking
+        there would wait forever for records that never come — or, reset to the beginning,
+        count them twice. One line and exit status 4 instead of a silent stall."""
+        end = (await self.consumer.end_offsets([tp]))[tp]
+        if offset > end:
+            raise CheckpointRefused(
+                f"{self.name} partition {tp.partition}: the checkpoint (seq {seq}) is ahead of "
+                f"the log: it has consumed {tp.topic} up to offset {offset}, but the partition "
+                f"ends at {end}. The broker lost records it had acknowledged (a development "
+                "broker killed with kill -9 can: docs/operations.md); the state cannot be "
+                "continued. Start a new epoch (new topics), or restore the broker's data")
 
     async def _try_restore(self, tp: Any) -> None:
         """Restore ``tp``; on failure log it and leave it to :meth:`_retry_missing`.

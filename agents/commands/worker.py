@@ -262,7 +262,10 @@ def _report_failure(name: str, exc: BaseException) -> int:
         return exc.code
     if isinstance(exc, CheckpointRefused):
         # tampered, another key, or another configuration: never start with it
-        log.error("refusing to start: %s. %s", exc, _REFUSED_HINT, extra={"part": name})
+        text = str(exc)
+        hint = (f" {_REFUSED_HINT}" if "failed authentication" in text
+                or "another configuration" in text else "")
+        log.error("refusing to start: %s.%s", text.rstrip("."), hint, extra={"part": name})
         return 4
     if isinstance(exc, ReleaseOverflow):
         log.error("stopping: %s", exc, extra={"part": name})

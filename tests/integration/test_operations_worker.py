@@ -169,3 +169,49 @@ def test_broker_started_again_on_its_old_data_says_so(tmp_path: Path) -> None:
         assert "--data-dir" in lines[0]
     finally:
         cli("broker", "stop", "--data-dir", str(data))
+
+
+async def _delete_topic(bootstrap: str, topic: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.delete_topics([topic])
+        for _ in range(100):
+            if topic not in await admin.list_topics():
+                return
+            await asyncio.sleep(0.1)
+    finally:
+        await admin.close()
+
+
+def test_checkpoint_ahead_of_the_log_is_refused_in_one_line(
+    tmp_path: Path, kafka_broker: str, unique_name: str
+) -> None:
+    """State ahead of its log (what a broker that lost acknowledged records leaves; here the
+    events topic recreated empty under the worker's checkpoints): one line naming the
+    partition and the offsets, exit 4 — not a worker that waits silently for ever."""
+    from tests.integration.test_commands_service import _send_events
+
+    env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
+    assert cli("topics", "create", env=env).returncode == 0
+    log_path = tmp_path / "first.log"
+    first = _start_worker(env, log_path)
+    try:
+        _wait_log(first, log_path, "worker started")
+        asyncio.run(_send_events(kafka_broker, env["STREAM_DP_EVENTS_TOPIC"], 40))
+        # the events' ticks released (each tick: 6 streams), so their offsets are checkpointed
+        counts = asyncio.run(_read(kafka_broker, env["STREAM_DP_COUNTS_TOPIC"], 6 * 4))
+        assert len(counts) >= 24
+    finally:
+        _stop(first, log_path)
+    asyncio.run(_delete_topic(kafka_broker, env["STREAM_DP_EVENTS_TOPIC"]))
+    assert cli("topics", "create", env=env).returncode == 0
+    proc = cli("worker", env=env, timeout=120)
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    refusals = [json.loads(line)["msg"] for line in _lines(proc.stderr)
+                if "refusing to start" in line]
+    assert len(refusals) == 1, proc.stderr[-3000:]
+    assert "is ahead of the log" in refusals[0] and "ends at 0" in refusals[0], refusals
