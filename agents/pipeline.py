@@ -1194,7 +1194,9 @@ class Worker:
     def fail(self, exc: BaseException) -> None:
         """Stop the worker with ``exc`` (logged once; the stages raise it from their loops)."""
         if self.fatal is None:
-            log.error("stopping: %s", exc)
+            # the one error line is the caller's (``stream-dp worker`` names the cause and its
+            # exit status); here only that the pipeline stops, and why, for embedders' logs
+            log.info("pipeline stopping: %s", type(exc).__name__)
             self.fatal = exc
 
     def check_schedule(self, now: float | None = None) -> None:

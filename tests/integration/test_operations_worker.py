@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -76,8 +77,7 @@ def test_second_quickstart_with_a_new_key_exits_4_in_one_line(
     refusals = [e for e in errors if e["msg"].startswith("refusing to start:")]
     assert len(refusals) == 1, errors
     assert "stream-dp broker start --data-dir" in refusals[0]["msg"]
-    assert not any("exc" in e for e in errors), errors
-    assert len(_lines(second.stderr)) <= 15, second.stderr
+    assert _error_lines(second.stderr) == [refusals[0]["msg"]], second.stderr[-3000:]
 
 
 def test_topics_missing_one_line_exit_2(tmp_path: Path, kafka_broker: str,
@@ -215,3 +215,71 @@ def test_checkpoint_ahead_of_the_log_is_refused_in_one_line(
                 if "refusing to start" in line]
     assert len(refusals) == 1, proc.stderr[-3000:]
     assert "is ahead of the log" in refusals[0] and "ends at 0" in refusals[0], refusals
+    assert _error_lines(proc.stderr) == refusals, proc.stderr[-3000:]
+
+
+def _topic_env(base: dict[str, str], prefix: str, tag: str) -> dict[str, str]:
+    env = dict(base)
+    for setting in ("events", "counts", "histograms", "dlq", "partials"):
+        env[f"STREAM_DP_{setting.upper()}_TOPIC"] = f"{prefix}.{setting}{tag}"
+    env["STREAM_DP_INGEST_CHECKPOINTS_TOPIC"] = f"{prefix}.ckpt-ingest{tag}"
+    env["STREAM_DP_RELEASE_CHECKPOINTS_TOPIC"] = f"{prefix}.ckpt-release{tag}"
+    return env
+
+
+def test_changed_log_exits_3_in_one_line(tmp_path: Path, kafka_broker: str,
+                                         unique_name: str) -> None:
+    """A deployment's log released under its closing points, then a copy of the log with one
+    value changed replayed into a fresh events topic of the same deployment (same app_id and
+    schedule topic): the worker refuses it with exit status 3 in one line."""
+    from tests.integration.test_commands_service import KEY
+
+    sim = cli("simulate", "searchlogs", "--seed", "1", "--ticks", "4", "--tick-seconds", "1",
+              "--out", str(tmp_path / "web.csv"), "--domain-out", str(tmp_path / "domain.toml"),
+              "--settings-out", str(tmp_path / "stream-dp.toml"))
+    assert sim.returncode == 0, sim.stderr
+    base = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
+    base.update({
+        "STREAM_DP_CONFIG": str(tmp_path / "stream-dp.toml"), "STREAM_DP_KEY": KEY,
+        "STREAM_DP_WEB_PORT": "0", "STREAM_DP_BOOTSTRAP": kafka_broker,
+        "STREAM_DP_APP_ID": unique_name, "STREAM_DP_WORKER_ID": "w1",
+        "STREAM_DP_SESSION_TIMEOUT_S": "6", "STREAM_DP_LEADER_TOPIC": f"{unique_name}.leader",
+        "STREAM_DP_SCHEDULE_TOPIC": f"{unique_name}.schedule"})
+    first_env = _topic_env(base, unique_name, "")
+    assert cli("topics", "create", env=first_env).returncode == 0
+    replayed = cli("replay", str(tmp_path / "web.csv"), "--speed", "1000", env=first_env)
+    assert replayed.returncode == 0, replayed.stderr
+    log_path = tmp_path / "first.log"
+    first = _start_worker(first_env, log_path)
+    try:
+        counts = asyncio.run(_read(kafka_broker, first_env["STREAM_DP_COUNTS_TOPIC"], 4 * 14))
+        assert len(counts) >= 4 * 14
+    finally:
+        _stop(first, log_path)
+
+    lines = (tmp_path / "web.csv").read_text().splitlines()
+    ts, key, _value = lines[len(lines) // 2].split(",")
+    lines[len(lines) // 2] = f"{ts},{key},0.5"  # one value changed
+    (tmp_path / "changed.csv").write_text("\n".join(lines) + "\n")
+    second_env = _topic_env(base, unique_name, "-copy")
+    assert cli("topics", "create", env=second_env).returncode == 0
+    replayed = cli("replay", str(tmp_path / "changed.csv"), "--speed", "1000", env=second_env)
+    assert replayed.returncode == 0, replayed.stderr
+    proc = cli("worker", env=second_env, timeout=120)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    refusals = [json.loads(line)["msg"] for line in _lines(proc.stderr)
+                if "refusing to release" in line]
+    assert len(refusals) == 1 and "differ" in refusals[0], proc.stderr[-3000:]
+    assert _error_lines(proc.stderr) == [refusals[0]], proc.stderr[-3000:]
+
+
+def _error_lines(stderr: str) -> list[str]:
+    """The messages of the warning and error lines of a JSON-logging worker."""
+    out = []
+    for line in _lines(stderr):
+        rec = json.loads(line)
+        assert "exc" not in rec, rec  # no traceback in any line
+        if rec["level"] in ("warning", "error", "critical"):
+            out.append(rec["msg"])
+    return out
