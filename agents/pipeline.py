@@ -91,6 +91,9 @@ OnRelease = Callable[[Release], Awaitable[None] | None]
 _MAX_MESSAGES_PER_COMMIT = 200_000
 #: ... and never more ticks than this per transaction
 _MAX_TICKS_PER_COMMIT = 1024
+#: seconds a stopping worker waits for its stages to commit, leave their groups and close
+#: (the broker gone: they are cancelled and closed after that)
+SHUTDOWN_S = 8.0
 
 
 class Metrics(Protocol):
@@ -323,13 +326,28 @@ class _Stage:
             self.parked = {}
         coord = getattr(self.consumer, "_coordinator", None)
         self.member_id = str(getattr(coord, "member_id", "") or "")
-        if self.consumer is not None:
-            with contextlib.suppress(Exception):
-                await self.consumer.stop()
-        if self.reader is not None:
-            with contextlib.suppress(Exception):
-                await self.reader.stop()
+        try:
+            if self.consumer is not None:
+                with contextlib.suppress(Exception):
+                    await self.consumer.stop()
+        finally:  # the reader too, whatever happened to the consumer's stop
+            if self.reader is not None:
+                with contextlib.suppress(Exception):
+                    await self.reader.stop()
         await leave_group(self.s.bootstrap, self.group, self.member_id, self.w.security)
+
+    async def close_clients(self) -> None:
+        """Close every Kafka client of the stage without waiting for the broker (a stop that
+        ran out of time): aiokafka marks a client closed before its first await, so no
+        'Unclosed AIOKafka...' warnings follow, and the half-done close is abandoned."""
+        clients = [self.consumer, self.reader, *self.producers.values(),
+                   *(prod for _, prod in self.parked.values())]
+        self.producers, self.parked, self.states = {}, {}, {}
+        for client in clients:
+            if client is None:
+                continue
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(client.stop(), timeout=0.2)
 
     async def flush_all(self) -> None:
         """Commit pending work of every partition (graceful shutdown)."""
@@ -1250,14 +1268,39 @@ class Worker:
                     raise t.exception()  # type: ignore[misc]
         finally:
             stop.set()
-            for t in tasks:
-                with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(t, timeout=10)
             stopper.cancel()
             self._ready = False
             self.metrics.set_ready(False)
-            await self.ingest.stop()
-            await self.release.stop()
+            await self._shut_down(tasks)
+
+    async def _shut_down(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Finish the stages' current batches and transactions, leave the groups, close every
+        client — within :data:`SHUTDOWN_S` seconds in all. With the broker reachable that is a
+        graceful stop; without it (an outage) nothing can be committed anyway, so the stages are
+        cancelled and their clients closed without waiting for the broker: a SIGTERM during an
+        outage ends the worker in seconds, never with a traceback."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SHUTDOWN_S
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=SHUTDOWN_S / 2)
+            for t in late:
+                t.cancel()
+            for t in tasks:  # their errors were reported from the loop above
+                with contextlib.suppress(BaseException):
+                    await t
+        stops = asyncio.gather(self.ingest.stop(), self.release.stop(), return_exceptions=True)
+        try:
+            for stage, res in zip((self.ingest, self.release), await asyncio.wait_for(
+                    stops, timeout=max(0.5, deadline - loop.time())), strict=True):
+                if isinstance(res, BaseException):  # e.g. a client's stop cut short
+                    log.debug("%s: stop: %s", stage.name, type(res).__name__)
+                    await stage.close_clients()
+        except TimeoutError:
+            log.warning("stopped without a graceful leave: the broker did not answer within "
+                        "%.0f s (partitions move to other workers after the session timeout)",
+                        SHUTDOWN_S)
+            for stage in (self.ingest, self.release):
+                await stage.close_clients()
 
 
 def check_backlog(settings: Settings, now: float | None = None) -> None:

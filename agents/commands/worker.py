@@ -231,7 +231,10 @@ async def serve(
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             except asyncio.CancelledError:
-                raise
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this coroutine is cancelled: not the part's outcome
+                # the part ended cancelled (a client library cancelled it while stopping)
             except Exception as exc:
                 # a part that failed after the stop was requested (e.g. the pipeline, whose
                 # failure also sets the stop event): the same statuses as a failure before it
