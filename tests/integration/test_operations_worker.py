@@ -283,3 +283,74 @@ def _error_lines(stderr: str) -> list[str]:
         if rec["level"] in ("warning", "error", "critical"):
             out.append(rec["msg"])
     return out
+
+
+def _descendants(pid: int) -> dict[int, bytes]:
+    """Live processes whose parent is ``pid`` -> their command line (Linux /proc)."""
+    out: dict[int, bytes] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out[int(entry.name)] = cmd
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("how", ["kill -9 of the worker", "SIGTERM to a child"])
+def test_pipeline_children_end_with_their_worker(
+    tmp_path: Path, kafka_broker: str, unique_name: str, how: str
+) -> None:
+    """pipeline_processes = 2: the children (and multiprocessing's resource tracker) never
+    outlive the worker, however it ends; a child obeys SIGTERM by itself (they used to run on
+    for minutes with parent pid 1, reconnecting, deaf to SIGTERM)."""
+    env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
+    env["STREAM_DP_PIPELINE_PROCESSES"] = "2"
+    assert cli("topics", "create", env=env).returncode == 0
+    log_path = tmp_path / "w.log"
+    worker = _start_worker(env, log_path)
+    helpers: dict[int, bytes] = {}
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            helpers = _descendants(worker.pid)
+            children = [p for p, cmd in helpers.items() if b"spawn_main" in cmd]
+            if len(children) == 2:
+                break
+            assert worker.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.3)
+        if how == "kill -9 of the worker":
+            worker.kill()
+            worker.wait()
+        else:
+            import os
+
+            os.kill(children[0], signal.SIGTERM)
+            assert worker.wait(120) != 0  # a child that stops stops the worker
+        deadline = time.monotonic() + 90  # generous: a child's stop is bounded by 20 s
+        while [p for p in helpers if _alive(p)]:
+            assert time.monotonic() < deadline, {p: helpers[p] for p in helpers if _alive(p)}
+            time.sleep(0.5)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        for pid in helpers:  # never leave a process behind, even when the test fails
+            if _alive(pid):
+                import os
+
+                os.kill(pid, signal.SIGKILL)
