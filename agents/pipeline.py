@@ -75,7 +75,11 @@ from agents.checkpoints import (
 )
 from agents.codec import dlq_message, encode
 from agents.config import Settings, load_domain
-from agents.groups import install_empty_assignment_rejoin, leave_group
+from agents.groups import (
+    install_empty_assignment_rejoin,
+    install_static_commit_rejoin,
+    leave_group,
+)
 from agents.ingest import IngestState, Partial, Router, ScheduleEntry, ScheduleMismatch
 from agents.release import CheckpointRefused, Release, ReleaseOverflow, ReleaseState
 from stream_dp.integrity import IntegrityError
@@ -563,6 +567,8 @@ class _Stage:
         transaction they would cost two broker round trips on every tick's latency path."""
         now = time.monotonic()
         if now - self._offsets_at.get(p, -1e9) < min(1.0, self.s.stall_timeout_s / 4):
+            return
+        if self.restoring:  # a rebalance in progress: the commit would be refused anyway
             return
         self._offsets_at[p] = now
         consumer = self.consumer
@@ -1148,6 +1154,7 @@ class Worker:
         check_attribute_settings(settings, self.domain)
         install_fetch_backoff(settings.empty_fetch_backoff_ms / 1000.0)
         install_empty_assignment_rejoin()
+        install_static_commit_rejoin()
         self.router = Router(self.domain, settings.shards)
         from agents.topics import check_shard_size
 
