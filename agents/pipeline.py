@@ -95,6 +95,10 @@ OnRelease = Callable[[Release], Awaitable[None] | None]
 _MAX_MESSAGES_PER_COMMIT = 200_000
 #: ... and never more ticks than this per transaction
 _MAX_TICKS_PER_COMMIT = 1024
+#: a worker more than this many ticks behind the clock schedule says so and reports progress
+BACKLOG_TICKS = 100
+#: seconds between two progress lines while a worker catches up
+PROGRESS_EVERY_S = 10.0
 #: seconds a stopping worker waits for its stages to commit, leave their groups and close
 #: (the broker gone: they are cancelled and closed after that)
 SHUTDOWN_S = 8.0
@@ -1261,6 +1265,7 @@ class Worker:
         self.mechanism()  # fail fast on bad strategy settings
         self.check_schedule()
         tasks: list[asyncio.Task[None]] = []
+        tasks_progress: list[asyncio.Task[None]] = []
         stopper = asyncio.create_task(stop.wait())
         try:
             await self.ingest.start()
@@ -1269,6 +1274,10 @@ class Worker:
                 asyncio.create_task(self.ingest.run(stop), name="stream-dp-ingest"),
                 asyncio.create_task(self.release.run(stop), name="stream-dp-release"),
             ]
+            # diagnostics only: not one of the tasks whose end stops the worker
+            progress = asyncio.create_task(self._report_progress(stop),
+                                           name="stream-dp-progress")
+            tasks_progress.append(progress)
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 if t is not stopper and t.exception() is not None:
@@ -1276,9 +1285,62 @@ class Worker:
         finally:
             stop.set()
             stopper.cancel()
+            for t in tasks_progress:
+                t.cancel()
             self._ready = False
             self.metrics.set_ready(False)
             await self._shut_down(tasks)
+
+    def released_through(self) -> int | None:
+        """The last tick every release shard of this worker has released (None: no shard)."""
+        states = list(self.release.states.values())
+        if not states:
+            return None
+        return min(int(st.next_tick) for st in states) - 1
+
+    async def _report_progress(self, stop: asyncio.Event) -> None:
+        """Say how far behind the clock schedule the worker starts, then, while it catches up,
+        one progress line every :data:`PROGRESS_EVERY_S` seconds (ticks released, rate, ETA).
+        Quiet when the worker is up to date: a live worker is one tick behind at most."""
+        if self.settings.schedule != "clock":
+            return
+        try:
+            await self._progress_loop(stop)
+        except Exception as exc:  # diagnostics only: never stop the worker for them
+            log.debug("progress report failed: %s", exc)
+
+    async def _progress_loop(self, stop: asyncio.Event) -> None:
+        t0 = time.monotonic()
+        due0 = self.schedule.due_through(time.time())
+        announced = False
+        first: tuple[float, int] | None = None
+        while not stop.is_set():
+            due = self.schedule.due_through(time.time())
+            done = self.released_through()
+            if done is not None:
+                behind = due - done
+                if not announced:
+                    announced = True
+                    if behind > BACKLOG_TICKS:
+                        log.warning(
+                            "starting %d ticks behind the clock schedule (ticks %d..%d, %s of "
+                            "event time): every one is released before the live ticks; "
+                            "progress every %.0f s", behind, done + 1, due,
+                            _duration(behind * self.settings.tick_seconds), PROGRESS_EVERY_S)
+                elif behind > BACKLOG_TICKS:
+                    if first is None:
+                        first = (time.monotonic(), done)
+                    rate = (done - first[1]) / max(time.monotonic() - first[0], 1e-9)
+                    speed = f"{rate:.0f} ticks/s, ETA {_duration(behind / rate)}" if rate > 0 \
+                        else "rate and ETA at the next line"
+                    log.info("catching up: released through tick %d of %d (%d behind, %s)",
+                             done, due, behind, speed)
+                elif first is not None:
+                    log.info("caught up: released through tick %d (%.0f s after start; %d "
+                             "ticks were due then)", done, time.monotonic() - t0, due0)
+                    first = None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), PROGRESS_EVERY_S if announced else 1.0)
 
     async def _shut_down(self, tasks: list[asyncio.Task[None]]) -> None:
         """Finish the stages' current batches and transactions, leave the groups, close every
@@ -1308,6 +1370,16 @@ class Worker:
                         SHUTDOWN_S)
             for stage in (self.ingest, self.release):
                 await stage.close_clients()
+
+
+def _duration(seconds: float) -> str:
+    """``1 d 03:04:05`` / ``03:04:05`` for progress lines."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    s = int(seconds)
+    days, rest = divmod(s, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days} d {clock}" if days else clock
 
 
 def check_backlog(settings: Settings, now: float | None = None) -> None:

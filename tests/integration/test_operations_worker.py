@@ -354,3 +354,32 @@ def test_pipeline_children_end_with_their_worker(
                 import os
 
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_large_backlog_is_announced_shows_progress_and_stops_on_sigterm(
+    tmp_path: Path, kafka_broker: str, unique_name: str
+) -> None:
+    """A clock schedule whose origin lies 20 000 ticks back: the worker says so at start-up,
+    reports progress while it catches up, its side agent's repeated warning ('dropping a tick
+    without a histogram', once 16,528 lines in 20 s) is rate-limited, and SIGTERM stops it
+    with exit status 0 (it used to be silent, flood, and notice SIGTERM after 32 s)."""
+    env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
+    env["STREAM_DP_ORIGIN"] = str(float(int(time.time()) - 20_000))
+    assert cli("topics", "create", env=env).returncode == 0
+    log_path = tmp_path / "w.log"
+    worker = _start_worker(env, log_path)
+    try:
+        _wait_log(worker, log_path, "ticks behind the clock schedule")
+        _wait_log(worker, log_path, "catching up: released through tick", timeout=120)
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(60) == 0, log_path.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    records = [json.loads(line) for line in _lines(log_path.read_text())]
+    assert not [r for r in records if "exc" in r]
+    starts = [r["msg"] for r in records if "ticks behind the clock schedule" in r["msg"]]
+    assert len(starts) == 1 and starts[0].startswith("starting 2000"), starts
+    dropped = [r for r in records if r["msg"] == "dropping a tick without a histogram"]
+    assert len(dropped) <= 3 + 12, len(dropped)  # a burst, then one per 10 s
