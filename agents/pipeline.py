@@ -261,6 +261,9 @@ class _Stage:
         self._progress: dict[int, tuple[int, float]] = {}
         self._next_owner_check = 0.0
         self._rejoin_after = 0.0
+        #: partition -> (state offset, end offset then, since when, last warned): liveness
+        self._liveness: dict[int, tuple[int, int, float, float]] = {}
+        self._next_liveness = 0.0
         #: assignments handled and partitions restored (sought) so far: a fetch that began
         #: before one may hold records from before the seek
         self.repositioned = 0
@@ -690,6 +693,46 @@ class _Stage:
                 await self.check_ownership()
             except Exception as exc:  # diagnostics only: never stop the stage for it
                 log.debug("%s: ownership check failed: %s", self.name, exc)
+            try:
+                await self.check_liveness()
+            except Exception as exc:  # diagnostics only
+                log.debug("%s: liveness check failed: %s", self.name, exc)
+
+    async def check_liveness(self) -> None:
+        """Name every owned partition whose processing stopped while records keep arriving.
+
+        Every ``stall_timeout_s / 2`` seconds: a partition whose state offset (what the next
+        checkpoint records) has not moved for ``stall_timeout_s`` while its end offset grew
+        meanwhile is stalled: one warning line naming the stage, the partition, both offsets
+        and for how long (again at most once per ``stall_timeout_s``), and
+        ``Worker.stats["stalled_partitions"]`` counts it. (Seen once: an events partition made
+        no progress after a restart, no checkpoint, no error, while the others went on.)"""
+        now = time.monotonic()
+        if now < self._next_liveness or self.restoring or not self.states:
+            return
+        self._next_liveness = now + max(0.5, self.s.stall_timeout_s / 2)
+        k = _kafka()
+        parts = sorted(self.states)
+        tps = [k.TopicPartition(self.topic, p) for p in parts]
+        ends = await self.consumer.end_offsets(tps)
+        for tp in tps:
+            state = self.states.get(tp.partition)
+            if state is None:
+                continue
+            end, offset = int(ends.get(tp, 0)), int(state.offset)
+            seen = self._liveness.get(tp.partition)
+            if seen is None or seen[0] != offset or end <= offset:
+                self._liveness[tp.partition] = (offset, end, now, 0.0)
+                continue
+            since, first_end, warned = seen[2], seen[1], seen[3]
+            if end > first_end and now - since >= self.s.stall_timeout_s and (
+                    now - warned >= self.s.stall_timeout_s):
+                self._liveness[tp.partition] = (offset, first_end, since, now)
+                self.w.stats["stalled_partitions"] += 1
+                log.warning(
+                    "%s partition %d makes no progress: its offset stays at %d for %.0f s "
+                    "while the partition grew from %d to %d records", self.name,
+                    tp.partition, offset, now - since, first_end, end)
 
 
 class IngestStage(_Stage):
@@ -1186,6 +1229,7 @@ class Worker:
         self.stats: dict[str, int] = {
             "accepted": 0, "clamped": 0, "dead_letters": 0, "partition_ticks_closed": 0,
             "shard_ticks_released": 0, "ownership_recoveries": 0, "ticks_restepped": 0,
+            "stalled_partitions": 0,
         }
         #: seconds from the last source partition closing a tick to its release being committed
         #: (the most recent ones; for benchmarks and diagnostics)
