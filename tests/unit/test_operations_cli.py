@@ -170,3 +170,15 @@ def test_missing_settings_file_is_named(command: list[str], tmp_path: Path) -> N
 def test_worker_bad_settings_one_line_exit_2(tmp_path: Path) -> None:
     proc = run_cli("worker", env=_worker_env(tmp_path, GOOD_DOMAIN, STREAM_DP_P="1.5"))
     assert_one_line(proc, 2, "p must be in (0, 1]")
+
+
+def test_plan_explains_its_columns() -> None:
+    proc = run_cli("plan", "--p", "0.9", "--epsilon", "1", "--horizon", "255")
+    assert proc.returncode == 0, proc.stderr
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("strategy"))
+    legend = proc.stdout.split("columns:", 1)[1]
+    for column in ("sensitivity", "RMSE/release", "MSE/release", "ratio", "x bound",
+                   "range/tick"):
+        assert column in header
+        assert f"\n  {column} " in legend, column
+    assert "rounding slack" in legend  # why a sensitivity reads 1.000008
