@@ -383,3 +383,14 @@ def test_a_large_backlog_is_announced_shows_progress_and_stops_on_sigterm(
     assert len(starts) == 1 and starts[0].startswith("starting 2000"), starts
     dropped = [r for r in records if r["msg"] == "dropping a tick without a histogram"]
     assert len(dropped) <= 3 + 12, len(dropped)  # a burst, then one per 10 s
+
+
+def test_simulate_to_topic_shows_progress(kafka_broker: str, unique_name: str) -> None:
+    """`simulate --to-topic` at --speed 1 said nothing until the end (the guide's example runs
+    10 minutes); now a line at least every 5 s on stderr."""
+    proc = cli("simulate", "searchlogs", "--seed", "1", "--ticks", "12", "--tick-seconds", "1",
+               "--rate", "20", "--to-topic", "--speed", "1", "--bootstrap", kafka_broker,
+               "--topic", f"{unique_name}.events")
+    assert proc.returncode == 0, proc.stderr
+    progress = [line for line in _lines(proc.stderr) if "events sent to" in line]
+    assert progress and "event time" in progress[0], proc.stderr

@@ -182,3 +182,21 @@ def test_plan_explains_its_columns() -> None:
         assert column in header
         assert f"\n  {column} " in legend, column
     assert "rounding slack" in legend  # why a sensitivity reads 1.000008
+
+
+def test_progress_lines_in_a_log_come_at_least_every_5_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A paced replay into a log file (not a terminal): a line per 10 % *and* at least one
+    every 5 s while it moves (at --speed 1 the first line used to come after 12 s)."""
+    import io
+
+    from agents.commands import _progress
+
+    clock = [100.0]
+    monkeypatch.setattr(_progress.time, "monotonic", lambda: clock[0])
+    out = io.StringIO()
+    bar = _progress.ProgressBar(1000, stream=out)
+    for second in range(30):  # 30 s for the first 3 % of the log
+        clock[0] += 1.0
+        bar.advance_to(second, second)
+    lines = out.getvalue().splitlines()
+    assert 6 <= len(lines) <= 8, lines  # every 5 s (+ the first), not one per 10 % only
