@@ -394,3 +394,45 @@ def test_simulate_to_topic_shows_progress(kafka_broker: str, unique_name: str) -
     assert proc.returncode == 0, proc.stderr
     progress = [line for line in _lines(proc.stderr) if "events sent to" in line]
     assert progress and "event time" in progress[0], proc.stderr
+
+
+def test_demo_keeps_the_broker_address_and_dashboard_url_on_screen(tmp_path: Path) -> None:
+    """The demo redraws the terminal every tick: the broker address and dashboard URL that
+    guide §1 asks you to copy must stay on screen (a footer under every redraw)."""
+    import os
+    import pty
+    import select
+
+    leader, follower = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
+    env.update(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "xdg"), TERM="xterm")
+    proc = subprocess.Popen([*CLI, "demo", "--duration", "20", "--tick-seconds", "1"],
+                            stdin=follower, stdout=follower, stderr=follower, env=env,
+                            cwd=tmp_path)
+    os.close(follower)
+    out = b""
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(leader, 65536)
+                except OSError:  # the demo exited: the terminal is closed
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif proc.poll() is not None:
+                break
+        assert proc.wait(60) == 0, out.decode(errors="replace")[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+    text = out.decode(errors="replace")
+    screens = text.split("\x1b[H\x1b[2J")
+    assert len(screens) >= 3, text[-3000:]  # it redrew the table at least twice
+    last = screens[-1]
+    assert "broker 127.0.0.1:" in last and "/dashboard/" in last, last[-2000:]
