@@ -160,13 +160,29 @@ def _cells_text(cells: Any, width: int = 8) -> str:
     return shown + (f" … ({len(vals)} cells)" if len(vals) > width else "")
 
 
+def _labelled_cells(cells: Any, k: int, width: int = 8) -> str:
+    """``00:12.3 01:4.0 10:3.1 11:0.4``: each cell labelled with its yes/no pattern (first
+    attribute the leftmost bit, 1 = yes; CONTRACTS.md), the first ``width`` of them."""
+    vals = [c for c in cells or () if isinstance(c, int | float)]
+    if k < 1 or len(vals) != 1 << k:
+        return _cells_text(cells, width)
+    shown = " ".join(f"{i:0{k}b}:{c:.1f}" for i, c in enumerate(vals[:width]))
+    return shown + (f" … ({len(vals)} cells)" if len(vals) > width else "")
+
+
+#: the one line that explains the labels of the cells
+CELLS_LEGEND = ("cells: one per yes/no combination of the table's attributes, labelled "
+                "first attribute = leftmost bit, 1 = yes (e.g. milk,bread 10 = milk, no bread)")
+
+
 def format_table_row(msg: dict[str, Any]) -> str:
     """One line for a ``dp.tables.v1`` record."""
-    names = ",".join(str(n) for n in msg.get("names") or ())
+    names = [str(n) for n in msg.get("names") or ()]
     return (
         f"tick {msg.get('tick', '?'):>6}  epoch {msg.get('epoch', '?')}  "
         f"table {msg.get('table', '?')}/{msg.get('tables', '?')} {msg.get('kind', '?'):7} "
-        f"[{names}]  {_cells_text(msg.get('cells'))}  ± {_num(msg.get('stderr'))}"
+        f"[{','.join(names)}]  {_labelled_cells(msg.get('cells'), len(names))}  "
+        f"± {_num(msg.get('stderr'))}"
     )
 
 
@@ -179,9 +195,11 @@ def format_marginals(msg: dict[str, Any], prefix: str = "") -> str:
         f"{len(msg.get('bridges') or ())} bridges, total {_num(msg.get('total'), '.1f')}, "
         f"residual {_num(diag.get('residual'), '.2e')}"
     ]
+    lines.append(f"  {CELLS_LEGEND}")
     for t in _tables_with(msg, prefix):
-        names = ",".join(str(n) for n in t.get("names") or ())
-        lines.append(f"  {t.get('kind', '?'):7} [{names}]  {_cells_text(t.get('cells'), 16)}"
+        names = [str(n) for n in t.get("names") or ()]
+        lines.append(f"  {t.get('kind', '?'):7} [{','.join(names)}]  "
+                     f"{_labelled_cells(t.get('cells'), len(names), 16)}"
                      f"  ± {_num(t.get('stderr'))}")
     return "\n".join(lines)
 
@@ -332,6 +350,9 @@ class _Printer:
                 self.header_done = True
             print(format_count_row(msg), file=self.out)
         elif self.args.what == "tables":
+            if not self.header_done:
+                print(CELLS_LEGEND, file=self.out)
+                self.header_done = True
             print(format_table_row(msg), file=self.out)
         elif self.args.what == "marginals":
             print(format_marginals(msg, self.args.prefix), file=self.out)

@@ -200,3 +200,18 @@ def test_progress_lines_in_a_log_come_at_least_every_5_s(monkeypatch: pytest.Mon
         bar.advance_to(second, second)
     lines = out.getvalue().splitlines()
     assert 6 <= len(lines) <= 8, lines  # every 5 s (+ the first), not one per 10 % only
+
+
+def test_binary_attribute_tables_are_printed_with_labelled_cells() -> None:
+    """`tail marginals` / `tail tables` (and the demo, which uses the same formatting) printed
+    rows of unlabelled numbers; each cell now carries its yes/no pattern, and a legend says how
+    to read it."""
+    from agents.commands.tail import CELLS_LEGEND, format_marginals, format_table_row
+
+    table = {"names": ["milk", "bread"], "kind": "cluster", "cells": [12.0, 4.0, 3.0, 0.5],
+             "stderr": 1.0}
+    block = format_marginals({"tick": 3, "tables": [table], "clusters": [[0, 1]]})
+    assert CELLS_LEGEND in block
+    assert "[milk,bread]  00:12.0 01:4.0 10:3.0 11:0.5" in block
+    row = format_table_row({**table, "tick": 3, "table": 0, "tables": 1, "epoch": 1})
+    assert "00:12.0 01:4.0 10:3.0 11:0.5" in row
