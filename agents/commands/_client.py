@@ -79,13 +79,14 @@ def connection_problem(exc: BaseException, bootstrap: str | None = None) -> str:
     text = " ".join(str(exc).split()) or name
     while text.startswith(name + ": "):  # aiokafka repeats the class name in the message
         text = text[len(name) + 2:]
-    if text.startswith("Unable to bootstrap from"):  # a list of socket addresses: noise
+    bootstrap_failed = text.startswith("Unable to bootstrap from")
+    if bootstrap_failed:  # a list of socket addresses: noise
         text = "no broker answered"
     security = os.environ.get("STREAM_DP_SECURITY_PROTOCOL", "").upper()
     if "CERTIFICATE_VERIFY_FAILED" in text:
         hint = (" (the broker's certificate is not signed by STREAM_DP_SSL_CAFILE, or names "
                 "another host: check the CA file and the bootstrap address)")
-    elif "SSL" in text or "TLS" in text or (security.endswith("SSL") and "bootstrap" in text):
+    elif "SSL" in text or "TLS" in text or (security.endswith("SSL") and bootstrap_failed):
         hint = (" (TLS handshake failed: check STREAM_DP_SECURITY_PROTOCOL and that the port "
                 "is the broker's TLS listener)")
     elif "bootstrap" in text or "Connect call failed" in text or name == "KafkaConnectionError":

@@ -436,3 +436,18 @@ def test_demo_keeps_the_broker_address_and_dashboard_url_on_screen(tmp_path: Pat
     assert len(screens) >= 3, text[-3000:]  # it redrew the table at least twice
     last = screens[-1]
     assert "broker 127.0.0.1:" in last and "/dashboard/" in last, last[-2000:]
+
+
+@pytest.mark.parametrize("argv", [["tail", "counts"], ["topics", "list"]])
+def test_tls_against_a_plaintext_listener_one_line(kafka_broker: str, argv: list[str]) -> None:
+    """STREAM_DP_SECURITY_PROTOCOL=SSL against the plaintext development broker: one line that
+    names the likely cause, no 'Unclosed AIOKafkaConsumer', no traceback."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
+    env["STREAM_DP_SECURITY_PROTOCOL"] = "SSL"
+    proc = cli(*argv, "--bootstrap", kafka_broker, env=env, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    lines = _lines(proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert "TLS handshake failed" in lines[0] and "Unclosed" not in proc.stderr
