@@ -142,4 +142,42 @@ def run(args: argparse.Namespace) -> int:
             print(f"created {name}")
     else:
         print("all topics exist")
+        try:
+            held = asyncio.run(records_held(settings))
+        except Exception:  # a note only
+            held = {}
+        if held:
+            what = ", ".join(f"{t}: {n:,} records" for t, n in held.items())
+            print(f"note: they hold the data of earlier runs ({what}); a worker with another "
+                  "noise key or other settings refuses those checkpoints (exit status 4). For a "
+                  "fresh start use a fresh broker (stream-dp broker start --data-dir NEW_DIR) or "
+                  "a new app_id and topic names", file=sys.stderr)
     return 0
+
+
+async def records_held(settings: Any) -> dict[str, int]:
+    """Records in the events and checkpoint topics (end - beginning offsets), non-empty only."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from agents.security import KafkaSecurity
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None,
+                                enable_auto_commit=False,
+                                **KafkaSecurity.from_settings(settings).client_kwargs())
+    await start_client(consumer)
+    out: dict[str, int] = {}
+    try:
+        await consumer.topics()
+        for topic in (settings.events_topic, settings.ingest_checkpoints_topic,
+                      settings.release_checkpoints_topic):
+            tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+            if not tps:
+                continue
+            ends = await consumer.end_offsets(tps)
+            begins = await consumer.beginning_offsets(tps)
+            n = sum(int(ends[tp]) - int(begins[tp]) for tp in tps)
+            if n > 0:
+                out[topic] = n
+    finally:
+        await consumer.stop()
+    return out

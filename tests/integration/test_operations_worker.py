@@ -68,6 +68,8 @@ def test_second_quickstart_with_a_new_key_exits_4_in_one_line(
         _stop(first, tmp_path / "first.log")
     again = cli("topics", "create", env=env)
     assert again.returncode == 0 and "all topics exist" in again.stdout
+    notes = _lines(again.stderr)  # the second quickstart is told before its worker starts
+    assert len(notes) == 1 and "hold the data of earlier runs" in notes[0], again.stderr
     env2 = {**env, "STREAM_DP_KEY": OTHER_KEY}
     second = cli("worker", env=env2, timeout=120)
     assert second.returncode == 4, second.stderr[-3000:]
