@@ -1311,6 +1311,16 @@ class Worker:
         tasks: list[asyncio.Task[None]] = []
         tasks_progress: list[asyncio.Task[None]] = []
         stopper = asyncio.create_task(stop.wait())
+        if self.settings.schedule == "clock":
+            due = self.schedule.due_through(time.time())
+            if due > BACKLOG_TICKS:
+                # said before the first (possibly long) step: a deployment without checkpoints
+                # releases every due tick before the live ones
+                log.info("%d ticks are due on the clock schedule (origin %s, %s of event time); "
+                         "partitions without a checkpoint release all of them first",
+                         due, time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                            time.gmtime(self.settings.origin)),
+                         _duration(due * self.settings.tick_seconds))
         try:
             await self.ingest.start()
             await self.release.start()

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -311,15 +312,22 @@ async def _main(settings: Any, args: argparse.Namespace) -> int:
     stop_event = asyncio.Event()
     loop = asyncio.get_running_loop()
 
-    def on_signal() -> None:
-        if stop_event.is_set():  # a second Ctrl-C / SIGTERM: do not wait for the graceful stop
+    signalled: list[float] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        # A Python-level handler (not loop.add_signal_handler): it runs at the next bytecode
+        # even while a long synchronous step holds the event loop (a large backlog's tick
+        # closes), so the stop is noticed at once and bounded by STOP_GRACE_S.
+        if signalled:  # a second Ctrl-C / SIGTERM: do not wait for the graceful stop
             log.warning("second stop signal: exiting at once")
             os._exit(130)
+        signalled.append(time.monotonic())
         log.info("stop signal received; stopping gracefully")
-        stop_event.set()
+        _exit_if_still_running(STOP_GRACE_S)
+        with contextlib.suppress(RuntimeError):  # the loop has closed already
+            loop.call_soon_threadsafe(stop_event.set)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
 
     def started(server: Any) -> None:
         if server is not None:
@@ -332,8 +340,32 @@ async def _main(settings: Any, args: argparse.Namespace) -> int:
             json_logs=not args.plain_logs,
         )
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+#: seconds from the first stop signal to a forced exit if the graceful stop has not ended
+#: (the stages bound their own stop to agents.pipeline.SHUTDOWN_S = 8 s; this covers a step
+#: that holds the event loop). Safe: every release is committed with its checkpoint, so a forced
+#: exit is a kill -9 the next start recovers from exactly.
+STOP_GRACE_S = 15.0
+
+
+def _exit_if_still_running(after_s: float) -> None:
+    import threading
+
+    def force() -> None:
+        log.error("the worker did not stop within %.0f s of the stop signal (the event loop is "
+                  "held by a long step, e.g. closing a large backlog of ticks); exiting now: "
+                  "the next start resumes from the last committed checkpoints", after_s)
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        os._exit(0)
+
+    timer = threading.Timer(after_s, force)
+    timer.daemon = True
+    timer.start()
 
 
 def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:

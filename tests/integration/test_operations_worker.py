@@ -453,3 +453,30 @@ def test_tls_against_a_plaintext_listener_one_line(kafka_broker: str, argv: list
     lines = _lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert "TLS handshake failed" in lines[0] and "Unclosed" not in proc.stderr
+
+
+@pytest.mark.stress
+def test_sigterm_ends_a_worker_busy_closing_a_huge_backlog(
+    tmp_path: Path, kafka_broker: str, unique_name: str, stress_round: int
+) -> None:
+    """examples/stream-dp.toml's situation: ~474 000 ticks due. The first step closing them
+    holds the event loop for minutes (agents/ingest.py, IngestState.apply_due); SIGTERM is
+    still noticed at once and the worker exits within its stop grace (STOP_GRACE_S), with one
+    line saying why (it took 139 s here before). Stress-only: it loads the machine."""
+    env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
+    env.update({"STREAM_DP_ORIGIN": str(float(int(time.time()) - 474_000 * 60)),
+                "STREAM_DP_TICK_SECONDS": "60", "STREAM_DP_EVENTS_PARTITIONS": "8",
+                "STREAM_DP_SHARDS": "8"})
+    assert cli("topics", "create", env=env).returncode == 0
+    log_path = tmp_path / "w.log"
+    worker = _start_worker(env, log_path)
+    try:
+        _wait_log(worker, log_path, "ticks are due on the clock schedule")
+        time.sleep(10.0)  # into the long step
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(60) == 0, log_path.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert "Traceback" not in log_path.read_text()
