@@ -596,8 +596,7 @@ class Settings:
         base: Path | None = None
         if path is not None:
             base = Path(path).resolve().parent
-            with open(path, "rb") as fh:
-                data = tomllib.load(fh)
+            data = _read_toml(path, "settings file")
             known = {f.name: f for f in dataclasses.fields(cls)}
             for key, raw in data.items():
                 if key not in known:
@@ -772,11 +771,44 @@ def settings_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
+    """A TOML file's table; ``ValueError`` naming the file for every reason it cannot be read
+    (missing, unreadable, not UTF-8, not TOML)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise ValueError(f"{what} {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise ValueError(f"{what} {str(path)!r} is not valid UTF-8 text (byte "
+                         f"0x{raw[exc.start]:02x} on line {line})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{what} {str(path)!r} is not valid TOML: {exc}") from None
+
+
 def load_domain(path: str | os.PathLike[str]) -> Any:
     """Read a domain file (format in docs/configuration.md): :meth:`Domain.from_file`, or
-    :meth:`stream_dp.attributes.BinaryDomain.from_file` for ``kind = "binary"``."""
+    :meth:`stream_dp.attributes.BinaryDomain.from_file` for ``kind = "binary"``.
+
+    Every problem is a ``ValueError`` that names the file."""
+    try:
+        return _load_domain(path)
+    except ValueError as exc:
+        text = str(exc)
+        if str(path) in text:
+            raise
+        raise ValueError(f"domain file {str(path)!r}: {text}") from None
+
+
+def _load_domain(path: str | os.PathLike[str]) -> Any:
     import tomllib
 
+    _read_toml(path, "domain file")  # missing, not UTF-8, not TOML: say so with the file's name
     try:
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)

@@ -60,3 +60,63 @@ def install_empty_assignment_rejoin() -> None:
 
     cls.perform_group_join = perform_group_join
     cls._stream_dp_empty_assignment = True
+
+
+_in_offset_commit: Any = None  # a ContextVar, created on first install
+
+
+def install_static_commit_rejoin() -> None:
+    """An OffsetCommit of a static member (``group_instance_id``) refused with
+    ``IllegalGeneration``, ``UnknownMemberId`` or ``RebalanceInProgress`` no longer makes it
+    join the group again: the heartbeat finds out about a rebalance (or a member id that is
+    really unknown) within a heartbeat interval and rejoins then, once. Idempotent.
+
+    The cause of the ``pipeline_processes = 2`` readiness stall (issue #24): the workers commit
+    the group's offsets in the background, about once a second per partition. When the second
+    child joins, a commit in flight with the old generation is refused; aiokafka then requests a
+    rejoin (and for ``IllegalGeneration`` resets the member id) — but the response often arrives
+    after the member has already rejoined for the new generation, so it starts yet another
+    rebalance while the new child is between JoinGroup and SyncGroup. noida-db 0.2.3 then holds
+    that child's SyncGroup until the rebalance timeout (30 s) and answers it with an empty
+    assignment (Kafka answers ``RebalanceInProgress`` at once); the child's rejoin starts another
+    rebalance whose commits fail the same way: the group flips for minutes, every commit fails
+    and readiness never comes. Heartbeat and join errors are handled as before.
+    """
+    import contextvars
+
+    from aiokafka.consumer import group_coordinator
+
+    global _in_offset_commit
+    cls = group_coordinator.GroupCoordinator
+    if getattr(cls, "_stream_dp_static_commit", False):
+        return
+    if _in_offset_commit is None:
+        _in_offset_commit = contextvars.ContextVar("stream_dp_in_offset_commit", default=False)
+    flag = _in_offset_commit
+    commit = cls._do_commit_offsets
+    reset = cls.reset_generation
+    rejoin = cls.request_rejoin
+
+    async def _do_commit_offsets(self: Any, assignment: Any, offsets: Any) -> Any:
+        token = flag.set(bool(getattr(self, "_group_instance_id", None)))
+        try:
+            return await commit(self, assignment, offsets)
+        finally:
+            flag.reset(token)
+
+    def reset_generation(self: Any) -> None:
+        if flag.get():
+            log.debug("group %s: offset commit refused; the heartbeat will rejoin if needed",
+                      self.group_id)
+            return
+        reset(self)
+
+    def request_rejoin(self: Any) -> None:
+        if flag.get():
+            return
+        rejoin(self)
+
+    cls._do_commit_offsets = _do_commit_offsets
+    cls.reset_generation = reset_generation
+    cls.request_rejoin = request_rejoin
+    cls._stream_dp_static_commit = True

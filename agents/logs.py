@@ -9,6 +9,8 @@ traceback when there is one.
 * the noise key never appears: any registered secret (:func:`register_secret`; the worker
   registers its key at start-up) is replaced by ``[redacted]`` wherever it occurs in the message
   or a string field, in raw, hex or ``repr`` form;
+* (:class:`RateLimitFilter`) repeated warnings and errors are printed at most every few seconds,
+  with the count of the lines left out;
 * raw counts are never logged: extra fields named like raw data or secrets (:data:`FORBIDDEN_FIELDS`)
   and any NumPy array or ``bytes`` value are replaced by ``[redacted]``. Log stream names, ticks,
   offsets, released (noisy) values and aggregate rates instead.
@@ -191,9 +193,79 @@ class PlainFormatter(logging.Formatter):
         return text
 
 
-def make_handler(stream: TextIO | None = None, *, json_lines: bool = True) -> logging.Handler:
-    """A stream handler with :class:`PrivacyFilter` and the JSON (or plain text) formatter."""
+class RateLimitFilter(logging.Filter):
+    """Repeated warnings and errors at most every few seconds, with a count of what was left out.
+
+    A broker outage makes the Kafka client log the same failure tens of times a second, a
+    backlog of ticks can make a side agent warn once per tick: thousands of lines that bury the
+    one that matters. Records at ``WARNING`` and above are grouped by (logger, level, message
+    template — the text before ``%`` arguments are filled in): each group may print ``burst``
+    lines, then one line per ``interval_s``; the next line printed carries
+    ``suppressed = N`` (lines of its group left out since the previous one). On top of that the
+    records of client libraries (any logger outside ``agents`` and ``stream_dp``) share a budget
+    of ``library_rate`` lines per second. ``INFO`` and below are never limited (start-up and
+    progress lines are distinct and few).
+    """
+
+    def __init__(self, *, burst: int = 3, interval_s: float = 10.0,
+                 library_rate: float = 1.0, library_burst: int = 5,
+                 clock: Any = None) -> None:
+        super().__init__()
+        import time
+
+        self.burst = burst
+        self.interval_s = interval_s
+        self.library_rate = library_rate
+        self.library_burst = library_burst
+        self._clock = clock or time.monotonic
+        self._lock = threading.Lock()
+        #: group -> [tokens, last refill time, suppressed since the last line printed]
+        self._groups: dict[tuple[str, int, str], list[float]] = {}
+        self._library = [float(library_burst), self._clock(), 0.0]
+
+    @staticmethod
+    def _own(name: str) -> bool:
+        return name.split(".")[0] in ("agents", "stream_dp", "simulators", "__main__")
+
+    def _take(self, bucket: list[float], capacity: float, per_s: float, now: float) -> bool:
+        bucket[0] = min(capacity, bucket[0] + (now - bucket[1]) * per_s)
+        bucket[1] = now
+        if bucket[0] >= 1.0:
+            bucket[0] -= 1.0
+            return True
+        bucket[2] += 1
+        return False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = (record.name, record.levelno, str(record.msg)[:200])
+        now = self._clock()
+        with self._lock:
+            group = self._groups.get(key)
+            if group is None:
+                if len(self._groups) > 10_000:  # many distinct templates: forget the old ones
+                    self._groups.clear()
+                group = self._groups[key] = [float(self.burst), now, 0.0]
+            if not self._take(group, float(self.burst), 1.0 / self.interval_s, now):
+                return False
+            if not self._own(record.name) and not self._take(
+                    self._library, float(self.library_burst), self.library_rate, now):
+                group[2] += 1
+                return False
+            if group[2]:
+                record.suppressed = int(group[2])
+                group[2] = 0.0
+        return True
+
+
+def make_handler(stream: TextIO | None = None, *, json_lines: bool = True,
+                 rate_limit: bool = True) -> logging.Handler:
+    """A stream handler with :class:`RateLimitFilter` (unless ``rate_limit`` is false),
+    :class:`PrivacyFilter` and the JSON (or plain text) formatter."""
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    if rate_limit:
+        handler.addFilter(RateLimitFilter())  # first: it groups by the unformatted template
     handler.addFilter(PrivacyFilter())
     if json_lines:
         handler.setFormatter(JsonFormatter())
@@ -203,16 +275,18 @@ def make_handler(stream: TextIO | None = None, *, json_lines: bool = True) -> lo
 
 
 def configure_logging(
-    level: str | int = "info", stream: TextIO | None = None, *, json_lines: bool = True
+    level: str | int = "info", stream: TextIO | None = None, *, json_lines: bool = True,
+    rate_limit: bool = True,
 ) -> logging.Handler:
-    """Route every logger (faust, aiokafka, ours) through one privacy-filtered handler.
+    """Route every logger (faust, aiokafka, ours) through one privacy-filtered, rate-limited
+    handler (:class:`RateLimitFilter`).
 
     Replaces the root logger's handlers; returns the installed handler.
     """
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-    handler = make_handler(stream, json_lines=json_lines)
+    handler = make_handler(stream, json_lines=json_lines, rate_limit=rate_limit)
     root.addHandler(handler)
     root.setLevel(parse_level(level))
     # Chatty client libraries: warnings and above unless we debug.

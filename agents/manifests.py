@@ -7,6 +7,7 @@ the (compacted) topic to its end as it was when reading started.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 __all__ = ["histogram_manifests_topic", "read_manifests"]
@@ -37,7 +38,12 @@ async def read_manifests(bootstrap: str, kafka_kwargs: dict[str, Any], topic: st
     c = (consumer_class or AIOKafkaConsumer)(bootstrap_servers=bootstrap, **kafka_kwargs, group_id=None,
                        enable_auto_commit=False, isolation_level="read_committed",
                        max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
-    await c.start()
+    try:
+        await c.start()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await c.stop()
+        raise
     out: dict[str, Any] = {}
     try:
         await c.topics()

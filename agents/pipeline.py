@@ -76,7 +76,11 @@ from agents.checkpoints import (
 from agents.codec import dlq_message, encode
 from agents.config import Settings, load_domain
 from agents.deployment import deployment_id
-from agents.groups import install_empty_assignment_rejoin, leave_group
+from agents.groups import (
+    install_empty_assignment_rejoin,
+    install_static_commit_rejoin,
+    leave_group,
+)
 from agents.ingest import IngestState, Partial, Router, ScheduleEntry, ScheduleMismatch
 from agents.release import CheckpointRefused, Release, ReleaseOverflow, ReleaseState
 from stream_dp.integrity import IntegrityError
@@ -92,6 +96,13 @@ OnRelease = Callable[[Release], Awaitable[None] | None]
 _MAX_MESSAGES_PER_COMMIT = 200_000
 #: ... and never more ticks than this per transaction
 _MAX_TICKS_PER_COMMIT = 1024
+#: a worker more than this many ticks behind the clock schedule says so and reports progress
+BACKLOG_TICKS = 100
+#: seconds between two progress lines while a worker catches up
+PROGRESS_EVERY_S = 10.0
+#: seconds a stopping worker waits for its stages to commit, leave their groups and close
+#: (the broker gone: they are cancelled and closed after that)
+SHUTDOWN_S = 8.0
 
 
 class Metrics(Protocol):
@@ -255,6 +266,9 @@ class _Stage:
         self._progress: dict[int, tuple[int, float]] = {}
         self._next_owner_check = 0.0
         self._rejoin_after = 0.0
+        #: partition -> (state offset, end offset then, since when, last warned): liveness
+        self._liveness: dict[int, tuple[int, int, float, float]] = {}
+        self._next_liveness = 0.0
         #: assignments handled and partitions restored (sought) so far: a fetch that began
         #: before one may hold records from before the seek
         self.repositioned = 0
@@ -328,13 +342,28 @@ class _Stage:
             self.parked = {}
         coord = getattr(self.consumer, "_coordinator", None)
         self.member_id = str(getattr(coord, "member_id", "") or "")
-        if self.consumer is not None:
-            with contextlib.suppress(Exception):
-                await self.consumer.stop()
-        if self.reader is not None:
-            with contextlib.suppress(Exception):
-                await self.reader.stop()
+        try:
+            if self.consumer is not None:
+                with contextlib.suppress(Exception):
+                    await self.consumer.stop()
+        finally:  # the reader too, whatever happened to the consumer's stop
+            if self.reader is not None:
+                with contextlib.suppress(Exception):
+                    await self.reader.stop()
         await leave_group(self.s.bootstrap, self.group, self.member_id, self.w.security)
+
+    async def close_clients(self) -> None:
+        """Close every Kafka client of the stage without waiting for the broker (a stop that
+        ran out of time): aiokafka marks a client closed before its first await, so no
+        'Unclosed AIOKafka...' warnings follow, and the half-done close is abandoned."""
+        clients = [self.consumer, self.reader, *self.producers.values(),
+                   *(prod for _, prod in self.parked.values())]
+        self.producers, self.parked, self.states = {}, {}, {}
+        for client in clients:
+            if client is None:
+                continue
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(client.stop(), timeout=0.2)
 
     async def flush_all(self) -> None:
         """Commit pending work of every partition (graceful shutdown)."""
@@ -429,6 +458,7 @@ class _Stage:
         if start is not None:
             state.offset = start
         if state.offset >= 0:
+            await self._check_not_ahead(tp, state.offset, ck.seq if ck else None)
             self.consumer.seek(tp, state.offset)
         else:
             await self.seek_fresh(tp)
@@ -444,6 +474,21 @@ class _Stage:
     async def after_restore(self, state: Any, from_checkpoint: bool) -> int | None:
         """Stage hook after the checkpoint is read; may return the offset to start from."""
         return None
+
+    async def _check_not_ahead(self, tp: Any, offset: int, seq: int | None) -> None:
+        """Refuse state that is ahead of its log: a checkpoint that has consumed the partition
+        up to ``offset`` while the partition now ends before it. The broker lost records it had
+        acknowledged (the development broker killed with kill -9, docs/operations.md); seeking
+        there would wait forever for records that never come — or, reset to the beginning,
+        count them twice. One line and exit status 4 instead of a silent stall."""
+        end = (await self.consumer.end_offsets([tp]))[tp]
+        if offset > end:
+            raise CheckpointRefused(
+                f"{self.name} partition {tp.partition}: the checkpoint (seq {seq}) is ahead of "
+                f"the log: it has consumed {tp.topic} up to offset {offset}, but the partition "
+                f"ends at {end}. The broker lost records it had acknowledged (a development "
+                "broker killed with kill -9 can: docs/operations.md); the state cannot be "
+                "continued. Start a new epoch (new topics), or restore the broker's data")
 
     async def _try_restore(self, tp: Any) -> None:
         """Restore ``tp``; on failure log it and leave it to :meth:`_retry_missing`.
@@ -534,6 +579,8 @@ class _Stage:
         transaction they would cost two broker round trips on every tick's latency path."""
         now = time.monotonic()
         if now - self._offsets_at.get(p, -1e9) < min(1.0, self.s.stall_timeout_s / 4):
+            return
+        if self.restoring:  # a rebalance in progress: the commit would be refused anyway
             return
         self._offsets_at[p] = now
         consumer = self.consumer
@@ -651,6 +698,46 @@ class _Stage:
                 await self.check_ownership()
             except Exception as exc:  # diagnostics only: never stop the stage for it
                 log.debug("%s: ownership check failed: %s", self.name, exc)
+            try:
+                await self.check_liveness()
+            except Exception as exc:  # diagnostics only
+                log.debug("%s: liveness check failed: %s", self.name, exc)
+
+    async def check_liveness(self) -> None:
+        """Name every owned partition whose processing stopped while records keep arriving.
+
+        Every ``stall_timeout_s / 2`` seconds: a partition whose state offset (what the next
+        checkpoint records) has not moved for ``stall_timeout_s`` while its end offset grew
+        meanwhile is stalled: one warning line naming the stage, the partition, both offsets
+        and for how long (again at most once per ``stall_timeout_s``), and
+        ``Worker.stats["stalled_partitions"]`` counts it. (Seen once: an events partition made
+        no progress after a restart, no checkpoint, no error, while the others went on.)"""
+        now = time.monotonic()
+        if now < self._next_liveness or self.restoring or not self.states:
+            return
+        self._next_liveness = now + max(0.5, self.s.stall_timeout_s / 2)
+        k = _kafka()
+        parts = sorted(self.states)
+        tps = [k.TopicPartition(self.topic, p) for p in parts]
+        ends = await self.consumer.end_offsets(tps)
+        for tp in tps:
+            state = self.states.get(tp.partition)
+            if state is None:
+                continue
+            end, offset = int(ends.get(tp, 0)), int(state.offset)
+            seen = self._liveness.get(tp.partition)
+            if seen is None or seen[0] != offset or end <= offset:
+                self._liveness[tp.partition] = (offset, end, now, 0.0)
+                continue
+            since, first_end, warned = seen[2], seen[1], seen[3]
+            if end > first_end and now - since >= self.s.stall_timeout_s and (
+                    now - warned >= self.s.stall_timeout_s):
+                self._liveness[tp.partition] = (offset, first_end, since, now)
+                self.w.stats["stalled_partitions"] += 1
+                log.warning(
+                    "%s partition %d makes no progress: its offset stays at %d for %.0f s "
+                    "while the partition grew from %d to %d records", self.name,
+                    tp.partition, offset, now - since, first_end, end)
 
 
 class IngestStage(_Stage):
@@ -1198,6 +1285,7 @@ class Worker:
         check_attribute_settings(settings, self.domain)
         install_fetch_backoff(settings.empty_fetch_backoff_ms / 1000.0)
         install_empty_assignment_rejoin()
+        install_static_commit_rejoin()
         self.router = Router(self.domain, settings.shards)
         from agents.topics import check_shard_size
 
@@ -1226,6 +1314,7 @@ class Worker:
         self.stats: dict[str, int] = {
             "accepted": 0, "clamped": 0, "dead_letters": 0, "partition_ticks_closed": 0,
             "shard_ticks_released": 0, "ownership_recoveries": 0, "ticks_restepped": 0,
+            "stalled_partitions": 0,
         }
         #: seconds from the last source partition closing a tick to its release being committed
         #: (the most recent ones; for benchmarks and diagnostics)
@@ -1263,7 +1352,9 @@ class Worker:
     def fail(self, exc: BaseException) -> None:
         """Stop the worker with ``exc`` (logged once; the stages raise it from their loops)."""
         if self.fatal is None:
-            log.error("stopping: %s", exc)
+            # the one error line is the caller's (``stream-dp worker`` names the cause and its
+            # exit status); here only that the pipeline stops, and why, for embedders' logs
+            log.info("pipeline stopping: %s", type(exc).__name__)
             self.fatal = exc
 
     def check_schedule(self, now: float | None = None) -> None:
@@ -1313,7 +1404,18 @@ class Worker:
         self.mechanism()  # fail fast on bad strategy settings
         self.check_schedule()
         tasks: list[asyncio.Task[None]] = []
+        tasks_progress: list[asyncio.Task[None]] = []
         stopper = asyncio.create_task(stop.wait())
+        if self.settings.schedule == "clock":
+            due = self.schedule.due_through(time.time())
+            if due > BACKLOG_TICKS:
+                # said before the first (possibly long) step: a deployment without checkpoints
+                # releases every due tick before the live ones
+                log.info("%d ticks are due on the clock schedule (origin %s, %s of event time); "
+                         "partitions without a checkpoint release all of them first",
+                         due, time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                            time.gmtime(self.settings.origin)),
+                         _duration(due * self.settings.tick_seconds))
         try:
             await self.adopt_nonce()
             await self.ingest.start()
@@ -1322,20 +1424,112 @@ class Worker:
                 asyncio.create_task(self.ingest.run(stop), name="stream-dp-ingest"),
                 asyncio.create_task(self.release.run(stop), name="stream-dp-release"),
             ]
+            # diagnostics only: not one of the tasks whose end stops the worker
+            progress = asyncio.create_task(self._report_progress(stop),
+                                           name="stream-dp-progress")
+            tasks_progress.append(progress)
             done, _ = await asyncio.wait([*tasks, stopper], return_when=asyncio.FIRST_COMPLETED)
             for t in done:
                 if t is not stopper and t.exception() is not None:
                     raise t.exception()  # type: ignore[misc]
         finally:
             stop.set()
-            for t in tasks:
-                with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(t, timeout=10)
             stopper.cancel()
+            for t in tasks_progress:
+                t.cancel()
             self._ready = False
             self.metrics.set_ready(False)
-            await self.ingest.stop()
-            await self.release.stop()
+            await self._shut_down(tasks)
+
+    def released_through(self) -> int | None:
+        """The last tick every release shard of this worker has released (None: no shard)."""
+        states = list(self.release.states.values())
+        if not states:
+            return None
+        return min(int(st.next_tick) for st in states) - 1
+
+    async def _report_progress(self, stop: asyncio.Event) -> None:
+        """Say how far behind the clock schedule the worker starts, then, while it catches up,
+        one progress line every :data:`PROGRESS_EVERY_S` seconds (ticks released, rate, ETA).
+        Quiet when the worker is up to date: a live worker is one tick behind at most."""
+        if self.settings.schedule != "clock":
+            return
+        try:
+            await self._progress_loop(stop)
+        except Exception as exc:  # diagnostics only: never stop the worker for them
+            log.debug("progress report failed: %s", exc)
+
+    async def _progress_loop(self, stop: asyncio.Event) -> None:
+        t0 = time.monotonic()
+        due0 = self.schedule.due_through(time.time())
+        announced = False
+        first: tuple[float, int] | None = None
+        while not stop.is_set():
+            due = self.schedule.due_through(time.time())
+            done = self.released_through()
+            if done is not None:
+                behind = due - done
+                if not announced:
+                    announced = True
+                    if behind > BACKLOG_TICKS:
+                        log.warning(
+                            "starting %d ticks behind the clock schedule (ticks %d..%d, %s of "
+                            "event time): every one is released before the live ticks; "
+                            "progress every %.0f s", behind, done + 1, due,
+                            _duration(behind * self.settings.tick_seconds), PROGRESS_EVERY_S)
+                elif behind > BACKLOG_TICKS:
+                    if first is None:
+                        first = (time.monotonic(), done)
+                    rate = (done - first[1]) / max(time.monotonic() - first[0], 1e-9)
+                    speed = f"{rate:.0f} ticks/s, ETA {_duration(behind / rate)}" if rate > 0 \
+                        else "rate and ETA at the next line"
+                    log.info("catching up: released through tick %d of %d (%d behind, %s)",
+                             done, due, behind, speed)
+                elif first is not None:
+                    log.info("caught up: released through tick %d (%.0f s after start; %d "
+                             "ticks were due then)", done, time.monotonic() - t0, due0)
+                    first = None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), PROGRESS_EVERY_S if announced else 1.0)
+
+    async def _shut_down(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Finish the stages' current batches and transactions, leave the groups, close every
+        client — within :data:`SHUTDOWN_S` seconds in all. With the broker reachable that is a
+        graceful stop; without it (an outage) nothing can be committed anyway, so the stages are
+        cancelled and their clients closed without waiting for the broker: a SIGTERM during an
+        outage ends the worker in seconds, never with a traceback."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SHUTDOWN_S
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=SHUTDOWN_S / 2)
+            for t in late:
+                t.cancel()
+            for t in tasks:  # their errors were reported from the loop above
+                with contextlib.suppress(BaseException):
+                    await t
+        stops = asyncio.gather(self.ingest.stop(), self.release.stop(), return_exceptions=True)
+        try:
+            for stage, res in zip((self.ingest, self.release), await asyncio.wait_for(
+                    stops, timeout=max(0.5, deadline - loop.time())), strict=True):
+                if isinstance(res, BaseException):  # e.g. a client's stop cut short
+                    log.debug("%s: stop: %s", stage.name, type(res).__name__)
+                    await stage.close_clients()
+        except TimeoutError:
+            log.warning("stopped without a graceful leave: the broker did not answer within "
+                        "%.0f s (partitions move to other workers after the session timeout)",
+                        SHUTDOWN_S)
+            for stage in (self.ingest, self.release):
+                await stage.close_clients()
+
+
+def _duration(seconds: float) -> str:
+    """``1 d 03:04:05`` / ``03:04:05`` for progress lines."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    s = int(seconds)
+    days, rest = divmod(s, 86400)
+    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
+    return f"{days} d {clock}" if days else clock
 
 
 def check_backlog(settings: Settings, now: float | None = None) -> None:

@@ -67,8 +67,57 @@ def child_exit_status(exc: BaseException | None) -> int:
     return 1
 
 
-def _child_main(settings: Any, child: int, q: Any, json_lines: bool) -> None:
-    """Entry point of one child: the pipeline until SIGTERM (exit 0) or a failure."""
+#: seconds a child may take to stop after SIGTERM (or its parent's death) before it exits hard
+CHILD_STOP_S = 20.0
+
+
+def die_with_parent(parent_pid: int, on_orphaned: Any) -> None:
+    """Make this process end when ``parent_pid`` dies, however it dies (kill -9 included).
+
+    On Linux the kernel sends SIGTERM at the parent's death (``prctl(PR_SET_PDEATHSIG)``); on
+    every platform a watchdog thread checks once a second that the parent is still this
+    process's parent and calls ``on_orphaned()`` when it is not (re-parented to init or a
+    subreaper). Either way the child stops gracefully, and exits hard after
+    :data:`CHILD_STOP_S` seconds if the graceful stop hangs."""
+    import os
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            pr_set_pdeathsig = 1
+            libc.prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                log.warning("pipeline process: the worker (pid %d) is gone; stopping", parent_pid)
+                on_orphaned()
+                time.sleep(CHILD_STOP_S)
+                os._exit(1)
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, name="stream-dp-parent-watchdog", daemon=True).start()
+
+
+def _exit_later(code: int, after_s: float) -> None:
+    """Exit the process with ``code`` after ``after_s`` seconds unless it has ended by then."""
+    import os
+    import threading
+
+    timer = threading.Timer(after_s, lambda: os._exit(code))
+    timer.daemon = True
+    timer.start()
+
+
+def _child_main(settings: Any, child: int, q: Any, json_lines: bool,
+                parent_pid: int | None = None) -> None:
+    """Entry point of one child: the pipeline until SIGTERM (exit 0) or a failure. It ends
+    with its parent (:func:`die_with_parent`) and never outlives a stop request by more than
+    :data:`CHILD_STOP_S` seconds."""
     import os
     import sys
 
@@ -77,6 +126,22 @@ def _child_main(settings: Any, child: int, q: Any, json_lines: bool) -> None:
 
     configure_logging(settings.log_level, json_lines=json_lines)  # as the parent's
     register_secret(settings.noise_key())
+    loop_ref: list[asyncio.AbstractEventLoop] = []
+    stop_ref: list[asyncio.Event] = []
+
+    def request_stop() -> None:
+        """From any thread: stop the pipeline gracefully; exit hard if that hangs."""
+        _exit_later(1, CHILD_STOP_S)
+        if loop_ref and stop_ref:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop_ref[0].call_soon_threadsafe(stop_ref[0].set)
+        else:
+            os._exit(1)
+
+    if parent_pid is not None:
+        if os.getppid() != parent_pid:  # the parent died before we got here
+            os._exit(1)
+        die_with_parent(parent_pid, request_stop)
 
     def released(rel: Any) -> None:
         # the parent's on_release sees (tick, shard, closed_at, committed_at) of each release
@@ -87,8 +152,17 @@ def _child_main(settings: Any, child: int, q: Any, json_lines: bool) -> None:
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        loop_ref.append(loop)
+        stop_ref.append(stop)
+
+        def on_signal() -> None:
+            if stop.is_set():  # a second SIGTERM / SIGINT: at once
+                os._exit(1)
+            _exit_later(1, CHILD_STOP_S)  # the graceful stop is bounded
+            stop.set()
+
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
         try:
             await run_worker(settings, stop_event=stop, metrics=RelayMetrics(q, child),
                              on_release=released)
@@ -130,7 +204,10 @@ class PipelineGroup:
     def _start_one(self) -> None:
         i = len(self.procs)
         child = self.settings.replace(worker_id=f"{self.settings.worker_id}.p{i}")
-        proc = self._ctx.Process(target=_child_main, args=(child, i, self._q, self.json_lines),
+        import os
+
+        proc = self._ctx.Process(target=_child_main,
+                                 args=(child, i, self._q, self.json_lines, os.getpid()),
                                  name=f"stream-dp-pipeline-{i}", daemon=False)
         proc.start()
         self.procs.append(proc)

@@ -884,8 +884,10 @@ class Reconciler:
                     if len(parts) != len(tps):
                         tps = await self._assign_counts(consumer)
         finally:
-            await producer.stop()
-            await consumer.stop()
+            try:
+                await producer.stop()
+            finally:  # the consumer too, even when the producer's stop is cut short (outage)
+                await consumer.stop()
 
     async def _manifests(self) -> dict[str, Any]:
         from agents.manifests import read_manifests

@@ -22,6 +22,7 @@ because ingest checkpoints and shard assignment are tied to them.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from agents.config import Settings
@@ -148,7 +149,12 @@ async def ensure_topics(bootstrap: str, settings: Settings, timeout_s: float = 3
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
                                 **KafkaSecurity.from_settings(settings).client_kwargs())
-    await admin.start()
+    try:
+        await admin.start()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await admin.close()
+        raise
     try:
         specs = topic_specs(settings)
         existing = set(await admin.list_topics())

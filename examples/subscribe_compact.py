@@ -92,6 +92,7 @@ async def main(topic: str, prefix: str, ticks: int, from_beginning: bool, as_jso
     await consumer.start()
     shards = len(consumer.partitions_for_topic(topic) or ()) or 1
     pending: dict[int, dict[str, tuple[dict, np.ndarray, np.ndarray]]] = {}
+    newest: dict[str, int] = {}  # shard → the newest tick of its records so far
     done: set[int] = set()
     try:
         async for msg in consumer:
@@ -99,15 +100,25 @@ async def main(topic: str, prefix: str, ticks: int, from_beginning: bool, as_jso
             tick, shard = header["tick"], header["shard"]
             if tick in done:
                 continue  # a re-published copy: bit-identical, the first one won
-            if manifests.get(shard, ([], ""))[1] != header["manifest"]:
+            for attempt in range(5):  # a new shard's manifest: committed with its first record,
+                if manifests.get(shard, ([], ""))[1] == header["manifest"]:  # read it again
+                    break
+                if attempt:
+                    await asyncio.sleep(0.5 * attempt)
                 manifests = await read_manifests(bootstrap, f"{topic}.manifests")
-                if manifests.get(shard, ([], ""))[1] != header["manifest"]:
-                    print(f"tick {tick}: no manifest for {shard}; skipped", file=sys.stderr)
-                    continue
+            else:
+                print(f"tick {tick}: no manifest for {shard}; skipped", file=sys.stderr)
+                continue
             pending.setdefault(tick, {})[shard] = (header, values, stderr)
+            newest[shard] = max(newest.get(shard, 0), tick)
             if len(pending[tick]) < shards:
-                while len(pending) > 64:  # a shard that stopped: do not hold its ticks forever
-                    del pending[min(pending)]
+                # Hold a tick until every shard's record is in: read from the beginning, one
+                # shard's partition may deliver all its ticks before the next one starts. Give up
+                # a tick only when every shard has moved past it, or past 100 000 held ticks (a
+                # shard that stopped for good).
+                gone = min(newest.values()) if len(newest) == shards else 0
+                for old in [t for t in pending if t < gone or len(pending) > 100_000]:
+                    del pending[old]
                 continue
             got = pending.pop(tick)
             done.add(tick)
@@ -144,4 +155,7 @@ if __name__ == "__main__":
     a = ap.parse_args()
     if not a.topic:
         ap.error("--topic (or $STREAM_DP_COMPACT_TOPIC) is required")
-    asyncio.run(main(a.topic, a.prefix, a.ticks, a.from_beginning, a.json))
+    try:
+        asyncio.run(main(a.topic, a.prefix, a.ticks, a.from_beginning, a.json))
+    except KeyboardInterrupt:  # Ctrl-C: stop quietly
+        raise SystemExit(130) from None

@@ -14,6 +14,10 @@ text) print **one line** to stderr,
 ``stream-dp COMMAND: error: ...``, and exit with status 2 (argparse's default prints the whole
 usage block first).
 
+A reader that goes away (``stream-dp plan ... | head``) ends the command quietly with status
+141 (as SIGPIPE would); a command whose dependencies are not installed (the Kafka client of the
+``service`` extra) says which extra to install, in one line, exit status 1.
+
 ``python -m stream_dp.cli plan ...`` runs the library's commands with only the base install.
 For any other subcommand it hands over to the installed ``stream-dp`` console script (whichever
 package provides it), so older invocations keep working.
@@ -130,14 +134,39 @@ def main(argv: Sequence[str] | None = None, commands: CommandTable | None = None
             return result
     if selected not in table:
         selected = None
-    parser = build_parser(selected, table)
-    args = parser.parse_args(args_list)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    module = _load(args.command, table)
-    code: int = module.run(args)
+    name = selected or "?"
+    try:
+        parser = build_parser(selected, table)
+        args = parser.parse_args(args_list)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        name = args.command
+        module = _load(args.command, table)
+        code: int = module.run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader went away (``stream-dp plan ... | head``): stop quietly, like any Unix
+        # tool killed by SIGPIPE; stdout is redirected so the interpreter's final flush cannot
+        # raise again
+        _silence_stdout()
+        return 141
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "?").split(".")[0]
+        print(f"stream-dp {name}: missing dependency {missing!r}: this command needs "
+              "the service extra: pip install 'stream-dp[service]'", file=sys.stderr)
+        return 1
     return code
+
+
+def _silence_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - stdout without a file descriptor
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -412,15 +412,25 @@ class Domain:
     def from_file(cls, path: str | Path) -> Domain:
         """Read a TOML domain file (its ``[domain]`` table if present, else the top level)."""
         with open(path, "rb") as f:
-            try:
-                data = tomllib.load(f)
-            except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-                msg = " ".join(str(exc).split())
-                raise ValueError(f"domain file {str(path)!r} is not valid TOML: {msg}") from None
+            raw = f.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw[:exc.start].count(b"\n") + 1
+            raise ValueError(f"domain file {str(path)!r} is not valid UTF-8 text (byte "
+                             f"0x{raw[exc.start]:02x} on line {line})") from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            msg = " ".join(str(exc).split())
+            raise ValueError(f"domain file {str(path)!r} is not valid TOML: {msg}") from None
         section = data.get("domain", data)
-        if not isinstance(section, Mapping):
-            raise ValueError("[domain] must be a table")
-        return cls.from_toml(section)
+        try:
+            if not isinstance(section, Mapping):
+                raise ValueError("[domain] must be a table")
+            return cls.from_toml(section)
+        except ValueError as exc:  # name the file: "duplicate path: 'a/b'" alone is no help
+            raise ValueError(f"domain file {str(path)!r}: {exc}") from None
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:

@@ -13,6 +13,31 @@ settings.register_profile("stream-dp", deadline=None)
 settings.load_profile("stream-dp")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--stress", type=int, default=0, metavar="N",
+        help="stress mode: run every test marked 'crash' or 'stress' N times (tests marked "
+             "'stress' run only in this mode); keep the logs of failures with --basetemp DIR")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    rounds = int(metafunc.config.getoption("stress") or 0)
+    definition = metafunc.definition
+    if rounds and (definition.get_closest_marker("crash") or definition.get_closest_marker(
+            "stress")):
+        metafunc.fixturenames.append("stress_round")
+        metafunc.parametrize("stress_round", range(rounds), ids=lambda i: f"round{i}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("stress"):
+        return
+    skip = pytest.mark.skip(reason="stress test: run with --stress N")
+    for item in items:
+        if item.get_closest_marker("stress"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def kafka_broker() -> Iterator[str]:
     """Bootstrap address of an embedded broker shared by the whole test session.

@@ -9,8 +9,9 @@ contract names (docs/CONTRACTS.md). Only user-facing topics are ever read here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -71,16 +72,56 @@ def is_kafka_error(exc: BaseException) -> bool:
     return isinstance(exc, KafkaError)
 
 
-def connection_problem(exc: BaseException) -> str:
-    """One line for a failed connection, with a hint for TLS certificate problems."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    hint = ""
+def connection_problem(exc: BaseException, bootstrap: str | None = None) -> str:
+    """One line for a failed connection, with a hint: how to start a development broker when
+    nothing answers, what to check for TLS problems."""
+    name = type(exc).__name__
+    text = " ".join(str(exc).split()) or name
+    while text.startswith(name + ": "):  # aiokafka repeats the class name in the message
+        text = text[len(name) + 2:]
+    bootstrap_failed = text.startswith("Unable to bootstrap from")
+    if bootstrap_failed:  # a list of socket addresses: noise
+        text = "no broker answered"
+    security = os.environ.get("STREAM_DP_SECURITY_PROTOCOL", "").upper()
     if "CERTIFICATE_VERIFY_FAILED" in text:
         hint = (" (the broker's certificate is not signed by STREAM_DP_SSL_CAFILE, or names "
                 "another host: check the CA file and the bootstrap address)")
-    elif "SSL" in text or "TLS" in text:
-        hint = " (TLS handshake failed: check STREAM_DP_SECURITY_PROTOCOL and the broker's port)"
-    return f"cannot connect to the broker: {type(exc).__name__}: {text}{hint}"
+    elif "SSL" in text or "TLS" in text or (security.endswith("SSL") and bootstrap_failed):
+        hint = (" (TLS handshake failed: check STREAM_DP_SECURITY_PROTOCOL and that the port "
+                "is the broker's TLS listener)")
+    elif "bootstrap" in text or "Connect call failed" in text or name == "KafkaConnectionError":
+        hint = (" (is a broker running there? check --bootstrap / STREAM_DP_BOOTSTRAP; for "
+                "development: stream-dp broker start)")
+    else:
+        hint = ""
+    where = f" at {bootstrap}" if bootstrap else ""
+    return f"cannot connect to the broker{where}: {name}: {text}{hint}"
+
+
+async def start_client(client: Any) -> Any:
+    """``await client.start()``; on failure stop it again (no 'Unclosed AIOKafka...' warning
+    at exit) and re-raise. Returns ``client``."""
+    try:
+        await client.start()
+    except BaseException:
+        closer = getattr(client, "stop", None) or getattr(client, "close", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                await closer()
+        raise
+    return client
+
+
+def quiet_client_logs() -> None:
+    """Client commands report connection problems themselves, in one line: aiokafka's own
+    records ('Unable connect to ...') must not reach the terminal through logging's
+    last-resort handler. (A command that configures logging still sees them.)"""
+    import logging
+
+    for name in ("aiokafka", "kafka"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
 
 
 class TopicMissingError(RuntimeError):

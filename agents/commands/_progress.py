@@ -1,7 +1,8 @@
 """A small text progress bar for stderr (tqdm is not a dependency).
 
 Redraws at most 5 times a second with a carriage return when the stream is a terminal; when it
-is not (a log file, CI), prints one plain line per 10 % instead, so logs stay readable.
+is not (a log file, CI), prints one plain line per 10 % and at least one every 5 s while it
+moves (a paced replay of a long log reaches 10 % only after minutes), so logs stay readable.
 """
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ class ProgressBar:
     """Progress over ``total`` units (bytes of a log), with a count of records alongside."""
 
     def __init__(
-        self, total: int, *, enabled: bool = True, stream: TextIO | None = None, width: int = 30
+        self, total: int, *, enabled: bool = True, stream: TextIO | None = None, width: int = 30,
+        every_s: float = 5.0,
     ) -> None:
         self.total = max(int(total), 1)
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.tty = enabled and self.stream.isatty()
         self.width = width
+        #: not a terminal: a line per 10 % and at least one every this many seconds
+        self.every_s = every_s
         self.done = 0
         self.records = 0
         self._t0 = time.monotonic()
@@ -52,8 +56,9 @@ class ProgressBar:
                 self.stream.flush()
         else:
             decile = self.done * 10 // self.total
-            if decile != self._last_decile:
+            if decile != self._last_decile or now - self._last_draw >= self.every_s:
                 self._last_decile = decile
+                self._last_draw = now
                 self.stream.write(self.render(now) + "\n")
                 self.stream.flush()
 

@@ -28,7 +28,11 @@ seconds) to the broker's process group and removes the pid file. 'status' prints
 exits 0 if the broker runs, 3 if it does not.
 
 The data directory defaults to $STREAM_DP_BROKER_DIR, else $XDG_DATA_HOME/stream-dp/broker
-(~/.local/share/stream-dp/broker). The default port 9092 matches the worker's default
+(~/.local/share/stream-dp/broker). It is kept by 'stop': a broker started again on it has
+the earlier topics and records (start says so); a fresh run wants a fresh --data-dir.
+Durability: a development broker keeps every record in memory and rewrites its whole data
+file on each write; killed with kill -9 (or a machine crash) it can lose records it had
+acknowledged. Use Apache Kafka or Redpanda where data matters. The default port 9092 matches the worker's default
 STREAM_DP_BOOTSTRAP=127.0.0.1:9092.
 
 examples:
@@ -105,6 +109,7 @@ def _start(args: argparse.Namespace, data_dir: Path) -> int:
     if _listening(args.host, args.port):
         print(f"port {args.host}:{args.port} is already in use", file=sys.stderr)
         return 1
+    reused = (data_dir / "kafka.json").is_file()
     broker = EmbeddedBroker(port=args.port, data_dir=data_dir, host=args.host)
     broker.start(timeout=args.timeout)
     proc = broker.proc
@@ -115,6 +120,11 @@ def _start(args: argparse.Namespace, data_dir: Path) -> int:
     )
     print(f"broker running on {broker.bootstrap} (pid {proc.pid}, data {data_dir})")
     print(f"  export STREAM_DP_BOOTSTRAP={broker.bootstrap}")
+    if reused:
+        # the quickstart run a second time finds the first run's topics and checkpoints
+        print(f"note: reusing the topics and records of an earlier run kept in {data_dir}; for "
+              "an empty broker: stream-dp broker stop, then start with --data-dir NEW_DIR "
+              f"(or delete {data_dir})", file=sys.stderr)
     if not args.foreground:
         print(f"  stop it with: stream-dp broker stop --data-dir {data_dir}")
         return 0

@@ -297,6 +297,7 @@ class Demo:
         self.worker: subprocess.Popen[bytes] | None = None
         self.stop_event: asyncio.Event | None = None
         self.tty = out.isatty() and not args.no_table
+        self.footer = "Ctrl-C to stop"
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -370,6 +371,10 @@ class Demo:
             [sys.executable, "-m", "agents.cli", "worker"],
             log_path=self.data_dir / "worker.log", env=env,
         )
+        #: kept under every redraw of the live table: the screen is cleared each tick, and the
+        #: broker address and dashboard URL are what guide §1 asks you to copy
+        self.footer = (f"broker {self.broker.bootstrap} · dashboard "
+                       f"http://127.0.0.1:{web_port}/dashboard/ · Ctrl-C to stop")
         self.say(f"broker     {self.broker.bootstrap}   (data in {self.data_dir})")
         self.say(f"worker     pid {self.worker.pid}, logs {self.data_dir / 'worker.log'}")
         self.say(f"dashboard  http://127.0.0.1:{web_port}/dashboard/")
@@ -520,7 +525,7 @@ class Demo:
         if self.args.no_table:
             return
         if self.tty:
-            self.out.write("\x1b[H\x1b[2J" + table + "\n\n(Ctrl-C to stop)\n")
+            self.out.write("\x1b[H\x1b[2J" + table + f"\n\n{self.footer}\n")
             self.out.flush()
         else:
             self.say(table + "\n")

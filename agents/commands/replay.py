@@ -68,6 +68,7 @@ from agents.commands._client import (
     default_topic,
     is_kafka_error,
     security_problem,
+    start_client,
     topic_partitions,
 )
 from agents.commands._progress import ProgressBar
@@ -386,7 +387,7 @@ async def send_events(
         max_batch_size=262_144,
         request_timeout_ms=30_000,
     )
-    await producer.start()
+    await start_client(producer)
     partitions = sorted(await producer.partitions_for(topic)) if markers else []
     loop = asyncio.get_running_loop()
     t_start = loop.time()
@@ -499,7 +500,7 @@ async def find_unacknowledged(
         bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
         auto_offset_reset="earliest", **client_kwargs(),
     )
-    await consumer.start()
+    await start_client(consumer)
     found: set[int] = set()
     prefix = f"{run_id}:".encode()
     try:
@@ -548,7 +549,7 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[str, int]:
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
                                 **client_kwargs())
-    await consumer.start()
+    await start_client(consumer)
     try:
         tps = await topic_partitions(consumer, topic)
         ends = await consumer.end_offsets(tps)
@@ -912,12 +913,13 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(_async_run(args))
     except KeyboardInterrupt:  # pragma: no cover - signal handlers normally catch it
         return EXIT_INTERRUPTED
-    except (ValueError, RuntimeError, OSError) as exc:
-        print(f"stream-dp replay: {exc}", file=sys.stderr)
-        return 1
     except Exception as exc:  # connection and TLS/SASL failures: one line, no traceback
         if not is_kafka_error(exc):
+            if isinstance(exc, ValueError | RuntimeError | OSError):
+                print(f"stream-dp replay: {exc}", file=sys.stderr)
+                return 1
             raise
-        print(f"stream-dp replay: {connection_problem(exc)}", file=sys.stderr)
+        print(f"stream-dp replay: {connection_problem(exc, bootstrap_from(args.bootstrap))}",
+              file=sys.stderr)
         return 1
 

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from simulators import cli as _sim
 from simulators.logfile import LogRecord
+
+#: seconds between two progress lines of --to-topic
+PROGRESS_EVERY_S = 5.0
 
 HELP = _sim.HELP
 DESCRIPTION = _sim.DESCRIPTION
@@ -28,9 +33,25 @@ async def produce(
     from agents.commands.replay import send_events
 
     topic = args.topic or default_topic("events")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    last = [started, 0]
+
+    def progress(record: LogRecord) -> None:
+        """One line on stderr at least every PROGRESS_EVERY_S seconds (the guide's example runs
+        for 10 minutes: it printed nothing until the end)."""
+        last[1] += 1
+        now = loop.time()
+        if now - last[0] < PROGRESS_EVERY_S:
+            return
+        last[0] = now
+        ts = datetime.fromtimestamp(record.event.ts, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        print(f"stream-dp simulate: {last[1]:,} events sent to {topic} in "
+              f"{now - started:.0f} s (event time {ts} UTC)", file=sys.stderr, flush=True)
+
     report = await send_events(
         records, bootstrap=bootstrap_from(args.bootstrap), topic=topic, speed=args.speed,
-        stop=stop,
+        stop=stop, on_progress=progress,
     )
     return _sim.Produced(report.sent, report.interrupted, report.seconds, topic)
 

@@ -160,13 +160,29 @@ def _cells_text(cells: Any, width: int = 8) -> str:
     return shown + (f" … ({len(vals)} cells)" if len(vals) > width else "")
 
 
+def _labelled_cells(cells: Any, k: int, width: int = 8) -> str:
+    """``00:12.3 01:4.0 10:3.1 11:0.4``: each cell labelled with its yes/no pattern (first
+    attribute the leftmost bit, 1 = yes; CONTRACTS.md), the first ``width`` of them."""
+    vals = [c for c in cells or () if isinstance(c, int | float)]
+    if k < 1 or len(vals) != 1 << k:
+        return _cells_text(cells, width)
+    shown = " ".join(f"{i:0{k}b}:{c:.1f}" for i, c in enumerate(vals[:width]))
+    return shown + (f" … ({len(vals)} cells)" if len(vals) > width else "")
+
+
+#: the one line that explains the labels of the cells
+CELLS_LEGEND = ("cells: one per yes/no combination of the table's attributes, labelled "
+                "first attribute = leftmost bit, 1 = yes (e.g. milk,bread 10 = milk, no bread)")
+
+
 def format_table_row(msg: dict[str, Any]) -> str:
     """One line for a ``dp.tables.v1`` record."""
-    names = ",".join(str(n) for n in msg.get("names") or ())
+    names = [str(n) for n in msg.get("names") or ()]
     return (
         f"tick {msg.get('tick', '?'):>6}  epoch {msg.get('epoch', '?')}  "
         f"table {msg.get('table', '?')}/{msg.get('tables', '?')} {msg.get('kind', '?'):7} "
-        f"[{names}]  {_cells_text(msg.get('cells'))}  ± {_num(msg.get('stderr'))}"
+        f"[{','.join(names)}]  {_labelled_cells(msg.get('cells'), len(names))}  "
+        f"± {_num(msg.get('stderr'))}"
     )
 
 
@@ -179,9 +195,11 @@ def format_marginals(msg: dict[str, Any], prefix: str = "") -> str:
         f"{len(msg.get('bridges') or ())} bridges, total {_num(msg.get('total'), '.1f')}, "
         f"residual {_num(diag.get('residual'), '.2e')}"
     ]
+    lines.append(f"  {CELLS_LEGEND}")
     for t in _tables_with(msg, prefix):
-        names = ",".join(str(n) for n in t.get("names") or ())
-        lines.append(f"  {t.get('kind', '?'):7} [{names}]  {_cells_text(t.get('cells'), 16)}"
+        names = [str(n) for n in t.get("names") or ()]
+        lines.append(f"  {t.get('kind', '?'):7} [{','.join(names)}]  "
+                     f"{_labelled_cells(t.get('cells'), len(names), 16)}"
                      f"  ± {_num(t.get('stderr'))}")
     return "\n".join(lines)
 
@@ -256,6 +274,10 @@ class QueryError(ValueError):
     """A ``--query`` that the published tables cannot answer (bad name, index or size)."""
 
 
+class NoAttributeTables(RuntimeError):
+    """``tail tables`` / ``tail marginals`` on a deployment without binary attributes."""
+
+
 class _Printer:
     def __init__(self, args: argparse.Namespace, out: TextIO) -> None:
         self.args = args
@@ -272,6 +294,14 @@ class _Printer:
             return str(msg.get("stream", "")).startswith(self.args.prefix)
         if self.args.what == "compact-histograms":
             return True  # nodes already chosen by prefix
+        if self.args.what in ("tables", "marginals") and msg.get("schema") in (
+                "dp.counts.v1", "dp.histograms.v1"):
+            raise NoAttributeTables(
+                f"this topic holds {msg.get('schema')} messages, not {self.args.what}: "
+                "the deployment has no binary "
+                "attributes (kind = \"binary\"), so it publishes no tables or marginals; "
+                f"read its releases with: stream-dp tail "
+                f"{'counts' if msg.get('schema') == 'dp.counts.v1' else 'histograms'}")
         if self.args.what == "tables":
             return msg.get("schema") == "dp.tables.v1" and (not self.args.prefix or any(
                 str(n).startswith(self.args.prefix) for n in msg.get("names") or ()))
@@ -320,6 +350,9 @@ class _Printer:
                 self.header_done = True
             print(format_count_row(msg), file=self.out)
         elif self.args.what == "tables":
+            if not self.header_done:
+                print(CELLS_LEGEND, file=self.out)
+                self.header_done = True
             print(format_table_row(msg), file=self.out)
         elif self.args.what == "marginals":
             print(format_marginals(msg, self.args.prefix), file=self.out)
@@ -361,7 +394,9 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
         # compact records and histogram chunks are a few MiB each
         max_partition_fetch_bytes=(16 << 20) if args.what.startswith("compact") else 1 << 20,
     )
-    await consumer.start()
+    from agents.commands._client import start_client
+
+    await start_client(consumer)
     printer = _Printer(args, out)
     loop = asyncio.get_running_loop()
     try:
@@ -449,7 +484,7 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
             names, keep = node_names[hist.manifest]
             return [hist.message(names, keep if args.prefix else None)]
 
-        print(f"stream-dp tail: following {topic} ({len(tps)} partitions) {where}; "
+        print(f"stream-dp tail: following {topic} ({len(tps)} partition{'s' if len(tps) != 1 else ''}) {where}; "
               "Ctrl-C stops", file=sys.stderr, flush=True)
         last_message = loop.time()
         while not printer.done and not (stop is not None and stop.is_set()):
@@ -526,7 +561,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         return asyncio.run(main())
-    except TopicMissingError as exc:
+    except (TopicMissingError, NoAttributeTables) as exc:
         print(f"stream-dp tail: {exc}", file=sys.stderr)
         return 1
     except QueryError as exc:
@@ -535,7 +570,8 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # connection and TLS/SASL failures: one line, no traceback
         if not is_kafka_error(exc):
             raise
-        print(f"stream-dp tail: {connection_problem(exc)}", file=sys.stderr)
+        print(f"stream-dp tail: {connection_problem(exc, bootstrap_from(args.bootstrap))}",
+              file=sys.stderr)
         return 1
     except BrokenPipeError:  # `stream-dp tail | head`
         with contextlib.suppress(OSError):

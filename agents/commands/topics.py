@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agents.commands._client import start_client
+
 HELP = "create the service's topics with explicit partitions"
 
 DESCRIPTION = """\
@@ -82,7 +84,7 @@ async def create_topics(settings: object) -> list[str]:
 
     security = KafkaSecurity.from_settings(settings)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **security.client_kwargs())
-    await admin.start()
+    await start_client(admin)
     try:
         leader_topic = getattr(settings, "leader_topic", LEADER_TOPIC)
         had_leader = leader_topic in set(await admin.list_topics())
@@ -100,7 +102,7 @@ async def list_topics(bootstrap: str, security: Any = None) -> list[tuple[str, i
     from agents.security import client_kwargs
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_kwargs(security))
-    await admin.start()
+    await start_client(admin)
     try:
         names = sorted(n for n in await admin.list_topics() if not n.startswith("__"))
         described = await admin.describe_topics(names) if names else []
@@ -128,15 +130,54 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"stream-dp topics: {exc}", file=sys.stderr)
         return 1
+    except ImportError:
+        raise  # no Kafka client installed: the console script names the extra to install
     except Exception as exc:  # connection errors: say what failed, no traceback
         from agents.commands._client import connection_problem
 
-        why = connection_problem(exc).removeprefix("cannot connect to the broker: ")
-        print(f"stream-dp topics: cannot reach {bootstrap}: {why}", file=sys.stderr)
+        print(f"stream-dp topics: {connection_problem(exc, bootstrap)}", file=sys.stderr)
         return 1
     if created:
         for name in created:
             print(f"created {name}")
     else:
         print("all topics exist")
+        try:
+            held = asyncio.run(records_held(settings))
+        except Exception:  # a note only
+            held = {}
+        if held:
+            what = ", ".join(f"{t}: {n:,} records" for t, n in held.items())
+            print(f"note: they hold the data of earlier runs ({what}); a worker with another "
+                  "noise key or other settings refuses those checkpoints (exit status 4). For a "
+                  "fresh start use a fresh broker (stream-dp broker start --data-dir NEW_DIR) or "
+                  "a new app_id and topic names", file=sys.stderr)
     return 0
+
+
+async def records_held(settings: Any) -> dict[str, int]:
+    """Records in the events and checkpoint topics (end - beginning offsets), non-empty only."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from agents.security import KafkaSecurity
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None,
+                                enable_auto_commit=False,
+                                **KafkaSecurity.from_settings(settings).client_kwargs())
+    await start_client(consumer)
+    out: dict[str, int] = {}
+    try:
+        await consumer.topics()
+        for topic in (settings.events_topic, settings.ingest_checkpoints_topic,
+                      settings.release_checkpoints_topic):
+            tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+            if not tps:
+                continue
+            ends = await consumer.end_offsets(tps)
+            begins = await consumer.beginning_offsets(tps)
+            n = sum(int(ends[tp]) - int(begins[tp]) for tp in tps)
+            if n > 0:
+                out[topic] = n
+    finally:
+        await consumer.stop()
+    return out

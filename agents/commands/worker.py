@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -47,9 +48,11 @@ time, Kafka record timestamp). With schedule = "markers" ticks close at the clos
 fresh one of the same deployment, follows them and refuses a log that differs from the one
 released (exit status 3).
 
-Exit status: 0 stopped by a signal, 1 a part failed (also: a count beyond the strategy's numeric
-range), 2 bad settings (also: origin more than max_backlog_ticks ticks in the past on the clock
-schedule, or cap x max_events_per_tick beyond the strategy's numeric range), 3 refused: the
+Exit status: 0 stopped by a signal, 1 a part failed (also: no broker at the bootstrap address,
+a count beyond the strategy's numeric range), 2 bad settings (also: origin more than
+max_backlog_ticks ticks in the past on the clock schedule, cap x max_events_per_tick beyond the
+strategy's numeric range, topics missing or with other partition counts, the web port in use,
+another worker on this host with the same app_id and worker_id), 3 refused: the
 events differ from the ones already released under this deployment's closing points, 4 refused:
 a checkpoint failed authentication or was written under another configuration (change the
 configuration only with a new epoch, docs/operations.md).
@@ -126,6 +129,29 @@ async def serve(
     domain = load_domain(settings.domain_file)
     worker: Any = None
     group: Any = None
+
+    def ready() -> bool:
+        """/readyz: state restored for every assigned partition, not rebalancing, not stopping."""
+        if stop_event.is_set():
+            return False
+        if group is not None:
+            return bool(group.ready)
+        return True if worker is None else bool(worker.ready)
+
+    server = None
+    if web:
+        # first: a port in use stops the worker before any pipeline process or client starts
+        from agents.web import WebServer, make_app
+
+        app = make_app(metrics, ready, settings=settings, dashboard=dashboard)
+        try:
+            server = await WebServer(app, settings.web_host, settings.web_port).start()
+        except OSError as exc:
+            raise StartupProblem(
+                f"cannot serve on {settings.web_host}:{settings.web_port}: "
+                f"{exc.strerror or exc} (another worker or program uses the port: pass "
+                "--web-port / STREAM_DP_WEB_PORT, 0 picks a free one, or --no-web)"
+            ) from None
     if pipeline and int(getattr(settings, "pipeline_processes", 0)) > 0:
         from agents.config import check_attribute_settings
         from agents.pipeline_processes import PipelineGroup
@@ -143,21 +169,6 @@ async def serve(
         worker = Worker(settings, metrics=metrics, on_release=on_release, domain=domain)
         if worker_created is not None:  # benchmarks and diagnostics: the in-process pipeline
             worker_created(worker)
-
-    def ready() -> bool:
-        """/readyz: state restored for every assigned partition, not rebalancing, not stopping."""
-        if stop_event.is_set():
-            return False
-        if group is not None:
-            return bool(group.ready)
-        return True if worker is None else bool(worker.ready)
-
-    server = None
-    if web:
-        from agents.web import WebServer, make_app
-
-        app = make_app(metrics, ready, settings=settings, dashboard=dashboard)
-        server = await WebServer(app, settings.web_host, settings.web_port).start()
 
     tasks: dict[str, asyncio.Task[Any]] = {}
     if group is not None:
@@ -202,31 +213,9 @@ async def serve(
         for name, task in tasks.items():
             if task not in done:
                 continue
-            exc = task.exception()
-            if exc is not None:
-                from agents.ingest import ScheduleMismatch
-                from agents.release import CheckpointRefused, ReleaseOverflow
-
-                if isinstance(exc, _ChildFailed):
-                    log.error("a pipeline process failed; stopping",
-                              extra={"part": name, "exit_code": exc.code})
-                    rc = exc.code
-                elif isinstance(exc, CheckpointRefused):
-                    # tampered, another key, or another configuration: never start with it
-                    log.error("refusing to start: %s", exc, extra={"part": name})
-                    rc = 4
-                elif isinstance(exc, ReleaseOverflow):
-                    log.error("stopping: %s", exc, extra={"part": name})
-                    rc = 1
-                elif isinstance(exc, ScheduleMismatch):
-                    # the log differs from the one released under this key: refused, like
-                    # `stream-dp replay` (exit status 3)
-                    log.error("refusing to release: %s", exc, extra={"part": name})
-                    rc = 3
-                else:
-                    log.error("worker part failed; stopping", extra={"part": name},
-                              exc_info=exc)
-                    rc = 1
+            failure = task.exception()
+            if failure is not None:
+                rc = _report_failure(name, failure)
             elif stopper not in done and not stop_event.is_set():
                 log.error("worker part ended unexpectedly; stopping", extra={"part": name})
                 rc = 1
@@ -243,16 +232,72 @@ async def serve(
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             except asyncio.CancelledError:
-                raise
-            except Exception:
-                if name not in reported:
-                    log.exception("worker part failed while stopping", extra={"part": name})
-                rc = 1
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this coroutine is cancelled: not the part's outcome
+                # the part ended cancelled (a client library cancelled it while stopping)
+            except Exception as exc:
+                # a part that failed after the stop was requested (e.g. the pipeline, whose
+                # failure also sets the stop event): the same statuses as a failure before it
+                code = _report_failure(name, exc) if name not in reported else 1
+                reported.add(name)
+                rc = rc or code
         stopper.cancel()
         if server is not None:
             await server.stop()
     log.info("worker stopped", extra={"exit_code": rc})
     return rc
+
+
+class StartupProblem(RuntimeError):
+    """The worker cannot start as configured (port in use, topics missing): one line, exit 2."""
+
+
+#: a part's failure -> one log line (no traceback) and the exit status, for the documented ones
+def _report_failure(name: str, exc: BaseException) -> int:
+    """Log why part ``name`` failed, in one line for every known cause; return the exit status
+    (1 failed, 3 refused log, 4 refused checkpoint; docs/operations.md)."""
+    from agents.ingest import ScheduleMismatch
+    from agents.release import CheckpointRefused, ReleaseOverflow
+
+    if isinstance(exc, _ChildFailed):
+        log.error("a pipeline process failed; stopping",
+                  extra={"part": name, "exit_code": exc.code})
+        return exc.code
+    if isinstance(exc, CheckpointRefused):
+        # tampered, another key, or another configuration: never start with it
+        text = str(exc)
+        hint = (f" {_REFUSED_HINT}" if "failed authentication" in text
+                or "another configuration" in text else "")
+        log.error("refusing to start: %s.%s", text.rstrip("."), hint, extra={"part": name})
+        return 4
+    if isinstance(exc, ReleaseOverflow):
+        log.error("stopping: %s", exc, extra={"part": name})
+        return 1
+    if isinstance(exc, ScheduleMismatch):
+        # the log differs from the one released under this key: refused, like
+        # `stream-dp replay` (exit status 3)
+        log.error("refusing to release: %s", exc, extra={"part": name})
+        return 3
+    if isinstance(exc, StartupProblem | ValueError):
+        log.error("cannot start: %s", exc, extra={"part": name})
+        return 2
+    from agents.commands._client import connection_problem, is_kafka_error
+
+    if is_kafka_error(exc):
+        log.error("stopping: %s", connection_problem(exc), extra={"part": name})
+        return 1
+    log.error("worker part failed; stopping", extra={"part": name}, exc_info=exc)
+    return 1
+
+
+_REFUSED_HINT = (
+    "The broker holds checkpoints of another deployment under these topic names (another noise "
+    "key, epoch or setting). A development broker keeps its data between runs: start a fresh "
+    "one (stream-dp broker stop; stream-dp broker start --data-dir NEW_DIR) or use a new "
+    "app_id and topics; in production change settings only with a new epoch "
+    "(docs/runbooks.md)"
+)
 
 
 class _ChildFailed(RuntimeError):
@@ -267,15 +312,22 @@ async def _main(settings: Any, args: argparse.Namespace) -> int:
     stop_event = asyncio.Event()
     loop = asyncio.get_running_loop()
 
-    def on_signal() -> None:
-        if stop_event.is_set():  # a second Ctrl-C / SIGTERM: do not wait for the graceful stop
+    signalled: list[float] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        # A Python-level handler (not loop.add_signal_handler): it runs at the next bytecode
+        # even while a long synchronous step holds the event loop (a large backlog's tick
+        # closes), so the stop is noticed at once and bounded by STOP_GRACE_S.
+        if signalled:  # a second Ctrl-C / SIGTERM: do not wait for the graceful stop
             log.warning("second stop signal: exiting at once")
             os._exit(130)
+        signalled.append(time.monotonic())
         log.info("stop signal received; stopping gracefully")
-        stop_event.set()
+        _exit_if_still_running(STOP_GRACE_S)
+        with contextlib.suppress(RuntimeError):  # the loop has closed already
+            loop.call_soon_threadsafe(stop_event.set)
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
 
     def started(server: Any) -> None:
         if server is not None:
@@ -288,8 +340,32 @@ async def _main(settings: Any, args: argparse.Namespace) -> int:
             json_logs=not args.plain_logs,
         )
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+#: seconds from the first stop signal to a forced exit if the graceful stop has not ended
+#: (the stages bound their own stop to agents.pipeline.SHUTDOWN_S = 8 s; this covers a step
+#: that holds the event loop). Safe: every release is committed with its checkpoint, so a forced
+#: exit is a kill -9 the next start recovers from exactly.
+STOP_GRACE_S = 15.0
+
+
+def _exit_if_still_running(after_s: float) -> None:
+    import threading
+
+    def force() -> None:
+        log.error("the worker did not stop within %.0f s of the stop signal (the event loop is "
+                  "held by a long step, e.g. closing a large backlog of ticks); exiting now: "
+                  "the next start resumes from the last committed checkpoints", after_s)
+        for handler in logging.getLogger().handlers:
+            with contextlib.suppress(Exception):
+                handler.flush()
+        os._exit(0)
+
+    timer = threading.Timer(after_s, force)
+    timer.daemon = True
+    timer.start()
 
 
 def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
@@ -324,6 +400,86 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
     return settings, key
 
 
+async def check_broker(settings: Any) -> None:
+    """Connect once and check that the topics the pipeline reads exist with the partition
+    counts of the settings. Raises aiokafka's connection error (no broker) or
+    :class:`StartupProblem` (topics), each reported in one line by :func:`run`."""
+    from aiokafka import AIOKafkaConsumer
+
+    from agents.commands._client import start_client
+    from agents.security import KafkaSecurity
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap, group_id=None, enable_auto_commit=False,
+        request_timeout_ms=30_000, **KafkaSecurity.from_settings(settings).client_kwargs())
+    await start_client(consumer)
+    try:
+        existing = await consumer.topics()
+        want = [(settings.events_topic, settings.events_partitions),
+                (settings.ingest_checkpoints_topic, settings.events_partitions),
+                (settings.schedule_topic, settings.events_partitions),
+                (settings.partials_topic, settings.shards),
+                (settings.release_checkpoints_topic, settings.shards)]
+        missing = [t for t, _ in want if t not in existing]
+        if missing:
+            raise StartupProblem(
+                f"topics missing on {settings.bootstrap}: {', '.join(missing)} (create the "
+                "service's topics first, with the same settings: stream-dp topics create)")
+        for topic, n in want:
+            have = len(consumer.partitions_for_topic(topic) or ())
+            if have != n:
+                raise StartupProblem(
+                    f"topic {topic!r} has {have} partitions, the settings expect {n} (use the "
+                    "settings the topics were created with; new counts are a new deployment, "
+                    "docs/runbooks.md)")
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+
+
+class WorkerIdTaken(RuntimeError):
+    """Another worker process on this host runs with the same app_id and worker_id."""
+
+
+def claim_worker_id(settings: Any) -> Any:
+    """Hold this host's claim on ``(bootstrap, app_id, worker_id)`` for the life of the process.
+
+    Two workers with one ``worker_id`` share one static group membership (``group.instance.id``):
+    the broker fences each in turn and neither ever works. On one host (the usual mistake: the
+    default ``worker_id`` is the host name) the second worker is refused at start-up. The claim
+    is a Linux abstract socket (or a locked file elsewhere), released by the kernel however the
+    process ends. Returns the object to keep alive; raises :class:`WorkerIdTaken`.
+    """
+    import hashlib
+    import socket
+
+    ident = f"{settings.bootstrap}|{settings.app_id}|{settings.worker_id}"
+    digest = hashlib.sha256(ident.encode("utf-8")).hexdigest()[:32]
+    message = (
+        f"another worker on this host already runs as worker_id {settings.worker_id!r} of "
+        f"app_id {settings.app_id!r} (on {settings.bootstrap}); give each worker its own "
+        "--worker-id / STREAM_DP_WORKER_ID (the default is the host name)"
+    )
+    if sys.platform.startswith("linux"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(f"\0stream-dp-worker-{digest}")
+        except OSError:
+            sock.close()
+            raise WorkerIdTaken(message) from None
+        return sock
+    import fcntl  # pragma: no cover - not Linux
+    import tempfile
+
+    handle = open(Path(tempfile.gettempdir()) / f"stream-dp-worker-{digest}.lock", "w")  # noqa: SIM115
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise WorkerIdTaken(message) from None
+    return handle
+
+
 def run(args: argparse.Namespace) -> int:
     from agents.logs import configure_logging, register_secret
 
@@ -332,10 +488,33 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"stream-dp worker: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    try:
+        claim = claim_worker_id(settings)
+    except WorkerIdTaken as exc:
+        print(f"stream-dp worker: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(check_broker(settings))
+    except StartupProblem as exc:
+        print(f"stream-dp worker: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        from agents.commands._client import connection_problem, is_kafka_error
+
+        if not is_kafka_error(exc):
+            raise
+        print(f"stream-dp worker: {connection_problem(exc, settings.bootstrap)}",
+              file=sys.stderr)
+        return 1
     configure_logging(settings.log_level, json_lines=not args.plain_logs)
     register_secret(key)
     del key
     try:
         return asyncio.run(_main(settings, args))
+    except StartupProblem as exc:  # e.g. the web port is taken
+        log.error("cannot start: %s", exc)
+        return 2
     except KeyboardInterrupt:  # a second Ctrl-C during shutdown
         return 130
+    finally:
+        claim.close()

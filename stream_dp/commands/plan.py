@@ -200,6 +200,22 @@ def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
     return out, chosen
 
 
+#: the table's legend (printed under it; docs/accuracy.md has the details)
+COLUMNS = (
+    "columns:",
+    "  sensitivity   L1 sensitivity of one event of size cap, with the rounding slack of the "
+    "noise grid (hence 1.000008, not 1)",
+    "  RMSE/release  expected error of one release (root of the mean MSE over ticks "
+    "1..horizon; analytic, no simulation), in counts",
+    "  MSE/release   its square",
+    "  ratio         MSE / the MSE of the best strategy in this table (1.000 = best)",
+    "  x bound       MSE / the lower bound for any factorisation (how far from optimal)",
+    "  range/tick    the largest count per stream and tick the strategy's exact arithmetic "
+    "holds (cap x events; see --max-events-per-tick)",
+    "  <- pick       what --strategy auto chooses",
+)
+
+
 def _bound_ratio(table: list[dict[str, object]], chosen: str, bound: float) -> tuple[str, float]:
     """The strategy compared with the lower bound and its MSE ratio to it.
 
@@ -280,6 +296,9 @@ def run(args: argparse.Namespace) -> int:
             f"  ({chosen} adds noise on the integer grid to whole-number counts, which the "
             "bound for real-valued measurements does not cover)"
         )
+    print()
+    for line in COLUMNS:
+        print(line)
     print()
     for line in accountant.summary(args.delta):
         print(line)

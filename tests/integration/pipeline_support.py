@@ -200,12 +200,23 @@ async def released(s: Settings, *, committed: bool = True) -> dict[tuple[str, in
         from agents.codec import encode
         from stream_dp.compact import decode_block, decode_manifest
 
-        manifests = {}
-        for r in await read_topic(s.bootstrap, s.manifests_topic):
-            man = decode_manifest(r.value)
-            manifests[man.sha256] = man
+        manifests: dict[str, Any] = {}
+
+        async def read_manifests() -> None:
+            for r in await read_topic(s.bootstrap, s.manifests_topic):
+                man = decode_manifest(r.value)
+                manifests[man.sha256] = man
+
+        await read_manifests()
         for r in await read_topic(s.bootstrap, s.compact_topic, committed=committed):
             block = decode_block(r.value)
+            for attempt in range(5):
+                # a record read after its manifest's topic was: the manifest (committed with
+                # the shard's first record) is there when the manifests are read again
+                if block.header["manifest"] in manifests:
+                    break
+                await asyncio.sleep(0.2 * attempt)
+                await read_manifests()
             for m in block.records(manifests[block.header["manifest"]]):
                 out[(m["stream"], m["tick"])].append(encode(m))
         return out

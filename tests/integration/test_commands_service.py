@@ -107,7 +107,8 @@ def test_broker_foreground_stops_on_sigterm(tmp_path: Path) -> None:
 def test_topics_reports_unreachable_broker() -> None:
     proc = cli("topics", "create", "--bootstrap", f"127.0.0.1:{free_port()}", timeout=180)
     assert proc.returncode == 1
-    assert "cannot reach" in proc.stderr
+    assert "cannot connect to the broker at" in proc.stderr
+    assert "stream-dp broker start" in proc.stderr
 
 
 def _worker_env(tmp_path: Path, bootstrap: str, name: str, web_port: int) -> dict[str, str]:

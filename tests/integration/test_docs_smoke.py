@@ -117,7 +117,15 @@ def test_runnable_blocks_run_as_written(block: tuple[str, int, str, str],
     work = tmp_path / "work"
     work.mkdir()
     (work / "examples").symlink_to(ROOT / "examples")  # docs refer to examples/... paths
-    script = "set -euo pipefail\n" + block[3]
+    # the block as written uses the default ports (broker 9092, web 6066): run it on free ones
+    # so that it never depends on what else runs on the machine
+    from agents.embedded_broker import free_port
+
+    port = free_port()
+    text = re.sub(r"stream-dp broker start(?!\S)", f"stream-dp broker start --port {port}",
+                  block[3]).replace("127.0.0.1:9092", f"127.0.0.1:{port}")
+    env["STREAM_DP_WEB_PORT"] = "0"
+    script = "set -euo pipefail\n" + text
     try:
         proc = subprocess.run(["bash", "-c", script], cwd=work, env=env, capture_output=True,
                               text=True, timeout=420)

@@ -23,7 +23,8 @@ from agents.config import Settings, load_domain
 from agents.pipeline import Worker
 from tests.integration import pipeline_support as ps
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.crash,
+              pytest.mark.timeout(600)]
 
 N_TICKS = 60
 

@@ -29,3 +29,47 @@ async def test_an_empty_assignment_is_a_failed_join_and_others_pass_through(
     assert await cls.perform_group_join(rebalance) == ("roundrobin", b"\x00\x00\x00\x00")
     assert await cls.perform_group_join(rebalance) is None  # aiokafka's own failed join
     assert answers == []
+
+
+async def test_a_refused_offset_commit_of_a_static_member_does_not_rejoin(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline_processes = 2 stall (issue #24): a commit refused with IllegalGeneration
+    after the member had already rejoined started another rebalance. Inside an offset commit a
+    static member neither resets its member id nor requests a rejoin (the heartbeat does);
+    outside it, and for dynamic members, aiokafka's behaviour is unchanged."""
+    import asyncio
+
+    cls = group_coordinator.GroupCoordinator
+    for name in ("_do_commit_offsets", "reset_generation", "request_rejoin"):
+        monkeypatch.setattr(cls, name, getattr(cls, name))
+    monkeypatch.setattr(cls, "_stream_dp_static_commit", False, raising=False)
+
+    async def refused_commit(self: Any, assignment: Any, offsets: Any) -> None:
+        self.reset_generation()  # what aiokafka does on IllegalGeneration / UnknownMemberId
+        self.request_rejoin()    # ... and on RebalanceInProgress
+
+    monkeypatch.setattr(cls, "_do_commit_offsets", refused_commit)
+    from agents.groups import install_static_commit_rejoin
+
+    install_static_commit_rejoin()
+    install_static_commit_rejoin()  # idempotent
+
+    def member(instance_id: str | None) -> Any:
+        coord = object.__new__(cls)
+        coord.group_id = "g"
+        coord._group_instance_id = instance_id
+        coord.generation = 7
+        coord.member_id = "m-1"
+        coord._rejoin_needed_fut = asyncio.get_running_loop().create_future()
+        return coord
+
+    static = member("w1.p0")
+    await cls._do_commit_offsets(static, None, {})
+    assert (static.generation, static.member_id) == (7, "m-1")
+    assert not static._rejoin_needed_fut.done()
+    static.reset_generation()  # a heartbeat's UnknownMemberId: as before
+    assert static.member_id == "" and static._rejoin_needed_fut.done()
+
+    dynamic = member(None)
+    await cls._do_commit_offsets(dynamic, None, {})
+    assert dynamic.member_id == "" and dynamic._rejoin_needed_fut.done()
