@@ -83,11 +83,14 @@ def _without_kafka_client(tmp_path: Path) -> dict[str, str]:
     ["tail", "counts"],
     ["topics", "list"],
     ["topics", "create"],
-    ["replay", "log.csv"],
+    ["replay", "log.csv", "--no-close-markers"],
 ])
 def test_base_install_names_the_extra(argv: list[str], tmp_path: Path) -> None:
     (tmp_path / "log.csv").write_text("key,ts,value\na,1704067200,1\n", encoding="utf-8")
-    proc = run_cli(*argv, env=_without_kafka_client(tmp_path), cwd=tmp_path)
+    env = _without_kafka_client(tmp_path)
+    # replay checks its (broker-free) arguments first: a key, and no markers without --until
+    env["STREAM_DP_KEY"] = "8d3a61f0c47e25b9a1e6d0937f4c28b5e0a9173dc62f8b4e5d17a0c39b6e2f84"
+    proc = run_cli(*argv, env=env, cwd=tmp_path)
     assert_one_line(proc, 1, "stream-dp[service]", "aiokafka")
 
 
