@@ -508,6 +508,9 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     configure_logging(settings.log_level, json_lines=not args.plain_logs)
+    from agents.groups import install_fencing_detector
+
+    install_fencing_detector(settings.worker_id)
     register_secret(key)
     del key
     try:
