@@ -120,3 +120,48 @@ def install_static_commit_rejoin() -> None:
     cls.reset_generation = reset_generation
     cls.request_rejoin = request_rejoin
     cls._stream_dp_static_commit = True
+
+
+class _FencingDetector(logging.Handler):
+    """Counts the client library's 'member id not recognized' records: a static member whose
+    membership is taken over again and again shares its ``worker_id`` with another process."""
+
+    def __init__(self, window_s: float = 60.0, threshold: int = 5) -> None:
+        super().__init__(logging.WARNING)
+        self.window_s = window_s
+        self.threshold = threshold
+        self.seen: list[float] = []
+        self.warned_at = -1e18
+        self.worker_id = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        import time
+
+        try:
+            message = record.getMessage()
+        except Exception:
+            return
+        if "member_id was not recognized" not in message and "FencedInstanceId" not in message:
+            return
+        now = time.monotonic()
+        self.seen = [t for t in self.seen if now - t < self.window_s] + [now]
+        if len(self.seen) >= self.threshold and now - self.warned_at >= 300.0:
+            self.warned_at = now
+            log.warning(
+                "this worker's group membership was taken over %d times in %.0f s: another "
+                "worker probably runs with the same worker_id %r (on another host); give each "
+                "worker its own stable --worker-id / STREAM_DP_WORKER_ID", len(self.seen),
+                self.window_s, self.worker_id)
+
+
+_fencing = _FencingDetector()
+
+
+def install_fencing_detector(worker_id: str) -> None:
+    """Warn (once per 5 min) when this process's static memberships keep being taken over:
+    two workers with one ``worker_id`` fence each other for ever (on one host the second worker
+    is refused at start-up; across hosts this is how it shows). Idempotent."""
+    _fencing.worker_id = worker_id
+    logger = logging.getLogger("aiokafka.consumer.group_coordinator")
+    if _fencing not in logger.handlers:
+        logger.addHandler(_fencing)

@@ -725,6 +725,17 @@ class _Stage:
             if state is None:
                 continue
             end, offset = int(ends.get(tp, 0)), int(state.offset)
+            if 0 <= end < offset and tp in ends:
+                # the log ends before what this worker has consumed of it: the broker lost
+                # records it had acknowledged (a development broker killed with kill -9)
+                self.w.release_error("checkpoint_refused")
+                self.w.fail(CheckpointRefused(
+                    f"{self.name} partition {tp.partition}: the state is ahead of the log: it "
+                    f"has consumed {tp.topic} up to offset {offset}, but the partition now ends "
+                    f"at {end}. The broker lost records it had acknowledged (a development "
+                    "broker killed with kill -9 can: docs/operations.md); the state cannot be "
+                    "continued. Start a new epoch (new topics), or restore the broker's data"))
+                return
             seen = self._liveness.get(tp.partition)
             if seen is None or seen[0] != offset or end <= offset:
                 self._liveness[tp.partition] = (offset, end, now, 0.0)
@@ -1032,9 +1043,63 @@ class ReleaseStage(_Stage):
         for key in [k for k in self._incomplete if now - self._incomplete[k] > 600]:
             del self._incomplete[key]
         if waiting:
+            ticks = [st.next_tick for st in self.states.values()
+                     if st.pending.get(st.next_tick)]
+            if await self._lost_records(sorted(waiting), min(ticks) if ticks else 0):
+                return
             await self.w.ingest.rejoin(
                 f"ticks wait for partials of events partitions {sorted(waiting)} for more than "
                 f"{self.s.stall_timeout_s:g} s")
+
+    async def _lost_records(self, sources: list[int], tick: int) -> bool:
+        """Ticks wait for partials of events partitions this worker owns itself: rejoining the
+        group cannot help. Find out why and stop in one line (exit status 4) when the log lost
+        records the state depends on — a persisted closing point past the partition's end, or
+        partials the ingest checkpoint says were written — instead of waiting for ever. Returns
+        True if the worker is stopping."""
+        ingest = self.w.ingest
+        owned = [s for s in sources if s in ingest.states]
+        if not owned or tick <= 0:
+            return False
+        k = _kafka()
+        # only when every waiting shard has read its partials partition to the end: a shard
+        # that lags behind a backlog has not seen them yet
+        shards = [k.TopicPartition(self.topic, p) for p, st in self.states.items()
+                  if st.pending.get(st.next_tick)]
+        shard_ends = await self.consumer.end_offsets(shards)
+        for tp in shards:
+            if await self.consumer.position(tp) < int(shard_ends.get(tp, 0)):
+                return False
+        tps = [k.TopicPartition(ingest.topic, s) for s in owned]
+        ends = await ingest.consumer.end_offsets(tps)
+        for tp in tps:
+            st = ingest.states.get(tp.partition)
+            if st is None:
+                continue
+            end = int(ends.get(tp, 0))
+            nxt = st.pending[0] if st.pending else None
+            if nxt is not None and int(nxt.offset) > end:
+                problem = (f"events partition {tp.partition}: a persisted closing point (ticks "
+                           f"through {nxt.through}) lies at offset {nxt.offset}, but the "
+                           f"partition ends at {end}")
+            elif int(st.next_tick) - 1 >= tick:
+                problem = (f"release waits for the partials of tick {tick} from events partition "
+                           f"{tp.partition}, which its checkpoint says were written (ticks "
+                           f"closed through {int(st.next_tick) - 1}), but {self.topic} does not "
+                           "hold them")
+            else:
+                log.warning("ticks wait for partials of events partition %d, owned here: it "
+                            "has closed through tick %d, at offset %d of %d", tp.partition,
+                            int(st.next_tick) - 1, int(st.offset), end)
+                continue
+            self.w.release_error("checkpoint_refused")
+            self.w.fail(CheckpointRefused(
+                f"{problem}: the state is ahead of the log. The broker lost records it had "
+                "acknowledged (a development broker killed with kill -9 can: "
+                "docs/operations.md); the state cannot be continued. Start a new epoch (new "
+                "topics), or restore the broker's data"))
+            return True
+        return False
 
     def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
         state.restore(payload, seq, self.w.key)

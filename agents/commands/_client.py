@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -80,8 +81,9 @@ def connection_problem(exc: BaseException, bootstrap: str | None = None) -> str:
     while text.startswith(name + ": "):  # aiokafka repeats the class name in the message
         text = text[len(name) + 2:]
     bootstrap_failed = text.startswith("Unable to bootstrap from")
-    if bootstrap_failed:  # a list of socket addresses: noise
-        text = "no broker answered"
+    if bootstrap_failed:  # a list of socket addresses: noise; the cause is in the client's log
+        cause = _last_client_error.text
+        text = "no broker answered" + (f" ({cause})" if cause else "")
     security = os.environ.get("STREAM_DP_SECURITY_PROTOCOL", "").upper()
     if "CERTIFICATE_VERIFY_FAILED" in text:
         hint = (" (the broker's certificate is not signed by STREAM_DP_SSL_CAFILE, or names "
@@ -112,16 +114,37 @@ async def start_client(client: Any) -> Any:
     return client
 
 
+class _LastClientError(logging.Handler):
+    """Keeps the cause of the client library's last failed connection (e.g. the TLS error
+    behind aiokafka's 'Unable to bootstrap'), for :func:`connection_problem`; prints nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.text = ""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # malformed arguments: nothing to keep
+            return
+        if message.startswith("Unable connect to"):
+            # 'Unable connect to "host:port": <cause>': keep the cause, one line, short
+            cause = message.split(": ", 1)[-1]
+            self.text = " ".join(cause.split())[:200]
+
+
+_last_client_error = _LastClientError()
+
+
 def quiet_client_logs() -> None:
     """Client commands report connection problems themselves, in one line: aiokafka's own
     records ('Unable connect to ...') must not reach the terminal through logging's
-    last-resort handler. (A command that configures logging still sees them.)"""
-    import logging
-
+    last-resort handler; their cause is kept for that line. (A command that configures
+    logging still sees them.)"""
     for name in ("aiokafka", "kafka"):
         logger = logging.getLogger(name)
-        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-            logger.addHandler(logging.NullHandler())
+        if _last_client_error not in logger.handlers:
+            logger.addHandler(_last_client_error)
 
 
 class TopicMissingError(RuntimeError):

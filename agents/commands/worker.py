@@ -269,7 +269,8 @@ def _report_failure(name: str, exc: BaseException) -> int:
         text = str(exc)
         hint = (f" {_REFUSED_HINT}" if "failed authentication" in text
                 or "another configuration" in text else "")
-        log.error("refusing to start: %s.%s", text.rstrip("."), hint, extra={"part": name})
+        verb = "stopping" if "state is ahead of the log" in text else "refusing to start"
+        log.error("%s: %s.%s", verb, text.rstrip("."), hint, extra={"part": name})
         return 4
     if isinstance(exc, ReleaseOverflow):
         log.error("stopping: %s", exc, extra={"part": name})
@@ -507,6 +508,9 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     configure_logging(settings.log_level, json_lines=not args.plain_logs)
+    from agents.groups import install_fencing_detector
+
+    install_fencing_detector(settings.worker_id)
     register_secret(key)
     del key
     try:

@@ -480,3 +480,27 @@ def test_sigterm_ends_a_worker_busy_closing_a_huge_backlog(
             worker.kill()
             worker.wait()
     assert "Traceback" not in log_path.read_text()
+
+
+def test_two_workers_sharing_a_worker_id_across_hosts_are_named(
+    tmp_path: Path, kafka_broker: str, unique_name: str
+) -> None:
+    """Two workers with one worker_id that the same-host check cannot see (here: the broker
+    named as 127.0.0.1 and as localhost, as from two hosts) fence each other's membership for
+    ever; one warning line says what is going on and what to do."""
+    env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
+    assert cli("topics", "create", env=env).returncode == 0
+    other = {**env, "STREAM_DP_BOOTSTRAP": kafka_broker.replace("127.0.0.1", "localhost")}
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    workers = [_start_worker(env, logs[0]), _start_worker(other, logs[1])]
+    try:
+        deadline = time.monotonic() + 120
+        while not any("membership was taken over" in p.read_text() for p in logs):
+            assert all(w.poll() is None for w in workers), logs[0].read_text()[-2000:]
+            assert time.monotonic() < deadline, logs[0].read_text()[-3000:]
+            time.sleep(0.5)
+    finally:
+        for w, p in zip(workers, logs, strict=True):
+            _stop(w, p)
+    text = "".join(p.read_text() for p in logs)
+    assert "same worker_id" in text and "--worker-id" in text
