@@ -812,10 +812,19 @@ class IngestStage(_Stage):
             await asyncio.sleep(min(1.0, max(0.005, nxt)))
 
     async def stop(self) -> None:
-        await super().stop()
-        if self.hw is not None:
-            with contextlib.suppress(Exception):
-                await self.hw.stop()
+        try:
+            await super().stop()
+        finally:
+            if self.hw is not None:
+                with contextlib.suppress(Exception):
+                    await self.hw.stop()
+
+    async def close_clients(self) -> None:
+        hw, self.hw = self.hw, None
+        await super().close_clients()
+        if hw is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(hw.stop(), timeout=0.2)
 
     def new_state(self, p: int) -> IngestState:
         return IngestState(self.s, self.w.router, p, key=self.w.key, domain_id=self.w.domain_id)

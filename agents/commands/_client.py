@@ -89,8 +89,9 @@ def connection_problem(exc: BaseException, bootstrap: str | None = None) -> str:
         hint = (" (the broker's certificate is not signed by STREAM_DP_SSL_CAFILE, or names "
                 "another host: check the CA file and the bootstrap address)")
     elif "SSL" in text or "TLS" in text or (security.endswith("SSL") and bootstrap_failed):
-        hint = (" (TLS handshake failed: check STREAM_DP_SECURITY_PROTOCOL and that the port "
-                "is the broker's TLS listener)")
+        hint = (" (TLS handshake failed: the broker's certificate is not signed by "
+                "STREAM_DP_SSL_CAFILE, or the port is not the broker's TLS listener: check both, "
+                "and STREAM_DP_SECURITY_PROTOCOL)")
     elif "bootstrap" in text or "Connect call failed" in text or name == "KafkaConnectionError":
         hint = (" (is a broker running there? check --bootstrap / STREAM_DP_BOOTSTRAP; for "
                 "development: stream-dp broker start)")

@@ -249,7 +249,10 @@ def test_changed_log_exits_3_in_one_line(tmp_path: Path, kafka_broker: str,
         "STREAM_DP_SCHEDULE_TOPIC": f"{unique_name}.schedule"})
     first_env = _topic_env(base, unique_name, "")
     assert cli("topics", "create", env=first_env).returncode == 0
-    replayed = cli("replay", str(tmp_path / "web.csv"), "--speed", "1000", env=first_env)
+    rows = (tmp_path / "web.csv").read_text().splitlines()[1:]
+    until = str(max(float(r.split(",")[0]) for r in rows) + 1.0)  # a public end, in the past
+    replayed = cli("replay", str(tmp_path / "web.csv"), "--speed", "1000", "--until", until,
+                   env=first_env)
     assert replayed.returncode == 0, replayed.stderr
     log_path = tmp_path / "first.log"
     first = _start_worker(first_env, log_path)
@@ -265,7 +268,10 @@ def test_changed_log_exits_3_in_one_line(tmp_path: Path, kafka_broker: str,
     (tmp_path / "changed.csv").write_text("\n".join(lines) + "\n")
     second_env = _topic_env(base, unique_name, "-copy")
     assert cli("topics", "create", env=second_env).returncode == 0
-    replayed = cli("replay", str(tmp_path / "changed.csv"), "--speed", "1000", env=second_env)
+    # replay's own guard would refuse the changed log (exit 3): replay it as from another
+    # machine (another history file), so that the worker's guard is what is tested
+    replayed = cli("replay", str(tmp_path / "changed.csv"), "--speed", "1000", "--until", until,
+                   "--history-file", str(tmp_path / "other-history.json"), env=second_env)
     assert replayed.returncode == 0, replayed.stderr
     proc = cli("worker", env=second_env, timeout=120)
     assert proc.returncode == 3, proc.stderr[-3000:]
