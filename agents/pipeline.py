@@ -77,7 +77,14 @@ from agents.codec import dlq_message, encode
 from agents.config import Settings, load_domain
 from agents.deployment import deployment_id
 from agents.groups import install_empty_assignment_rejoin, leave_group
-from agents.ingest import IngestState, Partial, Router, ScheduleEntry, ScheduleMismatch
+from agents.ingest import (
+    FAST_PATH_STATUS,
+    IngestState,
+    Partial,
+    Router,
+    ScheduleEntry,
+    ScheduleMismatch,
+)
 from agents.release import CheckpointRefused, Release, ReleaseOverflow, ReleaseState
 from stream_dp.integrity import IntegrityError
 
@@ -665,6 +672,7 @@ class IngestStage(_Stage):
         from agents.topics import check_events_topic
 
         await check_events_topic(self.s.bootstrap, self.s)
+        log.info("%s", FAST_PATH_STATUS)  # compiled ingest fast path, or why not
         await super().start()
         k = _kafka()
         self.hw = k.AIOKafkaConsumer(
