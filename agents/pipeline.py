@@ -295,6 +295,7 @@ class _Stage:
             rebalance_timeout_ms=max(session_ms, 30000),
             max_poll_records=s.max_batch,
             max_partition_fetch_bytes=4 * 1024 * 1024,
+            **self.consumer_options(),
         )
         await self._check_partitions()
         self.consumer.subscribe([self.topic], listener=_listener(self))
@@ -609,6 +610,10 @@ class _Stage:
         coord.reset_generation()
 
     # -- to implement ----------------------------------------------------------------------
+    def consumer_options(self) -> dict[str, Any]:
+        """Extra keyword arguments of the stage's input consumer (none by default)."""
+        return {}
+
     def new_state(self, p: int) -> Any:
         raise NotImplementedError
 
@@ -687,6 +692,14 @@ class IngestStage(_Stage):
         if self.hw is not None:
             with contextlib.suppress(Exception):
                 await self.hw.stop()
+
+    def consumer_options(self) -> dict[str, Any]:
+        """The events consumer yields aiokafka's decoded records as they are, without a
+        ``ConsumerRecord`` per record (:mod:`agents.raw_records`; same batches, offsets and
+        contents)."""
+        from agents.raw_records import install, raw_records
+
+        return {"value_deserializer": raw_records} if install() else {}
 
     def new_state(self, p: int) -> IngestState:
         return IngestState(self.s, self.w.router, p, key=self.w.key, domain_id=self.w.domain_id)

@@ -688,6 +688,11 @@ async def main() -> None:
         ratios = sorted(w / b for _, b, w in rows)
         print(f"\nmedian ratio {statistics.median(ratios):.0%} "
               f"(min {ratios[0]:.0%}, max {ratios[-1]:.0%})")
+        import agents.ingest
+
+        print(getattr(agents.ingest, "FAST_PATH_STATUS", "ingest: pure-Python path"))
+        if not want("latency"):  # --only ingest: the ingest table alone
+            return
         lat = await latency_bench(broker.bootstrap, Path(tmp), args.streams, args.ticks)
         print(f"\n## tick latency, {lat['streams']} streams, {lat['shards']} shards, "
               f"strategy {lat['strategy']}")
