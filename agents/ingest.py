@@ -74,6 +74,8 @@ _NO_STOP = (1 << 63) - 1
 #: results, a property test compares them) does everything. :data:`FAST_PATH_STATUS` says which,
 #: in one line (logged at start-up).
 _fastingest: Any
+#: ``agents._fastingest.RecordBlock`` (one fetched record batch read in place), or ``None``
+RecordBlock: Any = None
 try:
     if os.environ.get("STREAM_DP_PURE_INGEST", "") not in ("", "0"):
         raise ImportError("disabled by STREAM_DP_PURE_INGEST")
@@ -83,6 +85,7 @@ except ImportError as _exc:
     FAST_PATH_STATUS = f"ingest: pure-Python path (compiled fast path unavailable: {_exc})"
 else:
     FAST_PATH_STATUS = "ingest: compiled fast path (agents._fastingest)"
+    RecordBlock = _fastingest.RecordBlock
 
 try:  # orjson parses ~5x faster; the stdlib decoder (and decode_event) stays authoritative
     from orjson import dumps as _orjson_dumps
@@ -127,6 +130,9 @@ class Record(NamedTuple):
     timestamp_type: int = 0
     headers: Sequence[tuple[str, bytes]] = ()
 
+
+if _fastingest is not None:  # the records a RecordBlock builds for the pure path
+    _fastingest.set_record_factory(Record)
 
 _blake2b = hashlib.blake2b
 #: the purpose under which the schedule digest's key is derived from the noise key
@@ -723,6 +729,30 @@ class IngestState:
             self.markers, s.strategy == "naive-int")
         self.__dict__["_scanner"] = (s, scanner)
         return scanner
+
+    def process_fetched(self, items: Sequence[Any]) -> int:
+        """Process what the events consumer fetched for this partition, in order: records, and
+        record blocks (:mod:`agents.raw_records`: one fetched batch each, records read in place
+        by the compiled scanner). Returns the number of records."""
+        if RecordBlock is None or not any(type(it) is RecordBlock for it in items):
+            self.process_batch(items)
+            return len(items)
+        n = 0
+        run: list[Any] = []
+        for it in items:
+            if type(it) is RecordBlock:
+                if run:
+                    self.process_batch(run)
+                    n += len(run)
+                    run = []
+                self.process_batch(it)
+                n += len(it)
+            else:
+                run.append(it)
+        if run:
+            self.process_batch(run)
+            n += len(run)
+        return n
 
     def process(self, offset: int, key: bytes | None, value: bytes | None, timestamp: int = -1,
                 timestamp_type: int = 0) -> None:

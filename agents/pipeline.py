@@ -753,8 +753,7 @@ class IngestStage(_Stage):
             state = self.states.get(tp.partition)
             if state is None:
                 continue  # revoked meanwhile
-            state.process_batch(records)
-            self.w.processed += len(records)
+            self.w.processed += state.process_fetched(records)
         lag = 0
         jobs = []
         clock = self.s.schedule == "clock"

@@ -76,3 +76,100 @@ def test_ingest_state_is_identical_on_raw_records(tmp_path: Path, schedule: str)
         b.to_bytes(), b.out.partials, b.out.entries, b.out.accepted)
     assert [(k, r, v, o) for k, r, v, o in a.out.dead_letters] == [
         (k, r, v, o) for k, r, v, o in b.out.dead_letters]
+
+
+# ---------------------------------------------------------------------------- record blocks
+
+fast = pytest.importorskip("agents._fastingest")
+
+from hypothesis import HealthCheck, given  # noqa: E402
+from hypothesis import settings as hsettings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from agents.ingest import RecordBlock  # noqa: E402
+from tests.unit import test_fastingest as tf  # noqa: E402
+
+
+def _kafka_bytes(log: list[Any], sizes: list[int], log_append: list[bool]) -> bytes:
+    """The log as a fetch response's record bytes: batches of ``sizes`` records (base offset
+    patched in, as the broker assigns it), some flagged LogAppendTime (the broker's max
+    timestamp then stands for every record's)."""
+    out = b""
+    i = 0
+    k = 0
+    while i < len(log):
+        size = sizes[k % len(sizes)] if sizes else len(log)
+        chunk = log[i:i + size]
+        b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 22)
+        for j, r in enumerate(chunk):
+            b.append(j, timestamp=max(r.timestamp, 0), key=r.key, value=r.value,
+                     headers=list(r.headers))
+        raw = bytearray(b.build())
+        raw[0:8] = chunk[0].offset.to_bytes(8, "big")
+        if log_append[k % len(log_append)]:
+            raw[22] |= 0x08  # the timestamp-type bit of the attributes (CRC not checked here)
+        out += bytes(raw)
+        i += size
+        k += 1
+    return out
+
+
+def _fetch(raw: bytes, fetch_offset: int, raw_consumer: bool) -> list[Any]:
+    assert install()
+    parts = fetcher.PartitionRecords(TopicPartition("dp.events.v1", 0), fetcher.MemoryRecords(raw),
+                                     [], fetch_offset, None,
+                                     raw_records if raw_consumer else None, False,
+                                     fetcher.READ_COMMITTED)
+    return list(parts)
+
+
+@hsettings(max_examples=30, deadline=None,
+           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_blocks_hold_the_records_aiokafka_decodes(data: st.DataObject) -> None:
+    log = [data.draw(tf._record(i, False))[0] for i in range(30)]
+    raw = _kafka_bytes(log, [7, 1, 12], [False, True])
+    for fetch_offset in (0, 5, 8, 29, 30):
+        plain = _fetch(raw, fetch_offset, raw_consumer=False)
+        items = _fetch(raw, fetch_offset, raw_consumer=True)
+        assert (items and all(type(it) is RecordBlock for it in items)) or not plain
+        flat = [it[j] for it in items for j in range(len(it))]
+        assert [tuple(getattr(r, k) for k in ATTRS[:5]) for r in flat] == [
+            tuple(getattr(r, k) for k in ATTRS[:5]) for r in plain]
+        assert [list(r.headers) for r in flat] == [list(r.headers) for r in plain]
+        assert [it.offset for it in items] == [
+            max(r.offset for r in plain if r.offset <= it.offset) for it in items]
+
+
+@hsettings(max_examples=int(tf.EXAMPLES / 2), deadline=None,
+           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=tf._case(), sizes=st.lists(st.integers(1, 20), max_size=3),
+       log_append=st.lists(st.booleans(), min_size=1, max_size=3))
+def test_blocks_on_the_fast_path_and_records_on_the_pure_path_leave_identical_state(
+        case: dict[str, Any], sizes: list[int], log_append: list[bool],
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The log as Kafka batch bytes: the fast path reads record blocks, the pure path reads
+    aiokafka's decoding of the same bytes; the state must be identical."""
+    s = tf._settings(tmp_path_factory.getbasetemp(), **case["cfg"])
+    if not case["log"]:
+        return
+    raw = _kafka_bytes(case["log"], sizes, log_append)
+    plain = _fetch(raw, 0, raw_consumer=False)
+    items = _fetch(raw, 0, raw_consumer=True)
+    states = []
+    for use_fast, got in ((False, plain), (True, items)):
+        st_ = IngestState(s, tf._ROUTER, 0, offset=0)
+        st_.use_fast_path = use_fast
+        st_.clock = lambda: case["clock"]
+        for n, end in case["closes"]:
+            st_.schedule_close(n, end, "clock", tf.ORIGIN + n * tf.L)
+        try:
+            assert st_.process_fetched(got) == len(plain)
+            st_.advance_to(len(case["log"]))
+            tag: Any = "ok"
+        except tf.ScheduleMismatch as exc:
+            tag = str(exc)
+        snap = tf._snapshot(st_)
+        del snap["dirty"]  # a commit hint that depends on the batch split (one call per block)
+        states.append((tag, snap))
+    assert states[1] == states[0]
