@@ -37,6 +37,7 @@ from agents.ingest import _UNKEYED, IngestState, Record, Router, ScheduleMismatc
 from stream_dp.domain import Domain
 
 fast = pytest.importorskip("agents._fastingest", reason="the compiled fast path did not build")
+pytestmark = pytest.mark.skipif(ingest._fastingest is None, reason=ingest.FAST_PATH_STATUS)
 
 ORIGIN = 1_000_000.0
 L = 10.0
