@@ -18,6 +18,17 @@ The state (offset, next open tick, open buckets, running digest) round-trips thr
 :meth:`IngestState.to_bytes` so that a restarted worker resumes exactly where the last committed
 checkpoint left off.
 
+**Two implementations, one result.** :meth:`IngestState.process_batch` is written in Python
+and is the authoritative definition of every decision. When the C extension
+``agents._fastingest`` is built (``pip install``), its scanner handles, in compiled code, the
+records it is sure about — no headers, the plain ``{"key", "ts", "value"}`` shape in strict
+JSON, a declared key, in range and on time: digest, checks, integer units into the bucket — and
+hands every other record to the Python code (``FAST_PATH_STATUS`` says which path runs; a
+property test, ``tests/unit/test_fastingest.py``, shows that both leave identical state). The
+events consumer delivers whole fetched batches as record blocks (:mod:`agents.raw_records`),
+which :meth:`IngestState.process_fetched` passes to the scanner without a Python object per
+record.
+
 Node routing (:class:`Router`): a stream belongs to shard ``crc32(name) mod shards`` — stable
 across processes and releases (Python's ``hash`` is salted per process, so it is not used).
 """
