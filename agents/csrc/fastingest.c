@@ -606,7 +606,7 @@ static int read_varint(const unsigned char **pp, const unsigned char *end, long 
     unsigned long long v = 0;
     int shift = 0;
     for (;;) {
-        if (p >= end || shift > 63) return -1;
+        if (p >= end || shift > 63) return -1; /* at most 10 bytes */
         unsigned char b = *p++;
         v |= (unsigned long long)(b & 0x7f) << shift;
         if (!(b & 0x80)) break;
@@ -667,16 +667,21 @@ static int RecordBlock_init(RecordBlock *self, PyObject *args, PyObject *kw) {
     Py_ssize_t kept = 0;
     for (long j = 0; j < count; j++) {
         long long len, ts_delta, off_delta, klen, vlen, hcount;
-        if (read_varint(&p, end, &len) < 0 || len < 0 || len > end - p) goto bad;
+        if (read_varint(&p, end, &len) < 0 || len < 0 || len > INT32_MAX || len > end - p)
+            goto bad;
         const unsigned char *rend = p + len;
         if (p >= rend) goto bad;
         p++; /* record attributes (unused) */
         if (read_varint(&p, rend, &ts_delta) < 0 || read_varint(&p, rend, &off_delta) < 0 ||
             read_varint(&p, rend, &klen) < 0 || klen < -1 || klen > rend - p)
             goto bad;
+        if (off_delta < INT32_MIN || off_delta > INT32_MAX || klen > INT32_MAX) goto bad;
         RecInfo ri;
-        ri.offset = base_offset + off_delta;
-        ri.timestamp = ts_type ? max_ts : first_ts + ts_delta;
+        /* two's-complement wrap-around, as aiokafka's int64 arithmetic (no undefined overflow) */
+        ri.offset = (long long)((unsigned long long)base_offset + (unsigned long long)off_delta);
+        ri.timestamp = ts_type ? max_ts
+                               : (long long)((unsigned long long)first_ts +
+                                             (unsigned long long)ts_delta);
         ri.key_pos = (Py_ssize_t)(p - all);
         ri.key_len = (Py_ssize_t)klen;
         if (klen > 0) p += klen;

@@ -175,3 +175,33 @@ def test_blocks_on_the_fast_path_and_records_on_the_pure_path_leave_identical_st
         del snap["dirty"]  # a commit hint that depends on the batch split (one call per block)
         states.append((tag, snap))
     assert states[1] == states[0]
+
+
+@needs_blocks
+@hsettings(max_examples=300, deadline=None,
+           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), n=st.integers(1, 12),
+       edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+       cut=st.integers(0, 64))
+def test_a_damaged_batch_is_refused_or_read_as_aiokafka_reads_it(
+        data: st.DataObject, n: int, edits: list[tuple[int, int]], cut: int) -> None:
+    """Any bytes (edited, truncated): ``RecordBlock`` raises ValueError (aiokafka then decodes
+    the batch itself) or holds exactly the records aiokafka decodes from the same bytes."""
+    log = [data.draw(tf._record(i, False))[0] for i in range(n)]
+    raw = bytearray(_kafka_bytes(log, [n], [False]))
+    for at, byte in edits:
+        raw[at % len(raw)] = byte
+    raw = raw[:len(raw) - cut] if cut < len(raw) else raw
+    try:
+        block = RecordBlock(bytes(raw), 0, 0)
+    except ValueError:
+        return
+    try:
+        batch = MemoryRecords(bytes(raw)).next_batch()
+        theirs = [] if batch is None else list(batch)
+    except Exception:  # aiokafka refuses these bytes (its CRC check would refuse them first)
+        return
+    mine = [block[j] for j in range(len(block))]
+    assert [tuple(getattr(r, k) for k in ATTRS[:5]) for r in mine] == [
+        tuple(getattr(r, k) for k in ATTRS[:5]) for r in theirs]
+    assert [list(r.headers) for r in mine] == [list(r.headers) for r in theirs]
