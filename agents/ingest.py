@@ -18,6 +18,17 @@ The state (offset, next open tick, open buckets, running digest) round-trips thr
 :meth:`IngestState.to_bytes` so that a restarted worker resumes exactly where the last committed
 checkpoint left off.
 
+**Two implementations, one result.** :meth:`IngestState.process_batch` is written in Python
+and is the authoritative definition of every decision. When the C extension
+``agents._fastingest`` is built (``pip install``), its scanner handles, in compiled code, the
+records it is sure about — no headers, the plain ``{"key", "ts", "value"}`` shape in strict
+JSON, a declared key, in range and on time: digest, checks, integer units into the bucket — and
+hands every other record to the Python code (``FAST_PATH_STATUS`` says which path runs; a
+property test, ``tests/unit/test_fastingest.py``, shows that both leave identical state). The
+events consumer delivers whole fetched batches as record blocks (:mod:`agents.raw_records`),
+which :meth:`IngestState.process_fetched` passes to the scanner without a Python object per
+record.
+
 Node routing (:class:`Router`): a stream belongs to shard ``crc32(name) mod shards`` — stable
 across processes and releases (Python's ``hash`` is salted per process, so it is not used).
 """
@@ -29,6 +40,7 @@ import hashlib
 import hmac
 import json
 import math
+import os
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -48,6 +60,7 @@ from agents.ticks import Schedule
 from stream_dp.contributions import cap_units, clip_limit_units, value_unit
 
 __all__ = [
+    "FAST_PATH_STATUS",
     "Close",
     "IngestState",
     "Partial",
@@ -63,6 +76,27 @@ __all__ = [
 #: digests are sums of per-record BLAKE2b-128 values modulo 2^128 (incremental, order-bound
 #: through the offset inside every record's hash)
 _DIGEST_MOD = 1 << 128
+#: "no closing point pending" for the compiled scanner (an offset no record reaches)
+_NO_STOP = (1 << 63) - 1
+
+#: The compiled fast path of :meth:`IngestState.process_batch` (``agents/csrc/fastingest.c``,
+#: built by ``pip install``). ``None`` when it did not build or import, or when the environment
+#: sets ``STREAM_DP_PURE_INGEST=1``: then the pure-Python path (authoritative; identical
+#: results, a property test compares them) does everything. :data:`FAST_PATH_STATUS` says which,
+#: in one line (logged at start-up).
+_fastingest: Any
+#: ``agents._fastingest.RecordBlock`` (one fetched record batch read in place), or ``None``
+RecordBlock: Any = None
+try:
+    if os.environ.get("STREAM_DP_PURE_INGEST", "") not in ("", "0"):
+        raise ImportError("disabled by STREAM_DP_PURE_INGEST")
+    from agents import _fastingest
+except ImportError as _exc:
+    _fastingest = None
+    FAST_PATH_STATUS = f"ingest: pure-Python path (compiled fast path unavailable: {_exc})"
+else:
+    FAST_PATH_STATUS = "ingest: compiled fast path (agents._fastingest)"
+    RecordBlock = _fastingest.RecordBlock
 
 try:  # orjson parses ~5x faster; the stdlib decoder (and decode_event) stays authoritative
     from orjson import dumps as _orjson_dumps
@@ -107,6 +141,9 @@ class Record(NamedTuple):
     timestamp_type: int = 0
     headers: Sequence[tuple[str, bytes]] = ()
 
+
+if _fastingest is not None:  # the records a RecordBlock builds for the pure path
+    _fastingest.set_record_factory(Record)
 
 _blake2b = hashlib.blake2b
 #: the purpose under which the schedule digest's key is derived from the noise key
@@ -539,6 +576,8 @@ class IngestState:
         self.range_start = -1
         self.out = IngestOutput()
         self.dirty = False
+        #: use the compiled fast path when it is available (tests compare both paths)
+        self.use_fast_path = True
 
     # ------------------------------------------------------------------ schedule
     @property
@@ -697,6 +736,48 @@ class IngestState:
         return c.through - first + 1
 
     # ------------------------------------------------------------------ processing
+    def _fast_scanner(self) -> Any:
+        """The compiled scanner for this state's settings (built once per settings object), or
+        ``None`` for the pure path (not built, disabled, or a binary-attribute domain)."""
+        if _fastingest is None or self.router.patterns or not self.use_fast_path:
+            return None
+        s = self.settings
+        cached = self.__dict__.get("_scanner")
+        if cached is not None and cached[0] is s:
+            return cached[1]
+        scanner = _fastingest.Scanner(
+            self._dkey, int(s.max_message_bytes), float(s.max_event_value), float(s.cap),
+            1.0 / self.unit, int(self.cap_u), float(s.origin), float(s.tick_seconds),
+            float(s.allowed_lateness_s), float(s.close_grace_s), float(s.max_future_skew_s),
+            float(s.max_event_age_s) if s.max_event_age_s > 0 else math.inf,
+            self.markers, s.strategy == "naive-int")
+        self.__dict__["_scanner"] = (s, scanner)
+        return scanner
+
+    def process_fetched(self, items: Sequence[Any]) -> int:
+        """Process what the events consumer fetched for this partition, in order: records, and
+        record blocks (:mod:`agents.raw_records`: one fetched batch each, records read in place
+        by the compiled scanner). Returns the number of records."""
+        if RecordBlock is None or not any(type(it) is RecordBlock for it in items):
+            self.process_batch(items)
+            return len(items)
+        n = 0
+        run: list[Any] = []
+        for it in items:
+            if type(it) is RecordBlock:
+                if run:
+                    self.process_batch(run)
+                    n += len(run)
+                    run = []
+                self.process_batch(it)
+                n += len(it)
+            else:
+                run.append(it)
+        if run:
+            self.process_batch(run)
+            n += len(run)
+        return n
+
     def process(self, offset: int, key: bytes | None, value: bytes | None, timestamp: int = -1,
                 timestamp_type: int = 0) -> None:
         """Process one record at ``offset`` (records below :attr:`offset` are skipped)."""
@@ -745,168 +826,189 @@ class IngestState:
         start = 0
         while start < len(records) and records[start].offset < position:
             start += 1  # already processed (e.g. re-delivered after a seek)
-        for i in range(start, len(records)):
-            r = records[i]
-            offset = r.offset
-            # Closing points reached: ticks close before this record is looked at.
-            if self.pending and self.pending[0].offset <= offset:
-                self.digest = digest % _DIGEST_MOD
-                self.offset = offset
-                self.apply_due()
-                digest = self.digest
-            key = r.key
-            value = r.value
-            rts_ms = getattr(r, "timestamp", -1)
-            rtype = getattr(r, "timestamp_type", 0)
-            headers = getattr(r, "headers", ())
-            if headers and _is_marker(headers):
-                # A close marker belongs to the range it closes: digest it, then close after it.
-                digest += digest_of(dkey, offset, -1 if markers else rts_ms, rtype, key, value,
-                                    headers)
-                self.digest = digest % _DIGEST_MOD
-                self.offset = offset + 1
-                self._marker(key, value, offset)
-                self.apply_due()
-                digest = self.digest
-                continue
-            next_tick = self.next_tick
-            arrival = rts_ms / 1000.0
-            if lat and rtype == 1 and rts_ms >= 0 and not self.replaying:
-                # LogAppendTime (the topic's setting, checked at start-up): the broker's clock
-                # is the schedule's clock. The first record it stamped at or past a tick's
-                # deadline + grace closes that tick before itself: every later record is past
-                # the deadline too, so this selects exactly the events the clock rule selects.
-                # Never past what the worker's own clock allows (a broker clock far ahead, or a
-                # forged stamp, cannot close ticks early or many at once).
-                through = floor((arrival - grace - lateness - origin) / tick_seconds)
-                if through >= next_tick:
-                    through = min(through, sch.due_through(self.clock()))
-                if through >= next_tick:
+        n_records = len(records)
+        scanner = self._fast_scanner()
+        declared = self.router.declared
+        i = start
+        while i < n_records:
+            if scanner is not None:
+                # Compiled fast path (agents/csrc/fastingest.c): the records it is sure about,
+                # up to the first one that needs the code below (or a closing point).
+                i, added, got, clipped = scanner.scan(
+                    records, i, self.next_tick,
+                    self.pending[0].offset if self.pending else _NO_STOP, horizon_ts,
+                    lat and not self.replaying, buckets, declared)
+                digest += added
+                accepted += got
+                clamped += clipped
+                if i >= n_records:
+                    break
+                end = i + 1
+            else:
+                end = n_records
+            for i in range(i, end):  # noqa: B020 - one record (fast path) or all (pure path)
+                r = records[i]
+                offset = r.offset
+                # Closing points reached: ticks close before this record is looked at.
+                if self.pending and self.pending[0].offset <= offset:
                     self.digest = digest % _DIGEST_MOD
                     self.offset = offset
-                    self.pending = [c for c in self.pending if c.through > through]
-                    self._apply(Close(through, offset, "log_append_time", arrival))
+                    self.apply_due()
                     digest = self.digest
-                    next_tick = self.next_tick
-            # Everything that can change this record's fate is digested, headers included (a
-            # record that closes ticks before itself belongs to the next range).
-            digest += digest_of(dkey, offset, -1 if markers else rts_ms, rtype, key, value,
-                                headers)
-            # Fast path: a well-formed event for a declared key, in range and on time. Any doubt
-            # falls through to the full classification below (decode_event is the authoritative
-            # validator; a property test checks that both paths agree).
-            obj: Any = None
-            if value is not None and len(value) <= max_bytes:
-                try:  # noqa: SIM105 - contextlib.suppress costs a context manager per event
-                    obj = loads(value)
-                except ValueError:  # malformed or not UTF-8 (orjson.JSONDecodeError included)
-                    pass
-            if type(obj) is dict and (markers or rts_ms >= 0):
-                rts: Any = obj.get("ts")
-                rv: Any = obj.get("value", 1.0)
-                tts = type(rts)
-                tv = type(rv)
-                if (
-                    (tts is float or tts is int) and (tv is float or tv is int)
-                    and origin <= rts and 0.0 <= rv <= max_value
-                    and rts <= horizon_ts
-                    and (markers or (rts <= arrival + skew and arrival - rts <= max_age))
-                    and (not whole or float(rv).is_integer())
-                ):
-                    rk: Any = obj.get("key")
-                    try:
-                        nodes = cache_get(rk)  # declared str keys only
-                    except TypeError:  # an unhashable key (list, object)
-                        nodes = None
-                    if nodes is not None:
-                        tick = floor((rts - origin) / tick_seconds) + 1  # == Schedule.tick_of
-                        if tick >= next_tick and (
-                                markers
-                                or tick > floor((arrival - lateness - origin) / tick_seconds)):
-                            if rv > cap:  # clamp first: rv * inv_unit may overflow a float
-                                clamped += 1
-                                rv = cap
-                            u = round(rv * inv_unit)  # exact integer units (sums are exact)
-                            if u > cap_u:
-                                u = cap_u
-                            found = buckets.get(tick)
-                            if found is None:
-                                found = buckets[tick] = {}
-                            found[nodes] = found.get(nodes, 0) + u
-                            accepted += 1
-                            continue
-            # Full classification, with the reason of any rejection.
-            if patterns:
-                got_at = decode_attribute_event(value, max_bytes, self.router.domain)
-                if type(got_at) is Rejection:
-                    dead.append((key, got_at, value, offset))
+                key = r.key
+                value = r.value
+                rts_ms = getattr(r, "timestamp", -1)
+                rtype = getattr(r, "timestamp_type", 0)
+                headers = getattr(r, "headers", ())
+                if headers and _is_marker(headers):
+                    # A close marker belongs to the range it closes: digest it, then close after it.
+                    digest += digest_of(dkey, offset, -1 if markers else rts_ms, rtype, key, value,
+                                        headers)
+                    self.digest = digest % _DIGEST_MOD
+                    self.offset = offset + 1
+                    self._marker(key, value, offset)
+                    self.apply_due()
+                    digest = self.digest
                     continue
-                pattern, ts = got_at
-                nodes, v = (pattern,), 1.0
-            else:
-                got_ev = decode_event(value, max_bytes, max_value)
-                if type(got_ev) is Rejection:
-                    dead.append((key, got_ev, value, offset))
-                    continue
-                ev_key, ts, v = got_ev  # type: ignore[misc]
-                nodes = nodes_of(ev_key)
-                if nodes is None:
-                    dead.append((key, Rejection("unknown_key",
-                                                f"key {ev_key[:200]!r} is not declared"),
+                next_tick = self.next_tick
+                arrival = rts_ms / 1000.0
+                if lat and rtype == 1 and rts_ms >= 0 and not self.replaying:
+                    # LogAppendTime (the topic's setting, checked at start-up): the broker's clock
+                    # is the schedule's clock. The first record it stamped at or past a tick's
+                    # deadline + grace closes that tick before itself: every later record is past
+                    # the deadline too, so this selects exactly the events the clock rule selects.
+                    # Never past what the worker's own clock allows (a broker clock far ahead, or a
+                    # forged stamp, cannot close ticks early or many at once).
+                    through = floor((arrival - grace - lateness - origin) / tick_seconds)
+                    if through >= next_tick:
+                        through = min(through, sch.due_through(self.clock()))
+                    if through >= next_tick:
+                        self.digest = digest % _DIGEST_MOD
+                        self.offset = offset
+                        self.pending = [c for c in self.pending if c.through > through]
+                        self._apply(Close(through, offset, "log_append_time", arrival))
+                        digest = self.digest
+                        next_tick = self.next_tick
+                # Everything that can change this record's fate is digested, headers included (a
+                # record that closes ticks before itself belongs to the next range).
+                digest += digest_of(dkey, offset, -1 if markers else rts_ms, rtype, key, value,
+                                    headers)
+                # Fast path: a well-formed event for a declared key, in range and on time. Any doubt
+                # falls through to the full classification below (decode_event is the authoritative
+                # validator; a property test checks that both paths agree).
+                obj: Any = None
+                if value is not None and len(value) <= max_bytes:
+                    try:  # noqa: SIM105 - contextlib.suppress costs a context manager per event
+                        obj = loads(value)
+                    except ValueError:  # malformed or not UTF-8 (orjson.JSONDecodeError included)
+                        pass
+                if type(obj) is dict and (markers or rts_ms >= 0):
+                    rts: Any = obj.get("ts")
+                    rv: Any = obj.get("value", 1.0)
+                    tts = type(rts)
+                    tv = type(rv)
+                    if (
+                        (tts is float or tts is int) and (tv is float or tv is int)
+                        and origin <= rts and 0.0 <= rv <= max_value
+                        and rts <= horizon_ts
+                        and (markers or (rts <= arrival + skew and arrival - rts <= max_age))
+                        and (not whole or float(rv).is_integer())
+                    ):
+                        rk: Any = obj.get("key")
+                        try:
+                            nodes = cache_get(rk)  # declared str keys only
+                        except TypeError:  # an unhashable key (list, object)
+                            nodes = None
+                        if nodes is not None:
+                            tick = floor((rts - origin) / tick_seconds) + 1  # == Schedule.tick_of
+                            if tick >= next_tick and (
+                                    markers
+                                    or tick > floor((arrival - lateness - origin) / tick_seconds)):
+                                if rv > cap:  # clamp first: rv * inv_unit may overflow
+                                    clamped += 1
+                                    rv = cap
+                                u = round(rv * inv_unit)  # exact integer units (sums are exact)
+                                if u > cap_u:
+                                    u = cap_u
+                                found = buckets.get(tick)
+                                if found is None:
+                                    found = buckets[tick] = {}
+                                found[nodes] = found.get(nodes, 0) + u
+                                accepted += 1
+                                continue
+                # Full classification, with the reason of any rejection.
+                if patterns:
+                    got_at = decode_attribute_event(value, max_bytes, self.router.domain)
+                    if type(got_at) is Rejection:
+                        dead.append((key, got_at, value, offset))
+                        continue
+                    pattern, ts = got_at
+                    nodes, v = (pattern,), 1.0
+                else:
+                    got_ev = decode_event(value, max_bytes, max_value)
+                    if type(got_ev) is Rejection:
+                        dead.append((key, got_ev, value, offset))
+                        continue
+                    ev_key, ts, v = got_ev  # type: ignore[misc]
+                    nodes = nodes_of(ev_key)
+                    if nodes is None:
+                        dead.append((key, Rejection("unknown_key",
+                                                    f"key {ev_key[:200]!r} is not declared"),
+                                     value, offset))
+                        continue
+                if ts < origin:
+                    dead.append((key, Rejection("before_origin", f"ts={ts!r} < origin={origin!r}"),
                                  value, offset))
                     continue
-            if ts < origin:
-                dead.append((key, Rejection("before_origin", f"ts={ts!r} < origin={origin!r}"),
-                             value, offset))
-                continue
-            tick = sch.tick_of(ts)
-            if ts > horizon_ts:
-                dead.append((key, Rejection("future", f"ts={ts!r} is more than {skew:g} s "
-                             "ahead of the worker's clock"), value, offset))
-                continue
-            if not markers:
-                if rts_ms < 0:
-                    dead.append((key, Rejection("no_timestamp", "the record carries no Kafka "
-                                 "timestamp, so its arrival cannot be checked"), value, offset))
-                    continue
-                if ts > arrival + skew:
+                tick = sch.tick_of(ts)
+                if ts > horizon_ts:
                     dead.append((key, Rejection("future", f"ts={ts!r} is more than {skew:g} s "
-                                 f"ahead of the record's timestamp {arrival!r}"), value, offset))
+                                 "ahead of the worker's clock"), value, offset))
                     continue
-                if arrival - ts > max_age:
-                    dead.append((key, Rejection("too_old", f"ts={ts!r} is more than "
-                                 f"{s.max_event_age_s:g} s before the record's timestamp "
-                                 f"{arrival!r}"), value, offset))
+                if not markers:
+                    if rts_ms < 0:
+                        dead.append((key, Rejection("no_timestamp", "the record carries no Kafka "
+                                     "timestamp, so its arrival cannot be checked"), value, offset))
+                        continue
+                    if ts > arrival + skew:
+                        dead.append((key, Rejection("future", f"ts={ts!r} is more than {skew:g} s "
+                                     f"ahead of the record's timestamp {arrival!r}"), value, offset))
+                        continue
+                    if arrival - ts > max_age:
+                        dead.append((key, Rejection("too_old", f"ts={ts!r} is more than "
+                                     f"{s.max_event_age_s:g} s before the record's timestamp "
+                                     f"{arrival!r}"), value, offset))
+                        continue
+                    if sch.is_late(tick, arrival):
+                        late += 1
+                        dead.append((key, Rejection("late", f"arrived at {arrival!r}, after the "
+                                     f"deadline {sch.deadline(tick)!r} of tick {tick}"), value, offset))
+                        continue
+                if whole and not float(v).is_integer():
+                    dead.append((key, Rejection("value_not_integer", f"value={v!r} is not a whole "
+                                 "number (strategy naive-int)"), value, offset))
                     continue
-                if sch.is_late(tick, arrival):
+                if tick < next_tick:
                     late += 1
-                    dead.append((key, Rejection("late", f"arrived at {arrival!r}, after the "
-                                 f"deadline {sch.deadline(tick)!r} of tick {tick}"), value, offset))
+                    dead.append((key, Rejection("tick_closed", f"tick {tick} was closed before "
+                                 f"offset {offset} (next open tick {next_tick})"), value, offset))
                     continue
-            if whole and not float(v).is_integer():
-                dead.append((key, Rejection("value_not_integer", f"value={v!r} is not a whole "
-                             "number (strategy naive-int)"), value, offset))
-                continue
-            if tick < next_tick:
-                late += 1
-                dead.append((key, Rejection("tick_closed", f"tick {tick} was closed before "
-                             f"offset {offset} (next open tick {next_tick})"), value, offset))
-                continue
-            if patterns:
-                units = 1  # every event counts once (a count, not a value)
-            else:
-                if v > cap:  # clamp first: v * inv_unit may overflow a float
-                    clamped += 1
-                    v = cap
-                units = round(v * inv_unit)
-                if units > cap_u:
-                    units = cap_u
-            slow_bucket = buckets.get(tick)
-            if slow_bucket is None:
-                slow_bucket = buckets[tick] = {}
-            bkey = bucket_key(nodes)
-            slow_bucket[bkey] = slow_bucket.get(bkey, 0) + units
-            accepted += 1
+                if patterns:
+                    units = 1  # every event counts once (a count, not a value)
+                else:
+                    if v > cap:  # clamp first: v * inv_unit may overflow a float
+                        clamped += 1
+                        v = cap
+                    units = round(v * inv_unit)
+                    if units > cap_u:
+                        units = cap_u
+                slow_bucket = buckets.get(tick)
+                if slow_bucket is None:
+                    slow_bucket = buckets[tick] = {}
+                bkey = bucket_key(nodes)
+                slow_bucket[bkey] = slow_bucket.get(bkey, 0) + units
+                accepted += 1
+            i = end
         self.digest = digest % _DIGEST_MOD
         if start < len(records):
             position = records[-1].offset + 1

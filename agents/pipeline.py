@@ -81,7 +81,14 @@ from agents.groups import (
     install_static_commit_rejoin,
     leave_group,
 )
-from agents.ingest import IngestState, Partial, Router, ScheduleEntry, ScheduleMismatch
+from agents.ingest import (
+    FAST_PATH_STATUS,
+    IngestState,
+    Partial,
+    Router,
+    ScheduleEntry,
+    ScheduleMismatch,
+)
 from agents.release import CheckpointRefused, Release, ReleaseOverflow, ReleaseState
 from stream_dp.integrity import IntegrityError
 
@@ -302,6 +309,7 @@ class _Stage:
             rebalance_timeout_ms=max(session_ms, 30000),
             max_poll_records=s.max_batch,
             max_partition_fetch_bytes=4 * 1024 * 1024,
+            **self.consumer_options(),
         )
         await self._check_partitions()
         self.consumer.subscribe([self.topic], listener=_listener(self))
@@ -649,6 +657,14 @@ class _Stage:
         coord.reset_generation()
 
     # -- to implement ----------------------------------------------------------------------
+    def consumer_options(self) -> dict[str, Any]:
+        """Extra keyword arguments of the stage's input consumer (none by default)."""
+        return {}
+
+    def fetch_max_records(self) -> int:
+        """The most items one ``getmany`` returns (records: ``max_batch``)."""
+        return int(self.s.max_batch)
+
     def new_state(self, p: int) -> Any:
         raise NotImplementedError
 
@@ -672,7 +688,8 @@ class _Stage:
                 raise self.w.fatal
             seen = self.repositioned
             try:
-                batch = await self.consumer.getmany(timeout_ms=100, max_records=self.s.max_batch)
+                batch = await self.consumer.getmany(timeout_ms=100,
+                                                    max_records=self.fetch_max_records())
             except Exception as exc:
                 if stop.is_set():
                     break
@@ -763,6 +780,7 @@ class IngestStage(_Stage):
         from agents.topics import check_events_topic
 
         await check_events_topic(self.s.bootstrap, self.s)
+        log.info("%s", FAST_PATH_STATUS)  # compiled ingest fast path, or why not
         await super().start()
         k = _kafka()
         self.hw = k.AIOKafkaConsumer(
@@ -826,6 +844,24 @@ class IngestStage(_Stage):
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(hw.stop(), timeout=0.2)
 
+    def consumer_options(self) -> dict[str, Any]:
+        """The events consumer yields aiokafka's decoded records as they are, without a
+        ``ConsumerRecord`` per record (:mod:`agents.raw_records`; same batches, offsets and
+        contents)."""
+        from agents.raw_records import install, raw_records
+
+        return {"value_deserializer": raw_records} if install() else {}
+
+    def fetch_max_records(self) -> int:
+        """With record blocks (one item per fetched batch, typically 100–500 records), one
+        ``getmany`` returns at most ``max_batch / 100`` of them, so one handler call stays at
+        about ``max_batch`` records (a few ms of compiled work, not the whole prefetch)."""
+        from agents.ingest import RecordBlock
+
+        if RecordBlock is not None:
+            return max(1, int(self.s.max_batch) // 100)
+        return int(self.s.max_batch)
+
     def new_state(self, p: int) -> IngestState:
         return IngestState(self.s, self.w.router, p, key=self.w.key, domain_id=self.w.domain_id)
 
@@ -882,8 +918,7 @@ class IngestStage(_Stage):
             state = self.states.get(tp.partition)
             if state is None:
                 continue  # revoked meanwhile
-            state.process_batch(records)
-            self.w.processed += len(records)
+            self.w.processed += state.process_fetched(records)
         lag = 0
         jobs = []
         clock = self.s.schedule == "clock"

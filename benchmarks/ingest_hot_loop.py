@@ -1,84 +1,112 @@
-"""Cost per event of the ingest hot loop (``IngestState.process_batch``), without Kafka.
+"""Per-event CPU cost of the ingest hot loop, without a broker (prints a table).
 
-Times the pure ingest state over synthetic records shaped like aiokafka's ``ConsumerRecord``
-(a 1 011-node hierarchy, 4-node paths, LogAppendTime stamps inside tick 1, the noise key set),
-in batches of ``--batch`` records, and prints a table of µs per event, wall and CPU time (best
-and median of ``--repeat`` runs; CPU time is the steadier figure on a shared machine). Run it from two checkouts side by side to compare versions, e.g.::
+The events of ``benchmarks/service.py --only ingest`` (149-node hierarchy, each event feeds 4
+nodes, markers schedule, one events partition) are encoded as Kafka record batches of 500
+records, as a fetch response holds them. Timed, in one process, median of ``--repeats``:
 
-    python benchmarks/ingest_hot_loop.py --events 200000
-    (cd ../old && python benchmarks/ingest_hot_loop.py --events 200000)
+* aiokafka's decoding into ``ConsumerRecord`` objects — what a bare consumer does per record;
+* the pure-Python ingest path (``STREAM_DP_PURE_INGEST=1`` behaviour) on those records;
+* the compiled scanner on aiokafka's decoded records (a compressed batch's path);
+* the compiled scanner on record blocks (``agents.raw_records``: what the worker does), the
+  batch decoding included.
+
+Usage: python benchmarks/ingest_hot_loop.py [--events 200000] [--repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from aiokafka.consumer import fetcher  # noqa: E402
+from aiokafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
+from aiokafka.structs import TopicPartition  # noqa: E402
+
+from agents.ingest import IngestState  # noqa: E402
+from agents.pipeline import Worker  # noqa: E402
+from agents.raw_records import install, raw_records  # noqa: E402
+from tests.integration import pipeline_support as ps  # noqa: E402
 
 
-class Rec(NamedTuple):
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int
-    timestamp_type: int
-    headers: tuple[Any, ...]
-
-
-def _records(n: int, origin: float, leaves: list[str]) -> list[Rec]:
-    out = []
-    for i in range(n):
-        k = leaves[(i * 7919) % len(leaves)]
-        ts = origin + 0.5 + (i % 1000) * 1e-4
-        value = json.dumps({"key": k, "ts": ts, "value": 1.0 if i % 3 else 0.37}).encode()
-        out.append(Rec(i, k.encode(), value, int(origin * 1000) + 600, 1, ()))
+def _bytes(events: list[tuple[bytes, bytes]], origin: float, span: float) -> bytes:
+    out = b""
+    for start in range(0, len(events), 500):
+        b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 22)
+        for j, (key, value) in enumerate(events[start:start + 500]):
+            b.append(j, timestamp=int((origin + span * (start + j) / len(events)) * 1000),
+                     key=key, value=value, headers=[])
+        raw = bytearray(b.build())
+        raw[0:8] = start.to_bytes(8, "big")
+        out += bytes(raw)
     return out
 
 
+def _fetch(raw: bytes, deserializer: Any) -> list[Any]:
+    parts = fetcher.PartitionRecords(TopicPartition("t", 0), fetcher.MemoryRecords(raw), [], 0,
+                                     None, deserializer, True, fetcher.READ_COMMITTED)
+    return list(parts)
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=200_000)
-    ap.add_argument("--batch", type=int, default=5000)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
+    assert install()
+    n = args.events
+    leaves = ps.hierarchy_paths(4, 4, 8)
+    with tempfile.TemporaryDirectory() as tmp:
+        s = ps.make_settings("127.0.0.1:1", Path(tmp), "hot", leaves, events_partitions=1)
+        w = Worker(s)
+        span = n / 10_000
+        events = [ps.event_bytes(leaves[i % len(leaves)], s.origin + span * i / n, 1.0)
+                  for i in range(n)]
+        raw = _bytes(events, s.origin, span)
 
-    from agents.config import Settings
-    from agents.ingest import IngestState, Router
-    from stream_dp.domain import Domain
+        def state(fast: bool) -> IngestState:
+            st = IngestState(s, w.router, 0, offset=0, key=w.key, domain_id=w.domain_id)
+            st.use_fast_path = fast
+            st.clock = lambda: s.origin + 10 * span
+            return st
 
-    leaves = [f"r{a}/s{b}/l{c}" for a in range(10) for b in range(10) for c in range(10)]
-    router = Router(Domain.from_paths(leaves), 3)
-    origin = 1_700_000_000.0
-    s = Settings(origin=origin, tick_seconds=60.0, allowed_lateness_s=5.0, domain_file="x.toml",
-                 events_partitions=1, shards=3, max_events_per_tick=1_000_000)
-    recs = _records(args.events, origin, leaves)
-    key = bytes(range(32))
-    per_event, cpu_per_event = [], []
-    for _ in range(args.repeat):
-        state = IngestState(s, router, 0, offset=0, key=key)
-        t0, c0 = time.perf_counter(), time.process_time()
-        for i in range(0, len(recs), args.batch):
-            state.process_batch(recs[i : i + args.batch])
-        per_event.append((time.perf_counter() - t0) / len(recs) * 1e6)
-        cpu_per_event.append((time.process_time() - c0) / len(recs) * 1e6)
-        assert state.out.accepted == len(recs), state.out.dead_letters[:3]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                            capture_output=True, text=True).stdout.strip()
-    print(f"commit {commit}, {platform.python_version()}, {args.events} events, "
-          f"batches of {args.batch}")
-    print("| wall µs/event (best) | wall µs/event (median) | CPU µs/event (best) | "
-          "CPU µs/event (median) | runs |")
-    print("|---:|---:|---:|---:|---:|")
-    print(f"| {min(per_event):.3f} | {statistics.median(per_event):.3f} | "
-          f"{min(cpu_per_event):.3f} | {statistics.median(cpu_per_event):.3f} | "
-          f"{len(per_event)} |")
+        rows: dict[str, list[float]] = {}
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            recs = _fetch(raw, None)
+            rows.setdefault("aiokafka decode to ConsumerRecord (a bare consumer)", []).append(
+                time.perf_counter() - t0)
+            st = state(False)
+            t0 = time.perf_counter()
+            st.process_batch(recs)
+            rows.setdefault("pure-Python ingest on those records", []).append(
+                time.perf_counter() - t0)
+            st_fast = state(True)
+            t0 = time.perf_counter()
+            st_fast.process_batch(recs)
+            rows.setdefault("compiled scanner on those records", []).append(
+                time.perf_counter() - t0)
+            assert st_fast.to_bytes() == st.to_bytes()
+            t0 = time.perf_counter()
+            items = _fetch(raw, raw_records)
+            st_block = state(True)
+            st_block.process_fetched(items)
+            rows.setdefault("record blocks: batch decode + compiled scanner (the worker)",
+                            []).append(time.perf_counter() - t0)
+            assert st_block.to_bytes() == st.to_bytes() and st.out.accepted == n
+        print(f"## ingest hot loop, {n} events, batches of 500 records, median of "
+              f"{args.repeats}")
+        print("| step | µs per event |")
+        print("|---|---:|")
+        for name, times in rows.items():
+            print(f"| {name} | {statistics.median(times) / n * 1e6:.2f} |")
 
 
 if __name__ == "__main__":

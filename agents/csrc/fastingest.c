@@ -1,0 +1,912 @@
+/* agents._fastingest: the compiled fast path of the ingest hot loop (agents.ingest).
+ *
+ * ``Scanner.scan`` walks a batch of records and handles, a record at a time, exactly the
+ * records that the pure-Python fast path of ``IngestState.process_batch`` accepts without any
+ * doubt: no headers, a JSON object ``{"key": str, "ts": number, "value": number}`` (any order,
+ * ``value`` optional) in strict JSON, a declared key, in range and on time. For each of them it
+ * adds the keyed BLAKE2b-128 record digest (agents.ingest.record_digest) to a running sum
+ * modulo 2^128 and the event's integer units to its bucket. It stops *before* the first record
+ * it is not sure about (anything else: headers, a closing point reached, a LogAppendTime stamp
+ * that closes ticks, an unusual JSON shape or number, an escape in a string, an unknown key, a
+ * late event, ...) and returns its index: the Python loop handles that record with the
+ * authoritative code and calls ``scan`` again after it. So every record's fate is decided by
+ * the same rules as the pure path, from its own record and the public closing points only; a
+ * property test (tests/unit/test_fastingest.py) checks that both give identical state.
+ *
+ * Arithmetic follows the Python expressions operation by operation in IEEE double precision
+ * (compiled with -ffp-contract=off: no fused multiply-add), numbers are parsed by CPython's own
+ * correctly rounded PyOS_string_to_double, integers only when they have at most 15 digits (exact
+ * as doubles), so every comparison and every rounding is the one Python makes. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "blake2b.h"
+
+typedef struct {
+    PyObject_HEAD
+    sdp_blake2b_key key;
+    Py_ssize_t max_bytes;
+    double max_value, cap, inv_unit, origin, tick_seconds, lateness, grace, skew, max_age;
+    long long cap_u;
+    int markers, whole;
+} Scanner;
+
+static PyObject *s_offset, *s_key, *s_value, *s_timestamp, *s_timestamp_type, *s_headers;
+
+/* ------------------------------------------------------------------ strict JSON subset */
+
+typedef struct {
+    const char *key;  /* the key's UTF-8 bytes (no escapes), or NULL if absent */
+    Py_ssize_t key_len;
+    double ts, value;
+    int has_ts, has_value;
+} Event;
+
+static inline const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+/* A JSON number at ``*pp`` in strict JSON grammar; 0 on success (``*out``, ``*pp`` advanced),
+ * -1 for anything this parser does not take (the caller falls back to the pure path). */
+static int parse_number(const char **pp, const char *end, double *out) {
+    const char *p = *pp, *start = p;
+    int digits = 0, is_int = 1;
+    if (p < end && *p == '-') p++;
+    if (p >= end) return -1;
+    if (*p == '0') {
+        p++;
+        digits = 1;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < end && *p >= '0' && *p <= '9') {
+            p++;
+            digits++;
+        }
+    } else {
+        return -1;
+    }
+    if (p < end && *p == '.') {
+        is_int = 0;
+        p++;
+        int frac = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            p++;
+            frac++;
+        }
+        if (!frac) return -1;
+        digits += frac;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        is_int = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        int ed = 0, ev = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (ed < 4) ev = 10 * ev + (*p - '0');
+            p++;
+            ed++;
+        }
+        if (!ed || ed > 3 || ev > 300) return -1; /* far from overflow and subnormals */
+    }
+    /* at most 17 significant digits: the value is the correctly rounded double, as every
+     * correct parser gives it */
+    if (digits > (is_int ? 15 : 17)) return -1;
+    Py_ssize_t n = p - start;
+    if (n > 40) return -1;
+    char buf[48];
+    memcpy(buf, start, (size_t)n);
+    buf[n] = '\0';
+    char *stop = NULL;
+    double v;
+    if (is_int) {
+        /* <= 15 digits: exact as a double, and Python compares and converts it exactly */
+        long long iv = strtoll(buf, &stop, 10);
+        if (stop != buf + n) return -1;
+        v = (double)iv;
+    } else {
+        v = PyOS_string_to_double(buf, &stop, NULL);
+        if (v == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        if (stop != buf + n) return -1;
+    }
+    if (!isfinite(v)) return -1;
+    *out = v;
+    *pp = p;
+    return 0;
+}
+
+/* Parse ``{"key": str, "ts": number, "value": number}`` (each member at most once, any order,
+ * no other member). 0 on success, -1 on anything else. */
+static int parse_event(const char *p, const char *end, Event *ev) {
+    ev->key = NULL;
+    ev->key_len = 0;
+    ev->has_ts = ev->has_value = 0;
+    p = skip_ws(p, end);
+    if (p >= end || *p != '{') return -1;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == '}') return -1; /* no ts: not this parser's business */
+    for (;;) {
+        if (p >= end || *p != '"') return -1;
+        p++;
+        const char *name = p;
+        while (p < end && *p != '"' && *p != '\\') p++;
+        if (p >= end || *p != '"') return -1;
+        Py_ssize_t name_len = p - name;
+        p = skip_ws(p + 1, end);
+        if (p >= end || *p != ':') return -1;
+        p = skip_ws(p + 1, end);
+        if (name_len == 3 && memcmp(name, "key", 3) == 0) {
+            if (ev->key != NULL || p >= end || *p != '"') return -1;
+            p++;
+            const char *s = p;
+            while (p < end) {
+                unsigned char c = (unsigned char)*p;
+                if (c == '"') break;
+                if (c == '\\' || c < 0x20) return -1;
+                p++;
+            }
+            if (p >= end) return -1;
+            ev->key = s;
+            ev->key_len = p - s;
+            p++;
+        } else if (name_len == 2 && memcmp(name, "ts", 2) == 0) {
+            if (ev->has_ts || parse_number(&p, end, &ev->ts) < 0) return -1;
+            ev->has_ts = 1;
+        } else if (name_len == 5 && memcmp(name, "value", 5) == 0) {
+            if (ev->has_value || parse_number(&p, end, &ev->value) < 0) return -1;
+            ev->has_value = 1;
+        } else {
+            return -1;
+        }
+        p = skip_ws(p, end);
+        if (p >= end) return -1;
+        if (*p == ',') {
+            p = skip_ws(p + 1, end);
+            continue;
+        }
+        if (*p != '}') return -1;
+        p = skip_ws(p + 1, end);
+        if (p != end) return -1;
+        break;
+    }
+    if (ev->key == NULL || !ev->has_ts) return -1;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+/* An attribute that must be an exact int fitting 64 bits; -1 (no exception) if it is not. */
+static int get_int_attr(PyObject *r, PyObject *name, long long dflt, long long *out) {
+    PyObject *o = PyObject_GetAttr(r, name);
+    if (o == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -2;
+        PyErr_Clear();
+        *out = dflt;
+        return 0;
+    }
+    if (!PyLong_CheckExact(o)) {
+        Py_DECREF(o);
+        return -1;
+    }
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    Py_DECREF(o);
+    if (overflow || (v == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static char *put_ll(char *p, long long v) {
+    char tmp[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0) *p++ = '-';
+    while (n) *p++ = tmp[--n];
+    return p;
+}
+
+/* ------------------------------------------------------------------ Scanner */
+
+static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"dkey", "max_bytes", "max_value", "cap", "inv_unit", "cap_u",
+                             "origin", "tick_seconds", "lateness", "grace", "skew", "max_age",
+                             "markers", "whole", NULL};
+    Py_buffer dkey;
+    Py_ssize_t max_bytes;
+    long long cap_u;
+    int markers, whole;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "y*nddd" "Ldddddd" "pp", kwlist, &dkey,
+                                     &max_bytes, &self->max_value, &self->cap, &self->inv_unit,
+                                     &cap_u, &self->origin, &self->tick_seconds, &self->lateness,
+                                     &self->grace, &self->skew, &self->max_age, &markers,
+                                     &whole))
+        return -1;
+    int bad = dkey.len < 1 || dkey.len > 64 ||
+              sdp_blake2b_init_key(&self->key, 16, dkey.buf, (size_t)dkey.len) < 0;
+    PyBuffer_Release(&dkey);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "dkey must be 1..64 bytes");
+        return -1;
+    }
+    if (cap_u < 0 || cap_u >= (1LL << 53)) {
+        PyErr_SetString(PyExc_ValueError, "cap_u must be in [0, 2^53)");
+        return -1;
+    }
+    self->max_bytes = max_bytes;
+    self->cap_u = cap_u;
+    self->markers = markers;
+    self->whole = whole;
+    return 0;
+}
+
+/* Add ``u`` units to ``bucket[nodes]``. 0, or -1 with an exception set. */
+static int bucket_add(PyObject *bucket, PyObject *nodes, long long u) {
+    PyObject *old = PyDict_GetItemWithError(bucket, nodes); /* borrowed */
+    PyObject *sum;
+    if (old == NULL) {
+        if (PyErr_Occurred()) return -1;
+        sum = PyLong_FromLongLong(u);
+    } else {
+        int overflow = 0;
+        long long ov = PyLong_CheckExact(old) ? PyLong_AsLongLongAndOverflow(old, &overflow) : 0;
+        if (PyLong_CheckExact(old) && !overflow && ov >= 0 && ov < (1LL << 62)) {
+            sum = PyLong_FromLongLong(ov + u); /* u < 2^53: no overflow */
+        } else {
+            PyErr_Clear();
+            PyObject *uo = PyLong_FromLongLong(u);
+            if (uo == NULL) return -1;
+            sum = PyNumber_Add(old, uo);
+            Py_DECREF(uo);
+        }
+    }
+    if (sum == NULL) return -1;
+    int rc = PyDict_SetItem(bucket, nodes, sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ record blocks */
+
+/* One record of a Kafka record batch (message format v2), located in the batch's bytes. */
+typedef struct {
+    long long offset, timestamp;
+    Py_ssize_t key_pos, key_len;     /* key_len -1: null key */
+    Py_ssize_t value_pos, value_len; /* value_len -1: null value */
+    Py_ssize_t hdr_pos, hdr_count;
+} RecInfo;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *buf; /* the fetched bytes (a reference: records point into it) */
+    Py_ssize_t n;
+    int timestamp_type;
+    RecInfo *recs;
+} RecordBlock;
+
+static PyTypeObject RecordBlockType;
+static PyObject *record_factory = NULL; /* agents.ingest.Record */
+
+/* ------------------------------------------------------------------ the scan */
+
+typedef struct {
+    Scanner *self;
+    long long next_tick, stop_offset;
+    double horizon_ts;
+    int lat_active;
+    PyObject *buckets, *declared;
+    unsigned __int128 acc;
+    long long accepted, clamped;
+    long long cur_tick;
+    PyObject *cur_bucket; /* the last tick's bucket (borrowed: buckets holds it) */
+    char *heap;
+    Py_ssize_t heap_size;
+} ScanCtx;
+
+/* One record without headers: 1 = accepted on the fast path (digest and bucket updated),
+ * 0 = the pure path decides it (nothing changed), -1 = error (exception set). ``kptr`` NULL:
+ * a null key; ``vptr`` NULL: a null value. */
+static int scan_one(ScanCtx *c, long long offset, long long rts_ms, long long rtype,
+                    const char *kptr, Py_ssize_t klen, const char *vptr, Py_ssize_t vlen) {
+    Scanner *self = c->self;
+    const double origin = self->origin, tick_seconds = self->tick_seconds;
+    if (offset >= c->stop_offset) return 0;
+    if (!self->markers && rts_ms < 0) return 0;
+    /* |rts_ms| <= 2^53: its double is exact, as Python's int -> float is */
+    if (rts_ms > (1LL << 53) || rts_ms < -(1LL << 53)) return 0;
+    const double arrival = (double)rts_ms / 1000.0;
+    if (c->lat_active && rtype == 1 && rts_ms >= 0) {
+        double through = floor((arrival - self->grace - self->lateness - origin) / tick_seconds);
+        if (!(through < (double)c->next_tick)) return 0; /* it may close ticks: pure path */
+    }
+    if (vptr == NULL || vlen > self->max_bytes) return 0;
+    Event ev;
+    if (parse_event(vptr, vptr + vlen, &ev) < 0) return 0;
+    const double rts = ev.ts, rv = ev.has_value ? ev.value : 1.0;
+    if (!(origin <= rts && 0.0 <= rv && rv <= self->max_value &&
+          rts <= c->horizon_ts &&
+          (self->markers || (rts <= arrival + self->skew && arrival - rts <= self->max_age)) &&
+          (!self->whole || floor(rv) == rv)))
+        return 0;
+    double t = floor((rts - origin) / tick_seconds);
+    if (!(t > -9.0e15 && t < 9.0e15)) return 0;
+    long long tick = (long long)t + 1;
+    if (!(tick >= c->next_tick &&
+          (self->markers ||
+           (double)tick > floor((arrival - self->lateness - origin) / tick_seconds))))
+        return 0;
+    PyObject *ks = PyUnicode_DecodeUTF8(ev.key, ev.key_len, NULL);
+    if (ks == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *nodes = PyDict_GetItemWithError(c->declared, ks); /* borrowed */
+    Py_DECREF(ks);
+    if (nodes == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_INCREF(nodes);
+    /* the record digest: b"<offset>|<ts>|<type>|" key part, value part, b"0|" (no headers) */
+    Py_ssize_t need = 5 * 24 + (klen > 0 ? klen : 0) + vlen + 8;
+    char stackbuf[512];
+    char *buf = stackbuf;
+    if (need > (Py_ssize_t)sizeof stackbuf) {
+        if (need > c->heap_size) {
+            char *nb = PyMem_Realloc(c->heap, (size_t)need);
+            if (nb == NULL) {
+                Py_DECREF(nodes);
+                PyErr_NoMemory();
+                return -1;
+            }
+            c->heap = nb;
+            c->heap_size = need;
+        }
+        buf = c->heap;
+    }
+    char *p = buf;
+    p = put_ll(p, offset);
+    *p++ = '|';
+    p = put_ll(p, self->markers ? -1 : rts_ms);
+    *p++ = '|';
+    p = put_ll(p, rtype);
+    *p++ = '|';
+    if (kptr == NULL) {
+        *p++ = '-';
+        *p++ = '|';
+    } else {
+        p = put_ll(p, klen);
+        *p++ = '|';
+        memcpy(p, kptr, (size_t)klen);
+        p += klen;
+    }
+    p = put_ll(p, vlen);
+    *p++ = '|';
+    memcpy(p, vptr, (size_t)vlen);
+    p += vlen;
+    *p++ = '0';
+    *p++ = '|';
+    uint64_t w0, w1;
+    sdp_blake2b_words(&self->key, (const uint8_t *)buf, (size_t)(p - buf), &w0, &w1);
+    /* the units: min(round(rv * inv_unit), cap_u), round half to even */
+    int clamped = rv > self->cap;
+    double x = rv * self->inv_unit;
+    long long u;
+    if (x >= (double)self->cap_u) {
+        u = self->cap_u; /* round(x) >= cap_u (cap_u is an integer) */
+    } else {
+        u = (long long)nearbyint(x); /* the default rounding mode: half to even */
+        if (u > self->cap_u) u = self->cap_u;
+    }
+    /* the bucket of the tick */
+    if (c->cur_bucket == NULL || tick != c->cur_tick) {
+        PyObject *tobj = PyLong_FromLongLong(tick);
+        if (tobj == NULL) {
+            Py_DECREF(nodes);
+            return -1;
+        }
+        PyObject *b = PyDict_GetItemWithError(c->buckets, tobj);
+        if (b == NULL) {
+            if (PyErr_Occurred()) {
+                Py_DECREF(tobj);
+                Py_DECREF(nodes);
+                return -1;
+            }
+            b = PyDict_New();
+            if (b == NULL || PyDict_SetItem(c->buckets, tobj, b) < 0) {
+                Py_XDECREF(b);
+                Py_DECREF(tobj);
+                Py_DECREF(nodes);
+                return -1;
+            }
+            Py_DECREF(b); /* buckets holds it */
+        }
+        Py_DECREF(tobj);
+        if (!PyDict_CheckExact(b)) {
+            Py_DECREF(nodes);
+            return 0;
+        }
+        c->cur_bucket = b;
+        c->cur_tick = tick;
+    }
+    if (bucket_add(c->cur_bucket, nodes, u) < 0) {
+        Py_DECREF(nodes);
+        return -1;
+    }
+    Py_DECREF(nodes);
+    c->acc += ((unsigned __int128)w1 << 64) | w0;
+    c->accepted++;
+    c->clamped += clamped;
+    return 1;
+}
+
+/* A record object (aiokafka's, or agents.ingest.Record): 1/0/-1 as scan_one. */
+static int scan_object(ScanCtx *c, PyObject *r) {
+    long long offset, rts_ms, rtype;
+    int rc = get_int_attr(r, s_offset, 0, &offset);
+    if (rc < 0) return rc == -2 ? -1 : 0;
+    if (offset >= c->stop_offset) return 0;
+    /* headers: any header (a marker, or bytes that change the digest) -> pure path */
+    PyObject *h = PyObject_GetAttr(r, s_headers);
+    if (h == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+    } else {
+        int truth = PyObject_IsTrue(h);
+        Py_DECREF(h);
+        if (truth < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (truth) return 0;
+    }
+    rc = get_int_attr(r, s_timestamp, -1, &rts_ms);
+    if (rc < 0) return rc == -2 ? -1 : 0;
+    rc = get_int_attr(r, s_timestamp_type, 0, &rtype);
+    if (rc < 0) return rc == -2 ? -1 : 0;
+    PyObject *kobj = PyObject_GetAttr(r, s_key);
+    if (kobj == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *vobj = PyObject_GetAttr(r, s_value);
+    if (vobj == NULL) {
+        Py_DECREF(kobj);
+        PyErr_Clear();
+        return 0;
+    }
+    if (!((kobj == Py_None || PyBytes_CheckExact(kobj)) && PyBytes_CheckExact(vobj))) {
+        Py_DECREF(kobj);
+        Py_DECREF(vobj);
+        return 0;
+    }
+    rc = scan_one(c, offset, rts_ms, rtype,
+                  kobj == Py_None ? NULL : PyBytes_AS_STRING(kobj),
+                  kobj == Py_None ? -1 : PyBytes_GET_SIZE(kobj), PyBytes_AS_STRING(vobj),
+                  PyBytes_GET_SIZE(vobj));
+    Py_DECREF(kobj);
+    Py_DECREF(vobj);
+    return rc;
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(records, start, next_tick, stop_offset, horizon_ts, lat_active, buckets, declared)\n"
+"-> (end, digest_add, accepted, clamped)\n\n"
+"Handle records[start:end] (each accepted on the fast path: digest added, units bucketed in\n"
+"``buckets`` = {tick: {bucket key: units}}) and stop at ``end``, the first record that needs\n"
+"the pure path (or len(records)). ``records``: a sequence of record objects, or a\n"
+"RecordBlock. ``stop_offset``: the offset of the next pending closing point (records at or\n"
+"past it are left to the pure path); ``horizon_ts``: the worker clock's bound on event times\n"
+"(Unix s); ``lat_active``: the LogAppendTime rule is live; ``declared``: event key -> bucket\n"
+"key. ``digest_add`` is the sum of the records' digests modulo 2^128.");
+
+static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
+    PyObject *records, *buckets, *declared;
+    Py_ssize_t start;
+    long long next_tick, stop_offset;
+    double horizon_ts;
+    int lat_active;
+    if (!PyArg_ParseTuple(args, "OnLLdpO!O!", &records, &start, &next_tick, &stop_offset,
+                          &horizon_ts, &lat_active, &PyDict_Type, &buckets, &PyDict_Type,
+                          &declared))
+        return NULL;
+    ScanCtx c = {self, next_tick, stop_offset, horizon_ts, lat_active, buckets, declared,
+                 0, 0, 0, 0, NULL, NULL, 0};
+    Py_ssize_t i = start, n;
+    int failed = 0;
+    if (Py_TYPE(records) == &RecordBlockType) {
+        RecordBlock *blk = (RecordBlock *)records;
+        const char *base = PyBytes_AS_STRING(blk->buf);
+        n = blk->n;
+        for (; i < n; i++) {
+            const RecInfo *ri = &blk->recs[i];
+            if (ri->hdr_count) break;
+            int rc = scan_one(&c, ri->offset, ri->timestamp, blk->timestamp_type,
+                              ri->key_len < 0 ? NULL : base + ri->key_pos, ri->key_len,
+                              ri->value_len < 0 ? NULL : base + ri->value_pos, ri->value_len);
+            if (rc < 0) failed = 1;
+            if (rc <= 0) break;
+        }
+    } else {
+        n = PySequence_Size(records);
+        if (n < 0) return NULL;
+        int is_list = PyList_CheckExact(records);
+        for (; i < n; i++) {
+            PyObject *r = is_list ? PyList_GET_ITEM(records, i) : PySequence_GetItem(records, i);
+            if (r == NULL) {
+                failed = 1;
+                break;
+            }
+            if (!is_list) Py_DECREF(r); /* the sequence keeps it alive */
+            int rc = scan_object(&c, r);
+            if (rc < 0) failed = 1;
+            if (rc <= 0) break;
+        }
+    }
+    PyMem_Free(c.heap);
+    if (failed) return NULL;
+    PyObject *lo = PyLong_FromUnsignedLongLong((unsigned long long)c.acc);
+    PyObject *hi = PyLong_FromUnsignedLongLong((unsigned long long)(c.acc >> 64));
+    PyObject *sh = PyLong_FromLong(64);
+    PyObject *digest = NULL;
+    if (lo && hi && sh) {
+        PyObject *t = PyNumber_Lshift(hi, sh);
+        if (t) {
+            digest = PyNumber_Or(t, lo);
+            Py_DECREF(t);
+        }
+    }
+    Py_XDECREF(lo);
+    Py_XDECREF(hi);
+    Py_XDECREF(sh);
+    if (digest == NULL) return NULL;
+    return Py_BuildValue("nNLL", i, digest, c.accepted, c.clamped);
+}
+
+static PyMethodDef Scanner_methods[] = {
+    {"scan", (PyCFunction)Scanner_scan, METH_VARARGS, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(Scanner_doc,
+"Scanner(dkey, max_bytes, max_value, cap, inv_unit, cap_u, origin, tick_seconds, lateness,\n"
+"        grace, skew, max_age, markers, whole)\n\n"
+"The constants of one events partition's ingest state (agents.ingest.IngestState): the\n"
+"schedule digest key (1..64 bytes), limits (bytes, value units), the unit scale\n"
+"(1 / value unit, a power of two), the cap in units, and the schedule (Unix seconds).");
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "agents._fastingest.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = Scanner_doc,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Scanner_init,
+    .tp_methods = Scanner_methods,
+};
+
+/* ------------------------------------------------------------------ RecordBlock */
+
+/* A zigzag varint of at most 64 bits (Kafka's varint / varlong). 0, or -1 if malformed. */
+static int read_varint(const unsigned char **pp, const unsigned char *end, long long *out) {
+    const unsigned char *p = *pp;
+    unsigned long long v = 0;
+    int shift = 0;
+    for (;;) {
+        if (p >= end || shift > 63) return -1; /* at most 10 bytes */
+        unsigned char b = *p++;
+        v |= (unsigned long long)(b & 0x7f) << shift;
+        if (!(b & 0x80)) break;
+        shift += 7;
+    }
+    *out = (long long)(v >> 1) ^ -(long long)(v & 1);
+    *pp = p;
+    return 0;
+}
+
+static inline long long be64(const unsigned char *p) {
+    unsigned long long v = 0;
+    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+    return (long long)v;
+}
+
+static inline long be32(const unsigned char *p) {
+    return (long)(int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) |
+                           ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
+}
+
+static int block_fail(const char *why) {
+    PyErr_SetString(PyExc_ValueError, why);
+    return -1;
+}
+
+static int RecordBlock_init(RecordBlock *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"buf", "pos", "min_offset", NULL};
+    PyObject *buf;
+    Py_ssize_t pos;
+    long long min_offset;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!nL", kwlist, &PyBytes_Type, &buf, &pos,
+                                     &min_offset))
+        return -1;
+    if (self->buf != NULL) return block_fail("RecordBlock is immutable");
+    const unsigned char *all = (const unsigned char *)PyBytes_AS_STRING(buf);
+    Py_ssize_t size = PyBytes_GET_SIZE(buf);
+    if (pos < 0 || pos + 61 > size) return block_fail("truncated batch header");
+    const unsigned char *h = all + pos;
+    long long base_offset = be64(h);
+    /* no broker sends one; the CRC does not cover it: let aiokafka decode such bytes */
+    if (base_offset < 0) return block_fail("negative base offset");
+    long batch_len = be32(h + 8);
+    if (batch_len < 49 || pos + 12 + (Py_ssize_t)batch_len > size)
+        return block_fail("truncated batch");
+    if (h[16] != 2) return block_fail("not message format v2");
+    int attributes = (int)(((unsigned)h[21] << 8) | h[22]);
+    if (attributes & 0x07) return block_fail("compressed batch");
+    if (attributes & 0x20) return block_fail("control batch");
+    int ts_type = (attributes >> 3) & 1;
+    long long first_ts = be64(h + 27), max_ts = be64(h + 35);
+    long count = be32(h + 57);
+    if (count < 0 || count > batch_len) return block_fail("bad record count");
+    RecInfo *recs = PyMem_Calloc(count ? (size_t)count : 1, sizeof(RecInfo));
+    if (recs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    const unsigned char *p = h + 61, *end = h + 12 + batch_len;
+    Py_ssize_t kept = 0;
+    for (long j = 0; j < count; j++) {
+        long long len, ts_delta, off_delta, klen, vlen, hcount;
+        if (read_varint(&p, end, &len) < 0 || len < 0 || len > INT32_MAX || len > end - p)
+            goto bad;
+        const unsigned char *rend = p + len;
+        if (p >= rend) goto bad;
+        p++; /* record attributes (unused) */
+        if (read_varint(&p, rend, &ts_delta) < 0 || read_varint(&p, rend, &off_delta) < 0 ||
+            read_varint(&p, rend, &klen) < 0 || klen < -1 || klen > rend - p)
+            goto bad;
+        if (off_delta < INT32_MIN || off_delta > INT32_MAX || klen > INT32_MAX) goto bad;
+        RecInfo ri;
+        /* two's-complement wrap-around, as aiokafka's int64 arithmetic (no undefined overflow) */
+        ri.offset = (long long)((unsigned long long)base_offset + (unsigned long long)off_delta);
+        ri.timestamp = ts_type ? max_ts
+                               : (long long)((unsigned long long)first_ts +
+                                             (unsigned long long)ts_delta);
+        ri.key_pos = (Py_ssize_t)(p - all);
+        ri.key_len = (Py_ssize_t)klen;
+        if (klen > 0) p += klen;
+        if (read_varint(&p, rend, &vlen) < 0 || vlen < -1 || vlen > rend - p) goto bad;
+        ri.value_pos = (Py_ssize_t)(p - all);
+        ri.value_len = (Py_ssize_t)vlen;
+        if (vlen > 0) p += vlen;
+        if (read_varint(&p, rend, &hcount) < 0 || hcount < 0 || hcount > rend - p) goto bad;
+        ri.hdr_pos = (Py_ssize_t)(p - all);
+        ri.hdr_count = (Py_ssize_t)hcount;
+        for (long long k = 0; k < hcount; k++) {
+            long long hk, hv;
+            if (read_varint(&p, rend, &hk) < 0 || hk < 0 || hk > rend - p) goto bad;
+            /* header names are UTF-8 (aiokafka decodes them): check it here */
+            PyObject *name = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)hk, NULL);
+            if (name == NULL) {
+                PyErr_Clear();
+                goto bad;
+            }
+            Py_DECREF(name);
+            p += hk;
+            if (read_varint(&p, rend, &hv) < 0 || hv < -1 || hv > rend - p) goto bad;
+            if (hv > 0) p += hv;
+        }
+        if (p != rend) goto bad;
+        if (ri.offset < min_offset) continue; /* already consumed (as aiokafka skips it) */
+        recs[kept++] = ri;
+    }
+    if (p != end) goto bad;
+    Py_INCREF(buf);
+    self->buf = buf;
+    self->n = kept;
+    self->timestamp_type = ts_type;
+    self->recs = recs;
+    return 0;
+bad:
+    PyMem_Free(recs);
+    return block_fail("malformed record in batch");
+}
+
+static void RecordBlock_dealloc(RecordBlock *self) {
+    Py_XDECREF(self->buf);
+    PyMem_Free(self->recs);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static Py_ssize_t RecordBlock_len(RecordBlock *self) { return self->n; }
+
+static PyObject *bytes_at(const char *base, Py_ssize_t pos, Py_ssize_t len) {
+    if (len < 0) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize(base + pos, len);
+}
+
+/* The i-th record as agents.ingest.Record(offset, key, value, timestamp, timestamp_type,
+ * headers): what the pure path reads (fallback records only). */
+static PyObject *RecordBlock_item(RecordBlock *self, Py_ssize_t i) {
+    if (i < 0 || i >= self->n) {
+        PyErr_SetString(PyExc_IndexError, "record index out of range");
+        return NULL;
+    }
+    if (record_factory == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "set_record_factory() was not called");
+        return NULL;
+    }
+    const RecInfo *ri = &self->recs[i];
+    const char *base = PyBytes_AS_STRING(self->buf);
+    PyObject *headers = PyList_New(0);
+    if (headers == NULL) return NULL;
+    const unsigned char *p = (const unsigned char *)base + ri->hdr_pos;
+    const unsigned char *end = (const unsigned char *)base + PyBytes_GET_SIZE(self->buf);
+    for (Py_ssize_t k = 0; k < ri->hdr_count; k++) {
+        long long hk, hv;
+        read_varint(&p, end, &hk); /* validated when the block was built */
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)p, (Py_ssize_t)hk, NULL);
+        p += hk;
+        read_varint(&p, end, &hv);
+        PyObject *val = bytes_at((const char *)p, 0, (Py_ssize_t)hv);
+        if (hv > 0) p += hv;
+        PyObject *pair = (name && val) ? PyTuple_Pack(2, name, val) : NULL;
+        Py_XDECREF(name);
+        Py_XDECREF(val);
+        if (pair == NULL || PyList_Append(headers, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(headers);
+            return NULL;
+        }
+        Py_DECREF(pair);
+    }
+    PyObject *key = bytes_at(base, ri->key_pos, ri->key_len);
+    PyObject *value = bytes_at(base, ri->value_pos, ri->value_len);
+    PyObject *out = NULL;
+    if (key && value)
+        out = PyObject_CallFunction(record_factory, "LOOLiO", ri->offset, key, value,
+                                    ri->timestamp, self->timestamp_type, headers);
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+    Py_DECREF(headers);
+    return out;
+}
+
+static PyObject *RecordBlock_offset(RecordBlock *self, void *closure) {
+    (void)closure;
+    return PyLong_FromLongLong(self->n ? self->recs[self->n - 1].offset : -1);
+}
+
+static PyGetSetDef RecordBlock_getset[] = {
+    {"offset", (getter)RecordBlock_offset, NULL,
+     "The offset of the block's last record (-1 if empty): aiokafka's fetch loop moves the "
+     "partition's position past it.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods RecordBlock_as_sequence = {
+    .sq_length = (lenfunc)RecordBlock_len,
+    .sq_item = (ssizeargfunc)RecordBlock_item,
+};
+
+PyDoc_STRVAR(RecordBlock_doc,
+"RecordBlock(buf, pos, min_offset)\n\n"
+"The records of one uncompressed Kafka record batch (message format v2, not a control batch)\n"
+"starting at byte ``pos`` of the fetched bytes ``buf``, records with an offset below\n"
+"``min_offset`` left out (as aiokafka leaves them out). A sequence of records: item ``i`` is\n"
+"an ``agents.ingest.Record`` (built on demand, for the records the pure path decides);\n"
+"``Scanner.scan`` reads the others in place. ValueError for anything else (aiokafka decodes\n"
+"such a batch itself).");
+
+static PyTypeObject RecordBlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "agents._fastingest.RecordBlock",
+    .tp_basicsize = sizeof(RecordBlock),
+    .tp_dealloc = (destructor)RecordBlock_dealloc,
+    .tp_as_sequence = &RecordBlock_as_sequence,
+    .tp_getset = RecordBlock_getset,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = RecordBlock_doc,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)RecordBlock_init,
+};
+
+static PyObject *fi_set_record_factory(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    Py_INCREF(arg);
+    Py_XSETREF(record_factory, arg);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------ module functions */
+
+static PyObject *fi_blake2b(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer key, data;
+    Py_ssize_t outlen = 16;
+    if (!PyArg_ParseTuple(args, "y*y*|n", &key, &data, &outlen)) return NULL;
+    sdp_blake2b_key k;
+    uint8_t out[64];
+    if (key.len > 64 || sdp_blake2b_init_key(&k, (size_t)outlen, key.buf, (size_t)key.len) < 0) {
+        PyBuffer_Release(&key);
+        PyBuffer_Release(&data);
+        PyErr_SetString(PyExc_ValueError, "key must be 0..64 bytes, digest size 1..64");
+        return NULL;
+    }
+    sdp_blake2b(&k, data.buf, (size_t)data.len, out);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&data);
+    return PyBytes_FromStringAndSize((const char *)out, outlen);
+}
+
+static PyObject *fi_parse_event(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "bytes expected");
+        return NULL;
+    }
+    Event ev;
+    const char *b = PyBytes_AS_STRING(arg);
+    if (parse_event(b, b + PyBytes_GET_SIZE(arg), &ev) < 0) Py_RETURN_NONE;
+    PyObject *key = PyUnicode_DecodeUTF8(ev.key, ev.key_len, NULL);
+    if (key == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("Ndd", key, ev.ts, ev.has_value ? ev.value : 1.0);
+}
+
+static PyMethodDef module_methods[] = {
+    {"blake2b", fi_blake2b, METH_VARARGS,
+     "blake2b(key, data, digest_size=16) -> bytes: keyed BLAKE2b (the vendored C code)."},
+    {"set_record_factory", fi_set_record_factory, METH_O,
+     "set_record_factory(cls): the record type RecordBlock items are built with."},
+    {"parse_event", fi_parse_event, METH_O,
+     "parse_event(raw) -> (key, ts, value) or None: the strict parser of the fast path "
+     "(None: the pure path decides)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "agents._fastingest",
+    "The compiled fast path of the ingest hot loop (see agents.ingest).", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__fastingest(void) {
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&RecordBlockType) < 0) return NULL;
+    s_offset = PyUnicode_InternFromString("offset");
+    s_key = PyUnicode_InternFromString("key");
+    s_value = PyUnicode_InternFromString("value");
+    s_timestamp = PyUnicode_InternFromString("timestamp");
+    s_timestamp_type = PyUnicode_InternFromString("timestamp_type");
+    s_headers = PyUnicode_InternFromString("headers");
+    if (!s_offset || !s_key || !s_value || !s_timestamp || !s_timestamp_type || !s_headers)
+        return NULL;
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m == NULL) return NULL;
+    Py_INCREF(&ScannerType);
+    if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+        Py_DECREF(&ScannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&RecordBlockType);
+    if (PyModule_AddObject(m, "RecordBlock", (PyObject *)&RecordBlockType) < 0) {
+        Py_DECREF(&RecordBlockType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

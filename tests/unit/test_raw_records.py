@@ -1,0 +1,207 @@
+"""agents.raw_records: the ingest consumer gets aiokafka's decoded records as they are; every
+attribute ingest reads equals the ``ConsumerRecord`` aiokafka would have built, and ingest
+state is identical either way. Other consumers still get ``ConsumerRecord`` objects."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("aiokafka")
+
+from aiokafka.consumer import fetcher
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.structs import ConsumerRecord, TopicPartition
+
+from agents.config import Settings
+from agents.ingest import IngestState, RecordBlock, Router
+from agents.raw_records import install, raw_records
+from stream_dp.domain import Domain
+
+ATTRS = ("offset", "key", "value", "timestamp", "timestamp_type", "headers")
+ORIGIN = 1_000_000.0
+
+
+def _batch(base: int, n: int) -> bytes:
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for i in range(n):
+        ts = ORIGIN + i
+        value = json.dumps({"key": ["a/x", "a/y", "nope"][i % 3], "ts": ts, "value": 1.0})
+        headers = [("x-trace", b"%d" % i)] if i % 4 == 3 else []
+        b.append(i, timestamp=int(ts * 1000) + 500, key=None if i % 5 == 0 else b"k",
+                 value=value.encode() if i % 7 else b"{bad", headers=headers)
+    return bytes(b.build())
+
+
+def _records(value_deserializer: Any) -> list[Any]:
+    assert install()
+    tp = TopicPartition("t", 0)
+    raw = _batch(0, 40)
+    parts = fetcher.PartitionRecords(tp, MemoryRecords(raw), [], 0, None, value_deserializer,
+                                     True, fetcher.READ_COMMITTED)
+    return list(parts)
+
+
+def test_raw_records_carry_what_ingest_reads() -> None:
+    plain = _records(None)
+    raw = _records(raw_records)
+    assert all(type(r) is ConsumerRecord for r in plain)  # other consumers: unchanged
+    assert not any(type(r) is ConsumerRecord for r in raw)
+    assert len(raw) == len(plain) == 40
+    for a, b in zip(raw, plain, strict=True):
+        assert tuple(getattr(a, k) for k in ATTRS[:5]) == tuple(getattr(b, k) for k in ATTRS[:5])
+        assert list(a.headers) == list(b.headers)
+
+
+@pytest.mark.parametrize("schedule", ["markers", "clock"])
+def test_ingest_state_is_identical_on_raw_records(tmp_path: Path, schedule: str) -> None:
+    s = Settings(origin=ORIGIN, tick_seconds=10.0, allowed_lateness_s=2.0, close_grace_s=0.5,
+                 domain_file=str(tmp_path / "d.toml"), events_partitions=1, shards=2,
+                 schedule=schedule, events_timestamp_type="CreateTime")
+    router = Router(Domain.from_paths(["a/x", "a/y", "b/z"]), 2)
+    states = []
+    for recs in (_records(None), _records(raw_records)):
+        st = IngestState(s, router, 0, offset=0)
+        st.clock = lambda: ORIGIN + 100.0
+        st.schedule_close(1, 15, "clock", ORIGIN + 12.5)
+        st.process_batch(recs)
+        states.append(st)
+    a, b = states
+    assert a.out.accepted > 0
+    assert (a.to_bytes(), a.out.partials, a.out.entries, a.out.accepted) == (
+        b.to_bytes(), b.out.partials, b.out.entries, b.out.accepted)
+    assert [(k, r, v, o) for k, r, v, o in a.out.dead_letters] == [
+        (k, r, v, o) for k, r, v, o in b.out.dead_letters]
+
+
+# ---------------------------------------------------------------------------- record blocks
+
+needs_blocks = pytest.mark.skipif(RecordBlock is None, reason="no compiled fast path (not built, "
+                                  "or STREAM_DP_PURE_INGEST=1)")
+
+from hypothesis import HealthCheck, given  # noqa: E402
+from hypothesis import settings as hsettings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.unit import test_fastingest as tf  # noqa: E402
+
+
+def _kafka_bytes(log: list[Any], sizes: list[int], log_append: list[bool]) -> bytes:
+    """The log as a fetch response's record bytes: batches of ``sizes`` records (base offset
+    patched in, as the broker assigns it), some flagged LogAppendTime (the broker's max
+    timestamp then stands for every record's)."""
+    out = b""
+    i = 0
+    k = 0
+    while i < len(log):
+        size = sizes[k % len(sizes)] if sizes else len(log)
+        chunk = log[i:i + size]
+        b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 22)
+        for j, r in enumerate(chunk):
+            b.append(j, timestamp=max(r.timestamp, 0), key=r.key, value=r.value,
+                     headers=list(r.headers))
+        raw = bytearray(b.build())
+        raw[0:8] = chunk[0].offset.to_bytes(8, "big")
+        if log_append[k % len(log_append)]:
+            raw[22] |= 0x08  # the timestamp-type bit of the attributes (CRC not checked here)
+        out += bytes(raw)
+        i += size
+        k += 1
+    return out
+
+
+def _fetch(raw: bytes, fetch_offset: int, raw_consumer: bool) -> list[Any]:
+    assert install()
+    parts = fetcher.PartitionRecords(TopicPartition("dp.events.v1", 0), fetcher.MemoryRecords(raw),
+                                     [], fetch_offset, None,
+                                     raw_records if raw_consumer else None, False,
+                                     fetcher.READ_COMMITTED)
+    return list(parts)
+
+
+@needs_blocks
+@hsettings(max_examples=30, deadline=None,
+           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_blocks_hold_the_records_aiokafka_decodes(data: st.DataObject) -> None:
+    log = [data.draw(tf._record(i, False))[0] for i in range(30)]
+    raw = _kafka_bytes(log, [7, 1, 12], [False, True])
+    for fetch_offset in (0, 5, 8, 29, 30):
+        plain = _fetch(raw, fetch_offset, raw_consumer=False)
+        items = _fetch(raw, fetch_offset, raw_consumer=True)
+        assert (items and all(type(it) is RecordBlock for it in items)) or not plain
+        flat = [it[j] for it in items for j in range(len(it))]
+        assert [tuple(getattr(r, k) for k in ATTRS[:5]) for r in flat] == [
+            tuple(getattr(r, k) for k in ATTRS[:5]) for r in plain]
+        assert [list(r.headers) for r in flat] == [list(r.headers) for r in plain]
+        assert [it.offset for it in items] == [
+            max(r.offset for r in plain if r.offset <= it.offset) for it in items]
+
+
+@needs_blocks
+@hsettings(max_examples=int(tf.EXAMPLES / 2), deadline=None,
+           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(case=tf._case(), sizes=st.lists(st.integers(1, 20), max_size=3),
+       log_append=st.lists(st.booleans(), min_size=1, max_size=3))
+def test_blocks_on_the_fast_path_and_records_on_the_pure_path_leave_identical_state(
+        case: dict[str, Any], sizes: list[int], log_append: list[bool],
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The log as Kafka batch bytes: the fast path reads record blocks, the pure path reads
+    aiokafka's decoding of the same bytes; the state must be identical."""
+    s = tf._settings(tmp_path_factory.getbasetemp(), **case["cfg"])
+    if not case["log"]:
+        return
+    raw = _kafka_bytes(case["log"], sizes, log_append)
+    plain = _fetch(raw, 0, raw_consumer=False)
+    items = _fetch(raw, 0, raw_consumer=True)
+    states = []
+    for use_fast, got in ((False, plain), (True, items)):
+        st_ = IngestState(s, tf._ROUTER, 0, offset=0)
+        st_.use_fast_path = use_fast
+        st_.clock = lambda: case["clock"]
+        for n, end in case["closes"]:
+            st_.schedule_close(n, end, "clock", tf.ORIGIN + n * tf.L)
+        try:
+            assert st_.process_fetched(got) == len(plain)
+            st_.advance_to(len(case["log"]))
+            tag: Any = "ok"
+        except tf.ScheduleMismatch as exc:
+            tag = str(exc)
+        snap = tf._snapshot(st_)
+        del snap["dirty"]  # a commit hint that depends on the batch split (one call per block)
+        states.append((tag, snap))
+    assert states[1] == states[0]
+
+
+@needs_blocks
+@hsettings(max_examples=300, deadline=None,
+           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), n=st.integers(1, 12),
+       edits=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=4),
+       cut=st.integers(0, 64))
+def test_a_damaged_batch_is_refused_or_read_as_aiokafka_reads_it(
+        data: st.DataObject, n: int, edits: list[tuple[int, int]], cut: int) -> None:
+    """Any bytes (edited, truncated): ``RecordBlock`` raises ValueError (aiokafka then decodes
+    the batch itself) or holds exactly the records aiokafka decodes from the same bytes."""
+    log = [data.draw(tf._record(i, False))[0] for i in range(n)]
+    raw = bytearray(_kafka_bytes(log, [n], [False]))
+    for at, byte in edits:
+        raw[at % len(raw)] = byte
+    raw = raw[:len(raw) - cut] if cut < len(raw) else raw
+    try:
+        block = RecordBlock(bytes(raw), 0, 0)
+    except ValueError:
+        return
+    try:
+        batch = MemoryRecords(bytes(raw)).next_batch()
+        theirs = [] if batch is None else list(batch)
+    except Exception:  # aiokafka refuses these bytes (its CRC check would refuse them first)
+        return
+    mine = [block[j] for j in range(len(block))]
+    assert [tuple(getattr(r, k) for k in ATTRS[:5]) for r in mine] == [
+        tuple(getattr(r, k) for k in ATTRS[:5]) for r in theirs]
+    assert [list(r.headers) for r in mine] == [list(r.headers) for r in theirs]
