@@ -111,6 +111,21 @@ async def produce(s: Settings, messages: Iterable[tuple[bytes | None, bytes | No
     return n
 
 
+async def produce_raw(s: Settings, items: Sequence[tuple[bytes | None, bytes, Any, list[Any]]]
+                      ) -> None:
+    """``(key, value, partition or None, headers)`` to the events topic, in order."""
+    from aiokafka import AIOKafkaProducer
+
+    prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2)
+    await prod.start()
+    try:
+        for key, value, part, headers in items:
+            await prod.send(s.events_topic, value, key=key, partition=part, headers=headers)
+        await prod.flush()
+    finally:
+        await prod.stop()
+
+
 async def close_ticks(s: Settings, through_tick: int) -> None:
     """Write a final close marker for ``through_tick`` into every events partition (what
     ``stream-dp replay`` does at the end of a log; markers schedule)."""

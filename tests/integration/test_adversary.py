@@ -31,17 +31,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 LEAVES = ["a/x", "a/y"]
 
 
-async def _send(s: Settings, items: list[tuple[bytes | None, bytes, int, list[Any]]]) -> None:
-    from aiokafka import AIOKafkaProducer
-
-    prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=1)
-    await prod.start()
-    try:
-        for key, value, part, headers in items:
-            await prod.send(s.events_topic, value, key=key, partition=part, headers=headers)
-        await prod.flush()
-    finally:
-        await prod.stop()
+_send = ps.produce_raw
 
 
 def _ev(key: str, ts: float) -> bytes:

@@ -35,19 +35,7 @@ def _values(got: dict[tuple[str, int], list[bytes]], through: int) -> dict[tuple
     return {k: json.loads(v[0])["value"] for k, v in got.items() if k[1] <= through}
 
 
-async def _produce_raw(s: Settings, items: list[tuple[bytes | None, bytes, Any, list[Any]]]
-                       ) -> None:
-    """``(key, value, partition or None, headers)`` to the events topic, in order."""
-    from aiokafka import AIOKafkaProducer
-
-    prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap, linger_ms=2)
-    await prod.start()
-    try:
-        for key, value, part, headers in items:
-            await prod.send(s.events_topic, value, key=key, partition=part, headers=headers)
-        await prod.flush()
-    finally:
-        await prod.stop()
+_produce_raw = ps.produce_raw
 
 
 def _rename(s: Settings, name: str, **kw: Any) -> Settings:
