@@ -19,6 +19,7 @@ on the checkpoint it found. Readers without the notion skip it (it has no ``seq`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,12 +160,16 @@ async def _read_latest(
 
 
 async def read_all(
-    consumer: Any, topic: str, partition: int, timeout_s: float = 120.0
+    consumer: Any, topic: str, partition: int, timeout_s: float = 120.0, start: int = 0,
+    until: Callable[[Any], bool] | None = None,
 ) -> list[Any]:
-    """Every committed record of ``topic``/``partition`` from its beginning, in offset order.
+    """Every committed record of ``topic``/``partition`` from offset ``start`` (or its
+    beginning, whichever is later), in offset order; with ``until``, stop after the first
+    record for which it is true.
 
-    ``consumer`` as for :func:`read_latest` (no group, ``read_committed``); used for the small
-    schedule topic, which a restarted ingest partition reads back whole.
+    ``consumer`` as for :func:`read_latest` (no group, ``read_committed``); used for the
+    schedule topic: a restarted ingest partition reads it back from the offset its checkpoint
+    names, so restore time does not grow with the deployment's age.
     """
     from aiokafka import TopicPartition
 
@@ -174,6 +179,7 @@ async def read_all(
         begin = (await consumer.beginning_offsets([tp]))[tp]
         end = (await consumer.end_offsets([tp]))[tp]
         out: list[Any] = []
+        begin = max(begin, start)
         if end <= begin:
             return out
         consumer.seek(tp, begin)
@@ -183,7 +189,12 @@ async def read_all(
             if loop.time() > deadline:
                 raise TimeoutError(f"reading {topic}/{partition} took > {timeout_s} s")
             batch = await consumer.getmany(tp, timeout_ms=500)
-            out.extend(r for r in batch.get(tp, ()) if r.offset < end)
+            for r in batch.get(tp, ()):
+                if r.offset >= end:
+                    break
+                out.append(r)
+                if until is not None and until(r):
+                    return out
         return out
     finally:
         consumer.unsubscribe()

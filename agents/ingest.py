@@ -561,6 +561,9 @@ class IngestState:
         self.unit = value_unit(settings.cap)
         self.cap_u = cap_units(settings.cap, self.unit)
         self.clip = clip_limit_units(settings.cap, settings.max_events_per_tick)
+        #: schedule-topic offset from which closing points not yet applied can lie (kept in
+        #: the checkpoint: a restore reads the schedule topic from there, not from its start)
+        self.schedule_from = 0
         #: first tick not yet closed
         self.next_tick = 1
         #: tick -> {bucket key (:meth:`Router.bucket_key`: the event's leaf, or the tuple of
@@ -1096,6 +1099,7 @@ class IngestState:
             "next_tick": self.next_tick,
             "range_start": self.range_start,
             "digest": f"{self.digest:032x}",
+            "schedule_from": self.schedule_from,
             "schedule": list(self.schedule_id),
             "buckets": buckets,
         }
@@ -1124,6 +1128,7 @@ class IngestState:
         self.next_tick = int(d["next_tick"])
         self.range_start = int(d["range_start"])
         self.digest = int(d["digest"], 16)
+        self.schedule_from = int(d.get("schedule_from", 0))
         self.seq = seq
         key_of = self.router.bucket_key
         leaf_mode = self.router.leaf_mode

@@ -88,12 +88,15 @@ async def adopt_nonce(settings: Settings, domain_digest: str, key: bytes, kafka_
             raise RuntimeError(
                 f"topic {topic!r} does not exist; create the topics first (stream-dp topics)")
 
+        def authentic(r: Any) -> bool:
+            return r.key == NONCE_KEY and parse_nonce(settings, domain_digest, key,
+                                                      r.value) is not None
+
         async def first() -> str | None:
-            for r in await read_all(reader, topic, 0):
-                if r.key == NONCE_KEY:
-                    found = parse_nonce(settings, domain_digest, key, r.value)
-                    if found is not None:
-                        return found
+            # the nonce is among the partition's first records: stop at the first authentic one
+            found = await read_all(reader, topic, 0, until=authentic)
+            if found and authentic(found[-1]):
+                return parse_nonce(settings, domain_digest, key, found[-1].value)
             return None
 
         found = await first()

@@ -883,7 +883,10 @@ class IngestStage(_Stage):
         """
         from agents.nonce import NONCE_KEY
 
-        records = await read_all(self.reader, self.s.schedule_topic, state.partition)
+        # from the offset the checkpoint names (restore time independent of the deployment's
+        # age); without a checkpoint, from the beginning
+        records = await read_all(self.reader, self.s.schedule_topic, state.partition,
+                                 start=state.schedule_from if from_checkpoint else 0)
         entries = []
         for r in records:
             if r.key == NONCE_KEY:
@@ -996,16 +999,23 @@ class IngestStage(_Stage):
                     s.partials_topic, part.encode(), key=str(part.tick).encode(),
                     partition=part.shard,
                 )
+            entry_sends = []
             for entry in out.entries:
-                await prod.send(
+                entry_sends.append(await prod.send(
                     s.schedule_topic, entry.encode(state.entry_key),
                     key=f"{s.app_id}/{s.events_topic}/{p}".encode(), partition=p,
-                )
+                ))
             marks.append(time.time())
             await self._send_checkpoint(prod, p, state)
             marks.append(time.time())
             await prod.commit_transaction()
             marks.append(time.time())
+            if entry_sends:
+                # every closing point needed after a restore from a later checkpoint lies past
+                # these: the next checkpoint says where to start reading the schedule topic
+                metas = await asyncio.gather(*entry_sends)
+                state.schedule_from = max(state.schedule_from,
+                                          max(int(m.offset) for m in metas) + 1)
             self.offsets_committed_later(p, state.offset)
             closes = {part.tick: part.closed_at for part in out.partials}
             for tick, closed_at in sorted(closes.items()):

@@ -348,3 +348,14 @@ def test_a_forged_create_time_stamp_years_ahead_opens_no_bucket() -> None:
     state.process_batch(recs)
     assert _reasons(state) == ["future"] * 50
     assert sorted(state.buckets) == [10]
+
+
+def test_the_checkpoint_names_where_to_read_the_schedule_topic_from() -> None:
+    """Issue #24 (restore time): a restored ingest partition reads the schedule topic from the
+    offset its checkpoint names, not from the start; the offset survives the checkpoint."""
+    s = _settings()
+    state = _state(s, ORIGIN + 100.0)
+    state.schedule_from = 12345
+    twin = _state(s, ORIGIN + 100.0)
+    twin.restore(state.to_bytes(), 1)
+    assert twin.schedule_from == 12345
