@@ -180,9 +180,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--as-fast-as-possible", action="store_true", help="no pacing (the default)"
     )
     parser.add_argument(
-        "--marker-every", type=float, default=60.0, metavar="SECONDS",
-        help="progress close markers every SECONDS of event time (default 60), at positions "
-        "fixed by the log: the same releases at any --speed; 0 = only the final marker",
+        "--marker-every", type=float, default=10.0, metavar="SECONDS",
+        help="progress close markers every SECONDS of event time (default 10; the tick length "
+        "gives tick-by-tick releases), at positions fixed by the log: the same releases at any "
+        "--speed; 0 = only the final marker",
     )
     parser.add_argument(
         "--retime", metavar="now|TIME",
@@ -349,7 +350,7 @@ async def send_events(
     final_marker: Callable[[], float | None] | None = None,
     mac_key: bytes | None = None,
     clock: Callable[[], float] = time.time,
-    marker_every: float = 60.0,
+    marker_every: float = 10.0,
 ) -> SendReport:
     """Produce ``records`` to ``topic`` with an idempotent producer, in order.
 

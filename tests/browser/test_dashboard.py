@@ -262,7 +262,7 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
             replay = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "agents.cli", "replay", str(log),
                 "--bootstrap", kafka_broker, "--topic", s.events_topic, "--speed", "4",
-                "--no-progress", "--key-file", str(tmp_path / "key"),
+                "--no-progress", "--key-file", str(tmp_path / "key"), "--marker-every", "2",
                 "--until", str(1704067200 + 2 * 20 - 1),  # in tick 20: the log's public end
                 cwd=ROOT, stdout=asyncio.subprocess.DEVNULL)
             last = "document.querySelector('.chart[data-stream=\"all\"]')?.dataset.lastTick"
