@@ -246,7 +246,8 @@ def test_changed_log_exits_3_in_one_line(tmp_path: Path, kafka_broker: str,
         "STREAM_DP_WEB_PORT": "0", "STREAM_DP_BOOTSTRAP": kafka_broker,
         "STREAM_DP_APP_ID": unique_name, "STREAM_DP_WORKER_ID": "w1",
         "STREAM_DP_SESSION_TIMEOUT_S": "6", "STREAM_DP_LEADER_TOPIC": f"{unique_name}.leader",
-        "STREAM_DP_SCHEDULE_TOPIC": f"{unique_name}.schedule"})
+        "STREAM_DP_SCHEDULE_TOPIC": f"{unique_name}.schedule",
+        "STREAM_DP_REPLAY_HISTORY": str(tmp_path / "history.json")})
     first_env = _topic_env(base, unique_name, "")
     assert cli("topics", "create", env=first_env).returncode == 0
     rows = (tmp_path / "web.csv").read_text().splitlines()[1:]

@@ -88,6 +88,7 @@ def _without_kafka_client(tmp_path: Path) -> dict[str, str]:
 def test_base_install_names_the_extra(argv: list[str], tmp_path: Path) -> None:
     (tmp_path / "log.csv").write_text("key,ts,value\na,1704067200,1\n", encoding="utf-8")
     env = _without_kafka_client(tmp_path)
+    env["STREAM_DP_REPLAY_HISTORY"] = str(tmp_path / "history.json")
     # replay checks its (broker-free) arguments first: a key, and no markers without --until
     env["STREAM_DP_KEY"] = "8d3a61f0c47e25b9a1e6d0937f4c28b5e0a9173dc62f8b4e5d17a0c39b6e2f84"
     proc = run_cli(*argv, env=env, cwd=tmp_path)
@@ -115,8 +116,9 @@ def test_clients_without_a_broker_say_so_in_one_line(argv: list[str], tmp_path: 
 
 def test_replay_without_a_broker_says_so_in_one_line(tmp_path: Path) -> None:
     (tmp_path / "log.csv").write_text("key,ts,value\na,1704067200,1\n", encoding="utf-8")
-    proc = run_cli("replay", "log.csv", "--bootstrap", CLOSED, cwd=tmp_path,
-                   env=_env(STREAM_DP_KEY=KEY))
+    proc = run_cli("replay", "log.csv", "--bootstrap", CLOSED, "--until", "1704067260",
+                   cwd=tmp_path, env=_env(STREAM_DP_KEY=KEY, STREAM_DP_REPLAY_HISTORY=str(
+                       tmp_path / "history.json")))
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr and "Unclosed" not in proc.stderr
     errors = [line for line in _lines(proc.stderr) if "cannot connect" in line]
