@@ -107,6 +107,11 @@ _MAX_TICKS_PER_COMMIT = 1024
 BACKLOG_TICKS = 100
 #: seconds between two progress lines while a worker catches up
 PROGRESS_EVERY_S = 10.0
+#: partials (ticks x release shards) one ingest step hands over and commits when a backlog of
+#: closed ticks waits (IngestState.hand_over): each step is a short transaction between two
+#: returns to the event loop, so a stop signal during a 474 000-tick backlog is obeyed in
+#: seconds, not after the whole backlog
+HAND_OVER_PARTIALS = 4096
 #: seconds a stopping worker waits for its stages to commit, leave their groups and close
 #: (the broker gone: they are cancelled and closed after that)
 SHUTDOWN_S = 8.0
@@ -863,7 +868,9 @@ class IngestStage(_Stage):
         return int(self.s.max_batch)
 
     def new_state(self, p: int) -> IngestState:
-        return IngestState(self.s, self.w.router, p, key=self.w.key, domain_id=self.w.domain_id)
+        state = IngestState(self.s, self.w.router, p, key=self.w.key, domain_id=self.w.domain_id)
+        state.hand_over_limit = max(1, HAND_OVER_PARTIALS // max(1, self.s.shards))
+        return state
 
     def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
         state.restore(payload, seq)
@@ -962,8 +969,12 @@ class IngestStage(_Stage):
                 state = self.states.get(tp.partition)
                 if state is not None and state.schedule_close(due, int(end_offset), "clock", now):
                     state.apply_due()
+        backlog = 0
         for p, state in list(self.states.items()):
             out = state.out
+            if state.unsent and not out.partials:  # a backlog of closed ticks: one more step
+                state.hand_over(state.hand_over_limit)
+            backlog += state.unsent_ticks
             # A large open state (10^5 open keys: ~0.1 s to encode) is checkpointed at most
             # every 20x its encoding time between tick closes: checkpoints cost <= 5% of the
             # loop, and at a tick close it is written anyway.
@@ -973,8 +984,25 @@ class IngestStage(_Stage):
                     state.dirty and due_commit):
                 jobs.append(self._commit(p, state))
         self.w.metrics.set_consumer_lag(lag)
+        self._report_hand_over(backlog)
         if jobs:
             await asyncio.gather(*jobs)
+
+    #: (monotonic time of the last hand-over progress line, ticks left then)
+    _hand_over_said: tuple[float, int] = (0.0, 0)
+
+    def _report_hand_over(self, left: int) -> None:
+        """While closed ticks wait to be handed over (a backlog), one line at most every
+        :data:`PROGRESS_EVERY_S` seconds saying how many are left; one line when done."""
+        now = time.monotonic()
+        said, before = self._hand_over_said
+        if left and (not before or now - said >= PROGRESS_EVERY_S):
+            log.info("ingest: handing over closed ticks: %d tick-partitions left on %d events "
+                     "partitions", left, sum(1 for st in self.states.values() if st.unsent))
+            self._hand_over_said = (now, left)
+        elif not left and before:
+            log.info("ingest: every closed tick handed over")
+            self._hand_over_said = (now, 0)
 
     async def flush_all(self) -> None:
         await asyncio.gather(
@@ -1136,7 +1164,7 @@ class ReleaseStage(_Stage):
                 problem = (f"events partition {tp.partition}: a persisted closing point (ticks "
                            f"through {nxt.through}) lies at offset {nxt.offset}, but the "
                            f"partition ends at {end}")
-            elif int(st.next_tick) - 1 >= tick:
+            elif st.handed_over_through() >= tick:
                 problem = (f"release waits for the partials of tick {tick} from events partition "
                            f"{tp.partition}, which its checkpoint says were written (ticks "
                            f"closed through {int(st.next_tick) - 1}), but {self.topic} does not "

@@ -462,14 +462,16 @@ def test_tls_against_a_plaintext_listener_one_line(kafka_broker: str, argv: list
     assert "TLS handshake failed" in lines[0] and "Unclosed" not in proc.stderr
 
 
-@pytest.mark.stress
-def test_sigterm_ends_a_worker_busy_closing_a_huge_backlog(
-    tmp_path: Path, kafka_broker: str, unique_name: str, stress_round: int
+def test_sigterm_during_a_huge_backlog_ends_the_worker_in_seconds(
+    tmp_path: Path, kafka_broker: str, unique_name: str
 ) -> None:
-    """examples/stream-dp.toml's situation: ~474 000 ticks due. The first step closing them
-    holds the event loop for minutes (agents/ingest.py, IngestState.apply_due); SIGTERM is
-    still noticed at once and the worker exits within its stop grace (STOP_GRACE_S), with one
-    line saying why (it took 139 s here before). Stress-only: it loads the machine."""
+    """examples/stream-dp.toml's situation (guide §6): ~474 000 ticks of 60 s due on 8 events
+    partitions. Closing them used to be one synchronous step holding the event loop for
+    minutes, so a SIGTERM ended the worker only through the forced exit 15 s later (and its
+    error line). The partials are now handed over in short committed steps
+    (agents/ingest.py, IngestState.hand_over), with a progress line saying how many are left:
+    the worker obeys SIGTERM like any other, exit 0, no traceback, a few lines. The 10 s bound
+    is a liveness bound (the graceful stop is bounded by 8 s), not a performance figure."""
     env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
     env.update({"STREAM_DP_ORIGIN": str(float(int(time.time()) - 474_000 * 60)),
                 "STREAM_DP_TICK_SECONDS": "60", "STREAM_DP_EVENTS_PARTITIONS": "8",
@@ -479,14 +481,21 @@ def test_sigterm_ends_a_worker_busy_closing_a_huge_backlog(
     worker = _start_worker(env, log_path)
     try:
         _wait_log(worker, log_path, "ticks are due on the clock schedule")
-        time.sleep(10.0)  # into the long step
+        # in the middle of the backlog: the hand-over has begun and says how much is left
+        _wait_log(worker, log_path, "ingest: handing over closed ticks")
+        signalled = len(_lines(log_path.read_text()))
         worker.send_signal(signal.SIGTERM)
-        assert worker.wait(60) == 0, log_path.read_text()[-3000:]
+        assert worker.wait(10) == 0, log_path.read_text()[-3000:]
     finally:
         if worker.poll() is None:
             worker.kill()
             worker.wait()
-    assert "Traceback" not in log_path.read_text()
+    text = log_path.read_text()
+    assert "Traceback" not in text and "did not stop within" not in text, text[-3000:]
+    lines = _lines(text)
+    assert len(lines) - signalled <= 12, text[-3000:]  # the stop itself: a few lines
+    left = [json.loads(x)["msg"] for x in lines if "tick-partitions left" in x]
+    assert left and "on 8 events partitions" in left[0], left
 
 
 @pytest.mark.xfail(reason="open bug (closing note, 2026-11-26): noida-db answers the second "

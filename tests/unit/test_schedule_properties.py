@@ -315,3 +315,54 @@ def test_sealed_ingest_checkpoints_refuse_tampering_another_key_or_configuration
                   IngestState(s.replace(tick_seconds=5.0), _ROUTER, 0, key=key, domain_id="d1")):
         with pytest.raises(IntegrityError, match="configuration"):
             other.restore(blob, 1)
+
+
+def _backlog_state(s: Settings, log: list[Record], limit: int | None) -> IngestState:
+    """Every record processed with no tick closed yet, then one clock closing point far ahead
+    (a backlog: ticks 1..N_TICKS + 40 at once), handed over ``limit`` ticks per step."""
+    state = IngestState(s, _ROUTER, 0, offset=0)
+    state.hand_over_limit = limit
+    state.process_batch(log)
+    state.schedule_close(N_TICKS + 40, len(log), "clock", ORIGIN + 999.25)
+    state.apply_due()
+    return state
+
+
+def test_p2_a_backlog_is_handed_over_in_steps_with_the_same_partials(tmp_path: Path) -> None:
+    """Closing a backlog is one decision (next tick, schedule entry) but its partials are handed
+    over ``hand_over_limit`` ticks per step (agents/ingest.py, IngestState.hand_over), so the
+    worker can commit and return to its event loop in between (a SIGTERM during a 474 000-tick
+    backlog). Oracle: the same state handing everything over at once. A checkpoint taken in the
+    middle of the hand-over resumes it exactly (the ticks not handed over are in it)."""
+    s = _settings(tmp_path, events_timestamp_type="CreateTime")
+    # CreateTime records: the clock rule alone closes ticks
+    log = [r._replace(timestamp_type=0) for r in _honest_log(11)]
+    ref = _backlog_state(s, log, None)
+    total = N_TICKS + 40
+    assert ref.next_tick == total + 1 and not ref.unsent
+    assert {p.tick for p in ref.out.partials} == set(range(1, total + 1))
+    assert sum(c for p in ref.out.partials for c in p.counts) > 0  # events in the backlog
+    want = [p.encode() for p in ref.out.partials]
+
+    for limit in (1, 3, 7):
+        step = _backlog_state(s, log, limit)
+        assert step.next_tick == total + 1  # closed at once ...
+        assert step.out.entries == ref.out.entries  # ... with the same closing point
+        assert {p.tick for p in step.out.partials} == set(range(1, limit + 1))  # one step
+        assert step.unsent_ticks == total - limit and step.handed_over_through() == limit
+        got = [p.encode() for p in step.out.partials]
+        while step.unsent:
+            assert step.hand_over(limit) <= limit
+            got += [p.encode() for p in step.out.partials[len(got):]]
+        assert got == want and step.handed_over_through() == total
+
+    # a restart in the middle of the hand-over (checkpoint with ticks still to hand over)
+    first = _backlog_state(s, log, 5)
+    first.hand_over(5)
+    blob, before = first.to_bytes(), [p.encode() for p in first.out.partials]
+    assert first.unsent_ticks == total - 10
+    second = IngestState(s, _ROUTER, 0)
+    second.restore(blob, 1)
+    assert second.unsent == first.unsent and second.buckets == first.buckets
+    second.hand_over(None)
+    assert before + [p.encode() for p in second.out.partials] == want
