@@ -862,7 +862,7 @@ class IngestState:
         digest_of = record_digest
         dkey = self._dhash
         accepted = clamped = late = 0
-        position = self.offset
+        position = entry_offset = self.offset
         cache_get = self.router.declared.get
         digest = self.digest
         # Event times are bounded by the worker's own clock too (read once per batch): a
@@ -1063,6 +1063,10 @@ class IngestState:
             position = records[-1].offset + 1
         if position != self.offset and position >= 0:
             self.offset = max(position, self.offset)
+        if self.offset != entry_offset or dead:
+            # records were consumed (a marker moves the offset itself, and one that closes
+            # nothing — a second replay's — must not leave the batch uncommitted: its dead
+            # letters and offset would wait in memory for ever, in silence)
             self.dirty = True
         self.out.accepted += accepted
         self.out.clamped += clamped

@@ -1068,6 +1068,19 @@ class IngestStage(_Stage):
                 reasons[rej.reason] = reasons.get(rej.reason, 0) + 1
         for reason, n in reasons.items():
             m.event_dead_lettered(reason, n)
+        closed = sum(1 for _, rej, _, _ in out.dead_letters if rej.reason == "tick_closed")
+        if closed:
+            # counted as late in the metrics, but never silent: on a markers deployment this is
+            # a log replayed again into the same topic (rate-limited like every warning)
+            self.w.stats["tick_closed"] += closed
+            log.warning("ingest partition %d: %d events for ticks already closed (next open tick "
+                        "%d) went to %s as tick_closed (%d so far): %s", p, closed,
+                        state.next_tick, s.dlq_topic, self.w.stats["tick_closed"],
+                        "a log replayed again into this markers deployment's topic; its ticks "
+                        "are released already, nothing new is: replay into a fresh deployment"
+                        if s.schedule == "markers" else
+                        "records that reached the partition after their tick closed (a "
+                        "producer flushing late, CreateTime stamps in the past)")
         self.w.stats["accepted"] += out.accepted
         self.w.stats["clamped"] += out.clamped
         self.w.stats["dead_letters"] += len(out.dead_letters)
@@ -1460,6 +1473,7 @@ class Worker:
         )
         self.stats: dict[str, int] = {
             "accepted": 0, "clamped": 0, "dead_letters": 0, "partition_ticks_closed": 0,
+            "tick_closed": 0,
             "shard_ticks_released": 0, "ownership_recoveries": 0, "ticks_restepped": 0,
             "stalled_partitions": 0,
         }

@@ -140,7 +140,8 @@ Publish a changed log under another key (fresh noise, new budget). The whole log
 checked before anything is sent.
 
 Exit status: 0 done (or nothing to do), 1 error, 2 bad usage, log or key (no key, too open a key
-file, --until missing or in the future), 3 log differs from one replayed before under the same
+file, --until missing or in the future, a topic whose partitions end with the final close marker
+of an earlier replay: its deployment has closed those ticks and would ignore the copy), 3 log differs from one replayed before under the same
 key (refused), 130 interrupted (run again to resume). --json prints one JSON object with the
 outcome on stdout (messages go to stderr).
 
@@ -764,6 +765,18 @@ async def _async_run(args: argparse.Namespace) -> int:
         return out.finish("error", 2, error=str(exc), records=0)
     offset = previous.time_offset if resume and previous is not None \
         else _retime_offset(log, fmt, args.retime)
+    if mac_key is not None and not resume and not history.lookup(
+            fingerprint, Content(digest, offset)).refused:  # another log: exit 3 below first
+        # a topic a final marker closed already: the worker would ignore this copy (issue #24)
+        from agents.commands._replay_target import earlier_final_marker, refusal
+
+        first = next(iter(read_log(log, fmt)), None)
+        earlier = await earlier_final_marker(bootstrap, topic, mac_key)
+        why = None if earlier is None or first is None else refusal(
+            earlier, topic, first.event.ts + offset)
+        if why is not None:
+            print(f"stream-dp replay: {why}", file=sys.stderr)
+            return out.finish("error", 2, error="topic closed by an earlier replay")
     content = Content(digest, offset)
     where = str(log.resolve())
     verdict = history.check_and_record(

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -250,3 +251,65 @@ def test_replay_speed_and_worker_start_order_do_not_change_releases(
     vp = {k: json.loads(paced[k][0])["value"] for k in keys}
     assert all(abs(vf[k] - vp[k]) < 0.01 for k in keys)
     assert any(vf[k] != vp[k] for k in keys)  # and their noise is their own
+
+
+@pytest.mark.slow  # one deployment, about 30 s
+def test_a_second_copy_of_a_replayed_log_is_refused_or_dead_lettered_never_silent(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Issue #24: replaying a log again into the same markers deployment said "bit for bit"
+    (or, under another key, "budget spent AGAIN") while the worker ignored every event, with
+    no release, no dead letter and no log line. Now `replay` refuses that target up front (exit
+    2, one line: the topic ends with an earlier final marker), and a copy that reaches the
+    topic anyway (another producer) goes to the dead-letter topic as `tick_closed`, counted in
+    a rate-limited warning that names why; the releases do not change."""
+    from tests.integration._users import close_markers
+    from tests.integration.pipeline_support import event_bytes, produce_raw, read_topic
+
+    log = tmp_path / "web.csv"
+    stream_dp("simulate", "searchlogs", "--seed", "7", "--ticks", str(TICKS), "--tick-seconds",
+              "2", "--rate", "20", "--out", str(log), "--domain-out", str(tmp_path / "domain.toml"),
+              "--settings-out", str(tmp_path / "stream-dp.toml"), check=True)
+    n = len(Domain.from_file(tmp_path / "domain.toml").names)
+    rows = _csv_rows(log)
+    s = _settings(kafka_broker, tmp_path, unique_name, KEY_1, epsilon=1.0)
+    with _worker(s, tmp_path) as proc:
+        _replay(log, s)
+        first = asyncio.run(wait_for_ticks(s, n, TICKS, timeout_s=120, poll_s=0.5))
+        sent = len(asyncio.run(read_topic(s.bootstrap, s.events_topic)))
+        again = stream_dp("replay", str(log), "--bootstrap", s.bootstrap, "--topic",
+                          s.events_topic, "--key-file", s.key_file, "--until", UNTIL,
+                          "--restart")
+        assert again.returncode == 2, again.stdout + again.stderr
+        lines = [x for x in again.stderr.splitlines() if x.strip()]
+        assert len(lines) == 1 and "already ends with the final close marker" in lines[0]
+        assert "tick_closed" in lines[0] and "fresh deployment" in lines[0]
+        assert len(asyncio.run(read_topic(s.bootstrap, s.events_topic))) == sent  # nothing sent
+
+    # while the worker is stopped, another producer writes the same events, then copies of the
+    # final markers: on restart each partition's fetch ends with a marker that closes nothing
+    # (such a batch was never committed, so the copy vanished without a trace)
+    copies = [(k, v, None, []) for k, v in (
+        event_bytes(r["key"], float(r["ts"]), float(r.get("value") or 1.0)) for r in rows)]
+    finals = [m for m in close_markers(s.bootstrap, s.events_topic) if m.json()["final"]]
+    assert len(finals) == s.events_partitions
+    asyncio.run(produce_raw(s, [*copies, *((None, m.value, m.partition, list(m.headers))
+                                           for m in finals)]))
+    with _worker(s, tmp_path) as proc:
+        worker_log = tmp_path / f"{s.app_id}.log"
+        deadline = time.monotonic() + 90
+        while True:
+            dead = asyncio.run(read_topic(s.bootstrap, s.dlq_topic))
+            if len(dead) >= len(rows):
+                break
+            assert proc.poll() is None, worker_log.read_text()[-3000:]
+            assert time.monotonic() < deadline, (len(dead), worker_log.read_text()[-3000:])
+            time.sleep(0.5)
+        after = asyncio.run(released(s))
+    assert sorted(json.loads(d.value)["reason"] for d in dead) == ["tick_closed"] * len(rows)
+    warnings = [json.loads(x)["msg"] for x in worker_log.read_text().splitlines()
+                if "events for ticks already closed" in x]
+    assert warnings and len(warnings) <= 4, warnings  # rate-limited: 3, then 1 per 10 s
+    assert "replayed again into this markers deployment" in warnings[0]
+    assert f"went to {s.dlq_topic} as tick_closed" in warnings[0]
+    assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in first.items()}

@@ -177,37 +177,59 @@ def test_resume_skips_records_delivered_after_the_last_checkpoint(
 def test_key_fingerprint_same_key_reproduces_other_key_warns(
     kafka_broker: str, unique_name: str, tmp_path: Path
 ) -> None:
-    create_topic(kafka_broker, unique_name, partitions=1)
+    """Each replay goes to a fresh topic (a fresh deployment): the same key says the releases
+    are reproduced, another key that the budget is spent again. Into a topic an earlier replay
+    closed already (its final marker ends the partitions), replay refuses, exit 2, one line:
+    a markers worker would dead-letter every event (tick_closed) and release nothing new, while
+    replay used to say "bit for bit" or "spent AGAIN" (issue #24)."""
+    topics = [unique_name, unique_name + "-same", unique_name + "-other"]
+    for topic in topics:
+        create_topic(kafka_broker, topic, partitions=1)
     log = tmp_path / "small.csv"
     log.write_text("ts,key\n1704067200,item1\n1704067201,item2\n", encoding="utf-8")
-    args = ("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name, "--restart",
-            "--until", "2024-01-01T00:00:30Z")
-    first = stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
-    assert "first replay" in first.stdout and "WARNING" not in first.stdout
-    same = stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
-    assert "same noise key" in same.stdout and "bit for bit" in same.stdout
     key_file = tmp_path / "key"
     key_file.write_text(KEY_B)
     key_file.chmod(0o600)  # key files open to group or others are refused
-    other = stream_dp(*args, "--key-file", str(key_file), env={"STREAM_DP_KEY": KEY_A}, check=True)
-    assert "WARNING" in other.stdout and "spent AGAIN" in other.stdout
+
+    def replay(topic: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        return stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", topic,
+                         "--restart", "--until", "2024-01-01T00:00:30Z", *extra,
+                         env={"STREAM_DP_KEY": KEY_A})
+
+    first = replay(topics[0])
+    assert first.returncode == 0 and "first replay" in first.stdout
+    assert "WARNING" not in first.stdout
+    for extra, signed in (((), "signed with this key"),
+                          (("--key-file", str(key_file)), "signed with another noise key")):
+        again = replay(topics[0], *extra)  # the same topic: its ticks are closed
+        assert again.returncode == 2, again.stdout + again.stderr
+        lines = [x for x in again.stderr.splitlines() if x.strip()]
+        assert len(lines) == 1 and "Traceback" not in again.stderr, again.stderr
+        assert f"{topics[0]} already ends with the final close marker" in lines[0]
+        assert signed in lines[0] and "nothing was sent" in lines[0]
+    same = replay(topics[1])
+    assert same.returncode == 0 and "same noise key" in same.stdout
+    assert "bit for bit" in same.stdout
+    other = replay(topics[2], "--key-file", str(key_file))
+    assert other.returncode == 0 and "WARNING" in other.stdout and "spent AGAIN" in other.stdout
     assert KEY_A not in first.stdout + same.stdout + other.stdout + other.stderr
-    assert len(read_events(kafka_broker, unique_name)) == 6  # three full replays
+    assert [len(read_events(kafka_broker, t)) for t in topics] == [2, 2, 2]  # nothing twice
     # each replay ends with a final close marker in every partition at --until (not at the last
     # event's time), signed for this topic and partition with the key it was run with (#23 item 5)
-    markers = sorted(close_markers(kafka_broker, unique_name), key=lambda m: m.offset)
-    assert [m.json()["time"] for m in markers] == [1704067230.0] * 3
-    assert all(m.json()["schema"] == "dp.close.v2" and m.json()["final"] for m in markers)
     keys = [bytes.fromhex(KEY_A), bytes.fromhex(KEY_A), bytes.fromhex(KEY_B)]
-    for m, key in zip(markers, keys, strict=True):
-        good = parse_close_marker(m.value, mac_key=marker_key(key), topic=unique_name,
+    for topic, key in zip(topics, keys, strict=True):
+        markers = close_markers(kafka_broker, topic)
+        assert [m.json()["time"] for m in markers] == [1704067230.0]
+        assert all(m.json()["schema"] == "dp.close.v2" and m.json()["final"] for m in markers)
+        m = markers[0]
+        good = parse_close_marker(m.value, mac_key=marker_key(key), topic=topic,
                                   partition=m.partition)
         assert good == (1704067230.0, True)
-        other = bytes.fromhex(KEY_B if key == bytes.fromhex(KEY_A) else KEY_A)
-        assert not isinstance(parse_close_marker(m.value, mac_key=marker_key(other),
-                                                 topic=unique_name, partition=m.partition), tuple)
+        wrong = bytes.fromhex(KEY_B if key == bytes.fromhex(KEY_A) else KEY_A)
+        assert not isinstance(parse_close_marker(m.value, mac_key=marker_key(wrong),
+                                                 topic=topic, partition=m.partition), tuple)
         assert not isinstance(parse_close_marker(m.value, mac_key=marker_key(key),
-                                                 topic=unique_name + "x", partition=m.partition),
+                                                 topic=topic + "x", partition=m.partition),
                               tuple)
 
 
@@ -242,16 +264,24 @@ def test_changed_log_under_the_same_key_is_refused_whole_log_checked(
         assert status["status"] == "log_differs" and status["exit_status"] == 3
         assert "REFUSED" in proc.stderr and "differs" in proc.stderr
         assert len(read_events(kafka_broker, unique_name)) == sent  # nothing sent
-        # another key: fresh noise, the budget is spent again, said out loud (a key is bound to
-        # one log for good: KEY_B on a second changed log would be refused too)
-        other = stream_dp(*args, env={"STREAM_DP_KEY": fresh_key}, check=True)
+        # another key into a fresh topic (a fresh deployment): fresh noise, the budget is spent
+        # again, said out loud (a key is bound to one log for good: KEY_B on a second changed
+        # log would be refused too). Into this topic, which key A's final marker closed, replay
+        # refuses (exit 2: that deployment's worker would ignore it; issue #24).
+        fresh = [*args[:5], unique_name + "-" + change, *args[6:]]
+        create_topic(kafka_broker, fresh[5], partitions=1)
+        closed = stream_dp(*args, env={"STREAM_DP_KEY": fresh_key})
+        assert closed.returncode == 2 and "signed with another noise key" in closed.stderr
+        other = stream_dp(*fresh, env={"STREAM_DP_KEY": fresh_key}, check=True)
         status = json.loads(other.stdout)
         assert status["key"] == "different" and status["budget"] == "spent_again"
         assert "spent AGAIN" in other.stderr
         # back to key A: the state now records key B's replay; restore the original log
         log.write_text("ts,key\n" + "\n".join(rows) + "\n", encoding="utf-8")
-        stream_dp(*args, env={"STREAM_DP_KEY": KEY_A}, check=True)
-        sent = len(read_events(kafka_broker, unique_name))
+        fresh[5] += "-a"
+        create_topic(kafka_broker, fresh[5], partitions=1)
+        stream_dp(*fresh, env={"STREAM_DP_KEY": KEY_A}, check=True)
+        assert len(read_events(kafka_broker, unique_name)) == sent
 
 
 def test_bad_line_names_its_line_and_nothing_is_sent(
@@ -347,8 +377,10 @@ def test_the_guard_follows_the_content_not_the_file_name(
 ) -> None:
     """#23 item 7: a changed log under another name, a prefix then the full log under another
     name: refused with exit 3 and nothing sent; the very same log under another name: allowed
-    (a bit-identical replay, no new budget)."""
-    create_topic(kafka_broker, unique_name, partitions=2)
+    (a bit-identical replay, no new budget). Each allowed replay goes to a fresh topic (a fresh
+    deployment): a topic an earlier replay closed is refused on its own (exit 2, issue #24)."""
+    for suffix in ("", "-copy", "-c"):
+        create_topic(kafka_broker, unique_name + suffix, partitions=2)
     rows = [f"{1704067200 + i * 0.5:.1f},item{i % 5}" for i in range(200)]
 
     def write(path: Path, lines: list[str]) -> Path:
@@ -356,8 +388,9 @@ def test_the_guard_follows_the_content_not_the_file_name(
         path.write_text("ts,key\n" + "\n".join(lines) + "\n", encoding="utf-8")
         return path
 
-    def replay(log: Path, key: str) -> tuple[int, dict[str, object], str]:
-        proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+    def replay(log: Path, key: str, suffix: str = "") -> tuple[int, dict[str, object], str]:
+        proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic",
+                         unique_name + suffix,
                          "--until", UNTIL, "--json", "--no-progress",
                          env={"STREAM_DP_KEY": key})
         return proc.returncode, json.loads(proc.stdout), proc.stderr
@@ -370,10 +403,9 @@ def test_the_guard_follows_the_content_not_the_file_name(
 
     # the same bytes under another name and folder: the same releases, no new budget
     copy = write(tmp_path / "b" / "renamed.csv", rows)
-    rc, status, _ = replay(copy, KEY_A)
+    rc, status, _ = replay(copy, KEY_A, "-copy")
     assert (rc, status["key"], status["budget"]) == (0, "same", "no_new_budget")
-    sent = len(read_events(kafka_broker, unique_name))
-    assert sent == 400
+    assert len(read_events(kafka_broker, unique_name + "-copy")) == 200
 
     # one event removed, under a third name: the difference would be published exactly
     changed = write(tmp_path / "c" / "sales-fixed.csv", rows[:150] + rows[151:])
@@ -385,13 +417,13 @@ def test_the_guard_follows_the_content_not_the_file_name(
 
     # a prefix first (day 1), then the full log under another name, with another key
     prefix = write(tmp_path / "d" / "day1.csv", rows[:100])
-    rc, status, _ = replay(prefix, KEY_C)
+    rc, status, _ = replay(prefix, KEY_C, "-c")
     assert (rc, status["key"]) == (0, "new")
-    sent = len(read_events(kafka_broker, unique_name))
+    sent = len(read_events(kafka_broker, unique_name + "-c"))
     full = write(tmp_path / "e" / "week.csv", rows)
-    rc, status, err = replay(full, KEY_C)
+    rc, status, err = replay(full, KEY_C, "-c")
     assert rc == 3 and status["status"] == "log_differs" and str(prefix) in err
-    assert len(read_events(kafka_broker, unique_name)) == sent
+    assert len(read_events(kafka_broker, unique_name + "-c")) == sent
 
     history = ReplayHistory()  # $STREAM_DP_REPLAY_HISTORY of this test
     text = history.path.read_text()

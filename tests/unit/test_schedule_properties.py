@@ -281,6 +281,33 @@ def test_markers_schedule_closes_only_at_markers(tmp_path: Path) -> None:
     assert [sums.get((t, leaf), 0) * state.unit for t in (1, 2, 3, 4)] == [3.0, 4.0, 3.0, 0.0]
 
 
+def test_a_second_replay_into_a_markers_deployment_is_dead_lettered_and_committed(
+    tmp_path: Path,
+) -> None:
+    """The same log replayed again into the same topic (issue #24): its events fall in ticks
+    the first copy's final marker closed (dead letters ``tick_closed``) and its markers close
+    nothing. The records must still make the state dirty (its offset moved, dead letters wait):
+    a batch ending with a marker that closed nothing left it clean, so the worker never
+    committed the dead letters nor the offset and ignored the copy in silence."""
+    s = _settings(tmp_path, schedule="markers")
+
+    def copy(first: int) -> list[Record]:
+        recs = [Record(first + i, b"k", _payload("a/x", ORIGIN + 1 + 3 * i, 1.0), 0, 0)
+                for i in range(10)]
+        headers, raw = _marker(ORIGIN + 31.0, True)  # final: closes through tick 4
+        return [*recs, Record(first + 10, None, raw, 0, 0, headers)]
+
+    state = IngestState(s, _ROUTER, 0, offset=0)
+    state.process_batch(copy(0))
+    assert state.next_tick == 5 and state.dirty and not state.out.dead_letters
+    state.out.clear()  # what the worker's commit does
+    state.dirty = False
+    state.process_batch(copy(11))
+    assert state.next_tick == 5 and not state.out.entries  # nothing closes again
+    assert [r.reason for _, r, _, _ in state.out.dead_letters] == ["tick_closed"] * 10
+    assert state.offset == 22 and state.dirty  # committed with the next transaction
+
+
 def test_clock_rule_ignores_markers(tmp_path: Path) -> None:
     s = _settings(tmp_path)
     headers, raw = _marker(ORIGIN + 1e6, True)

@@ -1,0 +1,126 @@
+"""What ``stream-dp replay`` finds in the events topic before it sends anything.
+
+A markers deployment closes its ticks at the close markers a replay writes; the final one
+closes every tick up to the one containing ``--until``. A topic whose partitions already end
+with such a final marker has been replayed into before: a worker reading it dead-letters every
+event of the closed ticks (``tick_closed``: their releases are out) and ignores markers that
+close nothing, so a second copy of a log releases nothing new — and the events of a copy that
+fall after the earlier ``--until`` would be counted twice. Replay looks at the last record of
+every partition (one fetch each) and refuses such a target up front (issue #24: replay used to
+say "budget spent again" while the worker ignored every event).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+
+from agents.codec import CLOSE_HEADER, CLOSE_SCHEMA, parse_close_marker
+
+__all__ = ["EarlierFinal", "earlier_final_marker", "refusal"]
+
+
+@dataclass(frozen=True)
+class EarlierFinal:
+    """The latest final close marker found at the end of a partition of the events topic."""
+
+    #: the marker's time (Unix seconds): ticks up to the one containing it are closed
+    time: float
+    #: True if its MAC verifies under this replay's key (the same deployment key)
+    authentic: bool
+    #: how many partitions end with a final marker
+    partitions: int
+
+
+async def earlier_final_marker(bootstrap: str, topic: str, mac_key: bytes,
+                               timeout_s: float = 10.0) -> EarlierFinal | None:
+    """The latest final close marker that ends a partition of ``topic``, or ``None`` (an empty
+    topic, or partitions that end with anything else). ``mac_key`` is this replay's marker key
+    (:func:`agents.codec.marker_key`); a marker that does not verify under it is reported with
+    ``authentic=False`` (written under another noise key). Reads one record per partition;
+    ``timeout_s`` bounds the whole look (seconds)."""
+    from aiokafka import AIOKafkaConsumer
+
+    from agents.commands._client import start_client, topic_partitions
+    from agents.security import client_kwargs
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                group_id=None, **client_kwargs())
+    await start_client(consumer)
+    found: list[tuple[float, bool]] = []
+    try:
+        tps = await topic_partitions(consumer, topic)
+        ends = await consumer.end_offsets(tps)
+        todo = {tp: int(ends[tp]) - 1 for tp in tps if int(ends.get(tp, 0)) > 0}
+        if not todo:
+            return None
+        consumer.assign(list(todo))
+        for tp, last in todo.items():
+            consumer.seek(tp, last)
+        deadline = time.monotonic() + timeout_s
+        while todo and time.monotonic() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for tp, records in batch.items():
+                for r in records:
+                    if r.offset != todo.get(tp):
+                        continue
+                    del todo[tp]
+                    got = _final(r.value, dict(r.headers or ()), mac_key, topic, tp.partition)
+                    if got is not None:
+                        found.append(got)
+            # a partition whose last offset is a transaction marker yields no record: stop
+            # waiting for it once everything fetched is past it
+            for tp in list(todo):
+                if await consumer.position(tp) > todo[tp]:
+                    del todo[tp]
+    finally:
+        await consumer.stop()
+    if not found:
+        return None
+    latest = max(t for t, _ in found)
+    return EarlierFinal(latest, any(a for t, a in found if t == latest), len(found))
+
+
+def _final(value: bytes | None, headers: dict[str, bytes], mac_key: bytes, topic: str,
+           partition: int) -> tuple[float, bool] | None:
+    """``(time, authentic)`` of a final close marker, else ``None``."""
+    if CLOSE_HEADER not in headers:
+        return None
+    got = parse_close_marker(value, mac_key=mac_key, topic=topic, partition=partition)
+    if isinstance(got, tuple):
+        at, final = got
+        return (at, True) if final else None
+    try:  # not under this key: is it another key's final marker?
+        doc = json.loads(value or b"")
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("schema") != CLOSE_SCHEMA or doc.get("final") is not True:
+        return None
+    t = doc.get("time")
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+        return None
+    return float(t), False
+
+
+def refusal(found: EarlierFinal, topic: str, first_event: float) -> str | None:
+    """The one-line reason to refuse replaying a log whose first event is at ``first_event``
+    (Unix seconds, after any --retime shift) into ``topic``, or ``None`` if its events lie
+    after the earlier final marker."""
+    from datetime import UTC, datetime
+
+    if first_event > found.time:
+        return None
+    when = datetime.fromtimestamp(found.time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    where = f"{topic} already ends with the final close marker of an earlier replay ({when}"
+    if found.authentic:
+        return (f"{where}, signed with this key): a markers deployment reading it has closed "
+                "those ticks, so it would dead-letter these events (tick_closed) and release "
+                "nothing new. To reproduce the releases replay into a fresh deployment (new "
+                "app_id and topics; same key and settings: bit-identical, no new budget); "
+                "nothing was sent")
+    return (f"{where}, signed with another noise key): the deployment reading it runs with "
+            "another key, so its worker would dead-letter this replay's markers "
+            "(forged_marker) and these events (tick_closed); nothing was sent. Replay with "
+            "that deployment's key, or into a fresh deployment (new app_id and topics)")
