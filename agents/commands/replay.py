@@ -141,9 +141,10 @@ checked before anything is sent.
 
 Exit status: 0 done (or nothing to do), 1 error, 2 bad usage, log or key (no key, too open a key
 file, --until missing or in the future, a topic whose partitions end with the final close marker
-of an earlier replay: its deployment has closed those ticks and would ignore the copy), 3 log differs from one replayed before under the same
-key (refused), 130 interrupted (run again to resume). --json prints one JSON object with the
-outcome on stdout (messages go to stderr).
+of an earlier replay: its deployment has closed those ticks and would ignore the copy), 3 log
+differs from one replayed before under the same key (refused), 130 interrupted (run again to
+resume). --json prints one JSON object with the outcome on stdout, its only output there (notes
+and progress always go to stderr).
 
 Examples:
   stream-dp simulate restaurant --seed 7 --ticks 60 --out sales.csv --domain-out domain.toml
@@ -228,7 +229,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--json", action="store_true",
-        help="print the outcome as one JSON object on stdout (messages go to stderr)",
+        help="print the outcome as one JSON object on stdout (notes and progress go to stderr "
+             "either way)",
     )
 
 
@@ -601,11 +603,12 @@ NO_KEY = ("no noise key: replay needs the deployment's key (--key-file FILE, $ST
 
 
 class _Out:
-    """Human messages (stdout, or stderr with --json) and the --json outcome object."""
+    """Human messages (stderr, like the progress bar) and the --json outcome object (the only
+    thing on stdout: ``replay ... --json | jq`` reads nothing else)."""
 
     def __init__(self, json_mode: bool) -> None:
         self.json_mode = json_mode
-        self.stream: TextIO = sys.stderr if json_mode else sys.stdout
+        self.stream: TextIO = sys.stderr
         self.result: dict[str, Any] = {"schema": "stream-dp.replay.v1"}
 
     def say(self, text: str) -> None:
@@ -732,6 +735,9 @@ async def _async_run(args: argparse.Namespace) -> int:
     fingerprint = key_fingerprint(key)
     mac_key = marker_key(key) if markers else None
     del key
+    # the Kafka client before anything is recorded or said: on the base install the one line
+    # naming the service extra (stream_dp.cli), not a history entry and a note first
+    import aiokafka  # noqa: F401
     digest = log_digest(log)
     out.result.update(log=str(log), topic=topic, log_sha256=digest)
     history = ReplayHistory(args.history_file)

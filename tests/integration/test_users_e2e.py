@@ -93,7 +93,7 @@ def _replay(log: Path, s: Settings, *extra: str) -> subprocess.CompletedProcess[
 def _run(s: Settings, log: Path, tmp: Path, n_streams: int, *extra: str) -> tuple[
         dict[tuple[str, int], list[bytes]], str]:
     with _worker(s, tmp) as proc:
-        out = _replay(log, s, *extra).stdout
+        out = _replay(log, s, *extra).stderr
         got = asyncio.run(wait_for_ticks(s, n_streams, TICKS, timeout_s=120, poll_s=0.5))
         assert proc.poll() is None, (tmp / f"{s.app_id}.log").read_text()[-3000:]
     return got, out
@@ -123,7 +123,7 @@ def test_same_key_replay_reproduces_releases_bit_for_bit(
     # replay says what the same key on the same log means (to a throwaway topic)
     b = _settings(kafka_broker, tmp_path, f"{unique_name}-b", KEY_1, epsilon=1.0)
     asyncio.run(ensure_topics(b.bootstrap, b))
-    out_b = _replay(log, b, "--restart").stdout
+    out_b = _replay(log, b, "--restart").stderr
     assert "same noise key" in out_b and "bit for bit" in out_b
 
     keys = [(name, t) for name in domain.names for t in range(1, TICKS + 1)]

@@ -68,7 +68,8 @@ def test_replay_csv_sends_every_event_once_keeping_event_time(
     stream_dp("simulate", "restaurant", "--seed", "5", "--ticks", "15", "--out", str(log), check=True)
     proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
                      "--until", UNTIL, env={"STREAM_DP_KEY": KEY_A}, check=True)
-    assert "bit for bit" in proc.stdout
+    assert "bit for bit" in proc.stderr
+    assert proc.stdout == ""  # notes and progress on stderr; stdout is for --json only
     expected = _log_events(log)
     assert sum(expected.values()) > 500
     assert _topic_events(kafka_broker, unique_name) == expected
@@ -78,7 +79,7 @@ def test_replay_csv_sends_every_event_once_keeping_event_time(
 
     again = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
                       "--until", UNTIL, check=True)
-    assert "already replayed completely" in again.stdout
+    assert "already replayed completely" in again.stderr
     assert _topic_events(kafka_broker, unique_name) == expected  # nothing sent twice
 
 
@@ -141,7 +142,7 @@ def test_replay_resumes_after_kill_9_without_duplicates_or_loss(
 
     proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
                      "--until", UNTIL, check=True)
-    assert "resuming" in proc.stdout
+    assert "resuming" in proc.stderr
     assert _topic_events(kafka_broker, unique_name) == expected
 
 
@@ -169,8 +170,8 @@ def test_resume_skips_records_delivered_after_the_last_checkpoint(
 
     proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
                      "--until", UNTIL, check=True)
-    assert f"{sum(expected.values()) - 100} later records already delivered" in proc.stdout
-    assert "0 sent" in proc.stdout
+    assert f"{sum(expected.values()) - 100} later records already delivered" in proc.stderr
+    assert "0 sent" in proc.stderr
     assert _topic_events(kafka_broker, unique_name) == expected
 
 
@@ -197,8 +198,8 @@ def test_key_fingerprint_same_key_reproduces_other_key_warns(
                          env={"STREAM_DP_KEY": KEY_A})
 
     first = replay(topics[0])
-    assert first.returncode == 0 and "first replay" in first.stdout
-    assert "WARNING" not in first.stdout
+    assert first.returncode == 0 and "first replay" in first.stderr
+    assert "WARNING" not in first.stderr
     for extra, signed in (((), "signed with this key"),
                           (("--key-file", str(key_file)), "signed with another noise key")):
         again = replay(topics[0], *extra)  # the same topic: its ticks are closed
@@ -208,11 +209,11 @@ def test_key_fingerprint_same_key_reproduces_other_key_warns(
         assert f"{topics[0]} already ends with the final close marker" in lines[0]
         assert signed in lines[0] and "nothing was sent" in lines[0]
     same = replay(topics[1])
-    assert same.returncode == 0 and "same noise key" in same.stdout
-    assert "bit for bit" in same.stdout
+    assert same.returncode == 0 and "same noise key" in same.stderr
+    assert "bit for bit" in same.stderr
     other = replay(topics[2], "--key-file", str(key_file))
-    assert other.returncode == 0 and "WARNING" in other.stdout and "spent AGAIN" in other.stdout
-    assert KEY_A not in first.stdout + same.stdout + other.stdout + other.stderr
+    assert other.returncode == 0 and "WARNING" in other.stderr and "spent AGAIN" in other.stderr
+    assert KEY_A not in first.stderr + same.stderr + other.stdout + other.stderr
     assert [len(read_events(kafka_broker, t)) for t in topics] == [2, 2, 2]  # nothing twice
     # each replay ends with a final close marker in every partition at --until (not at the last
     # event's time), signed for this topic and partition with the key it was run with (#23 item 5)
@@ -325,7 +326,7 @@ def test_retime_now_shifts_every_event_by_one_constant(
     before = time.time()
     proc = stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
                      "--retime", "now", "--speed", "10", "--no-close-markers", check=True)
-    assert "NEW releases" in proc.stdout and "bit for bit" not in proc.stdout
+    assert "NEW releases" in proc.stderr and "bit for bit" not in proc.stderr
     got = [m.json() for m in sorted(read_events(kafka_broker, unique_name), key=lambda m: m.offset)]
     ts = [m["ts"] for m in got]
     assert [m["key"] for m in got] == ["a", "b", "a"]
@@ -365,7 +366,7 @@ def test_ctrl_c_saves_progress_and_the_same_command_resumes(
             child.kill()
             child.wait()
     assert child.returncode == 130, err
-    assert "interrupted after record" in out and "Traceback" not in err
+    assert "interrupted after record" in err and "Traceback" not in err and out == ""
     st = ReplayState.load(spath)
     assert st is not None and not st.complete and st.records_acked > 0
     stream_dp(*args[3:], check=True)
