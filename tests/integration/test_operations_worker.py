@@ -389,7 +389,11 @@ def test_a_large_backlog_is_announced_shows_progress_and_stops_on_sigterm(
     records = [json.loads(line) for line in _lines(log_path.read_text())]
     assert not [r for r in records if "exc" in r]
     starts = [r["msg"] for r in records if "ticks behind the clock schedule" in r["msg"]]
-    assert len(starts) == 1 and starts[0].startswith("starting 2000"), starts
+    assert len(starts) == 1, starts
+    # said once the release shards are restored: the ingest no longer holds the event loop
+    # while it closes the backlog, so the first 1024-tick transaction may already be out then
+    behind = int(starts[0].split()[1])
+    assert starts[0].startswith("starting ") and 15_000 <= behind <= 20_100, starts
     dropped = [r for r in records if r["msg"] == "dropping a tick without a histogram"]
     assert len(dropped) <= 3 + 12, len(dropped)  # a burst, then one per 10 s
 
