@@ -253,8 +253,9 @@ class IngestStage(_Stage):
         now = time.monotonic()
         said, before = self._hand_over_said
         if left and (not before or now - said >= HAND_OVER_EVERY_S):
-            log.info("ingest: handing over closed ticks: %d tick-partitions left on %d events "
-                     "partitions", left, sum(1 for st in self.states.values() if st.unsent))
+            waiting = [st.unsent_ticks for st in self.states.values() if st.unsent]
+            log.info("ingest: handing over closed ticks: %d ticks left (%d tick-partitions on %d "
+                     "events partitions)", max(waiting, default=0), left, len(waiting))
             self._hand_over_said = (now, left)
         elif not left and before:
             log.info("ingest: every closed tick handed over")

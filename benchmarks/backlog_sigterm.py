@@ -77,7 +77,7 @@ def main() -> None:
                 w.kill()
                 w.wait()
         text = log.read_text(errors="replace")
-        left = [x for x in text.splitlines() if "tick-partitions left" in x]
+        left = [x for x in text.splitlines() if "handing over closed ticks:" in x]
         print(f"exit status {code}, {took:.2f} s from SIGTERM to exit; {len(text.splitlines())} "
               f"stderr lines, traceback: {'Traceback' in text}, forced exit: "
               f"{'did not stop within' in text}; hand-over lines: {len(left)}"

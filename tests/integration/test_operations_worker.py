@@ -499,8 +499,8 @@ def test_sigterm_during_a_huge_backlog_ends_the_worker_in_seconds(
     assert "commit failed" not in text, text[-3000:]  # once: 'commit failed (AssertionError)'
     lines = _lines(text)
     assert len(lines) - signalled <= 12, text[-3000:]  # the stop itself: a few lines
-    left = [json.loads(x)["msg"] for x in lines if "tick-partitions left" in x]
-    assert left and "on 8 events partitions" in left[0], left
+    left = [json.loads(x)["msg"] for x in lines if "ingest: handing over closed ticks" in x]
+    assert left and "ticks left (" in left[0] and "on 8 events partitions)" in left[0], left
 
 
 @pytest.mark.xfail(reason="open bug (closing note, 2026-11-26): noida-db answers the second "
