@@ -344,8 +344,12 @@ async def _async_run(args: argparse.Namespace) -> int:
         return out.finish("error", 2, error=str(exc), records=0)
     offset = previous.time_offset if resume and previous is not None \
         else _retime_offset(log, fmt, args.retime)
-    if mac_key is not None and not resume and not history.lookup(
-            fingerprint, Content(digest, offset)).refused:  # another log: exit 3 below first
+    # another log under this key (in the history, or in an earlier version's state file) is
+    # refused with exit 3 below: that refusal comes first
+    other_log = history.lookup(fingerprint, Content(digest, offset)).refused or any(
+        hmac.compare_digest(fp, fingerprint) and c != Content(digest, offset)
+        for fp, c in _imported(previous))
+    if mac_key is not None and not resume and not other_log:
         # a topic a final marker closed already: the worker would ignore this copy (issue #24)
         from agents.commands._replay_target import earlier_final_marker, refusal
 
