@@ -52,7 +52,8 @@ Exit status: 0 stopped by a signal, 1 a part failed (also: no broker at the boot
 a count beyond the strategy's numeric range), 2 bad settings (also: origin more than
 max_backlog_ticks ticks in the past on the clock schedule, cap x max_events_per_tick beyond the
 strategy's numeric range, topics missing or with other partition counts, the web port in use,
-another worker on this host with the same app_id and worker_id), 3 refused: the
+another worker with the same app_id and worker_id: on this host at start-up, on another
+host once the broker gives this worker's group membership to it), 3 refused: the
 events differ from the ones already released under this deployment's closing points, 4 refused:
 a checkpoint failed authentication or was written under another configuration (change the
 configuration only with a new epoch, docs/operations.md).
