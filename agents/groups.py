@@ -377,6 +377,10 @@ def install_shared_worker_id_detection(gate_instance: str | None = None) -> None
         exc = WorkerIdShared(self.group_id, str(instance), how)
         if _detection["shared"] is None:
             _detection["shared"] = exc
+            # members waiting for the gate go on: their join is refused at once (above), and
+            # a consumer whose start() waits for its first assignment raises instead of hanging
+            for gate in list(_gates.values()):
+                gate.opened.set()
             for callback in list(_shared_listeners):
                 with contextlib.suppress(Exception):
                     callback(exc)

@@ -124,3 +124,4 @@ def test_worker_id_shared_survives_aiokafkas_copy_and_is_a_kafka_error() -> None
     again = copy.copy(exc)
     assert isinstance(again, KafkaError) and str(again) == str(exc)
     assert "same worker_id 'w1'" in str(again) and again.group == "app.ingest"
+
