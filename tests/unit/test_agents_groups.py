@@ -125,3 +125,14 @@ def test_worker_id_shared_survives_aiokafkas_copy_and_is_a_kafka_error() -> None
     assert isinstance(again, KafkaError) and str(again) == str(exc)
     assert "same worker_id 'w1'" in str(again) and again.group == "app.ingest"
 
+
+
+def test_a_pipeline_child_that_finds_its_worker_id_shared_exits_2() -> None:
+    """With pipeline_processes = N the worker's status is its child's (docs/operations.md):
+    a shared worker_id is exit status 2 there too, not 1."""
+    from agents.groups import WorkerIdShared
+    from agents.pipeline_processes import child_exit_status
+
+    assert child_exit_status(WorkerIdShared("app.ingest", "w1.p0", "FENCED_INSTANCE_ID")) == 2
+    assert child_exit_status(RuntimeError("anything else")) == 1
+    assert child_exit_status(None) == 0
