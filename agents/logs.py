@@ -259,6 +259,21 @@ class RateLimitFilter(logging.Filter):
         return True
 
 
+class OrphanedFencingFilter(logging.Filter):
+    """Drops asyncio's 'Future exception was never retrieved' records for aiokafka's
+    ``ProducerFenced``: when another producer takes a transactional id over (a partition that
+    moved to another worker, or a second worker with the same worker_id), aiokafka's sender
+    fails its internal batch futures that nobody awaits, and asyncio prints each with a
+    traceback. The stage already logs the failed commit in one line and recovers or stops."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "asyncio" or not record.exc_info:
+            return True
+        exc = record.exc_info[1]
+        return not (type(exc).__name__ == "ProducerFenced"
+                    and "exception was never retrieved" in str(record.msg))
+
+
 def make_handler(stream: TextIO | None = None, *, json_lines: bool = True,
                  rate_limit: bool = True) -> logging.Handler:
     """A stream handler with :class:`RateLimitFilter` (unless ``rate_limit`` is false),
@@ -266,6 +281,7 @@ def make_handler(stream: TextIO | None = None, *, json_lines: bool = True,
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     if rate_limit:
         handler.addFilter(RateLimitFilter())  # first: it groups by the unformatted template
+    handler.addFilter(OrphanedFencingFilter())
     handler.addFilter(PrivacyFilter())
     if json_lines:
         handler.setFormatter(JsonFormatter())

@@ -64,6 +64,10 @@ def child_exit_status(exc: BaseException | None) -> int:
         return 4
     if isinstance(exc, ScheduleMismatch):
         return 3
+    from agents.groups import WorkerIdShared
+
+    if isinstance(exc, WorkerIdShared):
+        return 2
     return 1
 
 
@@ -121,6 +125,11 @@ def _child_main(settings: Any, child: int, q: Any, json_lines: bool,
     import os
     import sys
 
+    from agents.groups import (
+        WorkerIdShared,
+        add_shared_worker_id_listener,
+        install_shared_worker_id_detection,
+    )
     from agents.logs import configure_logging, register_secret
     from agents.pipeline import run_worker
 
@@ -163,13 +172,32 @@ def _child_main(settings: Any, child: int, q: Any, json_lines: bool,
 
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal)
+        shared: list[BaseException] = []
+
+        def on_shared(exc: BaseException) -> None:
+            # another worker holds this child's membership: one line, a graceful stop, exit 2
+            if not shared:
+                from agents.commands.worker import SHARED_WORKER_ID_HINT
+
+                worker_id = str(settings.worker_id).removesuffix(f".p{child}")
+                log.error("pipeline process %d stopping: another worker runs with the same "
+                          "worker_id %r (consumer group %r: %s). %s", child, worker_id,
+                          getattr(exc, "group", "?"), getattr(exc, "how", exc),
+                          SHARED_WORKER_ID_HINT)
+            shared.append(exc)
+            stop.set()
+
+        install_shared_worker_id_detection(settings.worker_id)
+        add_shared_worker_id_listener(on_shared)
         try:
             await run_worker(settings, stop_event=stop, metrics=RelayMetrics(q, child),
                              on_release=released)
+        except WorkerIdShared as exc:
+            on_shared(exc)
         except Exception as exc:
             log.error("pipeline process %d failed: %s", child, exc, exc_info=exc)
             return child_exit_status(exc)
-        return 0
+        return child_exit_status(shared[0]) if shared else 0
 
     code = asyncio.run(main())
     sys.stdout.flush()

@@ -146,7 +146,12 @@ class Reconciler:
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         )
         election.subscribe([cfg.leader_topic], listener=_LeaderListener(self))
-        await election.start()
+        try:
+            await election.start()  # waits for the first assignment: the join can fail here
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await election.stop()
+            raise
         member_id = ""
         try:
             while not stop_event.is_set():

@@ -52,7 +52,8 @@ Exit status: 0 stopped by a signal, 1 a part failed (also: no broker at the boot
 a count beyond the strategy's numeric range), 2 bad settings (also: origin more than
 max_backlog_ticks ticks in the past on the clock schedule, cap x max_events_per_tick beyond the
 strategy's numeric range, topics missing or with other partition counts, the web port in use,
-another worker on this host with the same app_id and worker_id), 3 refused: the
+another worker with the same app_id and worker_id: on this host at start-up, on another
+host once the broker gives this worker's group membership to it), 3 refused: the
 events differ from the ones already released under this deployment's closing points, 4 refused:
 a checkpoint failed authentication or was written under another configuration (change the
 configuration only with a new epoch, docs/operations.md).
@@ -170,6 +171,25 @@ async def serve(
         if worker_created is not None:  # benchmarks and diagnostics: the in-process pipeline
             worker_created(worker)
 
+    from agents.groups import (
+        WorkerIdShared,
+        add_shared_worker_id_listener,
+        remove_shared_worker_id_listener,
+    )
+
+    shared: list[WorkerIdShared] = []
+
+    def on_shared(exc: WorkerIdShared) -> None:
+        # the first consumer that finds its membership held by another process says it, once;
+        # the graceful stop leaves the other groups, so the other worker takes them over
+        if not shared:
+            log.error("stopping: another worker runs with the same worker_id %r (consumer group "
+                      "%r: %s). %s", settings.worker_id, exc.group, exc.how,
+                      SHARED_WORKER_ID_HINT, extra={"exit_code": 2})
+        shared.append(exc)
+        stop_event.set()
+
+    add_shared_worker_id_listener(on_shared)
     tasks: dict[str, asyncio.Task[Any]] = {}
     if group is not None:
         async def run_group() -> None:
@@ -214,7 +234,9 @@ async def serve(
             if task not in done:
                 continue
             failure = task.exception()
-            if failure is not None:
+            if isinstance(failure, WorkerIdShared):
+                on_shared(failure)  # logged once, by whichever part saw it first
+            elif failure is not None:
                 rc = _report_failure(name, failure)
             elif stopper not in done and not stop_event.is_set():
                 log.error("worker part ended unexpectedly; stopping", extra={"part": name})
@@ -236,6 +258,8 @@ async def serve(
                 if current is not None and current.cancelling():
                     raise  # this coroutine is cancelled: not the part's outcome
                 # the part ended cancelled (a client library cancelled it while stopping)
+            except WorkerIdShared as exc:
+                on_shared(exc)
             except Exception as exc:
                 # a part that failed after the stop was requested (e.g. the pipeline, whose
                 # failure also sets the stop event): the same statuses as a failure before it
@@ -243,10 +267,21 @@ async def serve(
                 reported.add(name)
                 rc = rc or code
         stopper.cancel()
+        remove_shared_worker_id_listener(on_shared)
         if server is not None:
             await server.stop()
+    if shared:
+        rc = 2  # documented: two workers with one worker_id is a settings problem
     log.info("worker stopped", extra={"exit_code": rc})
     return rc
+
+
+#: what to do when another worker runs with this worker's worker_id (the same text on one host,
+#: at start-up, and across hosts, when the broker's group membership shows it)
+SHARED_WORKER_ID_HINT = (
+    "Give each worker its own stable --worker-id / STREAM_DP_WORKER_ID (the default is the "
+    "host name; e.g. the StatefulSet pod name); the other worker keeps running"
+)
 
 
 class StartupProblem(RuntimeError):
@@ -508,9 +543,13 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     configure_logging(settings.log_level, json_lines=not args.plain_logs)
-    from agents.groups import install_fencing_detector
+    from agents.groups import install_fencing_detector, install_shared_worker_id_detection
 
     install_fencing_detector(settings.worker_id)
+    # the pipeline's first group gates the others when it runs in this process (children
+    # gate their own groups)
+    in_process = int(getattr(settings, "pipeline_processes", 0)) == 0
+    install_shared_worker_id_detection(settings.worker_id if in_process else None)
     register_secret(key)
     del key
     try:

@@ -15,6 +15,7 @@ import json
 import signal
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -29,12 +30,23 @@ STREAMS = {"all", "eu", "us", "eu/fr", "eu/de", "us/ny"}
 OUTAGE_S = 15.0
 
 
-async def _releases(bootstrap: str, topic: str) -> dict[tuple[str, int], set[bytes]]:
+async def _releases(bootstrap: str, topic: str,
+                    committed: bool = True) -> dict[tuple[str, int], set[bytes]]:
     out: dict[tuple[str, int], set[bytes]] = {}
-    for r in await ps.read_topic(bootstrap, topic):
+    for r in await ps.read_topic(bootstrap, topic, committed=committed):
         m = json.loads(r.value)
         out.setdefault((m["stream"], m["tick"]), set()).add(r.value)
     return out
+
+
+def _conflicting(bootstrap: str, topic: str) -> dict[tuple[str, int], set[float]]:
+    """(stream, tick) -> its different released values, where there is more than one: every
+    copy counts, also those of aborted transactions that a read_uncommitted subscriber sees."""
+    values: dict[tuple[str, int], set[float]] = {}
+    for committed in (True, False):
+        for key, copies in asyncio.run(_releases(bootstrap, topic, committed)).items():
+            values.setdefault(key, set()).update(json.loads(c)["value"] for c in copies)
+    return {k: v for k, v in values.items() if len(v) > 1}
 
 
 def _complete_through(rel: dict[tuple[str, int], set[bytes]]) -> int:
@@ -92,6 +104,8 @@ def test_worker_survives_a_broker_outage_and_stops_promptly_during_one(tmp_path:
         assert last > before + OUTAGE_S
         conflicting = {k: v for k, v in rel.items() if len(v) > 1}
         assert not conflicting, sorted(conflicting)[:5]
+        conflicting_values = _conflicting(broker.bootstrap, counts)
+        assert not conflicting_values, sorted(conflicting_values.items())[:5]
         assert {s for s, _ in rel} == STREAMS
 
         # 3. SIGTERM during another outage: stops within 10 s, exit 0, no traceback
@@ -114,6 +128,17 @@ def test_worker_survives_a_broker_outage_and_stops_promptly_during_one(tmp_path:
     assert "Traceback" not in text and "Unclosed" not in text, text[-3000:]
     records = [json.loads(line) for line in _log_lines(log_path)]
     assert not [r for r in records if "exc" in r], [r for r in records if "exc" in r][:2]
+    # The issue's promise, "SIGTERM during the outage ends the worker within 10 s", read from
+    # the worker's own log (its clock, from the signal to its last line), not from this test's
+    # scheduling on a busy machine.
+    signalled = next(r["ts"] for r in records if r["msg"] == "stop signal received; stopping "
+                     "gracefully")
+    stopped = next((r["ts"] for r in records if r["msg"] == "worker stopped"), None)
+    assert stopped is not None, records[-3:]  # not the forced exit after STOP_GRACE_S
+    took = (datetime.fromisoformat(stopped.replace("Z", "+00:00"))
+            - datetime.fromisoformat(signalled.replace("Z", "+00:00"))).total_seconds()
+    print(f"outage: stop signal to 'worker stopped' in {took:.1f} s (worker's log)")
+    assert took <= 10.0, (signalled, stopped)
 
 
 @pytest.mark.stress

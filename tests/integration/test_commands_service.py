@@ -207,8 +207,14 @@ def test_worker_serves_releases_histograms_health_and_stops_on_sigterm(
             time.sleep(0.3)
         assert _http(base + "/healthz") == (200, '{"status": "ok"}')
         asyncio.run(_send_events(kafka_broker, env["STREAM_DP_EVENTS_TOPIC"], 30))
-        counts = asyncio.run(_read(kafka_broker, env["STREAM_DP_COUNTS_TOPIC"], 5 * 6))
-        assert {c["stream"] for c in counts} == {"all", "eu", "us", "eu/fr", "eu/de", "us/ny"}
+        streams = {"all", "eu", "us", "eu/fr", "eu/de", "us/ny"}
+        # the first records read may all come from one counts partition (a burst of ticks
+        # released at once after start-up): read more until every stream has shown up
+        for want in (5 * 6, 20 * 6, 80 * 6):
+            counts = asyncio.run(_read(kafka_broker, env["STREAM_DP_COUNTS_TOPIC"], want))
+            if {c["stream"] for c in counts} == streams:
+                break
+        assert {c["stream"] for c in counts} == streams
         hists = asyncio.run(_read(kafka_broker, env["STREAM_DP_HISTOGRAMS_TOPIC"], 2))
         assert len(hists) >= 2 and all(h["domain"] == "shop" for h in hists)
         accepted = 'stream_dp_events_total{result="accepted"} 30.0'

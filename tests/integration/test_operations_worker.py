@@ -373,7 +373,8 @@ def test_a_large_backlog_is_announced_shows_progress_and_stops_on_sigterm(
     without a histogram', once 16,528 lines in 20 s) is rate-limited, and SIGTERM stops it
     with exit status 0 (it used to be silent, flood, and notice SIGTERM after 32 s)."""
     env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
-    env["STREAM_DP_ORIGIN"] = str(float(int(time.time()) - 20_000))
+    origin = float(int(time.time()) - 20_000)
+    env["STREAM_DP_ORIGIN"] = str(origin)
     assert cli("topics", "create", env=env).returncode == 0
     log_path = tmp_path / "w.log"
     worker = _start_worker(env, log_path)
@@ -389,11 +390,12 @@ def test_a_large_backlog_is_announced_shows_progress_and_stops_on_sigterm(
     records = [json.loads(line) for line in _lines(log_path.read_text())]
     assert not [r for r in records if "exc" in r]
     starts = [r["msg"] for r in records if "ticks behind the clock schedule" in r["msg"]]
-    assert len(starts) == 1, starts
-    # said once the release shards are restored: the ingest no longer holds the event loop
-    # while it closes the backlog, so the first 1024-tick transaction may already be out then
+    assert len(starts) == 1 and starts[0].startswith("starting "), starts
+    # said once the release shards are restored: the ingest no longer holds the event loop while
+    # it closes the backlog, so the first hand-over transaction may already be out then; at most
+    # the ticks due now (1 s ticks; start-up on a busy machine takes seconds)
     behind = int(starts[0].split()[1])
-    assert starts[0].startswith("starting ") and 15_000 <= behind <= 20_100, starts
+    assert 15_000 <= behind <= time.time() - origin, starts
     dropped = [r for r in records if r["msg"] == "dropping a tick without a histogram"]
     assert len(dropped) <= 3 + 12, len(dropped)  # a burst, then one per 10 s
 
@@ -503,30 +505,53 @@ def test_sigterm_during_a_huge_backlog_ends_the_worker_in_seconds(
     assert left and "ticks left (" in left[0] and "on 8 events partitions)" in left[0], left
 
 
-@pytest.mark.xfail(reason="open bug (closing note, 2026-11-26): noida-db answers the second "
-                   "static member's JoinGroup with UnknownError (-1), not FENCED_INSTANCE_ID, and "
-                   "the first worker stops with 'cannot connect to the broker' instead of naming "
-                   "the shared worker_id; fails the same on the branch that added it",
-                   strict=False)
-def test_two_workers_sharing_a_worker_id_across_hosts_are_named(
-    tmp_path: Path, kafka_broker: str, unique_name: str
+@pytest.mark.parametrize("second", ["at-once", "later"])
+def test_two_workers_sharing_a_worker_id_across_hosts_one_stops_with_exit_2(
+    tmp_path: Path, kafka_broker: str, unique_name: str, second: str
 ) -> None:
     """Two workers with one worker_id that the same-host check cannot see (here: the broker
-    named as 127.0.0.1 and as localhost, as from two hosts) fence each other's membership for
-    ever; one warning line says what is going on and what to do."""
+    named as 127.0.0.1 and as localhost, as from two hosts) share one static group membership.
+    They used to fence each other for ever, or (noida-db answering the overtaken JoinGroup with
+    FENCED_INSTANCE_ID, which aiokafka calls UnknownError) one stopped with 'cannot connect to
+    the broker'. Now the fenced one says in one line that another worker runs with its
+    worker_id and how to fix it, exits 2, and the other keeps running and releasing.
+
+    at-once: both start together (noida-db answers the overtaken JoinGroup with
+    FENCED_INSTANCE_ID; which one stops is decided in the first group). later: the second
+    starts once the first releases; it takes the static memberships over as on Kafka, the
+    first gets UNKNOWN_MEMBER_ID, finds the other process's member in the group and stops."""
     env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
     assert cli("topics", "create", env=env).returncode == 0
     other = {**env, "STREAM_DP_BOOTSTRAP": kafka_broker.replace("127.0.0.1", "localhost")}
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    workers = [_start_worker(env, logs[0]), _start_worker(other, logs[1])]
+    workers = [_start_worker(env, logs[0])]
+    if second == "later":
+        assert len(asyncio.run(_read(kafka_broker, env["STREAM_DP_COUNTS_TOPIC"], 6))) >= 6
+    workers.append(_start_worker(other, logs[1]))
     try:
         deadline = time.monotonic() + 120
-        while not any("membership was taken over" in p.read_text() for p in logs):
-            assert all(w.poll() is None for w in workers), logs[0].read_text()[-2000:]
-            assert time.monotonic() < deadline, logs[0].read_text()[-3000:]
+        while all(w.poll() is None for w in workers):
+            assert time.monotonic() < deadline, "".join(p.read_text()[-1500:] for p in logs)
             time.sleep(0.5)
+        [loser] = [i for i, w in enumerate(workers) if w.poll() is not None]
+        survivor = workers[1 - loser]
+        counts = env["STREAM_DP_COUNTS_TOPIC"]
+        before = len(asyncio.run(_read(kafka_broker, counts, 10**9, timeout=3)))
+        # the survivor owns every partition now and goes on releasing (6 streams a tick)
+        after = asyncio.run(_read(kafka_broker, counts, before + 12, timeout=90))
+        assert len(after) >= before + 12, logs[1 - loser].read_text()[-3000:]
+        assert survivor.poll() is None, logs[1 - loser].read_text()[-3000:]
     finally:
         for w, p in zip(workers, logs, strict=True):
-            _stop(w, p)
-    text = "".join(p.read_text() for p in logs)
-    assert "same worker_id" in text and "--worker-id" in text
+            if w.poll() is None:
+                _stop(w, p)
+    text = logs[loser].read_text()
+    assert workers[loser].returncode == 2, text[-3000:]
+    assert "Traceback" not in text and "cannot connect" not in text, text[-3000:]
+    errors = [r for r in map(json.loads, _lines(text)) if r["level"] == "error"]
+    assert len(errors) == 1, errors
+    line = errors[0]["msg"]
+    assert "same worker_id 'w1'" in line and "--worker-id / STREAM_DP_WORKER_ID" in line, line
+    if second == "later":  # Kafka's rule: the newer member keeps the membership
+        assert loser == 0 and "a member of another process holds" in line, line
+    assert workers[1 - loser].returncode == 0  # the survivor stopped by our SIGTERM only

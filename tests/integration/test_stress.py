@@ -51,3 +51,15 @@ def test_two_pipeline_processes_become_ready(tmp_path: Path, kafka_broker: str,
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def test_worker_with_two_pipeline_processes_serves_and_stops(
+        tmp_path: Path, kafka_broker: str, unique_name: str, stress_round: int) -> None:
+    """The whole scenario of the pipeline_processes = 2 liveness bug (issue #24), repeated:
+    ready, releases, histograms, metrics relayed, every child gone after SIGTERM (the test of
+    test_commands_service.py with two pipeline processes)."""
+    from tests.integration.test_commands_service import (
+        test_worker_serves_releases_histograms_health_and_stops_on_sigterm as scenario,
+    )
+
+    scenario(tmp_path, kafka_broker, unique_name, "2")

@@ -73,3 +73,66 @@ async def test_a_refused_offset_commit_of_a_static_member_does_not_rejoin(
     dynamic = member(None)
     await cls._do_commit_offsets(dynamic, None, {})
     assert dynamic.member_id == "" and dynamic._rejoin_needed_fut.done()
+
+
+async def test_a_member_of_another_process_with_our_client_id_means_a_shared_worker_id() -> None:
+    """After UNKNOWN_MEMBER_ID a static member describes its group: a member with its own
+    client id (``<app_id>-<stage>-<worker_id>``) that this process never was belongs to another
+    worker with the same worker_id; its own (old) member, members of other workers and a group
+    without such a member (an expired session) are not."""
+    from types import SimpleNamespace
+
+    from agents import groups
+
+    def described(*members: tuple[str, str]) -> Any:
+        rows = [(m, c, "/10.0.0.1", b"", b"") for m, c in members]
+        return SimpleNamespace(groups=[(0, "g", "Stable", "consumer", "roundrobin", rows)])
+
+    class Client:
+        _client_id = "app-ingest-w1"
+
+        def __init__(self, answer: Any) -> None:
+            self.answer = answer
+
+        async def send(self, node: int, request: Any) -> Any:
+            assert type(request).__name__ == "DescribeGroupsRequest"
+            return self.answer
+
+    def coordinator(answer: Any) -> Any:
+        return SimpleNamespace(_client=Client(answer), coordinator_id=1, group_id="g")
+
+    groups._own_member_ids.add("app-ingest-w1-ours")
+    other = ("app-ingest-w1-theirs", "app-ingest-w1")
+    assert await groups._held_by_another_process(coordinator(described(other)))
+    assert not await groups._held_by_another_process(coordinator(described(
+        ("app-ingest-w1-ours", "app-ingest-w1"), ("app-ingest-w2-x", "app-ingest-w2"))))
+    assert not await groups._held_by_another_process(coordinator(described()))
+
+
+def test_worker_id_shared_survives_aiokafkas_copy_and_is_a_kafka_error() -> None:
+    """aiokafka copies the error it hands to the consumer's caller, and its fetcher ignores
+    only KafkaErrors quietly (anything else: 'Unexpected error in fetcher routine' with a
+    traceback)."""
+    import copy
+
+    from aiokafka.errors import KafkaError
+
+    from agents.groups import WorkerIdShared
+
+    exc = WorkerIdShared("app.ingest", "w1", "the broker answered JoinGroupRequest with "
+                         "FENCED_INSTANCE_ID")
+    again = copy.copy(exc)
+    assert isinstance(again, KafkaError) and str(again) == str(exc)
+    assert "same worker_id 'w1'" in str(again) and again.group == "app.ingest"
+
+
+
+def test_a_pipeline_child_that_finds_its_worker_id_shared_exits_2() -> None:
+    """With pipeline_processes = N the worker's status is its child's (docs/operations.md):
+    a shared worker_id is exit status 2 there too, not 1."""
+    from agents.groups import WorkerIdShared
+    from agents.pipeline_processes import child_exit_status
+
+    assert child_exit_status(WorkerIdShared("app.ingest", "w1.p0", "FENCED_INSTANCE_ID")) == 2
+    assert child_exit_status(RuntimeError("anything else")) == 1
+    assert child_exit_status(None) == 0

@@ -158,3 +158,34 @@ def test_plain_logs_show_the_extra_fields_like_json_logs() -> None:
         logger.removeHandler(handler)
     line = out.getvalue()
     assert "worker started" in line and "streams=7" in line and "total_epsilon" in line
+
+
+async def test_orphaned_producer_fenced_futures_print_nothing() -> None:
+    """A second worker with the same worker_id (or a partition that moved) fences this one's
+    transactional producers; aiokafka fails internal futures nobody awaits and asyncio printed
+    each with a traceback. Those lines are dropped; any other such error is still printed."""
+    import asyncio
+    import gc
+    import io
+    import logging
+
+    from agents.logs import make_handler
+
+    class ProducerFenced(Exception):  # aiokafka.errors.ProducerFenced, by name
+        pass
+
+    out = io.StringIO()
+    logger = logging.getLogger("asyncio")
+    handler = make_handler(out, rate_limit=False)
+    logger.addHandler(handler)
+    try:
+        loop = asyncio.get_running_loop()
+        for exc in (ProducerFenced("newer producer"), ValueError("something else")):
+            fut = loop.create_future()
+            fut.set_exception(exc)
+            del fut
+            gc.collect()
+    finally:
+        logger.removeHandler(handler)
+    text = out.getvalue()
+    assert "ProducerFenced" not in text and "ValueError" in text, text
