@@ -735,6 +735,14 @@ class IngestState:
         if any(not (0 < a <= b < self.next_tick) for a, b, _ in self.unsent):
             raise ValueError("ingest checkpoint lists closed ticks to hand over that are not "
                              "closed")
+        # disjoint and in tick order, as _apply appends them: an overlap or a repeat would hand
+        # a tick over twice (the second time with an empty bucket), a disorder would make
+        # handed_over_through() name the wrong tick; decided_at is a Unix time (seconds)
+        pairs = zip(self.unsent, self.unsent[1:], strict=False)  # neighbours: one shorter
+        if any(b0 >= a1 for (_, b0, _), (a1, _, _) in pairs) or \
+                not all(math.isfinite(t) for _, _, t in self.unsent):
+            raise ValueError("ingest checkpoint lists closed ticks to hand over that overlap, "
+                             "repeat, are out of tick order or have no closing time")
         self.seq = seq
         key_of = self.router.bucket_key
         leaf_mode = self.router.leaf_mode
