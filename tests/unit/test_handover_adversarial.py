@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +102,14 @@ def _oracle(s: Any, log: list[Record], closes: list[tuple[int, int]], fast: bool
 
 
 def _worker(s: Any, log: list[Record], closes: list[tuple[int, int]], limit: int,
-            batches: list[int], crashes: set[int], fast: bool
+            batches: list[int], crashes: set[int], fast: bool, persisted: Sequence[Any] = ()
             ) -> tuple[list[bytes], list[tuple[int, str]], list[tuple[int, int]], int, int]:
     """The ingest stage's loop on one partition with crashes instead of commits at the loop
     iterations in ``crashes``. Returns what the topics hold: partials (encoded, in write
     order), dead letters ``(offset, reason)``, closing points ``(first, through)``, how many
-    lives the worker had and how many of its crashes came with ticks still to hand over."""
+    lives the worker had and how many of its crashes came with ticks still to hand over.
+    ``persisted``: closing points already on the schedule topic (a fresh deployment following
+    them: IngestStage.after_restore), read back at every start."""
     partials: list[bytes] = []
     dead: list[tuple[int, str]] = []
     entries: list[tuple[int, int]] = []
@@ -121,6 +124,10 @@ def _worker(s: Any, log: list[Record], closes: list[tuple[int, int]], limit: int
         if ckpt is not None:
             state.restore(ckpt, lives)
             state.hand_over_limit = limit  # what IngestStage.new_state sets
+        if persisted:  # IngestStage.after_restore: follow the persisted points
+            state.load_known(list(persisted))
+            if ckpt is None and state.known:
+                state.range_start = state.offset = state.known[0].start_offset
         # the clock rule decides again what the checkpoint does not cover (same end offsets:
         # the log was complete before the worker started)
         for through, end in closes:
@@ -258,3 +265,29 @@ def test_adv_restore_refuses_an_inconsistent_list_of_ticks_to_hand_over(
         IngestState(s, _ROUTER, 0).restore(_unsealed(state, unsent), 1)
     # the consistent form of the same ticks is accepted
     IngestState(s, _ROUTER, 0).restore(_unsealed(state, [[2, 3, 0.0], [5, 6, 0.0]]), 1)
+
+
+@pytest.mark.parametrize("markers", [False, True], ids=["clock", "markers"])
+@hsettings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    limit=st.integers(1, 9),
+    batches=st.lists(st.integers(1, 13), max_size=4),
+    crashes=st.sets(st.integers(0, 40), max_size=8),
+)
+def test_adv_following_persisted_points_with_crashes_mid_hand_over(
+    tmp_path_factory: pytest.TempPathFactory, markers: bool, seed: int, limit: int,
+    batches: list[int], crashes: set[int],
+) -> None:
+    """A fresh deployment following the persisted closing points of the log (the backlog's
+    one point included) hands the backlog over in steps and may crash anywhere: it writes no
+    closing point again and its partials topic equals the oracle's."""
+    s = _settings(tmp_path_factory.getbasetemp(), events_timestamp_type="CreateTime",
+                  schedule="markers" if markers else "clock")
+    log, closes = _log(seed, markers)
+    ref = _oracle(s, log, closes, True)
+    got, dead, entries, _, _ = _worker(s, log, closes, limit, batches, crashes, True,
+                                       persisted=ref.out.entries)
+    assert got == [p.encode() for p in ref.out.partials]
+    assert dead == [(o, r.reason) for _, r, _, o in ref.out.dead_letters]
+    assert entries == []  # followed, not written again
