@@ -123,11 +123,14 @@ class ReleaseStage(_Stage):
             elif st.handed_over_through() >= tick:
                 problem = (f"release waits for the partials of tick {tick} from events partition "
                            f"{tp.partition}, which its checkpoint says were written (ticks "
-                           f"closed through {int(st.next_tick) - 1}), but {self.topic} does not "
-                           "hold them")
+                           f"handed over through {st.handed_over_through()}, closed through "
+                           f"{int(st.next_tick) - 1}), but {self.topic} does not hold them")
             else:
+                # during a backlog's hand-over the ticks are closed long before their partials
+                # are written: name both, or "closed through 474000" reads like a loss
                 log.warning("ticks wait for partials of events partition %d, owned here: it "
-                            "has closed through tick %d, at offset %d of %d", tp.partition,
+                            "has handed over through tick %d (closed through %d), at offset %d "
+                            "of %d", tp.partition, st.handed_over_through(),
                             int(st.next_tick) - 1, int(st.offset), end)
                 continue
             self.w.release_error("checkpoint_refused")
