@@ -120,10 +120,11 @@ class ReleaseStage(_Stage):
                 problem = (f"events partition {tp.partition}: a persisted closing point (ticks "
                            f"through {nxt.through}) lies at offset {nxt.offset}, but the "
                            f"partition ends at {end}")
-            elif st.handed_over_through() >= tick:
+            elif st.written_through >= tick:  # committed, not just handed over in memory:
+                # a step's transaction may still be in flight (this runs between its awaits)
                 problem = (f"release waits for the partials of tick {tick} from events partition "
                            f"{tp.partition}, which its checkpoint says were written (ticks "
-                           f"handed over through {st.handed_over_through()}, closed through "
+                           f"written through {st.written_through}, closed through "
                            f"{int(st.next_tick) - 1}), but {self.topic} does not hold them")
             else:
                 # during a backlog's hand-over the ticks are closed long before their partials

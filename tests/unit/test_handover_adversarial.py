@@ -291,3 +291,65 @@ def test_adv_following_persisted_points_with_crashes_mid_hand_over(
     assert got == [p.encode() for p in ref.out.partials]
     assert dead == [(o, r.reason) for _, r, _, o in ref.out.dead_letters]
     assert entries == []  # followed, not written again
+
+
+class _FakeConsumer:
+    """end_offsets/position of a consumer that has read every partition to its end."""
+
+    def __init__(self, ends: dict[Any, int]) -> None:
+        self.ends = ends
+
+    async def end_offsets(self, tps: list[Any]) -> dict[Any, int]:
+        return {tp: self.ends.get((tp.topic, tp.partition), 0) for tp in tps}
+
+    async def position(self, tp: Any) -> int:
+        return self.ends.get((tp.topic, tp.partition), 0)
+
+
+def _release_stage(ingest_state: IngestState, tick: int) -> tuple[Any, list[BaseException]]:
+    """A ReleaseStage (no Kafka) whose shard 0 waits for tick ``tick`` from events partition 0,
+    owned by this worker's ingest stage with ``ingest_state``."""
+    from types import SimpleNamespace
+
+    from agents.release_stage import ReleaseStage
+
+    failed: list[BaseException] = []
+    ingest = SimpleNamespace(states={0: ingest_state}, topic="events",
+                             consumer=_FakeConsumer({("events", 0): ingest_state.offset}))
+    stage = object.__new__(ReleaseStage)
+    stage.topic = "partials"
+    stage.states = {0: SimpleNamespace(next_tick=tick, pending={tick: {1: object()}})}
+    stage.consumer = _FakeConsumer({("partials", 0): 7})
+    stage.w = SimpleNamespace(ingest=ingest, release_error=lambda reason: None,
+                              fail=failed.append)
+    return stage, failed
+
+
+def test_adv_partials_in_an_uncommitted_hand_over_step_are_not_a_lost_log(tmp_path: Path
+                                                                         ) -> None:
+    """Race: the release stage has waited stall_timeout_s for tick T from events partition 0
+    (its previous owner died mid hand-over); this worker has just restored it and handed tick
+    T over *in memory* — the transaction with those partials is still being sent (the release
+    stage runs between its awaits). The release stage's check (``_lost_records``) read the
+    in-memory hand-over and stopped the worker (exit 4, "the broker lost records it had
+    acknowledged") although nothing was lost. Only a committed hand-over says the partials
+    were written."""
+    import asyncio
+
+    s = _settings(tmp_path, events_timestamp_type="CreateTime")
+    state = _fresh(s, 4, True)
+    state.schedule_close(BACKLOG, 0, "clock", ORIGIN + 5000.0)
+    state.apply_due()  # ticks 1..4 handed over in memory, their transaction not committed
+    assert state.out.partials and state.handed_over_through() == 4
+    stage, failed = _release_stage(state, 3)
+    assert asyncio.run(stage._lost_records([0], 3)) is False
+    assert failed == []
+    # once that step is committed and the partials are still not there, the log lost them
+    state.mark_written()
+    stage, failed = _release_stage(state, 3)
+    assert asyncio.run(stage._lost_records([0], 3)) is True
+    assert "ahead of the log" in str(failed[0])
+    # a restored state's checkpoint says what was written
+    again = IngestState(s, _ROUTER, 0)
+    again.restore(state.to_bytes(), 2)
+    assert again.written_through == 4
