@@ -353,3 +353,24 @@ def test_adv_partials_in_an_uncommitted_hand_over_step_are_not_a_lost_log(tmp_pa
     again = IngestState(s, _ROUTER, 0)
     again.restore(state.to_bytes(), 2)
     assert again.written_through == 4
+
+
+@pytest.mark.parametrize("schedule", ["clock", "markers"])
+def test_adv_a_batch_of_one_hostile_header_record_is_committed(tmp_path: Path, schedule: str
+                                                               ) -> None:
+    """A hostile writer's record carrying the close header (on a clock deployment: not
+    schedule input; on a markers deployment: signed with a key it guesses) is the whole batch.
+    The marker branch moves the offset itself, so before the dirty fix the batch left the state
+    clean: its dead letter and offset waited in memory, uncommitted, until something else
+    happened — the worker skipped dead-lettering it as long as the writer sent only these."""
+    from agents.codec import close_marker
+    from tests.unit.test_schedule_properties import FORGED_KEY, TOPIC
+
+    s = _settings(tmp_path, schedule=schedule)
+    headers, raw = close_marker(ORIGIN + 25.0, True, mac_key=FORGED_KEY, topic=TOPIC,
+                                partition=0)
+    state = _fresh(s, None, True)
+    state.process_batch([Record(0, None, raw, int(ORIGIN * 1000), 0, headers)])
+    assert [r.reason for _, r, _, _ in state.out.dead_letters] in (
+        ["unexpected_marker"], ["forged_marker"])
+    assert state.offset == 1 and state.dirty and state.next_tick == 1
