@@ -274,6 +274,8 @@ class IngestStage(_Stage):
         out = state.out
         t0 = time.monotonic()
         marks = [time.time()]
+        # what this transaction's checkpoint says is handed over (read before the awaits)
+        through = state.handed_over_through()
         try:
             await prod.begin_transaction()
             for key, rej, raw, offset in out.dead_letters:
@@ -294,6 +296,7 @@ class IngestStage(_Stage):
             await self._send_checkpoint(prod, p, state)
             marks.append(time.time())
             await prod.commit_transaction()
+            state.mark_written(through)
             marks.append(time.time())
             if entry_sends:
                 # every closing point needed after a restore from a later checkpoint lies past

@@ -138,6 +138,11 @@ class IngestState:
         #: call; ``None``: all at once (pure states, unit tests). The worker sets
         #: ``agents.pipeline.HAND_OVER_TICKS`` and commits between steps.
         self.hand_over_limit: int | None = None
+        #: the last tick whose partials are in a *committed* transaction (the checkpoint read
+        #: at restore, or the worker's last commit): :meth:`handed_over_through` runs ahead of
+        #: it while a step's transaction is being sent, and only this one may be read as
+        #: "the partials topic must hold them" (the release stage's lost-log check)
+        self.written_through = 0
         #: use the compiled fast path when it is available (tests compare both paths)
         self.use_fast_path = True
 
@@ -275,6 +280,11 @@ class IngestState:
         """The last tick whose partials have been handed over (``next_tick - 1`` unless a
         backlog of closed ticks is still being handed over)."""
         return self.unsent[0][0] - 1 if self.unsent else self.next_tick - 1
+
+    def mark_written(self, through: int | None = None) -> None:
+        """The transaction holding the partials through tick ``through`` (default: every
+        tick handed over so far) committed."""
+        self.written_through = self.handed_over_through() if through is None else through
 
     def hand_over(self, limit: int | None = None) -> int:
         """Hand over the partials of at most ``limit`` closed ticks (``None``: all), oldest
@@ -735,7 +745,16 @@ class IngestState:
         if any(not (0 < a <= b < self.next_tick) for a, b, _ in self.unsent):
             raise ValueError("ingest checkpoint lists closed ticks to hand over that are not "
                              "closed")
+        # disjoint and in tick order, as _apply appends them: an overlap or a repeat would hand
+        # a tick over twice (the second time with an empty bucket), a disorder would make
+        # handed_over_through() name the wrong tick; decided_at is a Unix time (seconds)
+        pairs = zip(self.unsent, self.unsent[1:], strict=False)  # neighbours: one shorter
+        if any(b0 >= a1 for (_, b0, _), (a1, _, _) in pairs) or \
+                not all(math.isfinite(t) for _, _, t in self.unsent):
+            raise ValueError("ingest checkpoint lists closed ticks to hand over that overlap, "
+                             "repeat, are out of tick order or have no closing time")
         self.seq = seq
+        self.written_through = self.handed_over_through()  # committed with this checkpoint
         key_of = self.router.bucket_key
         leaf_mode = self.router.leaf_mode
 

@@ -100,15 +100,13 @@ class ReleaseStage(_Stage):
         if not owned or tick <= 0:
             return False
         k = _kafka()
-        # What each owned partition's committed checkpoint says was written, taken BEFORE the
-        # partials' end offsets: ticks an ingest state has closed in memory are written in a
-        # transaction that commits later (state.out holds them until then). Read after the
-        # end offsets, a commit in between looked like partials missing from the log (a false
-        # 'state is ahead of the log', exit 4: 3 of 10 runs of the test of a partition left
-        # without an owner, right after the partition was assigned again).
-        # (a backlog still being handed over counts only what was handed over.)
-        committed = {p: ingest.states[p].handed_over_through() - int(ingest.states[p].out.ticks_closed)
-                     for p in owned}
+        # What each owned partition's committed checkpoint says was written (written_through:
+        # set at restore and after each committed transaction, so neither ticks closed in
+        # memory nor a hand-over step still in flight count), taken BEFORE the partials' end
+        # offsets: read after them, a commit in between looked like partials missing from the
+        # log (a false 'state is ahead of the log', exit 4: 3 of 10 runs of the test of a
+        # partition left without an owner, right after the partition was assigned again).
+        committed = {p: int(ingest.states[p].written_through) for p in owned}
         # only when every waiting shard has read its partials partition to the end: a shard
         # that lags behind a backlog has not seen them yet
         shards = [k.TopicPartition(self.topic, p) for p, st in self.states.items()
@@ -132,11 +130,14 @@ class ReleaseStage(_Stage):
             elif committed.get(tp.partition, 0) >= tick:
                 problem = (f"release waits for the partials of tick {tick} from events partition "
                            f"{tp.partition}, which its checkpoint says were written (ticks "
-                           f"closed through {committed[tp.partition]}), but {self.topic} does "
-                           "not hold them")
+                           f"written through {committed[tp.partition]}, closed through "
+                           f"{int(st.next_tick) - 1}), but {self.topic} does not hold them")
             else:
+                # during a backlog's hand-over the ticks are closed long before their partials
+                # are written: name both, or "closed through 474000" reads like a loss
                 log.warning("ticks wait for partials of events partition %d, owned here: it "
-                            "has closed through tick %d, at offset %d of %d", tp.partition,
+                            "has handed over through tick %d (closed through %d), at offset %d "
+                            "of %d", tp.partition, st.handed_over_through(),
                             int(st.next_tick) - 1, int(st.offset), end)
                 continue
             self.w.release_error("checkpoint_refused")

@@ -101,6 +101,11 @@ def _final(value: bytes | None, headers: dict[str, bytes], mac_key: bytes, topic
     t = doc.get("time")
     if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
         return None
+    if t > time.time():
+        # no replay writes a final marker in the future (--until in the future is refused): an
+        # unverifiable one is a hostile writer's, which must not block every replay into the
+        # topic (any writer of the events topic can append it; the worker dead-letters it)
+        return None
     return float(t), False
 
 
@@ -120,7 +125,8 @@ def refusal(found: EarlierFinal, topic: str, first_event: float) -> str | None:
                 "nothing new. To reproduce the releases replay into a fresh deployment (new "
                 "app_id and topics; same key and settings: bit-identical, no new budget); "
                 "nothing was sent")
-    return (f"{where}, signed with another noise key): the deployment reading it runs with "
-            "another key, so its worker would dead-letter this replay's markers "
+    return (f"{where}, signed with another noise key, or by a writer without this one): if "
+            "the deployment reading it runs with another key, its worker would dead-letter this "
+            "replay's markers "
             "(forged_marker) and these events (tick_closed); nothing was sent. Replay with "
             "that deployment's key, or into a fresh deployment (new app_id and topics)")

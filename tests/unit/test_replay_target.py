@@ -41,3 +41,24 @@ def test_the_refusal_is_one_line_and_only_for_events_the_marker_closed() -> None
     other = refusal(EarlierFinal(T, False, 1), "ev", T)
     assert other is not None and "another noise key" in other and "forged_marker" in other
     assert refusal(mine, "ev", T + 0.001) is None  # a log after the earlier end
+
+
+def test_adv_a_hostile_writers_future_final_marker_does_not_block_every_replay() -> None:
+    """Any writer of the events topic can append a record with the close header and an
+    unverifiable "final" marker body. With a time far in the future it made every replay into
+    the topic refuse (every log's first event lies before it), blaming another noise key. No
+    replay writes a final marker in the future (--until in the future is refused), so such a
+    marker is ignored; one in the past still refuses, and the line says it may be forged."""
+    import json
+    import time
+
+    from agents.codec import CLOSE_SCHEMA
+
+    headers = {"stream-dp-close": b"1"}
+    future = json.dumps({"schema": CLOSE_SCHEMA, "final": True,
+                         "time": time.time() + 86400 * 365 * 50}).encode()
+    assert _final(future, headers, MINE, "ev", 1) is None
+    past = json.dumps({"schema": CLOSE_SCHEMA, "final": True, "time": T}).encode()
+    assert _final(past, headers, MINE, "ev", 1) == (T, False)
+    why = refusal(EarlierFinal(T, False, 1), "ev", T)
+    assert why is not None and "without this one" in why
