@@ -81,8 +81,8 @@ async def adopt_nonce(settings: Settings, domain_digest: str, key: bytes, kafka_
     reader = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, **kafka_kwargs,
                               isolation_level="read_committed", enable_auto_commit=False,
                               client_id=f"{settings.app_id}-nonce-{settings.worker_id}")
-    await reader.start()
-    try:
+    try:  # started inside: a stop signal during start() must close it too
+        await reader.start()
         await reader.topics()
         if not reader.partitions_for_topic(topic):
             raise RuntimeError(
@@ -104,8 +104,8 @@ async def adopt_nonce(settings: Settings, domain_digest: str, key: bytes, kafka_
             return found
         producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, **kafka_kwargs,
                                     acks="all", enable_idempotence=True)
-        await producer.start()
         try:
+            await producer.start()
             value = nonce_record(settings, domain_digest, key, secrets.token_hex(32))
             await producer.send_and_wait(topic, value, key=NONCE_KEY, partition=0)
         finally:

@@ -196,8 +196,8 @@ class Reconciler:
             bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(), client_id=f"{cfg.client_id}-resume",
             enable_auto_commit=False, group_id=None,
         )
-        await consumer.start()
-        try:
+        try:  # started inside: a stop signal during start() must close it too
+            await consumer.start()
             parts = await _partitions(consumer, topic)
             if not parts:
                 return 0
@@ -263,9 +263,9 @@ class Reconciler:
             compression_type="gzip" if cfg.histograms_json else None,
             max_request_size=cfg.max_message_bytes,
         )
-        await consumer.start()
-        await producer.start()
-        try:
+        try:  # started inside: a step-down during start() must close both (no 'Unclosed')
+            await consumer.start()
+            await producer.start()
             tps = await self._assign_counts(consumer)
             last_refresh = time.monotonic()
             while True:
