@@ -37,11 +37,16 @@ partition, which would otherwise dominate short runs).
    budget 10 × library CPU + 2 µs × events per tick, the broker's CPU and the clients'.
    ``--profile PATH``: a py-spy profile of phase 1 (``py-spy`` on PATH).
 
+8. Scale-out (``--only ingest --ingest-processes 1,2 [--pairs 3]``): the ingest table with
+   ``pipeline_processes`` = 1 then 2 (order alternating between rounds) instead of the bare
+   consumer; rates from the output side (events the children report accepted at their ingest
+   commits, every 0.25 s here), 10 % → 90 % of the records.
+
 Usage: python benchmarks/service.py [--events 1000000] [--streams 100000] [--ticks 8]
                                    [--backlog-ticks 600] [--only scale,backlog,restart,modes]
                                    [--tick-seconds 5] [--active 0.1] [--scale-ticks 10]
                                    [--pipeline-processes 0] [--release-checkpoint-every 1]
-                                   [--profile PATH]
+                                   [--profile PATH] [--ingest-processes 1,2 --pairs 3]
 """
 
 from __future__ import annotations
@@ -133,6 +138,90 @@ async def ingest_bench(bootstrap: str, tmp: Path, n_events: int) -> list[tuple[s
             worker = await worker_drain(w_settings, n_events)
             bare = await bare_drain(bootstrap, s.events_topic, n_events, f"bare-{rep}")
         rows.append((f"rep {rep}", n_events / bare, n_events / worker))
+    return rows
+
+
+class _CountingMetrics:
+    """The parent's metrics for a :class:`agents.pipeline_processes.PipelineGroup`: counts the
+    events its children report accepted (they report at each ingest commit), ignores the rest."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+
+    def event_accepted(self, n: int = 1) -> None:
+        self.accepted += int(n)
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kw: None
+
+
+async def processes_drain(w_settings: Any, n_events: int) -> tuple[float, float]:
+    """``pipeline_processes = N`` (from ``w_settings``): events per second from the output
+    side — the events the children report accepted at their ingest commits (every
+    ``commit_interval_s``) — between the first commits at or past 10 % and 90 % of the
+    records, both sampled right after a commit (every 20 ms); and seconds from the start until
+    every child was ready."""
+    from agents.pipeline_processes import PipelineGroup
+
+    metrics = _CountingMetrics()
+    group = PipelineGroup(w_settings, int(w_settings.pipeline_processes), metrics,
+                          json_lines=True)
+    stop = asyncio.Event()
+    t_start = time.perf_counter()
+    group.start()
+    task = asyncio.create_task(group.run(stop))
+    t_ready = 0.0
+    t10 = t90 = 0.0
+    n10 = n90 = 0
+    try:
+        while metrics.accepted < n_events:
+            if task.done():
+                await task
+                raise RuntimeError("the pipeline processes stopped")
+            now = time.perf_counter()
+            if not t_ready and group.ready:
+                t_ready = now - t_start
+            got = metrics.accepted
+            if not t10 and got >= 0.1 * n_events:
+                t10, n10 = now, got
+            if not t90 and got >= 0.9 * n_events:
+                t90, n90 = now, got
+            await asyncio.sleep(0.02)
+    finally:
+        stop.set()
+        await task
+    if not t90 or t90 <= t10:
+        t90, n90 = time.perf_counter(), metrics.accepted
+    return (n90 - n10) / (t90 - t10), t_ready
+
+
+async def ingest_processes_bench(bootstrap: str, tmp: Path, n_events: int, counts: list[int],
+                                 pairs: int) -> list[tuple[int, int, float, float]]:
+    """Ingest with ``pipeline_processes`` = each of ``counts`` in turn, ``pairs`` rounds
+    (the order alternates between rounds): rows ``(round, N, events/s, seconds to ready)``."""
+    leaves = ps.hierarchy_paths(4, 4, 8)
+    s = ps.make_settings(bootstrap, tmp, "bench-procs", leaves, tick_seconds=10.0,
+                         commit_interval_s=0.25, events_partitions=4, shards=3)
+    await ps.create_topics(s)
+    span = n_events / 10_000  # 10k events per second of event time
+    evs = [(leaves[i % len(leaves)], s.origin + span * i / n_events, 1.0) for i in range(n_events)]
+    await ps.produce(s, (ps.event_bytes(*e) for e in evs))
+    await ps.close_ticks(s, int(span / s.tick_seconds) + 1)
+    rows = []
+    run = 0
+    for rnd in range(pairs):
+        for n in (counts if rnd % 2 == 0 else counts[::-1]):
+            w = s.replace(app_id=f"bench-procs-w{run}", pipeline_processes=n,
+                          partials_topic=f"bench-procs.partials{run}",
+                          counts_topic=f"bench-procs.counts{run}",
+                          ingest_checkpoints_topic=f"bench-procs.ci{run}",
+                          release_checkpoints_topic=f"bench-procs.cr{run}")
+            await ps.create_topics(w)
+            rate, ready = await processes_drain(w, n_events)
+            rows.append((rnd + 1, n, rate, ready))
+            print(f"| {rnd + 1} | {n} | {rate:,.0f} | {ready:.1f} | {os.getloadavg()[0]:.2f} |",
+                  flush=True)
+            run += 1
     return rows
 
 
@@ -383,6 +472,16 @@ def _proc_usage(broker_pgid: int | None) -> dict[str, float]:
     return out
 
 
+def _pid_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
 def _per_tick(samples: list[dict[str, float]], start: float, end: float, tick_seconds: float
               ) -> dict[str, float]:
     """Each sampled counter's increase per ``tick_seconds`` of wall time over the longest
@@ -405,7 +504,8 @@ def _per_tick(samples: list[dict[str, float]], start: float, end: float, tick_se
 
 async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_seconds: float,
                       active: float, processes: int, checkpoint_every: int = 1,
-                      profile: str = "") -> dict[str, Any]:
+                      profile: str = "", dashboard_process: bool = False
+                      ) -> dict[str, Any]:
     """``stream-dp worker`` as shipped (web server with the dashboard, the reconcile side agent
     and the pipeline — in ``processes`` child processes, or in this process for 0) on a 3-level
     hierarchy of about ``n_streams`` nodes, compact output only, live events (a fresh
@@ -426,6 +526,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     from agents.embedded_broker import free_port
     from agents.release import build_mechanism
 
+    load_start = os.getloadavg()
     a, b, c = _hierarchy_shape(n_streams)
     leaves = [f"r{i}/m{j}/l{k}" for i in range(a) for j in range(b) for k in range(c)]
     leaves_file = tmp / "leaves.txt"
@@ -503,7 +604,18 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     started_at = time.time()
     ready: list[float] = []
     workers: list[Any] = []
+    dash_proc: Any = None
+    dash_port = s.web_port
+    if dashboard_process:
+        # the capacity guide's layout for large deployments: `stream-dp worker --no-dashboard`
+        # and `python -m agents.dashboard` beside it (its CPU is reported apart)
+        dash_port = free_port()
+        dash_proc = subprocess.Popen(
+            [py, "-m", "agents.dashboard", "--port", str(dash_port), "--compact-topic",
+             s.compact_topic, "--shards", str(s.shards), "--compact-histograms"],
+            env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL)
     task = asyncio.create_task(serve(s, stop_event=stop, on_release=on_release,
+                                     dashboard=not dashboard_process,
                                      started=lambda _srv: ready.append(time.time()),
                                      worker_created=workers.append))
     readers: list[_Lines] = []
@@ -518,9 +630,24 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     phase_end: list[float] = []
     broker_pgid = broker.proc.pid if getattr(broker, "proc", None) else None
 
+    # garbage-collector pauses of this process (all generations), as CPU of the thread that
+    # collects: a large heap makes each full collection long
+    import gc
+
+    gc_cpu = [0.0, 0.0]  # total, start of the current collection
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_cpu[1] = time.thread_time()
+        else:
+            gc_cpu[0] += time.thread_time() - gc_cpu[1]
+
+    gc.callbacks.append(on_gc)
+
     def sample() -> None:
         t0 = time.thread_time()
         usage = _proc_usage(broker_pgid)
+        usage["dashboard_cpu"] = _pid_cpu(dash_proc.pid) if dash_proc is not None else 0.0
         row = {"t": time.time(), "self": time.process_time(), **usage,
                "accepted": float(workers[0].stats["accepted"]) if workers else float("nan"),
                "dead_letters": (float(workers[0].stats["dead_letters"]) if workers
@@ -528,6 +655,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
                "processed": float(workers[0].processed) if workers else float("nan")}
         bookkeeping[0] += time.thread_time() - t0
         row["bookkeeping"] = bookkeeping[0]
+        row["gc"] = gc_cpu[0]
         cpu.append(row)
 
     async def wait_ticks(first: int, n: int) -> list[int]:
@@ -573,7 +701,22 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
                 await task
                 raise RuntimeError("the worker stopped before its first release")
             await asyncio.sleep(0.2)
-        first_steady = complete(0)[0] + 2
+        # Steady state: a loaded machine (or a slow start) leaves a backlog of ticks; measure
+        # from the second tick after two consecutive ticks were released within a tick of
+        # closing (at most 30 ticks of waiting)
+        give_up = time.time() + 30 * tick_seconds
+        while time.time() < give_up:
+            if task.done():
+                await task
+                raise RuntimeError("the worker stopped")
+            lat_of: dict[int, float] = {}
+            for t, x in latencies:
+                lat_of[t] = max(lat_of.get(t, 0.0), x)
+            done = [t for t in complete(0) if t in lat_of]
+            if len(done) >= 2 and all(lat_of[t] < tick_seconds for t in done[-2:]):
+                break
+            await asyncio.sleep(0.5)
+        first_steady = complete(0)[-1] + 2
         if profile:
             # py-spy on this process over phase 1 only (not the start-up); --nonblocking: the
             # sampled process is not paused, so the CPU figures are not the profiler's
@@ -588,7 +731,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
             proc = await asyncio.create_subprocess_exec(*cmd, env=env, cwd=str(ROOT),
                                                         stdout=asyncio.subprocess.PIPE)
             readers.append(_Lines(name, proc, tick_of))
-        url = f"http://127.0.0.1:{s.web_port}/dashboard/api/snapshot?prefix={prefix}"
+        url = f"http://127.0.0.1:{dash_port}/dashboard/api/snapshot?prefix={prefix}"
         # the dashboard's snapshot polled every 0.5 s from a subprocess (its decoding is the
         # browser's work, not the worker's)
         poller = await asyncio.create_subprocess_exec(
@@ -614,12 +757,16 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
             await poller.wait()
             await poller_task
         producer.wait()
+        if dash_proc is not None:
+            dash_proc.terminate()
+            dash_proc.wait()
         if profiler is not None:
             profiler.wait()
     Metrics.histogram_published = published  # type: ignore[method-assign]
+    gc.callbacks.remove(on_gc)
     rel_at = {t: max(released[t]) for t in phase1 + phase2}
     mech = build_mechanism(s)
-    lib, lib_cpu = library_tick_cpu(mech, domain.size)
+    lib, lib_cpu = library_tick_cpu(mech, domain.size, ticks=16)
 
     def cpu_of(ticks_of: list[int], end: float) -> dict[str, float]:
         """CPU seconds per tick over a phase (from its first tick's release to its end)."""
@@ -653,9 +800,11 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
             breakdown["ingest_" + k] = (statistics.median(r[k] for r in irows) if irows
                                         else float("nan"))
     return {
+        "load": (load_start, os.getloadavg()),
+        "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started_at)),
         "nodes": domain.size, "leaves": len(leaves), "shape": (a, b, c),
         "tick_seconds": tick_seconds, "active": active, "domain_load_s": t_domain,
-        "processes": processes,
+        "processes": processes, "dashboard_process": dashboard_process,
         "checkpoint_every": checkpoint_every,
         "ready_s": (ready[0] - started_at) if ready else float("nan"),
         "first_release_s": caught_up[0] - started_at, "ticks": len(phase1),
@@ -688,10 +837,15 @@ def print_scale(r: dict[str, Any]) -> None:
     a, b, c = r["shape"]
     where = (f"{r['processes']} pipeline processes" if r["processes"]
              else "pipeline in the worker process")
+    if r["dashboard_process"]:
+        where += "; dashboard in its own process (python -m agents.dashboard)"
     print(f"\n## as shipped at {r['nodes']:,} nodes ({a}×{b}×{c} hierarchy, {r['leaves']:,} "
           f"leaves, {r['active']:.0%} active per tick, {r['tick_seconds']:g} s ticks, compact "
           f"output, 4 shards, dashboard + reconcile on, {where}, full release checkpoint every "
           f"{r['checkpoint_every']} tick(s))")
+    print(f"started {r['started_utc']} UTC, nproc {os.cpu_count()}, load average (1/5/15 min) "
+          f"at the start {'/'.join(f'{x:.2f}' for x in r['load'][0])}, at the end "
+          f"{'/'.join(f'{x:.2f}' for x in r['load'][1])}")
     print(f"start-up: domain file {r['domain_load_s']:.1f} s, serving after {r['ready_s']:.1f} s,"
           f" first complete tick after {r['first_release_s']:.1f} s")
     print("| phase | ticks | strategy | release p50 (s) | p99 (s) | library tick (s) | "
@@ -721,8 +875,9 @@ def print_scale(r: dict[str, Any]) -> None:
           "budget = 10 × the library tick's CPU + 2 µs × events of the tick):")
     print("| phase | ticks | events / tick (accepted, dead letters) | worker CPU (s) | of it pipeline processes (s) | "
           "library tick CPU (s) | budget (s) | worker / budget | broker CPU (s) | "
-          "producer + readers + poller CPU (s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "producer + readers + poller CPU (s) | of the worker: garbage collection (s) | "
+          "dashboard process CPU (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i in (1, 2):
         c = r["cpu"][i]
         if not c:
@@ -732,7 +887,8 @@ def print_scale(r: dict[str, Any]) -> None:
               f"{c['dead_letters']:,.0f}) | {c['worker']:.3f} | "
               f"{c['pipeline_cpu']:.3f} | {r['library_tick_cpu']:.4f} | {c['budget']:.3f} | "
               f"{c['worker'] / c['budget']:.2f} | {c['broker_cpu']:.3f} | "
-              f"{c['clients_cpu']:.3f} |")
+              f"{c['clients_cpu'] - c['dashboard_cpu']:.3f} | {c['gc']:.3f} | "
+              f"{c['dashboard_cpu']:.3f} |")
     print(f"\nworker RSS (with its pipeline processes), sampled every second: phase 1 start "
           f"{r['rss_first']:.0f} MiB, phase 2 start {r['rss_phase2_first']:.0f} MiB, end "
           f"{r['rss_last']:.0f} MiB, max {r['rss_max']:.0f} MiB; embedded broker at the end "
@@ -767,6 +923,13 @@ async def main() -> None:
                     help="scale: the worker's release_checkpoint_every setting")
     ap.add_argument("--pipeline-processes", type=int, default=0,
                     help="scale: the worker's pipeline_processes setting (0: in-process)")
+    ap.add_argument("--ingest-processes", default="",
+                    help="ingest: compare pipeline_processes values instead of the bare "
+                    "consumer, e.g. 1,2 (rounds: --pairs)")
+    ap.add_argument("--pairs", type=int, default=3, help="ingest: rounds of --ingest-processes")
+    ap.add_argument("--dashboard-process", action="store_true",
+                    help="scale: the worker without its dashboard, `python -m agents.dashboard` "
+                    "beside it (the capacity guide's layout for large deployments)")
     ap.add_argument("--profile", default="",
                     help="scale: write a py-spy raw profile of phase 1 of this process here")
     ap.add_argument("--only", default="", help="comma-separated: scale,ingest,latency,backlog,"
@@ -781,7 +944,8 @@ async def main() -> None:
         if want("scale"):
             r = await scale_bench(broker, Path(tmp), args.streams, args.scale_ticks,
                                   args.tick_seconds, args.active, args.pipeline_processes,
-                                  args.release_checkpoint_every, args.profile)
+                                  args.release_checkpoint_every, args.profile,
+                                  args.dashboard_process)
             print_scale(r)
         if want("backlog"):
             print(f"\n## backlog release, {args.backlog_ticks} past ticks (20 events per tick, "
@@ -815,6 +979,28 @@ async def main() -> None:
                       f"{lat['library_tick']:.3f} | {lat['p50'] / lat['library_tick']:.0f}x | "
                       f"{lat['rss_mb']:.0f} |")
         if not (want("ingest") or want("latency")):
+            return
+        if args.ingest_processes:
+            counts = [int(x) for x in args.ingest_processes.split(",")]
+            print(f"\n## ingest with pipeline_processes = {counts}, {args.events} events, "
+                  f"4 partitions, 149-node hierarchy ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())}"
+                  f" UTC, nproc {os.cpu_count()}, the broker on the same cores)")
+            print("| round | pipeline_processes | events/s (accepted, 10 % -> 90 %) | "
+                  "start to every child ready (s) | load average (1 min) |")
+            print("|---|---|---|---|---|")
+            prow = await ingest_processes_bench(broker.bootstrap, Path(tmp), args.events,
+                                                counts, args.pairs)
+            for n in counts:
+                rates = [r for _, k, r, _ in prow if k == n]
+                print(f"\npipeline_processes = {n}: median {statistics.median(rates):,.0f} "
+                      f"events/s over {len(rates)} runs")
+            if len(counts) == 2:
+                ratios = [b / a for (_, _, a, _), (_, _, b, _) in
+                          zip(sorted(r for r in prow if r[1] == counts[0]),
+                              sorted(r for r in prow if r[1] == counts[1]), strict=True)]
+                print(f"ratio N={counts[1]} / N={counts[0]} per round: "
+                      + ", ".join(f"{x:.2f}" for x in ratios)
+                      + f"; median {statistics.median(ratios):.2f}")
             return
         rows = await ingest_bench(broker.bootstrap, Path(tmp), args.events)
         print(f"\n## ingest, {args.events} events, 4 partitions, 149-node hierarchy")
