@@ -37,26 +37,23 @@ the last event's tick (removing the last event must not change how many ticks ar
 A ``--until`` in the future is refused (a worker dead-letters a marker whose ticks' deadline +
 ``close_grace_s`` has not passed on its clock), and progress markers never run ahead of
 ``--until``.
+
+Where the code lives (this module re-exports the public names and keeps the command itself):
+the state file and replay history in :mod:`agents.commands._replay_state`, sending in
+:mod:`agents.commands._replay_send`, the checks made before connecting in
+:mod:`agents.commands._replay_checks`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import dataclasses
-import hashlib
 import hmac
 import json
-import math
-import os
 import signal
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -68,20 +65,26 @@ from agents.commands._client import (
     default_topic,
     is_kafka_error,
     security_problem,
-    start_client,
-    topic_partitions,
 )
 from agents.commands._progress import ProgressBar
+from agents.commands._replay_checks import _check_log
+from agents.commands._replay_checks import validate_args as validate_args
+from agents.commands._replay_send import HEADER as HEADER
+from agents.commands._replay_send import SendReport as SendReport
+from agents.commands._replay_send import _retime_offset, _shifted
+from agents.commands._replay_send import encode_event as encode_event
+from agents.commands._replay_send import end_offsets as end_offsets
+from agents.commands._replay_send import find_unacknowledged as find_unacknowledged
+from agents.commands._replay_send import send_events as send_events
+from agents.commands._replay_state import STATE_VERSION as STATE_VERSION
+from agents.commands._replay_state import ReplayState as ReplayState
+from agents.commands._replay_state import _describe, _imported, _now_iso
+from agents.commands._replay_state import key_fingerprint as key_fingerprint
+from agents.commands._replay_state import load_key_for_fingerprint as load_key_for_fingerprint
+from agents.commands._replay_state import log_digest as log_digest
+from agents.commands._replay_state import state_path as state_path
 from agents.replay_history import Content, ReplayHistory
-from simulators.logfile import (
-    Event,
-    LogFormat,
-    LogFormatError,
-    LogRecord,
-    detect_format,
-    parse_ts,
-    read_log,
-)
+from simulators.logfile import LogFormatError, LogRecord, detect_format, parse_ts, read_log
 
 HELP = "replay a CSV / JSON-lines event log into the events topic"
 
@@ -156,9 +159,6 @@ Examples:
   stream-dp replay sales.csv --json --until 2024-01-02T00:00:00Z   # machine-readable
 """
 
-STATE_VERSION = 2
-HEADER = "stream-dp-replay"
-_FINGERPRINT_LABEL = b"stream-dp/noise-key-fingerprint/v1"
 EXIT_INTERRUPTED = 130
 #: the log differs from the one replayed before under the same key: refused
 EXIT_LOG_DIFFERS = 3
@@ -231,353 +231,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# ---------------------------------------------------------------------------------- state file
-@dataclass
-class ReplayState:
-    """Progress of one replay of one log; stored as JSON (never holds the key or the data)."""
-
-    log: str
-    log_sha256: str
-    topic: str
-    run_id: str
-    records_acked: int = 0
-    byte_offset: int = 0
-    complete: bool = False
-    key_fingerprint: str | None = None
-    #: partition -> offset from which a resume scans for this run's unacknowledged messages
-    scan_from: dict[str, int] = field(default_factory=dict)
-    #: record numbers > records_acked known to be in the topic already (found by a resume scan)
-    delivered: list[int] = field(default_factory=list)
-    #: seconds added to every event time (``--retime``); 0 keeps the original times
-    time_offset: float = 0.0
-    #: largest (retimed) event time sent so far (informative; never a close marker's time)
-    max_ts: float | None = None
-    #: (key check value, log SHA-256) pairs of earlier versions, which kept the guard per path:
-    #: merged into the replay history (:mod:`agents.replay_history`) when read, never written
-    history: list[list[str]] = field(default_factory=list)
-    started: str = ""
-    updated: str = ""
-    version: int = STATE_VERSION
-
-    @classmethod
-    def load(cls, path: Path) -> ReplayState | None:
-        if not path.exists():
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("version") != STATE_VERSION:
-            raise ValueError(f"{path}: unsupported replay state version {data.get('version')!r}")
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-    def save(self, path: Path) -> None:
-        """Atomic write (temporary file + rename), so a crash never leaves a torn state file."""
-        self.updated = _now_iso()
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-
-
-def state_path(log: Path, state_dir: str | None) -> Path:
-    """``LOG.replay.json`` next to the log, or ``DIR/<name>-<hash of path>.replay.json``."""
-    if state_dir is None:
-        return log.with_name(log.name + ".replay.json")
-    digest = hashlib.sha256(str(log.resolve()).encode()).hexdigest()[:12]
-    directory = Path(state_dir).expanduser()
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory / f"{log.name}-{digest}.replay.json"
-
-
-def log_digest(log: Path) -> str:
-    """SHA-256 of the whole log file: any changed, added or removed byte changes it."""
-    h = hashlib.sha256()
-    with open(log, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def key_fingerprint(key: bytes) -> str:
-    """Key check value kept in the state file (HMAC-SHA256 of a fixed label; never printed)."""
-    return hmac.new(key, _FINGERPRINT_LABEL, hashlib.sha256).hexdigest()
-
-
-def load_key_for_fingerprint(key_file: str | None) -> bytes | None:
-    """The noise key as the worker loads it (:func:`stream_dp.noise.load_key`: length, entropy
-    and file permissions checked), or ``None`` if no key is configured here."""
-    from stream_dp.noise import load_key
-
-    key_file = key_file or os.environ.get("STREAM_DP_KEY_FILE") or None
-    if key_file is None and not os.environ.get("STREAM_DP_KEY"):
-        return None
-    key: bytes = load_key(key_file, env="STREAM_DP_KEY")
-    return key
-
-
-def _now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-# ---------------------------------------------------------------------------------- sending
-@dataclass(frozen=True)
-class SendReport:
-    """What a send loop did: ``sent`` records acknowledged, ``skipped`` already present,
-    ``interrupted`` if stopped before the end."""
-
-    sent: int
-    skipped: int
-    interrupted: bool
-    seconds: float
-
-
-def encode_event(event: Event) -> bytes:
-    """The ``dp.events.v1`` message value (compact JSON)."""
-    return json.dumps(event.to_message(), separators=(",", ":")).encode()
-
-
-async def send_events(
-    records: Iterable[LogRecord],
-    *,
-    bootstrap: str,
-    topic: str,
-    speed: float | None = None,
-    run_id: str | None = None,
-    skip: frozenset[int] = frozenset(),
-    chunk: int = 2000,
-    on_checkpoint: Callable[[LogRecord, dict[int, int]], None] | None = None,
-    on_progress: Callable[[LogRecord], None] | None = None,
-    stop: asyncio.Event | None = None,
-    markers: bool = False,
-    final_marker: Callable[[], float | None] | None = None,
-    mac_key: bytes | None = None,
-    clock: Callable[[], float] = time.time,
-    marker_every: float = 10.0,
-) -> SendReport:
-    """Produce ``records`` to ``topic`` with an idempotent producer, in order.
-
-    ``speed``: event-time seconds per wall second (None = as fast as possible). Record numbers in
-    ``skip`` are not sent. After every ``chunk`` records (or 0.5 s) all outstanding sends are
-    awaited and ``on_checkpoint(last acknowledged record, {partition: last offset})`` is called.
-    Setting ``stop`` ends the loop after acknowledging what was sent.
-
-    ``markers``: progress close markers at positions fixed by the log alone, the same whether
-    paced or not and however fast the sender keeps up: before the first record whose event time
-    reaches a multiple ``B`` of ``marker_every`` seconds (event time) beyond the last marker, a
-    marker at ``B`` (never past ``final_marker()``) into every partition; after the last record,
-    a final one at ``final_marker()`` (skipped if it returns None). Each
-    marker is authenticated with ``mac_key`` (:func:`agents.codec.marker_key` of the deployment's
-    noise key; required with ``markers``) for its topic and partition.
-    """
-    from aiokafka import AIOKafkaProducer
-
-    from agents.codec import close_marker
-
-    if chunk < 1:
-        raise ValueError(f"chunk must be ≥ 1, got {chunk}")
-    if speed is not None and not speed > 0:
-        raise ValueError(f"speed must be > 0, got {speed}")
-    if markers and mac_key is None:
-        raise ValueError("close markers need mac_key (agents.codec.marker_key of the noise key)")
-    from agents.security import client_kwargs
-
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        **client_kwargs(),
-        enable_idempotence=True,
-        acks="all",
-        linger_ms=5,
-        max_batch_size=262_144,
-        request_timeout_ms=30_000,
-    )
-    await start_client(producer)
-    partitions = sorted(await producer.partitions_for(topic)) if markers else []
-    loop = asyncio.get_running_loop()
-    t_start = loop.time()
-    pending: list[tuple[LogRecord, asyncio.Future[Any]]] = []
-    offsets: dict[int, int] = {}
-    sent = skipped = 0
-    last_checkpoint = loop.time()
-    ts0: float | None = None
-    interrupted = False
-
-    checkpointed = 0
-    last_boundary: float | None = None
-
-    async def mark(at: float, final: bool) -> None:
-        assert mac_key is not None
-        for part in partitions:
-            headers, value = close_marker(at, final, mac_key=mac_key, topic=topic, partition=part)
-            pending.append((None, await producer.send(  # type: ignore[arg-type]
-                topic, value=value, partition=part, headers=headers)))
-
-    async def settle(last: LogRecord | None) -> None:
-        """Await every outstanding send; everything processed up to ``last`` is then done."""
-        nonlocal sent, last_checkpoint, checkpointed
-        for _record, fut in pending:
-            meta = await fut
-            offsets[meta.partition] = max(offsets.get(meta.partition, -1), meta.offset)
-        sent += sum(1 for record, _ in pending if record is not None)  # events, not markers
-        pending.clear()
-        last_checkpoint = loop.time()
-        if last is not None and last.number > checkpointed and on_checkpoint is not None:
-            checkpointed = last.number
-            on_checkpoint(last, dict(offsets))
-
-    processed: LogRecord | None = None
-    try:
-        for record in records:
-            if stop is not None and stop.is_set():
-                interrupted = True
-                break
-            if record.number in skip:
-                skipped += 1
-                processed = record
-                if on_progress is not None:
-                    on_progress(record)
-                continue
-            event = record.event
-            if markers and marker_every > 0 and math.isfinite(event.ts):
-                # a boundary of event time fixed by the log, not by the wall clock: the same
-                # marker positions at any speed (docs/privacy.md, "The release schedule")
-                boundary = math.floor(event.ts / marker_every) * marker_every
-                if last_boundary is None:
-                    last_boundary = boundary
-                elif boundary > last_boundary:
-                    last_boundary = boundary
-                    end = final_marker() if final_marker is not None else None
-                    await mark(boundary if end is None else min(boundary, end), False)
-            if speed is not None:
-                if ts0 is None:
-                    ts0 = event.ts
-                    t_start = loop.time()
-                delay = t_start + (event.ts - ts0) / speed - loop.time()
-                if delay > 0:
-                    await settle(processed)
-                    if stop is None:
-                        await asyncio.sleep(delay)
-                    else:
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(stop.wait(), timeout=delay)
-                        if stop.is_set():
-                            interrupted = True
-                            break
-            headers = [] if run_id is None else [(HEADER, f"{run_id}:{record.number}".encode())]
-            fut = await producer.send(
-                topic,
-                value=encode_event(event),
-                key=event.partition_key.encode(),
-                headers=headers,
-            )
-            pending.append((record, fut))
-            processed = record
-            if len(pending) >= chunk or loop.time() - last_checkpoint > 0.5:
-                await settle(processed)
-            if on_progress is not None:
-                on_progress(record)
-        if markers and not interrupted and final_marker is not None:
-            final_at = final_marker()
-            if final_at is not None:
-                await mark(final_at, True)
-        await settle(processed)
-    except LogFormatError:
-        await settle(processed)  # what came before the bad line is delivered and recorded
-        raise
-    finally:
-        await producer.stop()
-    return SendReport(sent, skipped, interrupted, loop.time() - t_start)
-
-
-async def find_unacknowledged(
-    bootstrap: str, topic: str, run_id: str, scan_from: dict[str, int], after: int
-) -> frozenset[int]:
-    """Record numbers > ``after`` of run ``run_id`` already in ``topic`` (sent, not checkpointed).
-
-    Reads each partition from ``scan_from[partition]`` (missing: from the beginning) to its end.
-    """
-    from aiokafka import AIOKafkaConsumer
-
-    from agents.security import client_kwargs
-
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-        auto_offset_reset="earliest", **client_kwargs(),
-    )
-    await start_client(consumer)
-    found: set[int] = set()
-    prefix = f"{run_id}:".encode()
-    try:
-        tps = await topic_partitions(consumer, topic)
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        todo = {}
-        for tp in tps:
-            start = scan_from.get(str(tp.partition))
-            if start is None:
-                await consumer.seek_to_beginning(tp)
-                start = await consumer.position(tp)
-            else:
-                consumer.seek(tp, start)
-            if start < ends[tp]:
-                todo[tp] = ends[tp]
-            else:
-                consumer.pause(tp)
-        while todo:
-            batch = await consumer.getmany(*todo.keys(), timeout_ms=1000)
-            for tp, messages in batch.items():
-                for msg in messages:
-                    for name, value in msg.headers or ():
-                        if name == HEADER and value.startswith(prefix):
-                            number = int(value[len(prefix):])
-                            if number > after:
-                                found.add(number)
-                    if msg.offset + 1 >= todo.get(tp, 0):
-                        todo.pop(tp, None)
-                        consumer.pause(tp)
-            if not batch:
-                # offsets past the last record (e.g. transaction markers) may never be returned
-                for tp in list(todo):
-                    if await consumer.position(tp) >= todo[tp]:
-                        todo.pop(tp)
-    finally:
-        await consumer.stop()
-    return frozenset(found)
-
-
-async def end_offsets(bootstrap: str, topic: str) -> dict[str, int]:
-    """Current end offset of every partition of ``topic`` (keys are partition numbers as text)."""
-    from aiokafka import AIOKafkaConsumer
-
-    from agents.security import client_kwargs
-
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                                **client_kwargs())
-    await start_client(consumer)
-    try:
-        tps = await topic_partitions(consumer, topic)
-        ends = await consumer.end_offsets(tps)
-        return {str(tp.partition): int(off) for tp, off in ends.items()}
-    finally:
-        await consumer.stop()
-
-
-# ---------------------------------------------------------------------------------- command
-def _retime_offset(log: Path, fmt: LogFormat, retime: str | None) -> float:
-    """Seconds to add to every event time so the first record is at ``retime`` (0 if None)."""
-    if retime is None:
-        return 0.0
-    target = time.time() if retime == "now" else parse_ts(retime)
-    first = next(iter(read_log(log, fmt)), None)
-    if first is None:
-        return 0.0
-    return round((target - first.event.ts) * 1000) / 1000.0
-
-
-def _shifted(records: Iterable[LogRecord], offset: float) -> Iterator[LogRecord]:
-    for r in records:
-        e = r.event
-        yield LogRecord(r.number, r.end_offset,
-                        Event(e.key, round((e.ts + offset) * 1000) / 1000.0, e.value, e.attrs))
-
-
 def _say(out: TextIO, text: str) -> None:
     print(text, file=out, flush=True)
 
@@ -617,86 +270,6 @@ class _Out:
         if self.json_mode:
             print(json.dumps(self.result, sort_keys=True), flush=True)
         return code
-
-
-
-def _until_problem(args: argparse.Namespace, now: float) -> str | None:
-    """Why ``--until`` is missing, misplaced or ahead of the wall clock ``now``, or ``None``."""
-    markers = not getattr(args, "no_close_markers", False)
-    if args.until is None:
-        if markers:
-            return ("--until TIME is required when close markers are written (the default): the "
-                    "final marker fixes the last released tick, which must be public and chosen "
-                    "in advance, not the last event's (e.g. --until 2024-01-02T00:00:00Z); a "
-                    "clock-schedule deployment takes --no-close-markers instead")
-        return None
-    if not markers:
-        return "--until sets the final close marker: it has no effect with --no-close-markers"
-    until = parse_ts(args.until)
-    if until > now:
-        return (f"--until {args.until} is in the future: a worker dead-letters (marker_ahead) a "
-                "final marker whose ticks' deadline + close_grace_s has not passed on its clock; "
-                "give a past time, or replay again once that time has passed")
-    return None
-
-
-def validate_args(args: argparse.Namespace) -> None:
-    """Every option that needs no broker, checked before anything connects (one-line
-    ``ValueError`` naming the option and its range)."""
-    if args.speed is not None and not (args.speed > 0 and math.isfinite(args.speed)):
-        raise ValueError(f"--speed must be a finite number > 0 (event-time seconds per wall "
-                         f"second), got {args.speed}")
-    if not (math.isfinite(args.marker_every) and 0 <= args.marker_every <= 1e9):
-        raise ValueError(f"--marker-every must be a number of seconds in [0, 1e9], got "
-                         f"{args.marker_every}")
-    if not 1 <= args.chunk <= 10_000_000:
-        raise ValueError(f"--chunk must be an integer in [1, 10000000] (records per "
-                         f"checkpoint), got {args.chunk}")
-    for option, value in (("--until", args.until), ("--retime", getattr(args, "retime", None))):
-        if value is None or (option == "--retime" and value == "now"):
-            continue
-        try:
-            ts = parse_ts(value)
-        except (ValueError, LogFormatError) as exc:
-            raise ValueError(f"{option}: {' '.join(str(exc).split())}") from None
-        if not math.isfinite(ts):
-            raise ValueError(f"{option} must be a finite time, got {value!r}")
-    problem = _until_problem(args, time.time())
-    if problem is not None:
-        raise ValueError(problem)
-    detect_format(args.log, args.format)
-
-
-def _check_log(log: Path, fmt: LogFormat) -> None:
-    """Read the whole log once (``LogFormatError`` naming the first bad line): nothing is
-    recorded in the history nor sent for a log that would stop half-way."""
-    for _record in read_log(log, fmt):
-        pass
-
-
-def _imported(previous: ReplayState | None) -> list[tuple[str, Content]]:
-    """The (key, content) pairs a state file of an earlier version guarded per path."""
-    if previous is None:
-        return []
-    pairs: list[tuple[str, Content]] = []
-    if previous.key_fingerprint:
-        pairs.append((previous.key_fingerprint,
-                      Content(previous.log_sha256, previous.time_offset)))
-    for item in previous.history:
-        if len(item) == 2:
-            fp, digest = item
-            offset = previous.time_offset if digest == previous.log_sha256 else 0.0
-            pairs.append((fp, Content(digest, offset)))
-    return pairs
-
-
-def _describe(entry: dict[str, Any]) -> str:
-    shift = float(entry.get("time_offset", 0.0))
-    where = ", ".join(entry.get("paths", [])[:3]) or "an earlier version's state file"
-    topics = ", ".join(t.get("topic", "?") for t in entry.get("targets", [])[:3])
-    return (f"SHA-256 {str(entry.get('log_sha256'))[:16]}…"
-            + (f", retimed {shift:+.3f} s" if shift else "")
-            + f", read from {where}" + (f", into {topics}" if topics else ""))
 
 
 async def _async_run(args: argparse.Namespace) -> int:
