@@ -339,8 +339,10 @@ class Settings:
         50,
         "Client-side pause after a fetch that returned no records, milliseconds (every consumer "
         "of the process): an idle worker then costs almost no CPU even against a broker that "
-        "answers empty fetches at once; records arriving meanwhile wait at most this long. 0 "
-        "disables it. `stream-dp tail` and the standalone dashboard read the same variable.",
+        "answers empty fetches at once; records arriving meanwhile wait at most this long "
+        "(5x as long, 250 ms by default, for the reconcile side agent and the dashboard, "
+        "which lag releases by seconds anyway). 0 disables it. `stream-dp tail` and the "
+        "standalone dashboard read the same variable.",
     )
     release_checkpoint_every: int = _s(
         1,

@@ -694,13 +694,14 @@ class IngestState:
         return seal(self._key, "ingest checkpoint", self.context(), payload)
 
     def _payload(self) -> bytes:
+        from agents.bucket_columns import bucket_columns
+
         buckets = {}
         for t, b in self.buckets.items():
-            keys = sorted(b)  # sorted once: a deterministic checkpoint
-            # a flat/hierarchy key is its leaf index, a grid's its tuple of nodes; sums are
-            # integer units (v5)
-            clip = self.clip  # min(min(a, c) + b, c) == min(a + b, c): clipping is lossless
-            buckets[str(t)] = [keys, [b[k] if b[k] < clip else clip for k in keys]]
+            # keys sorted: a deterministic checkpoint; a flat/hierarchy key is its leaf index,
+            # a grid's its tuple of nodes; sums are integer units (v5), clipped:
+            # min(min(a, c) + b, c) == min(a + b, c), so clipping is lossless
+            buckets[str(t)] = list(bucket_columns(b, self.clip, self.router.leaf_mode))
         doc = {
             "v": 5,
             "partition": self.partition,

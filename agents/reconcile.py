@@ -263,8 +263,11 @@ class Reconciler:
             compression_type="gzip" if cfg.histograms_json else None,
             max_request_size=cfg.max_message_bytes,
         )
+        from agents.fetch_backoff import slow_down
+
         try:  # started inside: a step-down during start() must close both (no 'Unclosed')
             await consumer.start()
+            slow_down(consumer)  # histograms lag releases by seconds: 5x fewer empty fetches
             await producer.start()
             tps = await self._assign_counts(consumer)
             last_refresh = time.monotonic()
@@ -379,6 +382,8 @@ class Reconciler:
         if cfg.histograms_json:
             message = histogram_message(self.names, tick, result, cfg.domain_name)
             return result, message, encode(message), chunks
+        if self.on_histogram is None:  # nobody reads the JSON view: not built (20 000 nodes)
+            return result, {}, None, chunks
         # compact only: callbacks get the first nodes (the top of a hierarchy) as JSON
         keep = min(len(self.names), _CALLBACK_NODES)
         message = histogram_message(self.names[:keep], _head(tick, keep),

@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 import time
+from typing import Any
 
 import numpy as np
 from aiokafka import AIOKafkaProducer
@@ -27,6 +28,8 @@ async def main(bootstrap: str, topic: str, leaves_file: str, origin: float, tick
     prod = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=1 << 20,
                             max_request_size=1 << 22)
     await prod.start()
+    await prod.partitions_for(topic)  # metadata for _partition below
+    part_of: dict[int, int] = {}  # leaf -> partition, as the default partitioner hashes its key
     try:
         while True:
             now = time.time()
@@ -37,10 +40,25 @@ async def main(bootstrap: str, topic: str, leaves_file: str, origin: float, tick
             for part in np.array_split(chosen, slices):
                 ts = time.time()
                 ms = int(ts * 1000)
+                # whole record batches per partition (not one send per record): this process
+                # must keep up with 10^5 events per tick on a loaded machine, or its events
+                # arrive after their tick closed and the worker dead-letters them
+                batches: dict[int, Any] = {}
                 futs = []
                 for i in part.tolist():
+                    p = part_of.get(i)
+                    if p is None:
+                        p = part_of[i] = prod._partition(topic, None, None, None, keys[i], None)
+                    batch = batches.get(p)
+                    if batch is None:
+                        batch = batches[p] = prod.create_batch()
                     value = json.dumps({"key": leaves[i], "ts": ts}).encode()
-                    futs.append(await prod.send(topic, value, key=keys[i], timestamp_ms=ms))
+                    if batch.append(key=keys[i], value=value, timestamp=ms) is None:
+                        futs.append(await prod.send_batch(batch, topic, partition=p))
+                        batch = batches[p] = prod.create_batch()
+                        batch.append(key=keys[i], value=value, timestamp=ms)
+                for p, batch in batches.items():
+                    futs.append(await prod.send_batch(batch, topic, partition=p))
                 await asyncio.gather(*futs)
                 await asyncio.sleep(max(0.0, start + tick / 2 / slices - time.time()))
                 start += tick / 2 / slices

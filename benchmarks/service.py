@@ -30,12 +30,24 @@ partition, which would otherwise dominate short runs).
    library's ``CounterBank`` tick for the same mechanism and N. Phase 2: plus three reader
    processes (the plain-Python example consumer, ``stream-dp tail compact --prefix``,
    ``stream-dp tail compact-histograms --prefix``) and dashboard snapshots over HTTP; lag of each
-   reader behind the release. Worker RSS sampled every second over both phases.
+   reader behind the release. Worker RSS sampled every second over both phases. The worker's
+   CPU per tick in each phase (process CPU of the benchmark process, which runs the worker's
+   parts and nothing else heavy: the producer, the readers and the dashboard poller are
+   subprocesses; plus the pipeline child processes), next to the library tick's CPU, the
+   budget 10 × library CPU + 2 µs × events per tick, the broker's CPU and the clients'.
+   ``--profile PATH``: a py-spy profile of phase 1 (``py-spy`` on PATH).
+
+8. Scale-out (``--only ingest --ingest-processes 1,2 [--pairs 3]``): the ingest table with
+   ``pipeline_processes`` = 1 then 2 (order alternating between rounds) instead of the bare
+   consumer; rates from the output side (events the children report accepted at their ingest
+   commits, every 0.25 s here), 10 % → 90 % of the records, which each run gets in its own
+   topic in a transaction committed once every child is ready (no rebalance inside).
 
 Usage: python benchmarks/service.py [--events 1000000] [--streams 100000] [--ticks 8]
                                    [--backlog-ticks 600] [--only scale,backlog,restart,modes]
                                    [--tick-seconds 5] [--active 0.1] [--scale-ticks 10]
                                    [--pipeline-processes 0] [--release-checkpoint-every 1]
+                                   [--profile PATH] [--ingest-processes 1,2 --pairs 3]
 """
 
 from __future__ import annotations
@@ -130,6 +142,139 @@ async def ingest_bench(bootstrap: str, tmp: Path, n_events: int) -> list[tuple[s
     return rows
 
 
+class _CountingMetrics:
+    """The parent's metrics for a :class:`agents.pipeline_processes.PipelineGroup`: counts the
+    events its children report accepted (they report at each ingest commit), ignores the rest."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+
+    def event_accepted(self, n: int = 1) -> None:
+        self.accepted += int(n)
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kw: None
+
+
+async def processes_drain(w_settings: Any, n_events: int, publish: Any
+                          ) -> tuple[float, float, float]:
+    """``pipeline_processes = N`` (from ``w_settings``): events per second from the output
+    side — the events the children report accepted at their ingest commits (every
+    ``commit_interval_s``) — between the first commits at or past 10 % and 90 % of the
+    records, both sampled right after a commit (every 20 ms); the same over the whole drain
+    (from the commit that made the records visible to the last one accepted); and seconds from
+    the start until every child was ready. The events are in an open transaction until every child is ready
+    (``await publish()`` commits it): no record is read before the group's last join, so no
+    rebalance falls inside the measurement."""
+    from agents.pipeline_processes import PipelineGroup
+
+    metrics = _CountingMetrics()
+    group = PipelineGroup(w_settings, int(w_settings.pipeline_processes), metrics,
+                          json_lines=True)
+    stop = asyncio.Event()
+    t_start = time.perf_counter()
+    group.start()
+    task = asyncio.create_task(group.run(stop))
+    t_ready = t_pub = 0.0
+    t10 = t90 = 0.0
+    n10 = n90 = 0
+    try:
+        while metrics.accepted < n_events:
+            if task.done():
+                await task
+                raise RuntimeError("the pipeline processes stopped")
+            now = time.perf_counter()
+            if not t_ready and group.ready:
+                t_ready = now - t_start
+                await publish()
+                t_pub = time.perf_counter()
+            got = metrics.accepted
+            if not t10 and got >= 0.1 * n_events:
+                t10, n10 = now, got
+            if not t90 and got >= 0.9 * n_events:
+                t90, n90 = now, got
+            await asyncio.sleep(0.02)
+        t_all = time.perf_counter()
+    finally:
+        stop.set()
+        await task
+    whole = n_events / (t_all - t_pub)  # from the commit that made them visible to the last
+    if not t90 or t90 <= t10:  # one commit took 10 % to 90 %: the whole drain instead
+        return whole, whole, t_ready
+    return (n90 - n10) / (t90 - t10), whole, t_ready
+
+
+async def _produce_pending(s: Any, events: list[tuple[bytes, bytes]], through_tick: int,
+                           txn_id: str) -> Any:
+    """Write ``events`` (round robin over the events partitions, whole record batches) and a
+    final close marker per partition to ``s.events_topic`` inside one transaction, left open;
+    returns an async function that commits it and stops the producer."""
+    from aiokafka import AIOKafkaProducer
+
+    from agents.codec import close_marker, marker_key
+
+    prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap, transactional_id=txn_id,
+                            linger_ms=20, max_batch_size=1 << 20, max_request_size=1 << 22)
+    await prod.start()
+    await prod.begin_transaction()
+    parts = s.events_partitions
+    futs = []
+    ts_ms = int(time.time() * 1000)
+    for p in range(parts):
+        batch = prod.create_batch()
+        for key, value in events[p::parts]:
+            if batch.append(key=key, value=value, timestamp=ts_ms) is None:
+                futs.append(await prod.send_batch(batch, s.events_topic, partition=p))
+                batch = prod.create_batch()
+                batch.append(key=key, value=value, timestamp=ts_ms)
+        futs.append(await prod.send_batch(batch, s.events_topic, partition=p))
+    mac_key = marker_key(s.noise_key())
+    for p in range(parts):
+        headers, value = close_marker(s.tick_bounds(through_tick)[0], True, mac_key=mac_key,
+                                      topic=s.events_topic, partition=p)
+        futs.append(await prod.send(s.events_topic, value, partition=p, headers=headers))
+    await asyncio.gather(*futs)
+
+    async def publish() -> None:
+        await prod.commit_transaction()
+        await prod.stop()
+
+    return publish
+
+
+async def ingest_processes_bench(bootstrap: str, tmp: Path, n_events: int, counts: list[int],
+                                 pairs: int) -> list[tuple[int, int, float, float]]:
+    """Ingest with ``pipeline_processes`` = each of ``counts`` in turn, ``pairs`` rounds
+    (the order alternates between rounds): rows ``(round, N, events/s, seconds to ready)``.
+    Each run reads its own copy of the events, committed once all its children are ready."""
+    leaves = ps.hierarchy_paths(4, 4, 8)
+    s = ps.make_settings(bootstrap, tmp, "bench-procs", leaves, tick_seconds=10.0,
+                         commit_interval_s=0.25, events_partitions=4, shards=3)
+    span = n_events / 10_000  # 10k events per second of event time
+    events = [ps.event_bytes(leaves[i % len(leaves)], s.origin + span * i / n_events, 1.0)
+              for i in range(n_events)]
+    rows = []
+    run = 0
+    for rnd in range(pairs):
+        for n in (counts if rnd % 2 == 0 else counts[::-1]):
+            w = s.replace(app_id=f"bench-procs-w{run}", pipeline_processes=n,
+                          events_topic=f"bench-procs.events{run}",
+                          partials_topic=f"bench-procs.partials{run}",
+                          counts_topic=f"bench-procs.counts{run}",
+                          schedule_topic=f"bench-procs.schedule{run}",
+                          ingest_checkpoints_topic=f"bench-procs.ci{run}",
+                          release_checkpoints_topic=f"bench-procs.cr{run}")
+            await ps.create_topics(w)
+            publish = await _produce_pending(w, events, int(span / s.tick_seconds) + 1,
+                                             f"bench-procs-txn{run}")
+            rate, whole, ready = await processes_drain(w, n_events, publish)
+            rows.append((rnd + 1, n, rate, ready))
+            print(f"| {rnd + 1} | {n} | {rate:,.0f} | {whole:,.0f} | {ready:.1f} | "
+                  f"{os.getloadavg()[0]:.2f} |", flush=True)
+            run += 1
+    return rows
+
+
 async def latency_bench(bootstrap: str, tmp: Path, n_streams: int, ticks: int,
                         compact: bool = False) -> dict[str, Any]:
     names = [f"s{i}" for i in range(n_streams)]
@@ -180,6 +325,13 @@ async def latency_bench(bootstrap: str, tmp: Path, n_streams: int, ticks: int,
 
 def library_tick(mechanism: Any, n_streams: int, ticks: int = 8) -> float:
     """Median seconds of one ``CounterBank.step`` over ``n_streams`` (sparse counts)."""
+    return library_tick_cpu(mechanism, n_streams, ticks)[0]
+
+
+def library_tick_cpu(mechanism: Any, n_streams: int, ticks: int = 8) -> tuple[float, float]:
+    """Median wall seconds and median process CPU seconds of one ``CounterBank.step`` (noise
+    included, as ``benchmarks/counter_bank.py`` times it) over ``n_streams`` streams, a tenth
+    of them with a count of 1; the first step (plans, caches) is left out."""
     import numpy as np
 
     from stream_dp.counters import CounterBank
@@ -187,12 +339,13 @@ def library_tick(mechanism: Any, n_streams: int, ticks: int = 8) -> float:
     bank = CounterBank(mechanism, [f"s{i}" for i in range(n_streams)], b"k" * 32)
     counts = np.zeros(n_streams)
     counts[:: 10] = 1.0
-    times = []
+    times, cpus = [], []
     for _ in range(ticks):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         bank.step(counts)
+        cpus.append(time.process_time() - c0)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+    return statistics.median(times[1:]), statistics.median(cpus[1:])
 
 
 async def backlog_bench(bootstrap: str, tmp: Path, n_ticks: int,
@@ -333,20 +486,75 @@ def _rss_mb(pid: int | str = "self") -> float:
 
 def _group_rss_mb(pgid: int) -> float:
     """Resident MiB of every process in group ``pgid`` (the embedded broker's)."""
-    total = 0.0
+    return _proc_usage(pgid)["broker_rss"]
+
+
+_CLK_TCK: float = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+
+
+def _proc_usage(broker_pgid: int | None) -> dict[str, float]:
+    """One walk of /proc: resident MiB and CPU seconds (user + system, since each process
+    started) of this process's pipeline children (multiprocessing spawn: ``pipeline_*``), of
+    its other children (``clients_*``: the event producer, the readers, the dashboard poller)
+    and of process group ``broker_pgid`` (``broker_*``)."""
+    me = os.getpid()
+    out = dict.fromkeys(("pipeline_rss", "pipeline_cpu", "clients_cpu", "broker_rss",
+                         "broker_cpu"), 0.0)
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-                if int(stat[stat.rfind(")") + 2:].split()[2]) == pgid:
-                    total += _rss_mb(entry.name)
-            except (OSError, ValueError, IndexError):
-                continue
-    return total
+        if not entry.name.isdigit() or entry.name == str(me):
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rfind(")") + 2:].split()
+            ppid, pgrp = int(fields[1]), int(fields[2])
+            cpu = (int(fields[11]) + int(fields[12])) / _CLK_TCK
+            if broker_pgid is not None and pgrp == broker_pgid:
+                out["broker_rss"] += _rss_mb(entry.name)
+                out["broker_cpu"] += cpu
+            elif ppid == me:
+                if b"spawn_main" in (entry / "cmdline").read_bytes():
+                    out["pipeline_rss"] += _rss_mb(entry.name)
+                    out["pipeline_cpu"] += cpu
+                else:
+                    out["clients_cpu"] += cpu
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _pid_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def _per_tick(samples: list[dict[str, float]], start: float, end: float, tick_seconds: float
+              ) -> dict[str, float]:
+    """Each sampled counter's increase per ``tick_seconds`` of wall time over the longest
+    whole number of ticks that the samples taken in [``start``, ``end``] cover from the first
+    one (the steady state: the counters' periodic pattern repeats every tick)."""
+    inside = [x for x in samples if start <= x["t"] <= end]
+    if len(inside) < 2:
+        return {}
+    a = inside[0]
+    k = int((inside[-1]["t"] - a["t"]) // tick_seconds)
+    if k < 1:
+        return {}
+    target = a["t"] + k * tick_seconds
+    b = min(inside, key=lambda x: abs(x["t"] - target))
+    n = (b["t"] - a["t"]) / tick_seconds
+    out = {key: (b[key] - a[key]) / n for key in a if key != "t"}
+    out["ticks"] = n
+    return out
 
 
 async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_seconds: float,
-                      active: float, processes: int, checkpoint_every: int = 1
+                      active: float, processes: int, checkpoint_every: int = 1,
+                      profile: str = "", dashboard_process: bool = False
                       ) -> dict[str, Any]:
     """``stream-dp worker`` as shipped (web server with the dashboard, the reconcile side agent
     and the pipeline — in ``processes`` child processes, or in this process for 0) on a 3-level
@@ -360,6 +568,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     events partition closing it), for ticks that closed after every shard had released once
     (start-up lets the clock run ahead). Reader lag = first seen − the tick's release."""
     import os
+    import shutil
     import subprocess
 
     from agents.commands.worker import serve
@@ -367,6 +576,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     from agents.embedded_broker import free_port
     from agents.release import build_mechanism
 
+    load_start = os.getloadavg()
     a, b, c = _hierarchy_shape(n_streams)
     leaves = [f"r{i}/m{j}/l{k}" for i in range(a) for j in range(b) for k in range(c)]
     leaves_file = tmp / "leaves.txt"
@@ -423,8 +633,18 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
         elif not caught_up and len(released.get(rel.tick, [])) == s.shards:
             caught_up.append(now)
 
-    async def on_histogram(msg: dict[str, Any]) -> None:
-        histograms.setdefault(int(msg["tick"]), time.time())
+    # Histograms published: seen through the metrics call the reconcile side agent makes for
+    # each one, not through serve's on_histogram callback — `stream-dp worker` passes none, and
+    # with one the agent would build a 20 000-node JSON view per tick for it.
+    from agents.metrics import Metrics
+
+    published = Metrics.histogram_published
+
+    def histogram_published(self: Any, tick: int, *args: Any) -> None:
+        histograms.setdefault(int(tick), time.time())
+        published(self, tick, *args)
+
+    Metrics.histogram_published = histogram_published  # type: ignore[method-assign]
 
     def complete(since: int) -> list[int]:
         return sorted(t for t, times in released.items() if t >= since
@@ -434,78 +654,180 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     started_at = time.time()
     ready: list[float] = []
     workers: list[Any] = []
+    dash_proc: Any = None
+    dash_port = s.web_port
+    if dashboard_process:
+        # the capacity guide's layout for large deployments: `stream-dp worker --no-dashboard`
+        # and `python -m agents.dashboard` beside it (its CPU is reported apart)
+        dash_port = free_port()
+        dash_proc = subprocess.Popen(
+            [py, "-m", "agents.dashboard", "--port", str(dash_port), "--compact-topic",
+             s.compact_topic, "--shards", str(s.shards), "--compact-histograms"],
+            env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL)
     task = asyncio.create_task(serve(s, stop_event=stop, on_release=on_release,
-                                     on_histogram=on_histogram,
+                                     dashboard=not dashboard_process,
                                      started=lambda _srv: ready.append(time.time()),
                                      worker_created=workers.append))
     readers: list[_Lines] = []
     dash: dict[int, float] = {}
     dash_sizes: list[tuple[int, float]] = []
     last_rss = 0.0
+    #: CPU seconds (and accepted events) sampled every 0.5 s: the worker is this process
+    #: (pipeline in-process, reconcile side agent, web server + dashboard) plus its pipeline
+    #: children; this process's own bookkeeping (these samples) is counted and subtracted
+    cpu: list[dict[str, float]] = []
+    bookkeeping = [0.0]
+    phase_end: list[float] = []
+    broker_pgid = broker.proc.pid if getattr(broker, "proc", None) else None
 
-    async def wait_ticks(first: int, n: int, poll: Any = None) -> list[int]:
+    # garbage-collector pauses of this process (all generations), as CPU of the thread that
+    # collects: a large heap makes each full collection long
+    import gc
+
+    gc_cpu = [0.0, 0.0]  # total, start of the current collection
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            gc_cpu[1] = time.thread_time()
+        else:
+            gc_cpu[0] += time.thread_time() - gc_cpu[1]
+
+    gc.callbacks.append(on_gc)
+
+    def sample() -> None:
+        t0 = time.thread_time()
+        usage = _proc_usage(broker_pgid)
+        usage["dashboard_cpu"] = _pid_cpu(dash_proc.pid) if dash_proc is not None else 0.0
+        row = {"t": time.time(), "self": time.process_time(), **usage,
+               "accepted": float(workers[0].stats["accepted"]) if workers else float("nan"),
+               "dead_letters": (float(workers[0].stats["dead_letters"]) if workers
+                                else float("nan")),
+               "processed": float(workers[0].processed) if workers else float("nan")}
+        bookkeeping[0] += time.thread_time() - t0
+        row["bookkeeping"] = bookkeeping[0]
+        row["gc"] = gc_cpu[0]
+        cpu.append(row)
+
+    async def wait_ticks(first: int, n: int) -> list[int]:
         nonlocal last_rss
         while True:
             got = complete(first)
             if len(got) >= n and max(histograms, default=0) >= got[n - 1]:
+                sample()
+                phase_end.append(cpu[-1]["t"])
                 return got[:n]
             if task.done():
                 await task
                 raise RuntimeError("the worker stopped")
-            if poll is not None:
-                await poll()
+            sample()
             if time.time() - last_rss >= 1.0:
+                t0 = time.thread_time()
                 last_rss = time.time()
                 rss.append((last_rss, _tree_rss_mb()))
+                bookkeeping[0] += time.thread_time() - t0
             await asyncio.sleep(0.5)
 
+    async def read_poller(proc: Any) -> None:
+        while True:
+            line = await proc.stdout.readline()
+            if not line:
+                return
+            try:
+                m = json.loads(line)
+            except ValueError:
+                continue
+            dash_sizes.append((int(m["bytes"]), float(m["get_s"])))
+            for t in m["ticks"]:
+                dash.setdefault(int(t), float(m["t"]))
+            if m["histogram"] is not None:
+                dash.setdefault(-int(m["histogram"]), float(m["t"]))
+
+    profiler: Any = None
+    poller: Any = None
+    poller_task: Any = None
     try:
         while not caught_up:
             if task.done():
                 await task
                 raise RuntimeError("the worker stopped before its first release")
             await asyncio.sleep(0.2)
-        first_steady = complete(0)[0] + 2
+        # Steady state: a loaded machine (or a slow start) leaves a backlog of ticks; measure
+        # from the second tick after two consecutive ticks were released within a tick of
+        # closing (at most 30 ticks of waiting)
+        give_up = time.time() + 30 * tick_seconds
+        while time.time() < give_up:
+            if task.done():
+                await task
+                raise RuntimeError("the worker stopped")
+            lat_of: dict[int, float] = {}
+            for t, x in latencies:
+                lat_of[t] = max(lat_of.get(t, 0.0), x)
+            done = [t for t in complete(0) if t in lat_of]
+            if len(done) >= 2 and all(lat_of[t] < tick_seconds for t in done[-2:]):
+                break
+            await asyncio.sleep(0.5)
+        first_steady = complete(0)[-1] + 2
+        if profile:
+            # py-spy on this process over phase 1 only (not the start-up); --nonblocking: the
+            # sampled process is not paused, so the CPU figures are not the profiler's
+            while complete(first_steady - 1) == [] and not task.done():
+                await asyncio.sleep(0.2)
+            profiler = subprocess.Popen(
+                [shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")), "record", "-r", "50", "-f", "raw", "--nonblocking", "--threads",
+                 "-d", str(int(ticks * tick_seconds)), "-o", profile,
+                 "--pid", str(os.getpid())], stdout=subprocess.DEVNULL)
         phase1 = await wait_ticks(first_steady, ticks)
         for name, (cmd, tick_of) in readers_cmd.items():
             proc = await asyncio.create_subprocess_exec(*cmd, env=env, cwd=str(ROOT),
                                                         stdout=asyncio.subprocess.PIPE)
             readers.append(_Lines(name, proc, tick_of))
-        from aiohttp import ClientSession
-
-        url = f"http://127.0.0.1:{s.web_port}/dashboard/api/snapshot?prefix={prefix}"
-        async with ClientSession() as http:
-            async def poll_dashboard() -> None:
-                t_req = time.perf_counter()
-                async with http.get(url) as resp:
-                    body = await resp.read()
-                dash_sizes.append((len(body), time.perf_counter() - t_req))
-                snap = json.loads(body)
-                now = time.time()
-                for series in (snap.get("streams") or {}).values():
-                    for pt in series.get("points") or ():
-                        dash.setdefault(int(pt[0]), now)
-                if snap.get("histogram"):
-                    dash.setdefault(-int(snap["histogram"]["tick"]), now)
-
-            # readers start live: measure from the second tick after they started
-            phase2 = await wait_ticks(phase1[-1] + 3, ticks, poll_dashboard)
-            deadline = time.time() + min(3 * tick_seconds, 20)  # readers finish the last ticks
-            while time.time() < deadline and not all(phase2[-1] in r.first for r in readers):
-                await poll_dashboard()
-                await asyncio.sleep(0.5)
+        url = f"http://127.0.0.1:{dash_port}/dashboard/api/snapshot?prefix={prefix}"
+        # the dashboard's snapshot polled every 0.5 s from a subprocess (its decoding is the
+        # browser's work, not the worker's)
+        poller = await asyncio.create_subprocess_exec(
+            py, str(ROOT / "benchmarks" / "_poll_dashboard.py"), url, "0.5", env=env,
+            cwd=str(ROOT), stdout=asyncio.subprocess.PIPE)
+        poller_task = asyncio.create_task(read_poller(poller))
+        # readers start live: measure from the second tick after they started
+        phase2 = await wait_ticks(phase1[-1] + 3, ticks)
+        deadline = time.time() + min(3 * tick_seconds, 20)  # readers finish the last ticks
+        while time.time() < deadline and not all(phase2[-1] in r.first for r in readers):
+            await asyncio.sleep(0.5)
     finally:
         stop.set()
         producer.terminate()
         for r in readers:
             r.proc.terminate()
+        if poller is not None:
+            poller.terminate()
         await task
         for r in readers:
             await r.proc.wait()
+        if poller is not None:
+            await poller.wait()
+            await poller_task
         producer.wait()
+        if dash_proc is not None:
+            dash_proc.terminate()
+            dash_proc.wait()
+        if profiler is not None:
+            profiler.wait()
+    Metrics.histogram_published = published  # type: ignore[method-assign]
+    gc.callbacks.remove(on_gc)
     rel_at = {t: max(released[t]) for t in phase1 + phase2}
     mech = build_mechanism(s)
-    lib = library_tick(mech, domain.size)
+    lib, lib_cpu = library_tick_cpu(mech, domain.size, ticks=16)
+
+    def cpu_of(ticks_of: list[int], end: float) -> dict[str, float]:
+        """CPU seconds per tick over a phase (from its first tick's release to its end)."""
+        got = _per_tick(cpu, rel_at[ticks_of[0]], end, tick_seconds)
+        if got:
+            got["worker"] = got["self"] - got["bookkeeping"] + got["pipeline_cpu"]
+            # the records the ingest read (accepted, dead-lettered or late): each costs work
+            got["events"] = (got["processed"] if workers
+                             else active * len(leaves))  # by construction of the producer
+            got["budget"] = 10 * lib_cpu + 2e-6 * got["events"]
+        return got
 
     def latency(ticks_of: list[int]) -> tuple[float, float, int]:
         lat = sorted(x for t, x in latencies if t in set(ticks_of))
@@ -528,14 +850,17 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
             breakdown["ingest_" + k] = (statistics.median(r[k] for r in irows) if irows
                                         else float("nan"))
     return {
+        "load": (load_start, os.getloadavg()),
+        "started_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(started_at)),
         "nodes": domain.size, "leaves": len(leaves), "shape": (a, b, c),
         "tick_seconds": tick_seconds, "active": active, "domain_load_s": t_domain,
-        "processes": processes,
+        "processes": processes, "dashboard_process": dashboard_process,
         "checkpoint_every": checkpoint_every,
         "ready_s": (ready[0] - started_at) if ready else float("nan"),
         "first_release_s": caught_up[0] - started_at, "ticks": len(phase1),
         "phase1": latency(phase1), "phase2": latency(phase2),
-        "library_tick": lib, "strategy": mech.name,
+        "library_tick": lib, "library_tick_cpu": lib_cpu, "strategy": mech.name,
+        "cpu": {1: cpu_of(phase1, phase_end[0]), 2: cpu_of(phase2, phase_end[1])},
         "reconciled": (sum(1 for t in phase1 if t in histograms),
                        sum(1 for t in phase2 if t in histograms)),
         "reconcile_lag": lags(histograms, phase1),
@@ -555,30 +880,22 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
 
 def _tree_rss_mb() -> float:
     """Resident MiB of this process and its pipeline child processes (multiprocessing spawn)."""
-    total = _rss_mb()
-    me = os.getpid()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            if int(stat[stat.rfind(")") + 2:].split()[1]) != me:
-                continue
-            if b"spawn_main" in (entry / "cmdline").read_bytes():
-                total += _rss_mb(entry.name)
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
+    return _rss_mb() + _proc_usage(None)["pipeline_rss"]
 
 
 def print_scale(r: dict[str, Any]) -> None:
     a, b, c = r["shape"]
     where = (f"{r['processes']} pipeline processes" if r["processes"]
              else "pipeline in the worker process")
+    if r["dashboard_process"]:
+        where += "; dashboard in its own process (python -m agents.dashboard)"
     print(f"\n## as shipped at {r['nodes']:,} nodes ({a}×{b}×{c} hierarchy, {r['leaves']:,} "
           f"leaves, {r['active']:.0%} active per tick, {r['tick_seconds']:g} s ticks, compact "
           f"output, 4 shards, dashboard + reconcile on, {where}, full release checkpoint every "
           f"{r['checkpoint_every']} tick(s))")
+    print(f"started {r['started_utc']} UTC, nproc {os.cpu_count()}, load average (1/5/15 min) "
+          f"at the start {'/'.join(f'{x:.2f}' for x in r['load'][0])}, at the end "
+          f"{'/'.join(f'{x:.2f}' for x in r['load'][1])}")
     print(f"start-up: domain file {r['domain_load_s']:.1f} s, serving after {r['ready_s']:.1f} s,"
           f" first complete tick after {r['first_release_s']:.1f} s")
     print("| phase | ticks | strategy | release p50 (s) | p99 (s) | library tick (s) | "
@@ -602,6 +919,26 @@ def print_scale(r: dict[str, Any]) -> None:
             f"{k} {b_['ingest_' + k]:.3f}" for k in ("to_commit", "outputs", "checkpoint",
                                                      "commit"))
               + " (to_commit: close decided → its transaction starts)")
+    print("\nCPU per tick (CPU seconds per tick of wall time over each phase's whole ticks; "
+          "worker = this process — pipeline, reconcile side agent, web server with the "
+          "dashboard — minus the benchmark's own sampling, plus pipeline child processes; "
+          "budget = 10 × the library tick's CPU + 2 µs × events of the tick):")
+    print("| phase | ticks | events / tick (accepted, dead letters) | worker CPU (s) | of it pipeline processes (s) | "
+          "library tick CPU (s) | budget (s) | worker / budget | broker CPU (s) | "
+          "producer + readers + poller CPU (s) | of the worker: garbage collection (s) | "
+          "dashboard process CPU (s) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for i in (1, 2):
+        c = r["cpu"][i]
+        if not c:
+            print(f"| {i} | (too few samples) |")
+            continue
+        print(f"| {i} | {c['ticks']:.1f} | {c['events']:,.0f} ({c['accepted']:,.0f}, "
+              f"{c['dead_letters']:,.0f}) | {c['worker']:.3f} | "
+              f"{c['pipeline_cpu']:.3f} | {r['library_tick_cpu']:.4f} | {c['budget']:.3f} | "
+              f"{c['worker'] / c['budget']:.2f} | {c['broker_cpu']:.3f} | "
+              f"{c['clients_cpu'] - c['dashboard_cpu']:.3f} | {c['gc']:.3f} | "
+              f"{c['dashboard_cpu']:.3f} |")
     print(f"\nworker RSS (with its pipeline processes), sampled every second: phase 1 start "
           f"{r['rss_first']:.0f} MiB, phase 2 start {r['rss_phase2_first']:.0f} MiB, end "
           f"{r['rss_last']:.0f} MiB, max {r['rss_max']:.0f} MiB; embedded broker at the end "
@@ -636,6 +973,15 @@ async def main() -> None:
                     help="scale: the worker's release_checkpoint_every setting")
     ap.add_argument("--pipeline-processes", type=int, default=0,
                     help="scale: the worker's pipeline_processes setting (0: in-process)")
+    ap.add_argument("--ingest-processes", default="",
+                    help="ingest: compare pipeline_processes values instead of the bare "
+                    "consumer, e.g. 1,2 (rounds: --pairs)")
+    ap.add_argument("--pairs", type=int, default=3, help="ingest: rounds of --ingest-processes")
+    ap.add_argument("--dashboard-process", action="store_true",
+                    help="scale: the worker without its dashboard, `python -m agents.dashboard` "
+                    "beside it (the capacity guide's layout for large deployments)")
+    ap.add_argument("--profile", default="",
+                    help="scale: write a py-spy raw profile of phase 1 of this process here")
     ap.add_argument("--only", default="", help="comma-separated: scale,ingest,latency,backlog,"
                     "restart,modes,reconcile (default: all but modes)")
     args = ap.parse_args()
@@ -648,7 +994,8 @@ async def main() -> None:
         if want("scale"):
             r = await scale_bench(broker, Path(tmp), args.streams, args.scale_ticks,
                                   args.tick_seconds, args.active, args.pipeline_processes,
-                                  args.release_checkpoint_every)
+                                  args.release_checkpoint_every, args.profile,
+                                  args.dashboard_process)
             print_scale(r)
         if want("backlog"):
             print(f"\n## backlog release, {args.backlog_ticks} past ticks (20 events per tick, "
@@ -682,6 +1029,29 @@ async def main() -> None:
                       f"{lat['library_tick']:.3f} | {lat['p50'] / lat['library_tick']:.0f}x | "
                       f"{lat['rss_mb']:.0f} |")
         if not (want("ingest") or want("latency")):
+            return
+        if args.ingest_processes:
+            counts = [int(x) for x in args.ingest_processes.split(",")]
+            print(f"\n## ingest with pipeline_processes = {counts}, {args.events} events, "
+                  f"4 partitions, 149-node hierarchy ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())}"
+                  f" UTC, nproc {os.cpu_count()}, the broker on the same cores)")
+            print("| round | pipeline_processes | events/s (accepted, 10 % -> 90 %) | "
+                  "events/s (whole drain) | start to every child ready (s) | "
+                  "load average (1 min) |")
+            print("|---|---|---|---|---|---|")
+            prow = await ingest_processes_bench(broker.bootstrap, Path(tmp), args.events,
+                                                counts, args.pairs)
+            for n in counts:
+                rates = [r for _, k, r, _ in prow if k == n]
+                print(f"\npipeline_processes = {n}: median {statistics.median(rates):,.0f} "
+                      f"events/s over {len(rates)} runs")
+            if len(counts) == 2:
+                ratios = [b / a for (_, _, a, _), (_, _, b, _) in
+                          zip(sorted(r for r in prow if r[1] == counts[0]),
+                              sorted(r for r in prow if r[1] == counts[1]), strict=True)]
+                print(f"ratio N={counts[1]} / N={counts[0]} per round: "
+                      + ", ".join(f"{x:.2f}" for x in ratios)
+                      + f"; median {statistics.median(ratios):.2f}")
             return
         rows = await ingest_bench(broker.bootstrap, Path(tmp), args.events)
         print(f"\n## ingest, {args.events} events, 4 partitions, 149-node hierarchy")

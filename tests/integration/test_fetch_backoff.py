@@ -11,11 +11,14 @@ from agents import fetch_backoff
 pytestmark = pytest.mark.integration
 
 
-async def _empty_fetches(bootstrap: str, topic: str, seconds: float) -> int:
+async def _empty_fetches(bootstrap: str, topic: str, seconds: float,
+                         factor: float = 1.0) -> int:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
     await c.start()
+    if factor != 1.0:
+        fetch_backoff.slow_down(c, factor)
     try:
         c.assign([TopicPartition(topic, 0)])
         await c.seek_to_end(TopicPartition(topic, 0))
@@ -50,3 +53,27 @@ async def test_an_idle_consumer_waits_between_empty_fetches(kafka_broker: str,
     assert without > 4 * with_backoff, (without, with_backoff)
     with pytest.raises(ValueError):
         fetch_backoff.install(-1.0)
+
+
+async def test_a_slowed_down_consumer_waits_longer(kafka_broker: str, unique_name: str) -> None:
+    """slow_down (the reconcile side agent's and the dashboard's consumers): factor × the
+    process's pause after each empty fetch, so at most seconds / (factor × backoff) (+2) empty
+    fetches, while a consumer beside it keeps the process's pace."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(unique_name, 1, 1)])
+    finally:
+        await admin.close()
+    try:
+        fetch_backoff.install(0.05)
+        slowed = await _empty_fetches(kafka_broker, unique_name, 2.0, factor=8.0)
+        normal = await _empty_fetches(kafka_broker, unique_name, 2.0)
+    finally:
+        fetch_backoff.install(0.0)
+    assert 1 <= slowed <= 2.0 / 0.4 + 2, slowed
+    assert normal > 2 * slowed, (normal, slowed)
+    with pytest.raises(ValueError):
+        fetch_backoff.slow_down(object(), 5.0)

@@ -1,0 +1,42 @@
+"""An open tick's bucket as the ingest checkpoint writes it: keys sorted, sums clipped.
+
+:meth:`agents.ingest.IngestState.to_bytes` writes each open tick's bucket (event key → sum in
+integer units) as ``[sorted keys, min(sum, clip) in that order]``. At 10^6 streams a bucket
+holds up to ~5·10^4 leaf keys per events partition between commits, encoded at every commit:
+sorting the keys and looking each one up again in Python was most of the checkpoint's cost.
+:func:`bucket_columns` does it with NumPy for integer keys (flat and hierarchy domains: the
+leaf index) and falls back to the Python loop for anything else (grid / attribute keys, sums
+beyond int64): the same two lists either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def bucket_columns_loop(bucket: dict[Any, int], clip: int) -> tuple[list[Any], list[int]]:
+    """The reference: keys in sorted order and each sum clipped to ``clip`` (integer units)."""
+    keys = sorted(bucket)
+    return keys, [bucket[k] if bucket[k] < clip else clip for k in keys]
+
+
+def bucket_columns(bucket: dict[Any, int], clip: int, int_keys: bool) -> tuple[list[Any],
+                                                                              list[int]]:
+    """:func:`bucket_columns_loop`'s lists; vectorised when ``int_keys`` (every key an int)."""
+    n = len(bucket)
+    if not int_keys or n < 64:  # small buckets: the loop is as fast
+        return bucket_columns_loop(bucket, clip)
+    try:
+        keys = np.fromiter(bucket.keys(), dtype=np.int64, count=n)
+        sums = np.fromiter(bucket.values(), dtype=np.int64, count=n)
+    except (OverflowError, TypeError, ValueError):  # a sum beyond int64, a key not an int
+        return bucket_columns_loop(bucket, clip)
+    order = np.argsort(keys, kind="stable")  # keys are distinct: any sort gives one order
+    sums = sums[order]
+    if clip <= _INT64_MAX:
+        np.minimum(sums, clip, out=sums)
+    return keys[order].tolist(), sums.tolist()
