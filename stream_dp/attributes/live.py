@@ -346,7 +346,10 @@ class LiveMarginals:
         bits = patterns_to_bits(pats, m)
         ids = self.release.cell_ids(bits)
         k = ids.shape[1]
-        cells = np.bincount(ids.reshape(-1), weights=np.repeat(w, k), minlength=self.release.n_cells)
+        # float64 always: np.bincount of no ids (a tick without events) returns int64 zeros
+        # even with float weights, and the in-place clip below cannot write floats into them
+        cells = np.bincount(ids.reshape(-1), weights=np.repeat(w, k),
+                            minlength=self.release.n_cells).astype(np.float64, copy=False)
         if cell_clip is not None:
             np.minimum(cells, float(cell_clip), out=cells)
         self.release.bank.step(cells)

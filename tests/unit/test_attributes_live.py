@@ -208,3 +208,31 @@ def test_live_accuracy_beats_independence_on_dependent_data() -> None:
             ind = np.kron(ind, pa / pa.sum())
         tv_ind.append(0.5 * np.abs(ind - exact).sum())
     assert np.mean(tv_live) < 0.75 * np.mean(tv_ind), (np.mean(tv_live), np.mean(tv_ind))
+
+
+def test_a_tick_without_events_is_released_with_the_cell_clip() -> None:
+    """A tick with no events (the first tick of a live demo, a quiet tick) with ``cell_clip``
+    set, as the service always steps. ``np.bincount`` of no ids returns int64 zeros even with
+    float weights, and clipping those in place to a float raised numpy's UFuncTypeError
+    (the attributes demo's intermittent 'no tick released'). Oracle: a twin (same key and
+    description) stepped with the same empty tick without a clip, and a twin fed one event
+    pattern with a zero count (float cells): every table bit-identical at every tick, across
+    an epoch boundary."""
+    cfg = LiveConfig(6, 1.0, 0.9, 3)
+    clipped = LiveMarginals(cfg, KEY, "empty-ticks")
+    plain = LiveMarginals(cfg, KEY, "empty-ticks")
+    zero = LiveMarginals(cfg, KEY, "empty-ticks")
+    none_p, none_c = np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.float64)
+    busy_p, busy_c = np.array([0b000011, 0b110000], dtype=np.uint64), np.array([2.0, 1.0])
+    # empty at the first tick, in the middle and at an epoch's last tick (3, 6)
+    for t in range(1, 8):
+        empty = t in (1, 3, 5, 6)
+        pats, counts = (none_p, none_c) if empty else (busy_p, busy_c)
+        a = clipped.step(pats, counts, cell_clip=1000.0)
+        b = plain.step(pats, counts)
+        c = zero.step(np.array([0], dtype=np.uint64), np.array([0.0])) if empty \
+            else zero.step(pats, counts)
+        assert a.tick == b.tick == c.tick == t and a.epoch == b.epoch == c.epoch
+        for x, y, z in zip(a.values, b.values, c.values, strict=True):
+            assert x.dtype == np.float64
+            assert x.tobytes() == y.tobytes() == z.tobytes(), t
