@@ -362,8 +362,13 @@ class _Stage:
                 "topic's limit or lower the setting ('stream-dp topics create' sets the limits "
                 "it knows)"))
             return
-        log.warning("%s partition %d: commit failed (%s); restoring from checkpoint",
-                    self.name, p, type(exc).__name__)
+        # A broker-side failure (fenced, timed out) is expected and needs no traceback; any
+        # other exception is a bug in a step or an encoder, and the traceback is the only
+        # way to diagnose it after the fact (an intermittent demo failure once logged just
+        # 'commit failed (UFuncTypeError)').
+        expected = isinstance(exc, (_kafka().errors.KafkaError, TransactionRecordFailed))
+        log.warning("%s partition %d: commit failed (%s: %s); restoring from checkpoint",
+                    self.name, p, type(exc).__name__, exc, exc_info=None if expected else exc)
         await self._drop(p)
         if type(exc).__name__ == "ProducerFenced":
             # Another worker owns the partition now (we were a zombie). Do not fence it back:

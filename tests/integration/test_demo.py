@@ -35,6 +35,23 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
+def worker_problems(data: Path, limit: int = 6000) -> str:
+    """The worker log's warning and error lines (with their tracebacks, the ``exc`` field),
+    for a failure message: the demo's stdout only says how many ticks were released."""
+    log_path = data / "worker.log"
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"\n(no worker log at {log_path}: {exc})"
+    bad = [ln for ln in lines if '"level": "warning"' in ln or '"level": "error"' in ln
+           or '"level": "critical"' in ln]
+    with_exc = [ln for ln in bad if '"exc":' in ln]
+    # the first traceback is the root cause; later lines are usually its repetitions
+    picked = (with_exc[:1] + bad[:5] + bad[-5:]) if bad else lines[-10:]
+    text = "\n".join(dict.fromkeys(picked))
+    return f"\n--- {log_path} ({len(bad)} warning/error lines of {len(lines)}):\n{text[-limit:]}"
+
+
 def check_output(out: str) -> None:
     assert re.search(r"dashboard\s+http://127\.0\.0\.1:\d+/dashboard/", out)
     ticks = [int(t) for t in re.findall(r"^tick (\d+)", out, re.M)]
@@ -54,8 +71,12 @@ def test_demo_with_duration_shows_releases_and_exits_cleanly(tmp_path: Path) -> 
         [*CLI, "demo", "--duration", "15", "--data-dir", str(data)],
         capture_output=True, text=True, timeout=180,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    check_output(proc.stdout)
+    assert proc.returncode == 0, (proc.stdout[-3000:] + proc.stderr[-3000:]
+                                  + worker_problems(data))
+    try:
+        check_output(proc.stdout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}{worker_problems(data)}") from None
     assert processes_mentioning(str(data)) == []
     worker_pid = int(re.search(r"worker\s+pid (\d+)", proc.stdout).group(1))  # type: ignore[union-attr]
     assert not Path(f"/proc/{worker_pid}").exists() or "Z" in Path(
@@ -130,10 +151,12 @@ def test_demo_attributes_scenario_shows_clusters_and_tables(tmp_path: Path) -> N
          "--duration", "18", "--data-dir", str(data)],
         capture_output=True, text=True, timeout=180,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, (proc.stdout[-3000:] + proc.stderr[-3000:]
+                                  + worker_problems(data))
     out = proc.stdout
     epochs = [int(e) for e in re.findall(r"^tick \d+ .*, epoch (\d+): \d+ clusters", out, re.M)]
-    assert len(epochs) >= 5 and epochs == sorted(epochs) and max(epochs) >= 1, out[-3000:]
+    assert len(epochs) >= 5 and epochs == sorted(epochs) and max(epochs) >= 1, (
+        out[-3000:] + worker_problems(data))
     tables = re.findall(r"^  (cluster|bridge)\s+\[([a-z0-9,]+)\]", out, re.M)
     assert tables and {a for _, names in tables for a in names.split(",")} == {
         f"a{i}" for i in range(10)}
