@@ -367,8 +367,13 @@ class _Stage:
         # way to diagnose it after the fact (an intermittent demo failure once logged just
         # 'commit failed (UFuncTypeError)').
         expected = isinstance(exc, (_kafka().errors.KafkaError, TransactionRecordFailed))
-        log.warning("%s partition %d: commit failed (%s: %s); restoring from checkpoint",
-                    self.name, p, type(exc).__name__, exc, exc_info=None if expected else exc)
+        what, detail = type(exc).__name__, str(exc)
+        if detail.startswith(what):  # aiokafka's errors already name their class
+            what = detail
+        elif detail:
+            what = f"{what}: {detail}"
+        log.warning("%s partition %d: commit failed (%s); restoring from checkpoint",
+                    self.name, p, what, exc_info=None if expected else exc)
         await self._drop(p)
         if type(exc).__name__ == "ProducerFenced":
             # Another worker owns the partition now (we were a zombie). Do not fence it back:
