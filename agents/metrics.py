@@ -49,7 +49,9 @@ name                                       type       meaning
                                                       checkpoint_refused (tampered / other key /
                                                       other configuration), record_too_large (a
                                                       record above a topic's limit: nothing of its
-                                                      transaction is committed); the worker stops
+                                                      transaction is committed), commit_bug (the
+                                                      same non-Kafka error 3 commits in a row);
+                                                      the worker stops
 =========================================  =========  ===============================================
 """
 

@@ -28,6 +28,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("stream_dp.pipeline")
 
+#: a commit that fails this many times in a row on one partition with the same non-Kafka error
+#: (a bug in a step or an encoder: the restore repeats it) stops the worker
+BUG_RETRIES = 3
+
+
+class CommitBug(RuntimeError):
+    """One partition's commit failed :data:`BUG_RETRIES` times in a row with the same non-Kafka
+    error; the worker stops (one line; the warning before it carries the traceback)."""
+
 # ---------------------------------------------------------------------- Kafka plumbing
 def _kafka() -> Any:
     import aiokafka
@@ -65,6 +74,9 @@ class _Stage:
         self.producers: dict[int, Any] = {}
         self.last_commit: dict[int, float] = {}
         self.encode_seconds: dict[int, float] = {}
+        #: per partition: the last unexpected (non-Kafka) commit failure and how many times in a
+        #: row it happened; reset by a committed transaction
+        self._bug_failures: dict[int, tuple[str, int]] = {}
         #: when each partition's consumed offset was last committed (monotonic s)
         self._offsets_at: dict[int, float] = {}
         self._offset_tasks: set[asyncio.Future[None]] = set()
@@ -372,6 +384,22 @@ class _Stage:
             what = detail
         elif detail:
             what = f"{what}: {detail}"
+        if not expected:
+            last, n = self._bug_failures.get(p, ("", 0))
+            n = n + 1 if last == what else 1
+            self._bug_failures[p] = (what, n)
+            if n >= BUG_RETRIES:
+                # The same tick from the same checkpoint fails the same way: retrying for ever
+                # would be a silent loop (no tick released). Stop and say so.
+                log.warning("%s partition %d: commit failed (%s)", self.name, p, what,
+                            exc_info=exc)
+                self.w.release_error("commit_bug")
+                self.w.fail(CommitBug(
+                    f"{self.name} partition {p}: commit failed {n} times in a row with {what}: "
+                    "not a broker problem but a bug, and restoring from the checkpoint repeats "
+                    "it; stopping instead of retrying for ever (the log has the traceback; "
+                    "please report it with the log)"))
+                return
         log.warning("%s partition %d: commit failed (%s); restoring from checkpoint",
                     self.name, p, what, exc_info=None if expected else exc)
         await self._drop(p)
@@ -401,6 +429,7 @@ class _Stage:
         The checkpoint in the transaction holds the offset a restarted worker seeks to; the
         group's committed offsets serve lag monitoring and the ownership check only. Inside the
         transaction they would cost two broker round trips on every tick's latency path."""
+        self._bug_failures.pop(p, None)
         now = time.monotonic()
         if now - self._offsets_at.get(p, -1e9) < min(1.0, self.s.stall_timeout_s / 4):
             return

@@ -307,7 +307,9 @@ def _report_failure(name: str, exc: BaseException) -> int:
         verb = "stopping" if "state is ahead of the log" in text else "refusing to start"
         log.error("%s: %s.%s", verb, text.rstrip("."), hint, extra={"part": name})
         return 4
-    if isinstance(exc, ReleaseOverflow):
+    from agents.stage import CommitBug
+
+    if isinstance(exc, ReleaseOverflow | CommitBug):
         log.error("stopping: %s", exc, extra={"part": name})
         return 1
     if isinstance(exc, ScheduleMismatch):

@@ -27,6 +27,7 @@ def _stage() -> tuple[Any, list[int]]:
     stage.topic = "partials"
     stage.consumer = SimpleNamespace(assignment=lambda: set())
     stage._drop = drop
+    stage._bug_failures = {}
     return stage, dropped
 
 
@@ -61,4 +62,63 @@ def test_a_kafka_failure_is_one_line(caplog: pytest.LogCaptureFixture) -> None:
     (rec,) = caplog.records
     assert rec.getMessage() == ("stage partition 3: commit failed (KafkaTimeoutError: no answer); "
                                 "restoring from checkpoint")
+    assert rec.exc_info is None
+
+
+def test_the_same_bug_three_times_in_a_row_stops_the_worker_instead_of_looping() -> None:
+    """A deterministic failure (the attributes demo's UFuncTypeError) used to restore and fail
+    again for ever, releasing nothing; the third identical failure in a row stops the worker
+    with one error naming it, a committed transaction in between resets the count."""
+    stage, dropped = _stage()
+    failed: list[BaseException] = []
+    reasons: list[str] = []
+    stage.name = "release"
+    stage._bug_failures = {}
+    stage._offsets_at = {}
+    stage.w = SimpleNamespace(fail=failed.append, release_error=reasons.append)
+
+    def bug() -> TypeError:
+        return TypeError("cells are int64")
+
+    asyncio.run(stage._recover(3, bug()))
+    asyncio.run(stage._recover(3, bug()))
+    assert not failed and dropped == [3, 3]
+    stage._bug_failures.pop(3, None)  # what a committed transaction does (offsets_committed_later)
+    asyncio.run(stage._recover(3, bug()))
+    asyncio.run(stage._recover(3, bug()))
+    asyncio.run(stage._recover(3, ValueError("another bug")))  # a different error: count anew
+    asyncio.run(stage._recover(3, bug()))
+    assert not failed
+    asyncio.run(stage._recover(3, bug()))
+    asyncio.run(stage._recover(3, bug()))
+    from agents.stage import CommitBug
+
+    assert len(failed) == 1 and reasons == ["commit_bug"] and isinstance(failed[0], CommitBug)
+    msg = str(failed[0])
+    assert "release partition 3: commit failed 3 times in a row with TypeError: cells are int64" \
+        in msg and "bug" in msg
+
+
+def test_kafka_failures_never_count_as_a_bug() -> None:
+    from aiokafka.errors import KafkaTimeoutError
+
+    stage, _ = _stage()
+    failed: list[BaseException] = []
+    stage._bug_failures = {}
+    stage.w = SimpleNamespace(fail=failed.append, release_error=lambda r: None)
+    for _ in range(10):
+        asyncio.run(stage._recover(3, KafkaTimeoutError("no answer")))
+    assert not failed
+
+
+def test_the_worker_reports_a_commit_bug_in_one_line_exit_1(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from agents.commands.worker import _report_failure
+    from agents.stage import CommitBug
+
+    with caplog.at_level(logging.ERROR):
+        code = _report_failure("release", CommitBug("release partition 3: commit failed 3 times"))
+    assert code == 1
+    (rec,) = caplog.records
+    assert rec.getMessage() == "stopping: release partition 3: commit failed 3 times"
     assert rec.exc_info is None
