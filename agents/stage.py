@@ -33,6 +33,18 @@ log = logging.getLogger("stream_dp.pipeline")
 BUG_RETRIES = 3
 
 
+def _maybe_transient(exc: BaseException) -> bool:
+    """An error that is not a Kafka error but may still come from the network or the client
+    (an outage, a shutdown): an OSError or timeout, or one raised inside aiokafka. Never counted
+    as a bug that stops the worker."""
+    if isinstance(exc, OSError | TimeoutError | asyncio.TimeoutError):
+        return True
+    tb, last = exc.__traceback__, None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and "aiokafka" in last.tb_frame.f_code.co_filename
+
+
 class CommitBug(RuntimeError):
     """One partition's commit failed :data:`BUG_RETRIES` times in a row with the same non-Kafka
     error; the worker stops (one line; the warning before it carries the traceback)."""
@@ -384,7 +396,7 @@ class _Stage:
             what = detail
         elif detail:
             what = f"{what}: {detail}"
-        if not expected:
+        if not expected and not _maybe_transient(exc):
             last, n = self._bug_failures.get(p, ("", 0))
             n = n + 1 if last == what else 1
             self._bug_failures[p] = (what, n)

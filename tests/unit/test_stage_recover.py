@@ -122,3 +122,24 @@ def test_the_worker_reports_a_commit_bug_in_one_line_exit_1(
     (rec,) = caplog.records
     assert rec.getMessage() == "stopping: release partition 3: commit failed 3 times"
     assert rec.exc_info is None
+
+
+def test_network_errors_and_errors_raised_inside_aiokafka_never_count_as_a_bug() -> None:
+    stage, _ = _stage()
+    failed: list[BaseException] = []
+    stage.w = SimpleNamespace(fail=failed.append, release_error=lambda r: None)
+    for _ in range(5):
+        asyncio.run(stage._recover(3, ConnectionResetError("reset by peer")))
+        asyncio.run(stage._recover(3, TimeoutError()))
+    import aiokafka.util
+
+    def inside_aiokafka() -> None:  # an AssertionError whose last frame is aiokafka's code
+        code = compile("assert False, 'internal'", aiokafka.util.__file__, "exec")
+        exec(code, {})
+
+    for _ in range(5):
+        try:
+            inside_aiokafka()
+        except AssertionError as exc:
+            asyncio.run(stage._recover(3, exc))
+    assert not failed
