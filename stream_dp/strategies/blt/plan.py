@@ -84,9 +84,9 @@ FIT_VERSION = 3
 _FIT_TICKS = 1 << 16
 _QUANTUM = 2.0**-32
 #: L-BFGS-B iterations per start.
-_MAX_ITER = 400
+_MAX_ITER = 250
 #: A smaller ``d`` is kept if its loss is within this relative margin of the best ``d``'s.
-_KEEP = 1e-5
+_KEEP = 1e-6
 #: Decays are kept at most this close to 1 (``1 − θ ≥ 2**-30``).
 _MAX_THETA = 1.0 - 2.0**-30
 
@@ -285,7 +285,7 @@ def _minimise(p: float, n: int, x0: NDArray[np.float64]) -> tuple[float, NDArray
 
     start = objective(x0)[0]
     res = minimize(objective, x0, jac=True, method="L-BFGS-B",
-                   options={"maxiter": _MAX_ITER, "maxcor": 30, "ftol": 1e-14, "gtol": 1e-11})
+                   options={"maxiter": _MAX_ITER, "maxcor": 30, "ftol": 1e-12, "gtol": 1e-11})
     x = np.asarray(res.x, dtype=np.float64)
     value = float(res.fun)
     return (value, x) if value <= start else (start, x0)
