@@ -5,7 +5,10 @@ at tick ``t`` the mechanism adds an integer noise ``N_t`` to the integer count `
 ``h``) and releases the decayed sum of ``y_t = x_t + N_t``. The noise is correlated over time,
 ``N_t = Z_t − rint(f_t)`` with ``f_t ≈ Σ_{k≥1} c_k N_(t−k)`` kept by ``d`` buffers
 ``s_i ← θ_i·s_i + clip(N_t)`` (``f = Σ w_i s_i``), ``Z_t`` exact discrete Gaussian. Without the
-rounding this is ``N = C⁻¹Z``: the release error is ``B·Z`` (:mod:`.plan`).
+rounding this is ``N = C⁻¹Z``: the release error is ``B·Z`` (:mod:`.plan`). The buffers are
+double-doubles (:mod:`stream_dp.strategies._dd`, issue #26): with decays near 1 (``1 − θ`` down
+to ~10⁻⁵ at ``p = 1``) float64 buffers' error grew as ``U·clip/(1 − θ)²`` and cost 0.7% of σ² in
+slack at ``p = 1``; now the feedback's float error is ``≈ (d + 1)·U·clip·Σ w_i/(1 − θ_i)``.
 
 **Exactness.** ``x_t = rint(D_t/h)`` and ``y_t = x_t + N_t`` are int64 additions; the buffers
 hold noise only. The release ``p·r + h·y_t`` is computed from ``y`` alone (post-processing), so
@@ -23,8 +26,10 @@ ticks:
 
     Σ shift² ≤ D²·‖c‖₂² + 2·D·S·Σ_{k≥1}|c_k| + MAX_TICKS·S²,      σ = √(Σ shift² / (2ρ)).
 
-With ``cap/h ≈ 2**30`` the slack terms add < 0.2% to σ² (:meth:`BltMechanism.describe` lists
-them). ``step`` refuses tick ``MAX_TICKS + 1`` (``ValueError``, state unchanged).
+At ``p = 1`` the filter restarts every block of ``horizon`` ticks, so the shifts ``c_k·D`` end
+with the event's block: ``‖c‖₂²`` is the column norm inside a block, ``Σ_{k<horizon} c_k²``
+(:func:`.plan.square_sum` with ``block``). With ``cap/h ≈ 2**30`` the slack terms add < 10⁻⁶ to
+σ² (:meth:`BltMechanism.describe` lists them). ``step`` refuses tick ``MAX_TICKS + 1`` (``ValueError``, state unchanged).
 
 **Error.** ``variance(t) = h²·Var(Z)·Σ_{k<t} b_k²`` (exact for ``N = C⁻¹Z``); the feedback
 rounding (``|e| ≤ ½ + E`` units per tick, filtered by ``B``) and the count rounding are in
@@ -36,15 +41,15 @@ blocks run in doubling epochs with super levels over them (:mod:`stream_dp.strat
 the first block is the plain mechanism at the full budget, and past it the error grows
 polylogarithmically (``error_stays_bounded()`` is True).
 
-**State** (stream axis last): the ``d`` buffers and the release (``d + 1`` floats per stream,
-independent of the horizon; at ``p = 1`` also the open block's noisy and exact sums and three
+**State** (stream axis last): the ``d`` double-double buffers and the release (``2d + 1`` floats
+per stream, ``d ≤ 8`` chosen by the fit, independent of the horizon; at ``p = 1`` also the open block's noisy and exact sums and three
 arrays of super levels); a tick is ``O(d)`` vector operations plus one noise draw.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -52,6 +57,7 @@ from stream_dp.budget import Privacy
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
 from stream_dp.noise import discrete_gaussian_variance
 from stream_dp.noise.gaussian import MIN_SIGMA
+from stream_dp.strategies import _dd
 from stream_dp.strategies._common import (
     check_cap,
     check_horizon,
@@ -103,7 +109,10 @@ class BltMechanism(Mechanism):
         # h = 2^e with cap/h in (2^(UNIT_BITS-1), 2^UNIT_BITS]
         self.unit = math.ldexp(1.0, math.frexp(self.cap)[1] - UNIT_BITS)
         d_units = self.cap / self.unit + 1.0
-        sq = 1.0 + _plan.square_sum(self.theta, self.w)
+        # p = 1: the filter restarts every block of `horizon` ticks, so an event's noise shifts
+        # end with its block (the column norm of C inside a block); p < 1: the infinite column
+        self.block = _plan.block_of(self.p, self.horizon)
+        sq = 1.0 + _plan.square_sum(self.theta, self.w, self.block)
         ab = _plan.abs_sum(self.theta, self.w)
         root = math.sqrt(2.0 * privacy.rho)
         m = _plan.inverse_coefficients(self.theta, self.w, 1 << 16)
@@ -113,7 +122,13 @@ class BltMechanism(Mechanism):
         a = 1.0 / (1.0 - self.theta)
         aw = np.abs(self.w) * a
         k = len(self.theta)
-        self.float_error = 1.1 * _U * self.clip * float(2.01 * np.sum(aw * a) + 1.01 * (k + 1) * np.sum(aw))
+        # |f̂ − f| (units): the buffers are double-doubles, each step off by ≤ 8U²·clip·a_i
+        # (|s_i| ≤ clip·a_i), accumulated over ~a_i steps (≤ 16U²·clip·a_i² with margin); the
+        # feedback sums the high parts in float64 (d products and d − 1 additions, plus the
+        # dropped low parts: ≤ 1.01·(d + 1)·U·clip·Σ w_i a_i). Plain float64 buffers had
+        # 2U·clip·a_i² here, which at a_i ≈ 10⁴ (θ near 1, p ≥ 0.9999) dominated the slack.
+        self.float_error = 1.1 * _U * self.clip * float(
+            16.0 * _U * np.sum(aw * a) + 1.01 * (k + 1) * np.sum(aw))
         self.slack_units = 1.0 + 2.0 * self.float_error
         s = self.slack_units
         self._shift_sq = d_units**2 * sq + 2.0 * d_units * s * ab + float(MAX_TICKS) * s * s
@@ -163,7 +178,8 @@ class BltMechanism(Mechanism):
         n = check_n_streams(n_streams)
         state: State = {
             "tick": np.array(0, dtype=np.int64),
-            "buffers": np.zeros((len(self.theta), n), dtype=np.float64),
+            "buffers": np.zeros((len(self.theta), n), dtype=np.float64),  # double-double: high
+            "buffers_lo": np.zeros((len(self.theta), n), dtype=np.float64),  # ... and low parts
             "release": np.zeros(n, dtype=np.float64),
         }
         if self.super:
@@ -191,22 +207,19 @@ class BltMechanism(Mechanism):
                 "state unchanged"
             )
         x = np.rint(units).astype(np.int64)
-        buffers = state["buffers"]
+        buffers = cast(Float64Array, state["buffers"])  # float64 arrays, updated in place
+        buffers_lo = cast(Float64Array, state["buffers_lo"])
         sigma = self.sigma_units
         if self.super:
             index, j = divmod(t - 1, self.horizon)
             if j == 0:
                 buffers[...] = 0.0  # a new block: the noise filter restarts
+                buffers_lo[...] = 0.0
             if index:
                 sigma = self.sigma_units1
-        f = self.w[0] * buffers[0]
-        for i in range(1, len(self.theta)):
-            f = f + self.w[i] * buffers[i]
-        n = noise.discrete_gaussian(t, sigma) - np.rint(f).astype(np.int64)
+        n = noise.discrete_gaussian(t, sigma) - np.rint(self.feedback(buffers)).astype(np.int64)
         y = x + n
-        clipped = np.clip(n.astype(np.float64), -self.clip, self.clip)
-        for i in range(len(self.theta)):
-            buffers[i] = self.theta[i] * buffers[i] + clipped
+        self.update_buffers(buffers, buffers_lo, np.clip(n.astype(np.float64), -self.clip, self.clip))
         if self.super:
             release = self._running_total(state, index, j, x, y, noise)
         else:
@@ -215,6 +228,22 @@ class BltMechanism(Mechanism):
         state["release"] = release
         state["tick"] = np.array(t, dtype=np.int64)
         return np.array(release, dtype=np.float64, copy=True)
+
+    def feedback(self, buffers: Float64Array) -> Float64Array:
+        """``f̂ = Σ_i w_i·s_i`` over the buffers' high parts, in float64 (units; the error bound
+        is :attr:`float_error`)."""
+        f: Float64Array = self.w[0] * buffers[0]
+        for i in range(1, len(self.theta)):
+            f = f + self.w[i] * buffers[i]
+        return f
+
+    def update_buffers(self, buffers: Float64Array, buffers_lo: Float64Array,
+                       clipped: Float64Array) -> None:
+        """``s_i ← θ_i·s_i + clip(N_t)`` in double-double arithmetic, in place (``clipped`` is a
+        float64 integer, ``|clipped| ≤ clip``)."""
+        for i in range(len(self.theta)):
+            hi, lo = _dd.mul(buffers[i], buffers_lo[i], float(self.theta[i]))
+            buffers[i], buffers_lo[i] = _dd.add(hi, lo, clipped)
 
     def _running_total(self, state: State, index: int, j: int, x: np.ndarray, y: np.ndarray,
                        noise: BoundNoise) -> np.ndarray:

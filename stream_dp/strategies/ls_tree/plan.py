@@ -211,7 +211,8 @@ def best_plan(p: float, horizon: int, model: Model, budget: float, slack_units: 
     ``4…32`` ticks, top ``4…16×`` it, at most :data:`MAX_BLOCK`): a coarse share grid picks the
     lengths, a 0.05 grid then the shares. For ``p ≥ 0.999`` and horizons of at least 2048 ticks
     also four-level plans (first level 16…32 ticks, ×8…16, top ×4…16 ≤ :data:`MAX_BLOCK`), the
-    same way."""
+    same way, and if one wins its shares are refined off the grid (moves of 0.02 and 0.01
+    between two levels; issue #26)."""
     best: tuple[float, LsPlan] | None = None
 
     def consider(levels: tuple[int, ...], shares: tuple[float, ...]) -> None:
@@ -257,5 +258,19 @@ def best_plan(p: float, horizon: int, model: Model, budget: float, slack_units: 
                 for a1 in (0.2, 0.25, 0.3):
                     for a2 in (0.15, 0.2, 0.25):
                         consider(levels4, (a0, a1, a2, round(1.0 - a0 - a1 - a2, 2)))
+            assert best is not None
+            if best[1].levels == levels4:
+                # issue #26: a non-uniform split, refined off the 0.05 grid (one pass of moves of
+                # 0.02, then of 0.01, between any two levels: ≤ 24 more plans). At p = 1,
+                # T = 32767, ε = 1 the shares 0.25/0.24/0.24/0.27 give 347.6 against 350.3
+                # (equal); the continuous optimum (Nelder–Mead) is 347.49.
+                for step in (0.02, 0.01):
+                    for i in range(4):
+                        for j in range(4):
+                            shares = list(best[1].shares)
+                            if i != j and shares[j] - step >= 0.05:
+                                shares[i] = round(shares[i] + step, 2)
+                                shares[j] = round(shares[j] - step, 2)
+                                consider(levels4, tuple(shares))
     assert best is not None
     return best[1]
