@@ -327,10 +327,32 @@ def _search(p: float, n: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     return tuple(float(t) for t in th), tuple(float(v) for v in w)
 
 
+def _cache_name(p: float, n: int) -> str:
+    return f"blt-fit-v{FIT_VERSION}-p{float(p).hex()}-n{n}.json"
+
+
 def _cache_file(p: float, n: int) -> Path:
     from stream_dp.strategies.tree.plan import cache_dir
 
-    return cache_dir() / f"blt-fit-v{FIT_VERSION}-p{float(p).hex()}-n{n}.json"
+    return cache_dir() / _cache_name(p, n)
+
+
+#: fits shipped with the package for the decays and horizons the docs, the tests and the
+#: benchmarks use (a fit of 2^16 ticks takes one to several CPU-minutes): the same parameters
+#: on every machine, so a worker restarted elsewhere steps the same filter
+_PACKAGED = Path(__file__).parent / "fits"
+
+
+def _read_fit(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    try:
+        doc = json.loads(path.read_text())
+        th = tuple(float(t) for t in doc["theta"])
+        w = tuple(float(v) for v in doc["w"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no or unreadable file
+    if 1 <= len(th) == len(w) <= BUFFERS and _stable(np.array(th), np.array(w)):
+        return th, w
+    return None
 
 
 @lru_cache(maxsize=128)
@@ -339,14 +361,10 @@ def fit(p: float, horizon: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     buffer first). Cached on disk; a cached fit is used only if it is a stable filter."""
     n = max(2, min(int(horizon), _FIT_TICKS))
     path = _cache_file(float(p), n)
-    try:
-        doc = json.loads(path.read_text())
-        th = tuple(float(t) for t in doc["theta"])
-        w = tuple(float(v) for v in doc["w"])
-        if 1 <= len(th) == len(w) <= BUFFERS and _stable(np.array(th), np.array(w)):
-            return th, w
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # no or unreadable cache: fit
+    for known in (_PACKAGED / _cache_name(float(p), n), path):
+        found = _read_fit(known)
+        if found is not None:
+            return found
     th, w = _search(float(p), n)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
