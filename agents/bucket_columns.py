@@ -35,7 +35,9 @@ def bucket_columns(bucket: dict[Any, int], clip: int, int_keys: bool) -> tuple[l
         sums = np.fromiter(bucket.values(), dtype=np.int64, count=n)
     except (OverflowError, TypeError, ValueError):  # a sum beyond int64, a key not an int
         return bucket_columns_loop(bucket, clip)
-    order = np.argsort(keys, kind="stable")  # keys are distinct: any sort gives one order
+    # keys are distinct (a dict's), so every sort gives the one order: the default introsort,
+    # not "stable" (a timsort for int64: 5x the CPU at 50 000 keys)
+    order = np.argsort(keys)
     sums = sums[order]
     if clip <= _INT64_MAX:
         np.minimum(sums, clip, out=sums)

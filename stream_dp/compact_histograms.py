@@ -105,9 +105,11 @@ def encode_histogram(*, domain: str, tick: int, tick_end: float, values: ArrayLi
         }
         raw = _canonical(header)
         pad = -(_PREFIX.size + len(raw)) % 8
+        # the slices of the contiguous columns are contiguous: join copies them once through
+        # their buffers (``tobytes`` would copy each first; 24 bytes per node per tick)
         out.append(b"".join((_PREFIX.pack(HISTOGRAM_MAGIC, VERSION, 0, len(raw)), raw,
-                             b"\0" * pad, vals[lo:hi].tobytes(), nz[lo:hi].tobytes(),
-                             errs[lo:hi].tobytes())))
+                             b"\0" * pad, vals[lo:hi].data, nz[lo:hi].data,
+                             errs[lo:hi].data)))
     return out
 
 
