@@ -672,8 +672,11 @@ static int RecordBlock_init(RecordBlock *self, PyObject *args, PyObject *kw) {
         if (read_varint(&p, end, &len) < 0 || len < 0 || len > INT32_MAX || len > end - p)
             goto bad;
         const unsigned char *rend = p + len;
-        if (p >= rend) goto bad;
-        p++; /* record attributes (unused) */
+        long long rattr;
+        /* record attributes: an int8 in Kafka's format (always 0), but aiokafka reads a varint
+         * there, and the batch must read exactly as aiokafka reads it (a hostile writer's 0x80
+         * shifted every later field of the record) */
+        if (read_varint(&p, rend, &rattr) < 0) goto bad;
         if (read_varint(&p, rend, &ts_delta) < 0 || read_varint(&p, rend, &off_delta) < 0 ||
             read_varint(&p, rend, &klen) < 0 || klen < -1 || klen > rend - p)
             goto bad;
