@@ -667,6 +667,11 @@ static int RecordBlock_init(RecordBlock *self, PyObject *args, PyObject *kw) {
     }
     const unsigned char *p = h + 61, *end = h + 12 + batch_len;
     Py_ssize_t kept = 0;
+    /* aiokafka's fetcher skips a record below its running next offset (the fetch position,
+     * then the last yielded record's offset + 1): a hostile batch's offset deltas need not
+     * increase, and the block must keep exactly the records aiokafka would yield */
+    long long next = min_offset;
+    int past_max = 0; /* a record at INT64_MAX was kept: every later one lies below next */
     for (long j = 0; j < count; j++) {
         long long len, ts_delta, off_delta, klen, vlen, hcount;
         if (read_varint(&p, end, &len) < 0 || len < 0 || len > INT32_MAX || len > end - p)
@@ -712,7 +717,11 @@ static int RecordBlock_init(RecordBlock *self, PyObject *args, PyObject *kw) {
             if (hv > 0) p += hv;
         }
         if (p != rend) goto bad;
-        if (ri.offset < min_offset) continue; /* already consumed (as aiokafka skips it) */
+        if (past_max || ri.offset < next) continue; /* as aiokafka skips it */
+        if (ri.offset == LLONG_MAX)
+            past_max = 1;
+        else
+            next = ri.offset + 1;
         recs[kept++] = ri;
     }
     if (p != end) goto bad;

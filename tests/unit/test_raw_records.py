@@ -177,6 +177,18 @@ def test_blocks_on_the_fast_path_and_records_on_the_pure_path_leave_identical_st
     assert states[1] == states[0]
 
 
+def _as_the_fetcher_yields(records: list[Any], fetch_offset: int) -> list[Any]:
+    """aiokafka's fetcher (``PartitionRecords``) skips a record below its running next offset:
+    the fetch position, then the last yielded record's offset + 1."""
+    out, nxt = [], fetch_offset
+    for r in records:
+        if r.offset < nxt:
+            continue
+        out.append(r)
+        nxt = r.offset + 1
+    return out
+
+
 @needs_blocks
 @hsettings(max_examples=300, deadline=None,
            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -201,6 +213,7 @@ def test_a_damaged_batch_is_refused_or_read_as_aiokafka_reads_it(
         theirs = [] if batch is None else list(batch)
     except Exception:  # aiokafka refuses these bytes (its CRC check would refuse them first)
         return
+    theirs = _as_the_fetcher_yields(theirs, 0)
     mine = [block[j] for j in range(len(block))]
     assert [tuple(getattr(r, k) for k in ATTRS[:5]) for r in mine] == [
         tuple(getattr(r, k) for k in ATTRS[:5]) for r in theirs]
@@ -220,8 +233,10 @@ def test_a_record_attributes_byte_with_the_varint_continuation_bit_reads_as_aiok
     raw[218] = 0x80  # record 3's attributes (its length varint is at 217)
     batch = MemoryRecords(bytes(raw)).next_batch()
     assert batch is not None
-    theirs = [(r.offset, r.key, r.value, r.timestamp) for r in batch]
-    assert theirs[3][:2] == (1, None)  # what aiokafka makes of it
+    decoded = list(batch)
+    assert (decoded[3].offset, decoded[3].key) == (1, None)  # what aiokafka makes of it
+    theirs = [(r.offset, r.key, r.value, r.timestamp)
+              for r in _as_the_fetcher_yields(decoded, 0)]
     try:
         block = RecordBlock(bytes(raw), 0, 0)
     except ValueError:
@@ -229,3 +244,24 @@ def test_a_record_attributes_byte_with_the_varint_continuation_bit_reads_as_aiok
     mine = [(block[j].offset, block[j].key, block[j].value, block[j].timestamp)
             for j in range(len(block))]
     assert mine == theirs
+
+
+
+@needs_blocks
+def test_offsets_that_go_back_inside_a_batch_are_skipped_as_the_fetcher_skips_them() -> None:
+    """A hostile batch's offset deltas need not increase: aiokafka's fetcher yields a record only
+    at or past the last yielded offset + 1; so does the block (CI's property test, edit (479, 1):
+    an offset delta of -1)."""
+    values = [b'{"key": "a/x", "ts": 999980.0, "value": 1.0}'] * 5
+    log = [tf.Record(i, b"k", v, 999_980_000, 0, []) for i, v in enumerate(values)]
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 22)
+    for j, delta in enumerate([0, 1, 2, 1, 0]):  # deltas 1 and 0 again: at or below the last
+        b.append(delta, timestamp=999_980_000 + j, key=b"k", value=log[j].value, headers=[])
+    raw = bytes(b.build())
+    decoded = list(MemoryRecords(raw).next_batch())
+    assert [r.offset for r in decoded] == [0, 1, 2, 1, 0]
+    for fetch_offset in (0, 1, 2, 3):
+        block = RecordBlock(raw, 0, fetch_offset)
+        mine = [(block[j].offset, block[j].timestamp) for j in range(len(block))]
+        assert mine == [(r.offset, r.timestamp)
+                        for r in _as_the_fetcher_yields(decoded, fetch_offset)], fetch_offset
