@@ -70,12 +70,9 @@ def _read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
             raw = fh.read()
     except OSError as exc:
         raise ValueError(f"{what} {str(path)!r} cannot be read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        raise ValueError(f"{what} {str(path)!r} is not valid UTF-8 text (byte "
-                         f"0x{raw[exc.start]:02x} on line {line})") from None
+    from stream_dp._text import decode_utf8
+
+    text = decode_utf8(raw, f"{what} {str(path)!r}")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

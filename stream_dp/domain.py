@@ -413,12 +413,9 @@ class Domain:
         """Read a TOML domain file (its ``[domain]`` table if present, else the top level)."""
         with open(path, "rb") as f:
             raw = f.read()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = raw[:exc.start].count(b"\n") + 1
-            raise ValueError(f"domain file {str(path)!r} is not valid UTF-8 text (byte "
-                             f"0x{raw[exc.start]:02x} on line {line})") from None
+        from stream_dp._text import decode_utf8
+
+        text = decode_utf8(raw, f"domain file {str(path)!r}")
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
