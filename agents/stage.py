@@ -415,8 +415,10 @@ class _Stage:
         log.warning("%s partition %d: commit failed (%s); restoring from checkpoint",
                     self.name, p, what, exc_info=None if expected else exc)
         await self._drop(p)
-        if type(exc).__name__ == "ProducerFenced":
-            # Another worker owns the partition now (we were a zombie). Do not fence it back:
+        causes = exc.causes if isinstance(exc, TransactionRecordFailed) else []
+        if any(type(e).__name__ == "ProducerFenced" for e in (exc, *causes)):
+            # Another worker owns the partition now (we were a zombie; the fencing may also come
+            # as the records' error of a checked transaction). Do not fence it back:
             # our consumer learns of the new assignment at its next heartbeat and rejoins.
             return
         tp = _kafka().TopicPartition(self.topic, p)

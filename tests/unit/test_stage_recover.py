@@ -143,3 +143,32 @@ def test_network_errors_and_errors_raised_inside_aiokafka_never_count_as_a_bug()
         except AssertionError as exc:
             asyncio.run(stage._recover(3, exc))
     assert not failed
+
+
+def test_a_fenced_transaction_is_not_fenced_back_even_when_its_records_say_so() -> None:
+    """A zombie's records fail with ProducerFenced inside TransactionRecordFailed (a checked
+    transaction); restoring the partition would start a new transactional producer and fence
+    the worker that owns it now (seen in CI: the surviving worker of a shared worker_id fenced
+    by the stopping one)."""
+    from aiokafka.errors import ProducerFenced
+
+    from agents.checked_producer import TransactionRecordFailed
+
+    stage, dropped = _stage()
+    restored: list[Any] = []
+
+    async def restore(tp: Any) -> None:
+        restored.append(tp)
+
+    stage._try_restore = restore
+    stage.consumer = SimpleNamespace(assignment=lambda: {_tp("partials", 3)})
+    asyncio.run(stage._recover(3, TransactionRecordFailed("4 of 4 records", [ProducerFenced()])))
+    assert dropped == [3] and restored == []
+    asyncio.run(stage._recover(3, TransactionRecordFailed("1 of 4 records", [ValueError("x")])))
+    assert restored == [_tp("partials", 3)]
+
+
+def _tp(topic: str, p: int) -> Any:
+    from aiokafka.structs import TopicPartition
+
+    return TopicPartition(topic, p)
