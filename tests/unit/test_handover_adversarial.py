@@ -239,7 +239,34 @@ def test_adv_an_event_for_a_closed_tick_waiting_hand_over_is_dead_lettered(tmp_p
 def _unsealed(state: IngestState, unsent: list[list[Any]]) -> bytes:
     doc = json.loads(state.to_bytes())
     doc["unsent"] = unsent
+    doc["v"] = 6 if unsent else 5
     return json.dumps(doc).encode()
+
+
+def test_a_checkpoint_with_ticks_to_hand_over_is_version_6_so_an_older_worker_refuses_it(
+    tmp_path: Path,
+) -> None:
+    """Workers from before the bounded hand-over read version 5 and ignore keys they do not
+    know: given a checkpoint taken mid hand-over they would drop the closed ticks still to be
+    handed over. Such a checkpoint is version 6 (which they refuse); one without is still 5,
+    and a version that disagrees with the list is refused here too."""
+    s = _settings(tmp_path, events_timestamp_type="CreateTime")
+    a = _fresh(s, None, True)
+    a.process_batch([_event(i, "a/x", ORIGIN + 1 + 3 * i) for i in range(10)])
+    assert json.loads(a.to_bytes())["v"] == 5
+    a.hand_over_limit = 1
+    a.schedule_close(BACKLOG, 10, "clock", ORIGIN + 5000.0)
+    a.apply_due()
+    assert a.unsent
+    doc = json.loads(a.to_bytes())
+    assert doc["v"] == 6 and doc["unsent"]
+    b = IngestState(s, _ROUTER, 0)
+    b.restore(a.to_bytes(), 1)
+    assert b.unsent == a.unsent
+    for v, unsent in ((5, doc["unsent"]), (6, [])):
+        bad = dict(doc, v=v, unsent=unsent)
+        with pytest.raises(ValueError, match="version 6"):
+            IngestState(s, _ROUTER, 0).restore(json.dumps(bad).encode(), 1)
 
 
 @pytest.mark.parametrize("unsent", [
