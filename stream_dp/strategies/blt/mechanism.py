@@ -137,11 +137,11 @@ class BltMechanism(Mechanism):
         self.scales: np.ndarray | None = None
         d_max = 1.0
         if self.p == 1.0:
-            self.scales = _plan.column_scales(self.theta, self.w, self.horizon)
+            sums = _plan.column_square_sums(self.theta, self.w, self.horizon)
+            self.scales = _plan.column_scales(self.theta, self.w, self.horizon, sums)
             self.scales.setflags(write=False)
             d_max = float(self.scales[-1])
-            col = _plan.column_square_sums(self.theta, self.w, self.horizon)[::-1]
-            sq = max(sq, float(np.max(self.scales**2 * col)))  # certified, not assumed
+            sq = max(sq, float(np.max(self.scales**2 * sums[::-1])))  # certified, not assumed
         ab = _plan.abs_sum(self.theta, self.w)
         root = math.sqrt(2.0 * privacy.rho)
         m = _plan.inverse_coefficients(self.theta, self.w, 1 << 16)
@@ -189,11 +189,18 @@ class BltMechanism(Mechanism):
         block's noise has scale ``sigma`` in the scaled domain (``σ/d_j`` drawn at position ``j``)."""
         assert self.scales is not None
         per_tick = sigma / self.scales
-        if float(np.min(per_tick)) >= 64.0:  # discrete_gaussian_variance is σ² there
-            var = per_tick * per_tick
-        else:  # pragma: no cover - only for ρ ≳ 2^40
-            var = np.array([discrete_gaussian_variance(float(v)) for v in per_tick])
-        return _plan.scaled_variance_curve(self.theta, self.w, self.scales,
+        if float(np.min(per_tick)) >= 64.0:
+            # discrete_gaussian_variance(σ/d_j) is (σ/d_j)² there, so every scaled draw d_j·Z
+            # has variance σ²: one unit curve serves both budgets (epoch 0 and later epochs)
+            unit = getattr(self, "_unit_curve", None)
+            if unit is None:
+                unit = _plan.scaled_variance_curve(self.theta, self.w, self.scales,
+                                                   np.ones(len(self.scales)))
+                self._unit_curve = unit
+            out: np.ndarray = sigma * sigma * unit
+            return out
+        var = np.array([discrete_gaussian_variance(float(v)) for v in per_tick])  # pragma: no cover - ρ ≳ 2^40
+        return _plan.scaled_variance_curve(self.theta, self.w, self.scales,  # pragma: no cover
                                            var * self.scales * self.scales)
 
     def describe(self) -> dict[str, Any]:

@@ -247,21 +247,24 @@ def column_square_sums(theta: NDArray[np.float64], w: NDArray[np.float64], block
     """``S_n = Σ_{k<n} c_k² = 1 + wᵀF_n(q)w`` for ``n = 1..block`` (closed form, ``O(block·d²)``)."""
     th = np.asarray(theta, dtype=np.float64)
     ww = np.asarray(w, dtype=np.float64)
-    q = np.outer(th, th).ravel()
-    ww2 = np.outer(ww, ww).ravel()
     k = np.arange(int(block), dtype=np.float64)  # n − 1 terms beyond c_0
     out = np.ones(int(block))
-    for qi, wi in zip(q.tolist(), ww2.tolist(), strict=True):
-        out += wi * (-np.expm1(k * math.log(qi)) / (1.0 - qi))  # (1 − q^(n−1))/(1 − q)
+    d = len(th)
+    for i in range(d):
+        for j in range(i, d):  # q and w w^T are symmetric: each off-diagonal pair twice
+            qi = float(th[i] * th[j])
+            weight = float(ww[i] * ww[j]) * (1.0 if i == j else 2.0)
+            out += weight * (-np.expm1(k * math.log(qi)) / (1.0 - qi))  # (1 − q^(n−1))/(1 − q)
     return out
 
 
-def column_scales(theta: NDArray[np.float64], w: NDArray[np.float64], block: int
-                  ) -> NDArray[np.float64]:
+def column_scales(theta: NDArray[np.float64], w: NDArray[np.float64], block: int,
+                  sums: NDArray[np.float64] | None = None) -> NDArray[np.float64]:
     """``d_j = √(S_T/S_(T−j))`` for block positions ``j = 0..T−1`` (``T = block``), times
     ``1 − 2⁻³⁰`` and rounded down to a multiple of ``2⁻²⁰`` (``d_0 = 1``): non-decreasing, and
-    ``d_j²·S_(T−j) ≤ S_T`` for every ``j`` (every scaled column at most the first's norm)."""
-    s = column_square_sums(theta, w, block)
+    ``d_j²·S_(T−j) ≤ S_T`` for every ``j`` (every scaled column at most the first's norm).
+    ``sums``: :func:`column_square_sums` if already computed (``O(T·d²)``)."""
+    s = column_square_sums(theta, w, block) if sums is None else np.asarray(sums)
     ratio = np.sqrt(s[-1] / s[::-1]) * _SCALE_MARGIN
     d = np.floor(ratio / _SCALE_QUANTUM) * _SCALE_QUANTUM
     d = np.maximum.accumulate(np.maximum(d, 1.0))  # floor of a non-decreasing sequence
