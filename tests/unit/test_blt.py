@@ -391,8 +391,9 @@ def test_a_worker_with_another_column_scale_table_refuses_the_checkpoint(
     blob = bank.to_bytes()
     real = blt_plan.column_scales
 
-    def shifted(theta: np.ndarray, w: np.ndarray, block: int) -> np.ndarray:
-        d = np.array(real(theta, w, block), copy=True)
+    def shifted(theta: np.ndarray, w: np.ndarray, block: int,
+                sums: np.ndarray | None = None) -> np.ndarray:
+        d = np.array(real(theta, w, block, sums), copy=True)
         d[block // 2] -= 2.0**-20  # still private (smaller), σ unchanged: another mechanism
         return d
 
