@@ -3,8 +3,10 @@
 For each decay p (ρ-zCDP, ρ = 0.5, T = 32767 by default) prints the number of buffers the fit
 chose, blt's mean per-release MSE over ticks 1..T divided by the factorisation lower bound
 (``planner`` figures: discrete-Gaussian variance, privacy slack and quantised parameters
-included), the fit's own ratio (``plan.mean_factor``, slack-free), the slack's share of σ², the
-float-error bound ``E`` (units) and the build time. With ``--toeplitz`` it also minimises the
+included), the fit's own ratio (slack-free: ``plan.mean_factor``, at p = 1 the column-scaled
+``plan.scaled_mean_factor`` the mechanism uses), the unscaled Toeplitz ``C``'s ratio with the
+same (θ, w) ("toeplitz"; equal to "fit" for p < 1, which has no blocks), the slack's share of
+σ², the float-error bound ``E`` (units) and the build time. With ``--toeplitz`` it also minimises the
 same mean error over *every* Toeplitz ``C`` (``T − 1`` free coefficients, L-BFGS-B from the blt
 fit, FFT series inversion; state O(T) per stream, so a reference, not a strategy).
 
@@ -69,17 +71,22 @@ def main() -> None:
     ap.add_argument("--toeplitz", action="store_true")
     args = ap.parse_args()
     privacy, horizon = ZCDP(args.rho), args.horizon
-    print(f"{'p':>7}{'d':>3}{'blt/bound':>11}{'fit/bound':>11}{'slack':>10}{'E units':>10}{'s':>6}")
+    print(f"{'p':>7}{'d':>3}{'blt/bound':>11}{'fit/bound':>11}{'toeplitz':>11}{'slack':>10}"
+          f"{'E units':>10}{'s':>6}")
     for p in args.p:
         t0 = time.perf_counter()
         mech = make("blt", p, horizon, privacy)
         fig = figures(("blt",), p, horizon, privacy)[0]
         bound = mean_mse_bound(horizon, p, privacy)
         n = min(horizon, 1 << 16)
-        fit = plan.mean_factor(p, n, mech.theta, mech.w) / plan.mean_factor_sqrt_bound(p, n)
+        lb = plan.mean_factor_sqrt_bound(p, n)
+        toeplitz = plan.mean_factor(p, n, mech.theta, mech.w) / lb
+        fit = (plan.scaled_mean_factor(horizon, mech.theta, mech.w)
+               / plan.mean_factor_sqrt_bound(p, horizon) if p == 1.0 else toeplitz)
         slack = mech._shift_sq / (mech.d_units**2 * (
             1.0 + plan.square_sum(mech.theta, mech.w, mech.block))) - 1.0
         print(f"{p:>7g}{len(mech.theta):>3}{fig.error_mse / bound:>11.6f}{fit:>11.6f}"
+              f"{toeplitz:>11.6f}"
               f"{slack:>10.1e}{mech.float_error:>10.3g}{time.perf_counter() - t0:>6.0f}",
               flush=True)
         if args.toeplitz:

@@ -9,6 +9,7 @@ Usage::
 
     python benchmarks/strategies_vs_bound.py                   # T = 32767, ε = 1, ρ = 0.5
     python benchmarks/strategies_vs_bound.py --horizon 4095 --model zcdp
+    python benchmarks/strategies_vs_bound.py --model zcdp --p 1   # one row
 """
 
 from __future__ import annotations
@@ -55,11 +56,13 @@ def main() -> None:
     ap.add_argument("--model", choices=("pure", "zcdp", "both"), default="both")
     ap.add_argument("--epsilon", type=float, default=1.0)
     ap.add_argument("--rho", type=float, default=0.5)
+    ap.add_argument("--p", type=float, nargs="*", default=list(PS), help="decays (default: all)")
     args = ap.parse_args()
+    ps = tuple(args.p)
     if args.model in ("pure", "both"):
-        table(PureDP(args.epsilon), args.horizon, PS)
+        table(PureDP(args.epsilon), args.horizon, ps)
     if args.model in ("zcdp", "both"):
-        table(ZCDP(args.rho), args.horizon, PS)
+        table(ZCDP(args.rho), args.horizon, ps)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,7 @@ CASES: tuple[Case, ...] = (
     Case("tree-ls", 0.9, 15, PureDP(1.0)),
     Case("tree-ls", 1.0, 4, PureDP(1.0)),
     Case("blt", 0.95, 15, ZCDP(0.5)),
+    Case("blt", 1.0, 15, ZCDP(0.5)),
 )
 
 
@@ -136,6 +137,11 @@ def event_ticks(mech: Mechanism) -> dict[str, tuple[int, int]]:
         b = mech.block
         return {"worst": (b, 3 * b), "rollover": (b + 1, 3 * b)}
     if isinstance(mech, BltMechanism):
+        if mech.p == 1.0:
+            # column scaling: the last tick of a block has the first's norm, with the noise at
+            # its smallest (σ/d_max); the rollover is the second block's first tick
+            n = mech.horizon
+            return {"worst": (n, n + 9), "rollover": (n + 1, 2 * n + 9)}
         # the event moves its own tick's noisy count only; later releases decay it (p^k)
         return {"worst": (1, 24), "rollover": (mech.horizon + 1, mech.horizon + 24)}
     if isinstance(mech, SqrtMechanism):
