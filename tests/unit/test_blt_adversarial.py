@@ -1,6 +1,7 @@
 """``blt`` at p = 1 under an adversarial review (ρ-zCDP, event level): the whole footprint of one
 event through the real ``step``, the worst-case rounding at every block position, the binding
-of the column-scale table into the checkpoint and the claimed variance past the horizon.
+of the column-scale table into the checkpoint, the claimed variance past the horizon, and budgets
+whose later super levels the sampler cannot draw.
 
 Method (no trust in the plan's claims): the mechanism is stepped on neighbouring inputs with
 noise that *records* the scale of every draw; the privacy loss of a discrete Gaussian draw of
@@ -23,8 +24,10 @@ import pytest
 from stream_dp.budget import ZCDP
 from stream_dp.counters import CounterBank
 from stream_dp.integrity import IntegrityError
-from stream_dp.strategies import _epochs
-from stream_dp.strategies.blt import BltMechanism
+from stream_dp.noise.gaussian import MAX_SIGMA
+from stream_dp.strategies import _epochs, make_mechanism
+from stream_dp.strategies._common import BudgetOutOfRange
+from stream_dp.strategies.blt import MAX_TICKS, BltMechanism
 from stream_dp.strategies.blt import plan as blt_plan
 
 KEY = b"blt-adversarial-review-key-0123!"
@@ -259,3 +262,38 @@ def test_released_mse_past_the_horizon_matches_the_claim() -> None:
         assert abs(sq[t - 1] - exact[t - 1]) <= slack[t - 1], (t, sq[t - 1], exact[t - 1])
     for lo, hi in ((0, 63), (63, 189), (189, ticks)):  # each epoch's mean
         assert abs(sq[lo:hi].mean() - exact[lo:hi].mean()) <= slack[lo:hi].mean(), (lo, hi)
+
+
+@pytest.mark.parametrize(("rho", "horizon"), [(1e-8, 63), (1e-8, 32767)])
+def test_a_budget_whose_super_levels_cannot_be_drawn_is_refused(rho: float, horizon: int
+                                                                 ) -> None:
+    """At ρ = 10⁻⁸ the block noise is drawable, but the level-1 super noise of epoch 17
+    (``D/√(2·0.4ρ/153)``) exceeds the sampler's 2⁴⁶: the mechanism used to be built and then
+    raised at the end of the first block of that epoch (95 days of 1 s ticks at T = 63), every
+    time it was restored — releases stopped for good. It must be refused when built instead."""
+    with pytest.raises(BudgetOutOfRange, match="super levels"):
+        BltMechanism(1.0, horizon, ZCDP(rho))
+
+
+@pytest.mark.parametrize(("p", "rho"), [(1.0, 1e-8), (1.0, 1e-12), (0.9, 1e-12)])
+def test_auto_passes_over_blt_when_it_refuses_the_budget(p: float, rho: float) -> None:
+    """ρ = 10⁻⁸ and 10⁻¹² are valid settings (``limits.RHO_RANGE``): with ``blt`` refusing
+    them (at p = 1 its later epochs; at 10⁻¹² its very first draw: σ > 2⁴⁶ units), ``auto``
+    must still build a strategy that follows the budget for its whole life, not fail."""
+    with pytest.raises(BudgetOutOfRange):
+        BltMechanism(p, 63, ZCDP(rho))
+    mech = make_mechanism("auto", p, 63, ZCDP(rho))
+    assert mech.name != "blt"
+    assert math.isfinite(mech.variance(1))
+
+
+def test_every_epoch_of_an_accepted_budget_can_be_drawn() -> None:
+    """The converse: for budgets that are accepted, every epoch up to ``MAX_TICKS`` has
+    drawable super-level noise (so the refusal above is not over-eager)."""
+    for rho in (1e-7, 0.5, 1e6):
+        for horizon in (8, 63):
+            mech = BltMechanism(1.0, horizon, ZCDP(rho))
+            e = 1
+            while ((1 << e) - 1) * horizon < MAX_TICKS:
+                assert max(mech.epoch_noise(1 << e).scales) <= MAX_SIGMA
+                e += 1
