@@ -162,9 +162,9 @@ def test_whole_footprint_of_one_event_stays_within_rho(event: int) -> None:
 
 def _worst_case_loss(mech: BltMechanism, positions: np.ndarray) -> tuple[float, int]:
     """``max_s`` of the worst-case loss of an event at block position ``s`` (units of ρ):
-    ``d_s²D² + Σ_(t>s) d_t²·(⌊|c_(t−s)|·d_s·D/d_t + 2E/d_t⌋ + 1)²`` over ``2σ²`` — the
-    receiving tick's own scale ``d_t`` (not the plan's ``d_max``), the integer mean shift after
-    the worst rounding, ``c_k`` summed from powers (not the closed forms the plan certifies
+    ``D²/(2σ_s²) + Σ_(t>s) (⌊|c_(t−s)|·d_s·D/d_t + 2E/d_t⌋ + 1)²/(2σ_t²)`` with ``σ_t`` the
+    scale ``step`` passes to the sampler (``σ/d_t`` in float64) — the receiving tick's own
+    scale (not the plan's ``d_max``), the integer mean shift after the worst rounding, ``c_k`` summed from powers (not the closed forms the plan certifies
     with), ``D = cap/h + 1``."""
     horizon = mech.horizon
     th, w = mech.theta, mech.w
@@ -172,12 +172,12 @@ def _worst_case_loss(mech: BltMechanism, positions: np.ndarray) -> tuple[float, 
     c = np.concatenate(([1.0], (w[None, :] * np.exp(k[:, None] * np.log(th)[None, :])).sum(axis=1)))
     assert mech.scales is not None
     d, dd, e2 = mech.scales, mech.d_units, 2.0 * mech.float_error
+    drawn = np.array([mech.sigma_units / float(dj) for dj in d])  # the float step passes
     worst, where = 0.0, -1
     for s in positions.tolist():
         dt = d[s + 1:]
         shift = np.floor(np.abs(c[1:horizon - s]) * d[s] * dd / dt + e2 / dt) + 1.0
-        loss = ((d[s] * dd) ** 2 + math.fsum(((dt * shift) ** 2).tolist())) / (
-            2.0 * mech.sigma_units**2)
+        loss = 0.5 * ((dd / drawn[s]) ** 2 + math.fsum(((shift / drawn[s + 1:]) ** 2).tolist()))
         if loss > worst:
             worst, where = loss, int(s)
     return worst, where
