@@ -105,6 +105,9 @@ CASES: tuple[Case, ...] = (
     Case("tree-ls", 0.9, 15, PureDP(1.0)),
     Case("tree-ls", 1.0, 4, PureDP(1.0)),
     Case("blt", 0.95, 15, ZCDP(0.5)),
+    # p = 1: the column-scaled factorisation (σ/d_j per block position) and the rollover into
+    # the second block (nested budget), issue #26's adversarial review
+    Case("blt", 1.0, 15, ZCDP(0.5)),
 )
 
 
