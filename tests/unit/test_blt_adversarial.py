@@ -1,5 +1,5 @@
 """``blt`` at p = 1 under an adversarial review (ρ-zCDP, event level): the whole footprint of one
-event through the real ``step``, the worst-case rounding at every block position, the binding
+event through the real ``step``, the worst-case rounding by block position, the binding
 of the column-scale table into the checkpoint, the claimed variance past the horizon, and budgets
 whose later super levels the sampler cannot draw.
 
@@ -187,8 +187,9 @@ def _worst_case_loss(mech: BltMechanism, positions: np.ndarray) -> tuple[float, 
 def test_worst_case_rounding_at_every_block_position(horizon: int, cap: float) -> None:
     """At the default horizon and a cap just below a power of two (the finest grid), and a
     short horizon checked at every position: the worst-case loss (every rounding the wrong way)
-    of an event at the first, last and every position where the column scale steps stays
-    within ρ, and the first position uses nearly all of it."""
+    of an event at every position (T = 1023), or at the first and last 64 and about 256 of the
+    positions where the column scale steps (T = 65535), stays within ρ, and the first position
+    uses nearly all of it."""
     rho = 0.5
     mech = BltMechanism(1.0, horizon, ZCDP(rho), cap)
     assert mech.scales is not None
