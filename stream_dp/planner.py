@@ -38,6 +38,7 @@ import math
 from stream_dp.budget import Privacy
 from stream_dp.figures import StrategyFigures, figures
 from stream_dp.mechanism import Mechanism
+from stream_dp.strategies._common import BudgetOutOfRange
 from stream_dp.strategies.registry import available, check_arguments, get, make
 
 __all__ = ["Candidate", "check_buildable", "check_range", "compare", "make_mechanism", "pick"]
@@ -93,9 +94,11 @@ def compare(
         try:
             out += figures((name,), p, horizon, privacy, cap)
         except ValueError as exc:
-            # an integer-grid strategy may refuse a budget the others follow (e.g. a huge ε):
-            # it is then not a candidate; any other refusal is the caller's error
-            if not get(name).integer_only:
+            # an integer-grid strategy may refuse a budget the others follow (e.g. a huge ε),
+            # and any strategy a budget its samplers cannot follow for its whole life
+            # (BudgetOutOfRange, e.g. blt at p = 1 and ρ ≈ 1e-8): it is then not a candidate;
+            # any other refusal is the caller's error
+            if not (get(name).integer_only or isinstance(exc, BudgetOutOfRange)):
                 raise
             refusal = refusal or exc
     if not out and refusal is not None:

@@ -8,6 +8,13 @@ import numpy as np
 
 from stream_dp.budget import ZCDP, Privacy, PureDP
 
+
+class BudgetOutOfRange(ValueError):
+    """A strategy cannot follow this budget (its noise would leave the exact samplers' range at
+    some tick of its life): it refuses when built, and the planner passes it over (``auto``
+    then picks a strategy that can follow the budget)."""
+
+
 #: Fine grid: the rounding slack adds at most 2**-17 (relative) to the L1 sensitivity, so the
 #: paper's worked example (25.635/ε²) still reproduces to three decimals.
 RESOLUTION_BITS = 17

@@ -47,6 +47,8 @@ at most ``Δ_t = |c_k|·d_s·D/d_t + 1 + 2E/d_t`` units for an event at ``s = t 
 extra ``d_max`` on the cross term. ``E`` gains ``2.1·U·clip·Σ w_i/(1 − θ_i)`` for the float products
 ``d_j·N_t`` and quotients ``f̂/d_j``. The release variance is :func:`.plan.scaled_variance_curve`;
 measured at T = 32767, ρ = 0.5: 1.0442× the lower bound, against 1.0755× unscaled. ``step`` refuses tick ``MAX_TICKS + 1`` (``ValueError``, state unchanged).
+A budget whose noise (the blocks', the later blocks' or any super level's before ``MAX_TICKS``) would leave the
+sampler's range is refused when the mechanism is built (``BudgetOutOfRange``), not mid-run.
 
 **Error.** ``variance(t) = h²·Var(Z)·Σ_{k<t} b_k²`` (exact for ``N = C⁻¹Z``; at ``p = 1``
 :func:`.plan.scaled_variance_curve` of ``N = D⁻¹C⁻¹D·Z``); the feedback
@@ -75,9 +77,10 @@ import numpy as np
 from stream_dp.budget import Privacy
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
 from stream_dp.noise import discrete_gaussian_variance
-from stream_dp.noise.gaussian import MIN_SIGMA
+from stream_dp.noise.gaussian import MAX_SIGMA, MIN_SIGMA, validate_sigma
 from stream_dp.strategies import _dd
 from stream_dp.strategies._common import (
+    BudgetOutOfRange,
     check_cap,
     check_horizon,
     check_n_streams,
@@ -169,6 +172,11 @@ class BltMechanism(Mechanism):
         self.sigma_units = math.sqrt(self._shift_sq) / root
         if not self.sigma_units >= MIN_SIGMA:  # pragma: no cover - σ ≥ 2^29/√(2ρ) here
             raise ValueError(f"noise scale {self.sigma_units!r} below the sampler's minimum")
+        if not self.sigma_units <= MAX_SIGMA:  # ρ ≲ 4e-11 (p = 0.9): h ≈ cap/2^30 is fixed
+            raise BudgetOutOfRange(
+                f"rho {privacy.rho!r} is too small for blt: the noise scale would be "
+                f"{self.sigma_units:.3g} units, beyond the sampler's {MAX_SIGMA:g}; use a larger "
+                "rho or another strategy")
         if self.sigma_units * max(1.0, n_sd) * _CLIP_SDS > self.clip * 1.5:
             raise ValueError("slack too large for the clip bound (rho too small?)")
         self.unit_variance = self.unit**2 * discrete_gaussian_variance(self.sigma_units)
@@ -183,6 +191,32 @@ class BltMechanism(Mechanism):
             self._part0 = self._block_curve(self.sigma_units)  # units², per block position
             self._part1 = self._block_curve(self.sigma_units1)
             self.max_super = levels_needed(MAX_TICKS // self.horizon)
+            self._check_super_levels()
+
+    def _check_super_levels(self) -> None:
+        """``p = 1``: refuse a budget whose super-level noise some epoch could not draw.
+
+        The level-1 scale of epoch ``e`` is ``D/√(2·0.4ρ/(e(e+1)/2))`` units: it grows with the
+        epoch, and at ρ ≈ 10⁻⁸ it passes the sampler's ``2**46`` in epoch 17 while the block
+        noise is still drawable — the mechanism was built and then raised at the end of that
+        epoch's first block, and again after every restore (releases stopped for good). The
+        scales only grow with ``e``, so the last epoch that can start (tick ≤ MAX_TICKS)
+        decides; the later blocks' own scale ``σ₁`` (``σ₁/d_j ≤ σ₁`` drawn) is checked too.
+        Raises :class:`BudgetOutOfRange` (the planner then passes ``blt`` over)."""
+        e = (MAX_TICKS // self.horizon + 1).bit_length() - 1  # (2^e − 1)·T < MAX_TICKS at e
+        while ((1 << e) - 1) * self.horizon >= MAX_TICKS:
+            e -= 1
+        try:
+            if self.horizon < MAX_TICKS:  # a second block exists: its ticks draw σ₁/d_j
+                validate_sigma(self.sigma_units1)
+            if e >= 1:
+                self.epoch_noise(1 << e)
+        except ValueError as exc:
+            raise BudgetOutOfRange(
+                f"rho {self.privacy.rho!r} is too small for blt at p = 1: the noise of the later "
+                f"blocks or of the super levels (last epoch {e}, blocks of {self.horizon} ticks) "
+                f"would leave the sampler's range ({exc}); use a larger rho or another "
+                "strategy") from None
 
     def _block_curve(self, sigma: float) -> np.ndarray:
         """``p = 1``: the release variance at block positions ``0..T−1`` (units²) when the
