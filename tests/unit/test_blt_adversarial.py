@@ -218,8 +218,9 @@ def test_restore_with_another_column_scale_table_is_refused(monkeypatch: pytest.
     assert CounterBank.from_bytes(blob, KEY, mechanism=BltMechanism(1.0, 63, ZCDP(0.5))).tick == 70
     real = blt_plan.column_scales
 
-    def other_table(theta: np.ndarray, w: np.ndarray, block: int) -> np.ndarray:
-        d = real(theta, w, block)
+    def other_table(theta: np.ndarray, w: np.ndarray, block: int,
+                    sums: np.ndarray | None = None) -> np.ndarray:
+        d = real(theta, w, block, sums)
         d[40] -= 2.0**-20  # still ≤ √(S_T/S_(T−j)) and non-decreasing: a valid table
         return d
 
