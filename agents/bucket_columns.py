@@ -24,9 +24,13 @@ def bucket_columns_loop(bucket: dict[Any, int], clip: int) -> tuple[list[Any], l
     return keys, [bucket[k] if bucket[k] < clip else clip for k in keys]
 
 
-def bucket_columns(bucket: dict[Any, int], clip: int, int_keys: bool) -> tuple[list[Any],
-                                                                              list[int]]:
-    """:func:`bucket_columns_loop`'s lists; vectorised when ``int_keys`` (every key an int)."""
+def bucket_columns(bucket: dict[Any, int], clip: int, int_keys: bool, *, arrays: bool = False
+                   ) -> tuple[Any, Any]:
+    """:func:`bucket_columns_loop`'s lists; vectorised when ``int_keys`` (every key an int).
+
+    ``arrays``: the vectorised columns stay C-contiguous int64 arrays (no Python int per
+    element; ``_fast_dumps(..., numpy=True)`` writes them as the same JSON as the lists); the
+    fall-backs still give lists."""
     n = len(bucket)
     if not int_keys or n < 64:  # small buckets: the loop is as fast
         return bucket_columns_loop(bucket, clip)
@@ -41,4 +45,6 @@ def bucket_columns(bucket: dict[Any, int], clip: int, int_keys: bool) -> tuple[l
     sums = sums[order]
     if clip <= _INT64_MAX:
         np.minimum(sums, clip, out=sums)
+    if arrays:
+        return keys[order], sums  # fancy indexing made both fresh contiguous arrays
     return keys[order].tolist(), sums.tolist()

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-__all__ = ["BACKGROUND_FACTOR", "empty_fetches", "install", "install_from_env",
-           "installed_seconds", "slow_down"]
+__all__ = ["BACKGROUND_FACTOR", "empty_fetches", "fetch_requests", "install",
+           "install_from_env", "installed_seconds", "slow_down"]
 
 #: the pause factor of consumers whose records may wait a little longer (the reconcile side
 #: agent, the dashboard): 5 × the 50 ms default = 250 ms. At 20 empty fetches per second an idle
@@ -23,12 +23,18 @@ __all__ = ["BACKGROUND_FACTOR", "empty_fetches", "install", "install_from_env",
 #: each of the worker's consumers is idle for most of a tick); at 4 per second a fifth of it.
 BACKGROUND_FACTOR = 5.0
 
-_state: dict[str, Any] = {"seconds": 0.0, "patched": False, "empty": 0}
+_state: dict[str, Any] = {"seconds": 0.0, "patched": False, "empty": 0, "by_client": {}}
 
 
 def empty_fetches() -> int:
     """Fetches that returned no records since :func:`install` (all consumers of the process)."""
     return int(_state["empty"])
+
+
+def fetch_requests() -> dict[str, tuple[int, int]]:
+    """Per consumer ``client_id``: ``(fetch requests answered, of them empty)`` since
+    :func:`install` (diagnostics: which consumer's round trips cost the worker CPU)."""
+    return {cid: (int(n[0]), int(n[1])) for cid, n in _state["by_client"].items()}
 
 
 def installed_seconds() -> float:
@@ -56,7 +62,12 @@ def install(seconds: float) -> None:
     # behave exactly as without it.
     async def _proc_fetch_request(self: Any, assignment: Any, node_id: Any, request: Any) -> Any:
         got = await proc(self, assignment, node_id, request)
+        counts = _state["by_client"].get(self._client._client_id)
+        if counts is None:
+            counts = _state["by_client"][self._client._client_id] = [0, 0]
+        counts[0] += 1
         if not got:
+            counts[1] += 1
             _state["empty"] += 1
             delay = _state["seconds"] * self.__dict__.get("_stream_dp_backoff_factor", 1.0)
             if delay > 0:

@@ -49,10 +49,12 @@ else:
 
 
 try:  # orjson parses ~5x faster; the stdlib decoder (and decode_event) stays authoritative
+    from orjson import OPT_SERIALIZE_NUMPY as _OPT_SERIALIZE_NUMPY
     from orjson import dumps as _orjson_dumps
     from orjson import loads as _fast_loads
 except ImportError:  # pragma: no cover - orjson is a dependency of the service extra
     _orjson_dumps = None  # type: ignore[assignment]
+    _OPT_SERIALIZE_NUMPY = 0
     _std = json.JSONDecoder().raw_decode
 
     def _fast_loads(raw: bytes | bytearray | memoryview | str, /) -> Any:
@@ -63,13 +65,25 @@ except ImportError:  # pragma: no cover - orjson is a dependency of the service 
         return obj
 
 
-def _fast_dumps(obj: Any) -> bytes:
+def _fast_dumps(obj: Any, *, numpy: bool = False) -> bytes:
     """Compact JSON of internal records (partials, ingest checkpoints; their numbers are finite
-    by validation): orjson, else the stdlib with the same separators."""
+    by validation): orjson, else the stdlib with the same separators. ``numpy``: ``obj`` may
+    hold 1-d int64 arrays, written as the same JSON as their ``tolist()`` (without making a
+    Python int per element: the ingest checkpoint's bucket columns)."""
     if _orjson_dumps is not None:
-        out: bytes = _orjson_dumps(obj)
+        out: bytes = (_orjson_dumps(obj, option=_OPT_SERIALIZE_NUMPY) if numpy
+                      else _orjson_dumps(obj))
         return out
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()  # pragma: no cover
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False,  # pragma: no cover
+                      default=_tolist if numpy else None).encode()
+
+
+def _tolist(obj: Any) -> Any:
+    """The stdlib encoder's fall-back for arrays (``_fast_dumps(..., numpy=True)``)."""
+    tolist = getattr(obj, "tolist", None)
+    if tolist is None:
+        raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+    return tolist()
 
 
 class Record(NamedTuple):

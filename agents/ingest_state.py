@@ -701,7 +701,8 @@ class IngestState:
             # keys sorted: a deterministic checkpoint; a flat/hierarchy key is its leaf index,
             # a grid's its tuple of nodes; sums are integer units (v5), clipped:
             # min(min(a, c) + b, c) == min(a + b, c), so clipping is lossless
-            buckets[str(t)] = list(bucket_columns(b, self.clip, self.router.leaf_mode))
+            buckets[str(t)] = list(bucket_columns(b, self.clip, self.router.leaf_mode,
+                                                  arrays=True))
         doc = {
             "v": 5,
             "partition": self.partition,
@@ -719,7 +720,8 @@ class IngestState:
             # instead of ignoring the list and losing those ticks' partials
             doc["v"] = 6
             doc["unsent"] = [[a, b, d] for a, b, d in self.unsent]
-        return _fast_dumps(doc)  # ~4.6x faster on 3·10^5 open keys (the sums are finite)
+        # ~4.6x faster on 3·10^5 open keys (the sums are finite); the columns as arrays
+        return _fast_dumps(doc, numpy=True)
 
     def restore(self, data: bytes, seq: int, wall: float = 0.0) -> None:
         """Restore from :meth:`to_bytes`; a sealed checkpoint that is tampered with, written

@@ -83,6 +83,8 @@ __all__ = ["Metrics", "NullMetrics", "Release", "Worker", "check_backlog", "run_
 log = logging.getLogger("stream_dp.pipeline")
 
 OnRelease = Callable[[Release], Awaitable[None] | None]
+#: ``(topic, partition, offset, value)`` of a committed compact record
+OnCompact = Callable[[str, int, int, bytes], Awaitable[None]]
 
 #: a worker more than this many ticks behind the clock schedule says so and reports progress
 BACKLOG_TICKS = 100
@@ -161,6 +163,10 @@ class Worker:
         self.settings = settings
         self.metrics: Metrics = metrics if metrics is not None else NullMetrics()
         self.on_release = on_release
+        #: awaited with ``(topic, partition, offset, value)`` of each compact record after its
+        #: transaction committed: the in-process reconcile agent's hand-over
+        #: (:meth:`agents.reconcile.Reconciler.hand_over`); ``None``: nobody takes them
+        self.on_compact: OnCompact | None = None
         self.key = key if key is not None else settings.noise_key()
         self.domain = domain if domain is not None else load_domain(settings.domain_file)
         from agents.config import check_attribute_settings

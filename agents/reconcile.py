@@ -38,7 +38,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
@@ -107,6 +107,18 @@ class Reconciler:
         self._manifest_sent = False
         #: solver seconds of the most recent histograms (bounded: workers run for months)
         self.solve_seconds: deque[float] = deque(maxlen=10_000)
+        #: the leading task's input consumer while it leads (the hand-over seeks it)
+        self._lead_consumer: AIOKafkaConsumer | None = None
+        #: compact records taken over from this process's release stage: the consumer has been
+        #: moved past them, the leading loop has not added them yet (partition, record)
+        self._handed: list[tuple[int, _HandedRecord]] = []
+        #: partition -> the offset after the record taken over last (where it was sought to)
+        self._taken_next: dict[int, int] = {}
+        #: compact records taken over from the release stage instead of fetched back (count)
+        self.handed_over = 0
+        #: compact records offered by the release stage but read from the topic (count): not
+        #: leading, or the consumer was not exactly at the record (behind, or already past it)
+        self.handed_missed = 0
 
     # -- leadership ---------------------------------------------------------------------------
     def _step_up(self) -> None:
@@ -155,8 +167,14 @@ class Reconciler:
         member_id = ""
         try:
             while not stop_event.is_set():
-                # Nothing is written to the leader topic; polling keeps membership alive and
-                # surfaces a crashed leading task.
+                # Nothing is written to the leader topic, so its partition is paused: the
+                # fetcher would otherwise poll it for nothing (measured: 16 empty fetch round
+                # trips a second, as many as the release stage's consumer). Membership lives
+                # in the coordinator's heartbeats, not in fetches; a new assignment comes
+                # unpaused and is paused here. Polling surfaces a crashed leading task.
+                unpaused = election.assignment() - election.paused()
+                if unpaused:
+                    election.pause(*unpaused)
                 await election.getmany(timeout_ms=cfg.poll_ms)
                 member_id = getattr(election._coordinator, "member_id", "") or member_id
                 task = self._lead_task
@@ -172,6 +190,65 @@ class Reconciler:
             await election.stop()  # a dynamic member leaves the group here
             if cfg.instance_id is not None:  # aiokafka skips LeaveGroup for static members
                 await leave_group(cfg.bootstrap, cfg.leader_group, member_id, cfg.security)
+
+    # -- the hand-over from this process's release stage --------------------------------------
+    async def hand_over(self, topic: str, partition: int, offset: int, value: bytes) -> None:
+        """A compact record this process's release stage wrote at ``(partition, offset)`` of
+        ``topic``, called only after its transaction **committed** (so it is a record a
+        read_committed consumer would return, with these bytes).
+
+        When the leading consumer's position in that partition is exactly ``offset`` — it has
+        returned every earlier record — the record is taken as if fetched and the consumer is
+        moved past it (``seek(offset + 1)``): the 16 bytes per stream are not fetched back from
+        the broker. Otherwise (not leading, behind: other workers' shards or a backlog are
+        still to be read, or already past it) nothing happens and the consumer reads it from
+        the topic as before. Offsets are committed no further than a taken record the leading
+        loop has not yet added (:meth:`_commit_positions`), so a crash at any point resumes
+        from the topic with nothing skipped.
+        """
+        consumer = self._lead_consumer
+        if consumer is None or topic != self.input_topic or self.tables_mode:
+            self.handed_missed += 1
+            return
+        tp = TopicPartition(topic, partition)
+        if tp not in consumer.assignment():
+            self.handed_missed += 1
+            return
+        try:
+            position = await consumer.position(tp)  # no suspension while the position is valid
+        except Exception:  # unassigned meanwhile (re-assignment, leadership lost)
+            self.handed_missed += 1
+            return
+        if self._lead_consumer is not consumer:
+            self.handed_missed += 1
+            return
+        # The one offset between the record taken last in this partition (the consumer was
+        # moved to just after it and has not moved since) and this one is necessarily the
+        # commit marker of the transaction that wrote that record: a transactional producer's
+        # next records in a partition follow its previous transaction's marker there, so any
+        # other record, or an aborted transaction, would leave a wider gap. Taking this record
+        # skips only that marker (never returned by a consumer).
+        after_marker = position == self._taken_next.get(partition, -1) and offset == position + 1
+        if position != offset and not after_marker:
+            self.handed_missed += 1
+            return
+        # Synchronous from here (``position`` returned without suspending, or just after the
+        # position became valid): no fetch can move the position between the check and the
+        # seek, and the leading loop sees the record before it next commits offsets.
+        self._handed.append((partition, _HandedRecord(offset, value)))
+        lead: AIOKafkaConsumer = consumer
+        lead.seek(tp, offset + 1)  # also drops a prefetched or in-flight copy of it
+        self._taken_next[partition] = offset + 1
+        self.handed_over += 1
+
+    def _commit_positions(self, positions: dict[int, int]) -> dict[int, int]:
+        """``positions`` lowered to the first taken-over record not yet added to the assembler:
+        the consumer is already past it, but a successor must read it from the topic."""
+        out = dict(positions)
+        for part, rec in self._handed:
+            if part in out:
+                out[part] = min(out[part], rec.offset)
+        return out
 
     # -- the leader's work --------------------------------------------------------------------
     async def last_published_tick(self) -> int:
@@ -270,14 +347,18 @@ class Reconciler:
             slow_down(consumer)  # histograms lag releases by seconds: 5x fewer empty fetches
             await producer.start()
             tps = await self._assign_counts(consumer)
+            self._handed, self._taken_next = [], {}
+            self._lead_consumer = consumer  # from now on the release stage may hand over
             last_refresh = time.monotonic()
             while True:
                 batches = await consumer.getmany(timeout_ms=cfg.poll_ms)
+                # records taken over meanwhile: each at the position the previous batch ended
+                handed, self._handed = self._handed, []
                 # Decoding thousands of JSON messages is CPU work: a worker thread keeps the
                 # event loop (heartbeats, the pipeline, the web server) responsive.
                 complete = (
-                    await asyncio.to_thread(self._ingest, assembler, batches)
-                    if batches else []
+                    await asyncio.to_thread(self._ingest, assembler, batches, handed)
+                    if batches or handed else []
                 )
                 if isinstance(assembler, BlockAssembler) and assembler.unresolved:
                     # records of a shard whose manifest is new: read the manifests, retry once
@@ -294,7 +375,7 @@ class Reconciler:
                     await self._publish(producer, tick)
                 if complete:
                     positions = {tp.partition: await consumer.position(tp) for tp in tps}
-                    offsets = assembler.resume_offsets(positions)
+                    offsets = assembler.resume_offsets(self._commit_positions(positions))
                     await consumer.commit(
                         {TopicPartition(self.input_topic, p): o for p, o in offsets.items()}
                     )
@@ -302,8 +383,13 @@ class Reconciler:
                     last_refresh = time.monotonic()
                     parts = await _partitions(consumer, self.input_topic)
                     if len(parts) != len(tps):
+                        # re-assigned from the committed offsets: records taken over but not
+                        # added yet are read again from the topic (the assembler keeps one copy)
+                        self._taken_next = {}  # the consumer moved back
                         tps = await self._assign_counts(consumer)
         finally:
+            self._lead_consumer = None  # no hand-over into a stopping consumer
+            self._handed = []
             try:
                 await producer.stop()
             finally:  # the consumer too, even when the producer's stop is cut short (outage)
@@ -343,12 +429,24 @@ class Reconciler:
         return tps
 
     def _ingest(
-        self, assembler: TickAssembler, batches: Mapping[Any, list[ConsumerRecord[Any, Any]]]
+        self, assembler: TickAssembler, batches: Mapping[Any, list[ConsumerRecord[Any, Any]]],
+        handed: list[tuple[int, _HandedRecord]] | None = None,
     ) -> list[Any]:
         conflicts, dropped = assembler.conflicts, assembler.dropped
+        extra: dict[int, list[_HandedRecord]] = {}
+        for part, hrec in handed or ():
+            extra.setdefault(part, []).append(hrec)
         for tp, records in batches.items():
-            for rec in records:
+            more = extra.pop(tp.partition, None)
+            # fetched and taken-over records of a partition in offset order, as a consumer
+            # reading them all from the topic adds them (the first copy of a tick is kept)
+            merged: list[Any] = (records if more is None
+                                 else sorted([*records, *more], key=lambda r: r.offset))
+            for rec in merged:
                 self._add(assembler, tp.partition, rec)
+        for part, more in extra.items():
+            for hrec in sorted(more, key=lambda r: r.offset):
+                self._add(assembler, part, hrec)
         complete = assembler.pop_complete()
         if self.metrics:
             if assembler.conflicts > conflicts:
@@ -401,7 +499,8 @@ class Reconciler:
                               manifest_hash(self.names))
         return self._manifest
 
-    def _add(self, assembler: TickAssembler, partition: int, rec: ConsumerRecord[Any, Any]) -> None:
+    def _add(self, assembler: TickAssembler, partition: int,
+             rec: ConsumerRecord[Any, Any] | _HandedRecord) -> None:
         if rec.value is None:
             return
         if isinstance(assembler, BlockAssembler):
@@ -506,6 +605,14 @@ class Reconciler:
         )
         if self.on_histogram is not None:
             await self.on_histogram(message)
+
+
+class _HandedRecord(NamedTuple):
+    """A committed compact record handed over by the release stage: what :meth:`Reconciler._add`
+    reads of a fetched record (its offset in the partition and its value, the bytes sent)."""
+
+    offset: int
+    value: bytes
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:

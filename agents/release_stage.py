@@ -277,10 +277,12 @@ class ReleaseStage(_Stage):
             if batch.record_count():
                 await prod.send_batch(batch, topic, partition=part)
 
-    async def _send_compact(self, prod: Any, shard: int, releases: list[Release]) -> bool:
+    async def _send_compact(self, prod: Any, shard: int, releases: list[Release],
+                            sent: list[tuple[Any, bytes]] | None = None) -> bool:
         """With ``compact_topic`` set: one ``dp.counts.block.v1`` record per release (partition
         = shard, key = shard name) and, once per producer, the shard's manifest. Returns whether
-        the manifest went into this transaction (it counts as sent only once committed)."""
+        the manifest went into this transaction (it counts as sent only once committed).
+        ``sent`` (if given) gets each compact record's delivery future and value, in order."""
         if not self.s.compact_topic or not releases:
             return False
         name = releases[0].shard_name().encode("utf-8")
@@ -289,9 +291,25 @@ class ReleaseStage(_Stage):
             await prod.send(self.s.manifests_topic, key=name, value=releases[0].manifest(),
                             partition=shard)
         for rel in releases:
-            await prod.send(self.s.compact_topic, key=name, value=rel.compact(self.s, self.w.privacy),
-                            partition=shard)
+            value = rel.compact(self.s, self.w.privacy)
+            fut = await prod.send(self.s.compact_topic, key=name, value=value, partition=shard)
+            if sent is not None:
+                sent.append((fut, value))
         return manifest
+
+    async def _hand_over(self, p: int, sent: list[tuple[Any, bytes]]) -> None:
+        """After the commit: each compact record with its offset to ``worker.on_compact`` (the
+        in-process reconcile agent takes it instead of fetching it back; it may ignore it)."""
+        hook = getattr(self.w, "on_compact", None)
+        if hook is None:
+            return
+        for fut, value in sent:
+            try:
+                offset = int(fut.result().offset)  # done: awaited before the commit
+                await hook(self.s.compact_topic, p, offset, value)
+            except Exception:  # the hand-over is an optimisation: the topic still has it
+                log.exception("compact hand-over failed; the reconcile agent reads the topic")
+                return
 
     async def _commit(self, p: int, state: ReleaseState) -> None:
         prod = self.producers.get(p)
@@ -319,7 +337,9 @@ class ReleaseStage(_Stage):
             marks.append(time.time())
             if self.s.counts_json:
                 await self._send_counts(prod, p, releases)
-            sent_manifest = await self._send_compact(prod, p, releases)
+            handed: list[tuple[Any, bytes]] | None = (
+                [] if getattr(self.w, "on_compact", None) else None)
+            sent_manifest = await self._send_compact(prod, p, releases, handed)
             marks.append(time.time())
             full = self._full_due(state, len(releases))
             if full:
@@ -330,6 +350,8 @@ class ReleaseStage(_Stage):
             marks.append(time.time())
             await prod.commit_transaction()
             marks.append(time.time())
+            if handed:  # committed: what a read_committed consumer of the topic now gets
+                await self._hand_over(p, handed)
             self.offsets_committed_later(p, state.offset)
             if sent_manifest:
                 self._manifest_sent.add(p)

@@ -67,6 +67,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.embedded_broker import EmbeddedBroker  # noqa: E402
+from agents.fetch_backoff import fetch_requests  # noqa: E402
 from agents.pipeline import Worker  # noqa: E402
 from tests.integration import pipeline_support as ps  # noqa: E402
 
@@ -706,6 +707,9 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
         bookkeeping[0] += time.thread_time() - t0
         row["bookkeeping"] = bookkeeping[0]
         row["gc"] = gc_cpu[0]
+        for cid, (n, empty) in fetch_requests().items():  # which consumer polls how often
+            row[f"fetch:{cid}"] = float(n)
+            row[f"empty:{cid}"] = float(empty)
         cpu.append(row)
 
     async def wait_ticks(first: int, n: int) -> list[int]:
@@ -939,6 +943,13 @@ def print_scale(r: dict[str, Any]) -> None:
               f"{c['worker'] / c['budget']:.2f} | {c['broker_cpu']:.3f} | "
               f"{c['clients_cpu'] - c['dashboard_cpu']:.3f} | {c['gc']:.3f} | "
               f"{c['dashboard_cpu']:.3f} |")
+    for i in (1, 2):  # fetch round trips per tick of each in-process consumer
+        c = r["cpu"][i]
+        fetches = sorted((k[6:], v, c.get(f"empty:{k[6:]}", float("nan")))
+                         for k, v in c.items() if k.startswith("fetch:"))
+        if fetches:
+            print(f"\nphase {i}, fetch requests per tick (of them empty) per consumer client_id: "
+                  + ", ".join(f"{cid} {n:.0f} ({e:.0f})" for cid, n, e in fetches))
     print(f"\nworker RSS (with its pipeline processes), sampled every second: phase 1 start "
           f"{r['rss_first']:.0f} MiB, phase 2 start {r['rss_phase2_first']:.0f} MiB, end "
           f"{r['rss_last']:.0f} MiB, max {r['rss_max']:.0f} MiB; embedded broker at the end "

@@ -209,6 +209,10 @@ async def serve(
             ReconcilerConfig.from_settings(settings, domain.name),
             domain, metrics=metrics, on_histogram=on_histogram,
         )
+        if worker is not None:
+            # the in-process pipeline hands its committed compact records to the reconcile
+            # agent, which then need not fetch them back (16 bytes per stream and tick)
+            worker.on_compact = reconciler.hand_over
         tasks["reconcile"] = asyncio.ensure_future(reconciler.run(stop_event))
     from stream_dp.accounting import Accountant
 

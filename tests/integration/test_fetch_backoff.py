@@ -77,3 +77,38 @@ async def test_a_slowed_down_consumer_waits_longer(kafka_broker: str, unique_nam
     assert normal > 2 * slowed, (normal, slowed)
     with pytest.raises(ValueError):
         fetch_backoff.slow_down(object(), 5.0)
+
+
+async def test_the_reconcile_election_sends_no_fetches(kafka_broker: str, unique_name: str
+                                                       ) -> None:
+    """Nothing is ever written to the leader topic: the election consumer keeps its partition
+    paused, so a leading agent sends no fetch requests for it (it sent one per backoff, as many
+    as the busiest idle consumer, issue #25); fetches counted per client id."""
+    from types import SimpleNamespace
+
+    from agents.reconcile import Reconciler, ReconcilerConfig
+
+    fetch_backoff.install(0.05)
+    cfg = ReconcilerConfig(bootstrap=kafka_broker, counts_topic=f"{unique_name}.counts",
+                           histograms_topic=f"{unique_name}.histograms",
+                           leader_topic=f"{unique_name}.leader",
+                           leader_group=f"{unique_name}.reconcile", client_id=unique_name,
+                           session_timeout_ms=6000)
+    rec = Reconciler(cfg, SimpleNamespace(names=("a",)))
+    stop = asyncio.Event()
+    task = asyncio.create_task(rec.run(stop))
+    election = f"{unique_name}-election"
+    try:
+        for _ in range(200):
+            if rec.is_leader:
+                break
+            await asyncio.sleep(0.1)
+        assert rec.is_leader
+        await asyncio.sleep(1.0)  # at most one fetch between an assignment and its pause
+        before = fetch_backoff.fetch_requests().get(election, (0, 0))[0]
+        await asyncio.sleep(2.0)  # ~40 empty fetches at the 50 ms backoff if it polled
+        assert fetch_backoff.fetch_requests().get(election, (0, 0))[0] == before
+        assert rec.is_leader
+    finally:
+        stop.set()
+        await task
