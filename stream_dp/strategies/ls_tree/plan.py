@@ -31,6 +31,7 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.linalg import solve_triangular
 from scipy.signal import lfilter
 
 from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
@@ -137,19 +138,34 @@ def noise_scales(model: Model, budget: float, shares: tuple[float, ...], slack_u
     return tuple(scales), tuple(variances)
 
 
+@lru_cache(maxsize=8)
+def _geometry(p: float, levels: tuple[int, ...]) -> tuple[NDArray[np.float64], NDArray[np.float64],
+                                                           NDArray[np.float64], NDArray[np.int64]]:
+    """What :func:`block_terms` needs that depends on the lengths only (the plan search scores
+    many share vectors per lengths): ``k kᵀ`` (``k = K·2**-F``), ``c`` and ``w`` of the docstring
+    there for ``v₁ = 1`` (both are linear in ``v₁``) and each node's level."""
+    big_k, level = structure(p, levels)
+    k = big_k.astype(np.float64) / float(1 << COEFF_BITS)
+    top = levels[-1]
+    # c_j = p·c_(j−1) + k_j and w_j = p²·w_(j−1) + 1, as IIR filters along the block
+    c = np.asarray(lfilter([1.0], [1.0, -p], k, axis=1), dtype=np.float64).T
+    sq = np.asarray(lfilter([1.0], [1.0, -p * p], np.ones(top)), dtype=np.float64)
+    gram = k @ k.T
+    for a in (gram, c, sq, level):
+        a.setflags(write=False)
+    return gram, c, sq, level
+
+
 def block_terms(p: float, levels: tuple[int, ...], variances: tuple[float, ...]
                 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """``(β, part)``: ``β[j]`` the decoder's weights on the top block's residuals at offset ``j``
     (``B × nodes``) and ``part[j]`` the exact variance of the block's own part of the release
     (grid units²)."""
-    big_k, level = structure(p, levels)
-    k = big_k.astype(np.float64) / float(1 << COEFF_BITS)
+    gram, c1, sq1, level = _geometry(p, levels)
     v1 = variances[0]
-    sigma = np.diag(np.asarray([variances[int(ell)] for ell in level])) + v1 * (k @ k.T)
-    top = levels[-1]
-    # c_j = p·c_(j−1) + v₁·k_j and w_j = p²·w_(j−1) + v₁, as IIR filters along the block
-    c = np.asarray(lfilter([1.0], [1.0, -p], v1 * k, axis=1), dtype=np.float64).T
-    sq = np.asarray(lfilter([1.0], [1.0, -p * p], np.full(top, v1)), dtype=np.float64)
+    sigma = np.diag(np.asarray([variances[int(ell)] for ell in level])) + v1 * gram
+    c = v1 * c1
+    sq = v1 * sq1
     beta = np.linalg.solve(sigma, c.T).T
     part = np.asarray(sq - np.einsum("jn,jn->j", c, beta), dtype=np.float64)
     return np.asarray(beta, dtype=np.float64), part
@@ -205,7 +221,14 @@ def block_part(p: float, levels: tuple[int, ...], model: Model, budget: float,
     search and the mechanism ask for the same ones, and ``β`` — ``B × nodes`` floats — is not
     kept)."""
     _, variances = noise_scales(model, budget, shares, slack_units)
-    _, part = block_terms(p, levels, variances)
+    gram, c1, sq1, level = _geometry(p, levels)
+    v1 = variances[0]
+    sigma = np.diag(np.asarray([variances[int(ell)] for ell in level])) + v1 * gram
+    # part_j = w_j − c_jᵀ Σ⁻¹ c_j = w_j − ‖L⁻¹c_j‖² with Σ = L Lᵀ (Σ is positive definite):
+    # one triangular solve instead of β's full solve (the plan search needs only part)
+    chol = np.linalg.cholesky(sigma)
+    x = solve_triangular(chol, (v1 * c1).T, lower=True, check_finite=False)
+    part = np.asarray(v1 * sq1 - np.einsum("nj,nj->j", x, x), dtype=np.float64)
     part.setflags(write=False)
     return part
 
