@@ -37,6 +37,12 @@ the horizon is the plain plan's, and past it grows polylogarithmically (``error_
 totals are kept in two 32-bit limbs, so the measurement ``M = X + Z`` is exact for any count up to
 :meth:`max_count` on every tick up to :data:`MAX_TICKS`.
 
+**Per-block shares** (``p = 1``, :attr:`.plan.LsPlan.schedule`): each top block of the
+horizon may have its own shares; an event lies in one top block, so each block's shares add up
+to at most 1 on their own, and every leaf and node of a block — drawn ahead for the decoder or at
+its tick — is drawn at that block's scales. ``β`` is computed when a block with new shares
+starts (at most two kept), the variance from one ``part`` row per block.
+
 **State** per stream: ``carry`` (C), ``partial`` (the decayed leaf sum of the open top block, grid
 units), ``residual`` (the open top block's residuals, one per node: 1 for two levels,
 ``B/L_1 + 1`` for three, ``B/L_1 + B/L_2 + 1`` for four; exact int64 sums converted to float64
