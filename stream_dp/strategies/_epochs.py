@@ -136,21 +136,35 @@ def _bits_sum(k: NDArray[np.int64], vhat: tuple[float, ...]) -> NDArray[np.float
     return out
 
 
+def _epoch0_parts(part0: NDArray[np.float64], first: int) -> NDArray[np.float64]:
+    """``part0`` as one row per block of epoch 0 (``first × B``): a 1-D ``part0`` is every
+    block's; a 2-D one (``tree-ls``'s per-block budget schedule, issue #26) has a row per block."""
+    rows = np.asarray(part0, dtype=np.float64)
+    if rows.ndim == 1:
+        return np.broadcast_to(rows, (first, rows.size))
+    if rows.shape[0] != first:
+        raise ValueError(f"part0 has {rows.shape[0]} rows for an epoch 0 of {first} blocks")
+    return rows
+
+
 def super_variance_at(t: int, block: int, first: int, part0: NDArray[np.float64],
                       part1: NDArray[np.float64], noise_of: object) -> float:
-    """The variance of :func:`super_variance_curve` at one tick ``t`` (1-based), O(log t)."""
+    """The variance of :func:`super_variance_curve` at one tick ``t`` (1-based), O(log t)
+    (plus O(``first``) for a per-block ``part0``)."""
     index, j = divmod(int(t) - 1, block)
     e, k, _ = epoch_of_block(index, first)
+    rows = _epoch0_parts(part0, first)
+    ends = rows[:, -1]  # each epoch-0 block's estimate variance, carried by every later tick
     done = 0.0
     for ee in range(e):
         n_ee = first << ee
         if ee == 0:
-            done += n_ee * float(part0[-1])
+            done += float(ends.sum())
         else:
             vh = noise_of(n_ee).vhat  # type: ignore[operator]
             done += sum(v for ell, v in enumerate(vh) if (n_ee >> ell) & 1)
     if e == 0:
-        return done + k * float(part0[-1]) + float(part0[j])
+        return done + float(ends[:k].sum()) + float(rows[k, j])
     vh = noise_of(first << e).vhat  # type: ignore[operator]
     return float(done + sum(v for ell, v in enumerate(vh) if (k >> ell) & 1) + float(part1[j]))
 
@@ -158,9 +172,12 @@ def super_variance_at(t: int, block: int, first: int, part0: NDArray[np.float64]
 def super_variance_curve(part0: NDArray[np.float64], part1: NDArray[np.float64], first: int,
                          noise_of: object, ticks: int) -> NDArray[np.float64]:
     """Variance (grid units²) of the releases at ticks ``1..ticks``; ``part0``/``part1`` the
-    block's own variance by offset in epoch 0 / later epochs, ``noise_of(n_blocks)`` the
-    :class:`EpochNoise` of a later epoch."""
-    block = len(part0)
+    block's own variance by offset in epoch 0 / later epochs (``part0`` may have one row per
+    epoch-0 block), ``noise_of(n_blocks)`` the :class:`EpochNoise` of a later epoch."""
+    rows = _epoch0_parts(part0, first)
+    block = rows.shape[1]
+    # the estimate variance carried into epoch-0 block k: Σ of the earlier blocks' ends
+    carried0 = np.concatenate([[0.0], np.cumsum(rows[:, -1])])
     out = np.empty(ticks, dtype=np.float64)
     done = 0.0  # Σ F of the completed epochs
     e, t0 = 0, 0
@@ -171,8 +188,8 @@ def super_variance_curve(part0: NDArray[np.float64], part1: NDArray[np.float64],
         k = np.arange(n, dtype=np.int64) // block
         j = np.arange(n, dtype=np.int64) % block
         if e == 0:
-            inner = k.astype(np.float64) * float(part0[-1]) + part0[j]
-            final = n_e * float(part0[-1])
+            inner = carried0[k] + rows[k, j]
+            final = float(carried0[-1])
         else:
             en: EpochNoise = noise_of(n_e)  # type: ignore[operator]
             inner = _bits_sum(k, en.vhat) + part1[j]

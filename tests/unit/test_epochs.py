@@ -66,10 +66,16 @@ def _impulse_variance(mech: object, ticks: int, unit: float, size: int) -> np.nd
     return out
 
 
+@pytest.mark.parametrize("schedule", [(), ((0.3, 0.3, 0.4), (0.6, 0.3, 0.1))],
+                         ids=["uniform", "schedule"])
 @pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
-def test_tree_ls_epoch_variance_equals_the_impulse_oracle(privacy: object) -> None:
-    mech = LsTreeMechanism(1.0, 4, privacy, 1.0, plan=LsPlan((2, 4), (0.4, 0.3, 0.3)))  # type: ignore[arg-type]
-    ticks = 4 * 15  # epochs of 1, 2, 4, 8 blocks
+def test_tree_ls_epoch_variance_equals_the_impulse_oracle(
+        privacy: object, schedule: tuple[tuple[float, ...], ...]) -> None:
+    # with a schedule (issue #26) epoch 0 has two blocks, each with its own shares
+    horizon = 8 if schedule else 4
+    mech = LsTreeMechanism(1.0, horizon, privacy, 1.0,  # type: ignore[arg-type]
+                           plan=LsPlan((2, 4), (0.4, 0.3, 0.3), schedule))
+    ticks = 4 * 15  # epochs of 1, 2, 4, 8 blocks (of 2, 4, 8 with a schedule)
     got = _impulse_variance(mech, ticks, mech.grid, 1)
     np.testing.assert_allclose(mech.mse_curve(ticks), got, rtol=1e-9)
     assert mech.variance(ticks) == pytest.approx(got[-1], rel=1e-9)

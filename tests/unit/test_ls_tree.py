@@ -163,8 +163,13 @@ def test_running_totals_grow_slowly_past_the_horizon() -> None:
     assert v256 <= 2.0 * v16
     assert v16 < 1589.0 and v256 < 2173.0  # never worse than before issue #26
     # the shares refined off the 0.05 grid (issue #26: 0.25/0.24/0.24/0.27, 347.6 inside the
-    # horizon, 1067 and 1790 past it) beat the equal split (350.3; 1170 and 1901) everywhere
-    assert expected_mse("tree-ls", 1.0, horizon, 1.0) <= 348.0
+    # horizon, 1067 and 1790 past it) beat the equal split (350.3; 1170 and 1901) everywhere;
+    # the per-block schedule (issue #26, later) reaches 335.05 inside the horizon (target 340)
+    # and costs past it (1148.6 and 1871.7: the last block's end, which no tick of the horizon
+    # carries, is estimated less well), still below the equal split's
+    assert mech.plan.schedule
+    assert expected_mse("tree-ls", 1.0, horizon, 1.0) <= 340.0
+    assert expected_mse("auto", 1.0, horizon, 1.0) <= 340.0
     assert v16 < 1170.0 and v256 < 1901.0
     dmfda = make_mechanism("dmfda", 1.0, horizon, PureDP(1.0))
     assert v16 < dmfda.variance(16 * horizon) and v256 < dmfda.variance(256 * horizon)
@@ -191,3 +196,144 @@ def test_four_level_monte_carlo_matches_the_exact_error(p: float, horizon: int) 
     b = mech.rounding_bound(ticks)
     slack = 4.9 * exact * np.sqrt(5.0 / n_streams) + 2.0 * b * np.sqrt(exact) + b * b
     assert (np.abs(sq - exact) <= slack).all(), np.max(np.abs(sq - exact) / slack)
+
+
+# p = 1 per-block schedule (issue #26): T = 63, B = 16, epoch 0 = 4 blocks, each its own shares
+SCHED = LsPlan((4, 16), (0.4, 0.3, 0.3),
+               ((0.3, 0.3, 0.4), (0.35, 0.3, 0.35), (0.45, 0.3, 0.25), (0.55, 0.3, 0.15)))
+
+
+@pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
+def test_schedule_release_and_variance_are_the_dense_least_squares_decoder(
+        privacy: object) -> None:
+    """p = 1 with a per-block schedule: the release equals ``B (L x + z)`` of the dense GLS
+    decoder whose node variances follow each top block's own shares, and the claimed variance
+    its ``(B²) v`` (a decoder or a claim built from one share vector for every block fails)."""
+    mech = LsTreeMechanism(1.0, 63, privacy, 1.0, plan=SCHED)  # type: ignore[arg-type]
+    b, g = mech.block, mech.grid
+    n = 3 * b + 5  # inside epoch 0: blocks 0..3
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 4, size=n).astype(np.float64)
+    bank = CounterBank(mech, ["only"], KEY)
+    got = np.array([bank.step(np.array([v]))[0] for v in x])
+    noise = bank._noise
+    full = -(-n // b) * b
+    leaves = [float(mech._leaf_noise(noise, t)[0]) * g for t in range(1, full + 1)]
+    nodes = [float(mech._node_noise(noise, ell, k)[0]) * g * 2.0**-12
+             for ell, length in enumerate(SCHED.levels, start=1) for k in range(full // length)]
+    big_l, big_b, var = dense(mech, n)
+    np.testing.assert_allclose(got, big_b @ (big_l @ x + np.array(leaves + nodes)),
+                               rtol=1e-9, atol=1e-6)
+    lag = np.subtract.outer(np.arange(n), np.arange(n))
+    np.testing.assert_allclose(big_b @ big_l, np.where(lag >= 0, 1.0, 0.0), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(mech.mse_curve(n), (big_b**2) @ var, rtol=1e-9)
+
+
+@pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
+def test_schedule_neighbours_at_the_nastiest_ticks(privacy: object) -> None:
+    """One event at a block's first and last tick, at T = 63, at T + 1 = 64 (the last tick of
+    the straddling block 3, whose shares differ most), in epoch 1 and 2: only its stream, only
+    from its tick on, by exactly one count; the noise-only state never changes."""
+    mech = LsTreeMechanism(1.0, 63, privacy, 1.0, plan=SCHED)  # type: ignore[arg-type]
+    ticks = 4 * 16 + 8 * 16 + 20
+    rng = np.random.default_rng(11)
+    base = rng.integers(0, 4, size=(ticks, len(STREAMS))).astype(np.float64)
+    check_one_event(lambda d: _run(mech, d), base, (0, 15, 16, 47, 48, 62, 63, 64, 191, 192),
+                    5, 1.0)
+
+
+class _Recording:
+    """Noise source that records each node's (kind, scale) and returns zeros."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, tuple[str, float]] = {}
+
+    def _note(self, node: int, kind: str, scale: float) -> np.ndarray:
+        # a node is drawn ahead (prefetch) and again at its tick: always at the same scale
+        assert self.nodes.setdefault(node, (kind, scale)) == (kind, scale), node
+        return np.zeros(1, dtype=np.int64)
+
+    def discrete_laplace(self, node: int, scale: float) -> np.ndarray:
+        return self._note(node, "laplace", scale)
+
+    def discrete_gaussian(self, node: int, sigma: float) -> np.ndarray:
+        return self._note(node, "gaussian", sigma)
+
+
+@pytest.mark.parametrize("plan", [SCHED, None], ids=["schedule", "planned"])
+@pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
+def test_each_tick_spends_at_most_the_budget_at_the_real_noise_scales(
+        privacy: object, plan: LsPlan | None) -> None:
+    """Privacy accounting from the scales the mechanism really draws with (not the plan's
+    claims): for every tick ``t`` (epoch 0 with its schedule, T, T + 1, epochs 1 and 2), the
+    nodes containing ``t`` — its leaf, one node per level (shift ``K_i·Δ``), one super node per
+    level of its epoch (shift ``Δ``) — spend ``Σ shift/scale ≤ ε`` (pure) or
+    ``Σ shift²/(2σ²) ≤ ρ`` (zCDP), and in epoch 0 the last tick of a block spends all of it."""
+    from stream_dp.strategies._epochs import SUPER_BASE, epoch_of_block, super_levels
+    from stream_dp.strategies.ls_tree.plan import coefficients
+
+    mech = LsTreeMechanism(1.0, 63, privacy, 1.0, plan=plan)  # type: ignore[arg-type]
+    if plan is None:
+        assert mech.plan.schedule  # the plan search gives p = 1 a schedule
+    b, first, delta = mech.block, mech.first_blocks, mech.slack_units
+    ticks = b * first * 7  # epochs 0, 1, 2 complete
+    rec = _Recording()
+    state = mech.new_state(1)
+    for _ in range(ticks):
+        mech.step(state, np.zeros(1), rec)  # type: ignore[arg-type]
+    pure = isinstance(privacy, PureDP)
+    budget = float(privacy.epsilon if pure else privacy.rho)  # type: ignore[attr-defined]
+
+    def spend(node: int, shift: float) -> float:
+        kind, scale = rec.nodes[node]
+        assert kind == ("laplace" if pure else "gaussian")
+        return shift / scale if pure else shift * shift / (2.0 * scale * scale)
+
+    spent = []
+    for t in range(1, ticks + 1):
+        total = spend(t, delta)
+        for ell, length in enumerate(mech.plan.levels, start=1):
+            k = coefficients(1.0, length)[(t - 1) % length]
+            total += spend((ell << 40) | ((t - 1) // length), k * delta)
+        e, k, n_e = epoch_of_block((t - 1) // b, first)
+        if e:
+            start = (t - 1) // b - k
+            for level in range(1, super_levels(n_e) + 1):
+                low = (k >> level) << level
+                if low + (1 << level) > n_e:
+                    continue  # a node past the epoch's end is never measured
+                total += spend(SUPER_BASE | (level << 40) | (start + low), delta)
+        spent.append(total)
+    assert max(spent) <= budget * (1.0 + 1e-12)
+    # epoch 0 (the schedule): a block's last tick is in every node at coefficient 2**F
+    ends = [spent[t - 1] for t in range(b, b * first + 1, b)]
+    assert min(ends) >= budget * (1.0 - 1e-9)
+
+
+def test_schedule_monte_carlo_matches_the_exact_error() -> None:
+    """The schedule's claimed MSE against real releases: 20 000 keyed streams, random data,
+    over epoch 0 (four blocks, four share vectors) and two blocks of epoch 1 (super levels)."""
+    from tests.unit._montecarlo import empirical_mse_curve
+
+    mech = LsTreeMechanism(1.0, 63, PureDP(1.0), 1.0, plan=SCHED)
+    n_streams, ticks = 20_000, 96
+    rng = np.random.default_rng(12)
+    sq, _ = empirical_mse_curve(mech, KEY, n_streams, ticks,
+                                lambda t: rng.uniform(0.0, 1.0, n_streams))
+    exact = mech.mse_curve(ticks)
+    b = mech.rounding_bound(ticks)
+    # fixed loose bound, as the four-level test: 4.9 standard errors of a variance estimate
+    # from n samples of a (heavier than Gaussian) Laplace-sum error
+    slack = 4.9 * exact * np.sqrt(5.0 / n_streams) + 2.0 * b * np.sqrt(exact) + b * b
+    assert (np.abs(sq - exact) <= slack).all(), np.max(np.abs(sq - exact) / slack)
+
+
+def test_schedule_is_validated() -> None:
+    bad = [LsPlan((4, 16), (0.4, 0.3, 0.3), ((0.5, 0.3, 0.3),)),  # sums to 1.1
+           LsPlan((4, 16), (0.4, 0.3, 0.3), ((0.5, 0.5),)),  # wrong length
+           LsPlan((4, 16), (0.4, 0.3, 0.3), ((0.4, 0.3, 0.3),) * 5)]  # longer than epoch 0
+    for plan in bad:
+        with pytest.raises(ValueError, match="invalid tree-ls plan"):
+            LsTreeMechanism(1.0, 63, PureDP(1.0), 1.0, plan=plan)
+    with pytest.raises(ValueError, match="invalid tree-ls plan"):  # p < 1: no schedule
+        LsTreeMechanism(0.99, 63, PureDP(1.0), 1.0, plan=SCHED)

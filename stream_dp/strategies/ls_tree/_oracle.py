@@ -4,7 +4,8 @@
 mechanism's recurrences: ``L`` stacks the leaf rows (``e_s``) and the node rows (the node's
 fixed-point coefficients ``K_i·2**-F``, every level) of every top block that has started by tick ``n``, future
 leaves of the last block included (their columns beyond ``n`` are cut, their noise is not);
-``v`` their noise variances (squared value units); ``B = W (Lᵀ V⁻¹ L)⁻¹ Lᵀ V⁻¹``, the generalised
+``v`` their noise variances (squared value units, each top block's from its own shares:
+``LsPlan.shares_of``; epoch 0 only at ``p = 1``); ``B = W (Lᵀ V⁻¹ L)⁻¹ Lᵀ V⁻¹``, the generalised
 least-squares decoder, computed densely on the full blocks. The release is ``B @ (L x + z)``;
 ``B @ L = W_p`` on ticks ``1..n``.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
 from stream_dp.strategies.ls_tree.plan import COEFF_BITS, coefficients
 
 __all__ = ["dense"]
@@ -25,17 +27,29 @@ def dense(mech: object, n: int) -> tuple[NDArray[np.float64], NDArray[np.float64
     levels = tuple(mech.plan.levels)  # type: ignore[attr-defined]
     b = levels[-1]
     g2 = float(mech.grid) ** 2  # type: ignore[attr-defined]
-    variances = [float(v) * g2 for v in mech.variances]  # type: ignore[attr-defined]
     full = -(-n // b) * b
+    # each top block's variances from its own shares (a p = 1 schedule, issue #26), from the
+    # noise definition (discrete Laplace / Gaussian at scale Δ/(ε·a) or Δ/√(2ρa)), epoch 0 only
+    slack = float(mech.slack_units)  # type: ignore[attr-defined]
+    budget = float(mech.budget)  # type: ignore[attr-defined]
+    pure = mech.model == "pure"  # type: ignore[attr-defined]
+
+    def var_of(top: int, ell: int) -> float:
+        share = mech.plan.shares_of(top)[ell]  # type: ignore[attr-defined]
+        change = slack * (1.0 if ell == 0 else float(1 << COEFF_BITS))
+        v = (discrete_laplace_variance(change / (budget * share)) if pure
+             else discrete_gaussian_variance(change / np.sqrt(2.0 * budget * share)))
+        return v * g2 / (1.0 if ell == 0 else float(1 << (2 * COEFF_BITS)))
+
     rows = [np.eye(full)[s] for s in range(full)]
-    var = [variances[0]] * full
+    var = [var_of(s // b, 0) for s in range(full)]
     for ell, length in enumerate(levels, start=1):
         k = np.asarray(coefficients(p, length), dtype=np.float64) / float(1 << COEFF_BITS)
         for start in range(0, full, length):
             row = np.zeros(full)
             row[start:start + length] = k
             rows.append(row)
-            var.append(variances[ell])
+            var.append(var_of(start // b, ell))
     big_l = np.vstack(rows)
     vinv = 1.0 / np.asarray(var)
     lag = np.subtract.outer(np.arange(full), np.arange(full))

@@ -37,6 +37,12 @@ the horizon is the plain plan's, and past it grows polylogarithmically (``error_
 totals are kept in two 32-bit limbs, so the measurement ``M = X + Z`` is exact for any count up to
 :meth:`max_count` on every tick up to :data:`MAX_TICKS`.
 
+**Per-block shares** (``p = 1``, :attr:`.plan.LsPlan.schedule`): each top block of the
+horizon may have its own shares; an event lies in one top block, so each block's shares add up
+to at most 1 on their own, and every leaf and node of a block — drawn ahead for the decoder or at
+its tick — is drawn at that block's scales. ``β`` is computed when a block with new shares
+starts (at most two kept), the variance from one ``part`` row per block.
+
 **State** per stream: ``carry`` (C), ``partial`` (the decayed leaf sum of the open top block, grid
 units), ``residual`` (the open top block's residuals, one per node: 1 for two levels,
 ``B/L_1 + 1`` for three, ``B/L_1 + B/L_2 + 1`` for four; exact int64 sums converted to float64
@@ -86,6 +92,7 @@ from stream_dp.strategies.ls_tree.plan import (
     LsPlan,
     Model,
     best_plan,
+    block_part,
     block_terms,
     curve,
     noise_scales,
@@ -133,37 +140,54 @@ class LsTreeMechanism(Mechanism):
         self.plan = plan if plan is not None else (
             best_plan(self.p, max(self.horizon, 2), self.model, self.budget, self.slack_units))
         levels, shares = self.plan.levels, self.plan.shares
-        if (not levels or len(shares) != len(levels) + 1 or levels[0] < 2
+        self.block = levels[-1] if levels else 0
+        self.first_blocks = -(-self.horizon // self.block) if self.block else 0
+        if (not levels or levels[0] < 2
                 or any(b % a or b <= a for a, b in itertools.pairwise(levels))
-                or levels[-1] > MAX_BLOCK or min(shares) <= 0.0 or math.fsum(shares) > 1.0):
+                or levels[-1] > MAX_BLOCK
+                or any(len(v) != len(levels) + 1 or min(v) <= 0.0 or math.fsum(v) > 1.0
+                       or sum(v) > 1.0 for v in (shares, *self.plan.schedule))
+                # a schedule covers epoch 0 of p = 1 only (later epochs: the super levels)
+                or (self.plan.schedule and (self.p != 1.0
+                                            or len(self.plan.schedule) > self.first_blocks))):
             raise ValueError(f"invalid tree-ls plan {self.plan!r}")
-        self.block = levels[-1]
-        scales, self.variances = noise_scales(self.model, self.budget, shares, self.slack_units)
         lo, hi = (MIN_SCALE, MAX_SCALE) if self.model == "pure" else (MIN_SIGMA, MAX_SIGMA)
         what = f"epsilon = {self.budget!r}" if self.model == "pure" else f"rho = {self.budget!r}"
-        self.scales = tuple(check_noise_scale(s, lo, what) for s in scales)
-        if max(self.scales) > hi:
-            raise ValueError(
-                f"{what} is too small for tree-ls: node noise scale {max(self.scales):.3g} > {hi:g}")
+
+        def checked(vec: tuple[float, ...], budget: float) -> tuple[tuple[float, ...],
+                                                                     tuple[float, ...]]:
+            raw, var = noise_scales(self.model, budget, vec, self.slack_units)
+            out = tuple(check_noise_scale(x, lo, what) for x in raw)
+            if max(out) > hi:
+                raise ValueError(
+                    f"{what} is too small for tree-ls: node noise scale {max(out):.3g} > {hi:g}")
+            return out, var
+
+        self.scales, self.variances = checked(shares, self.budget)
+        # per-block schedule (issue #26): each top block's scales and variances, by its shares
+        self._profiles = {v: checked(v, self.budget) for v in {shares, *self.plan.schedule}}
         self.leaf_scale = self.scales[0]
         self.coeffs, level = structure(self.p, levels)
         self.node_level = level
         # node index within its level, for the noise node ids: top index × nodes per top + m
         self.node_offset = np.concatenate(
             [np.arange(self.block // length) for length in levels]).astype(np.int64)
-        self.beta, self.part = block_terms(self.p, levels, self.variances)
+        self.part = block_part(self.p, levels, self.model, self.budget, shares, self.slack_units)
+        # β (B × nodes floats) per share vector, computed when a block with those shares starts;
+        # at most two kept (the open block's and the next one's)
+        self._betas: dict[tuple[tuple[float, ...], float], np.ndarray] = {}
         # p = 1: doubling epochs of whole blocks, super levels from epoch 1 on (strategies._epochs)
         self.super = self.p == 1.0
-        self.first_blocks = -(-self.horizon // self.block)
         if self.super:
-            scales1, self.variances1 = noise_scales(
-                self.model, nested_budget(self.budget), shares, self.slack_units)
-            self.scales1 = tuple(check_noise_scale(x, lo, what) for x in scales1)
-            if max(self.scales1) > hi:
-                raise ValueError(f"{what} is too small for tree-ls at p = 1: node noise scale "
-                                 f"{max(self.scales1):.3g} > {hi:g}")
-            self.beta1, self.part1 = block_terms(self.p, levels, self.variances1)
+            self.scales1, self.variances1 = checked(shares, nested_budget(self.budget))
+            self.part1 = block_part(self.p, levels, self.model, nested_budget(self.budget),
+                                    shares, self.slack_units)
             self.max_super = levels_needed(MAX_TICKS // self.block)
+            # epoch 0's own variance by block (one row per block: the schedule's shares)
+            self.part0 = np.vstack([
+                block_part(self.p, levels, self.model, self.budget, self.plan.shares_of(k),
+                           self.slack_units) for k in range(self.first_blocks)
+            ]) if self.plan.schedule else self.part
         # for each leaf offset, the residual rows whose node contains it (one per level)
         self._rows_of_leaf = [np.flatnonzero(self.coeffs[:, i]) for i in range(self.block)]
         self._coeff_of_leaf = [self.coeffs[rows, i] for i, rows in enumerate(self._rows_of_leaf)]
@@ -178,6 +202,8 @@ class LsTreeMechanism(Mechanism):
             "resolution_bits": RESOLUTION_BITS,
             "prefetch": "one leaf per tick, float residual",
         }
+        if self.plan.schedule:
+            out |= {"schedule": [list(v) for v in self.plan.schedule]}
         if self.super:
             out |= {"epoch_blocks": self.first_blocks, "super_share": SUPER_SHARE,
                     "super_allocation": "linear", "scale_units_later": list(self.scales1)}
@@ -190,9 +216,25 @@ class LsTreeMechanism(Mechanism):
 
     # -- noise -------------------------------------------------------------------------------
     def _scales_at(self, tick: int) -> tuple[float, ...]:
-        if self.super and (tick - 1) // self.block >= self.first_blocks:
+        top = (tick - 1) // self.block
+        if self.super and top >= self.first_blocks:
             return self.scales1
-        return self.scales
+        return self._profiles[self.plan.shares_of(top)][0]
+
+    def _beta_at(self, top: int) -> np.ndarray:
+        """The decoder weights ``β`` of top block ``top`` (0-based), by its shares and budget."""
+        if self.super and top >= self.first_blocks:
+            key = (self.plan.shares, nested_budget(self.budget))
+        else:
+            key = (self.plan.shares_of(top), self.budget)
+        beta = self._betas.get(key)
+        if beta is None:
+            _, variances = noise_scales(self.model, key[1], key[0], self.slack_units)
+            beta, _ = block_terms(self.p, self.plan.levels, variances)
+            if len(self._betas) >= 2:
+                self._betas.pop(next(iter(self._betas)))
+            self._betas[key] = beta
+        return beta
 
     def _draw(self, noise: BoundNoise, node: int, scale: float) -> np.ndarray:
         if self.model == "pure":
@@ -294,9 +336,7 @@ class LsTreeMechanism(Mechanism):
         y = q + self._leaf_noise(noise, t).astype(np.float64)  # exact (< 2**53)
         partial = y if j == 0 else self.p * np.asarray(state["partial"], dtype=np.float64) + y
         carry = np.asarray(state["carry"], dtype=np.float64)
-        beta = self.beta
-        if self.super and (t - 1) // self.block >= self.first_blocks:
-            beta = self.beta1
+        beta = self._beta_at(top)
         correction = beta[j] @ residual  # over nodes, per stream
         own = partial + np.ldexp(correction, -COEFF_BITS)
         estimate = (self.p ** (j + 1)) * carry + own
@@ -344,12 +384,12 @@ class LsTreeMechanism(Mechanism):
     def _super_variance(self, t: int) -> float:
         """``p = 1``: the closed form of :mod:`stream_dp.strategies._epochs` at one tick."""
         return self.grid * self.grid * super_variance_at(
-            t, self.block, self.first_blocks, self.part, self.part1, self.epoch_noise)
+            t, self.block, self.first_blocks, self.part0, self.part1, self.epoch_noise)
 
     def mse_curve(self, horizon: int) -> Float64Array:
         if self.super:
             out: Float64Array = self.grid * self.grid * super_variance_curve(
-                self.part, self.part1, self.first_blocks, self.epoch_noise, int(horizon))
+                self.part0, self.part1, self.first_blocks, self.epoch_noise, int(horizon))
             return out
         return self.grid * self.grid * curve(self.p, self.block, self.part, horizon)
 
