@@ -293,3 +293,35 @@ def test_planned_plan_at_the_default_horizon_monte_carlo_matches_the_claim() -> 
     b = mech.rounding_bound(ticks)
     slack = 4.9 * exact * np.sqrt(5.0 / n_streams) + 2.0 * b * np.sqrt(exact) + b * b
     assert (np.abs(sq - exact) <= slack).all(), np.max(np.abs(sq - exact) / slack)
+
+
+def test_a_checkpoint_binds_the_scales_of_every_scheduled_block(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Same plan, but a library computing one scheduled block's scales one ulp differently (as
+    the exact accounting does for some share vectors): its noise differs, so the old checkpoint
+    (residuals drawn with the old noise) must be refused. Fails when ``describe()`` lists only
+    the schedule's shares."""
+    from stream_dp.counters import CounterBank
+    from stream_dp.integrity import IntegrityError
+    from stream_dp.strategies.ls_tree import mechanism as ls_mechanism
+
+    key = b"ls-tree-schedule-scales-binding-01"
+    bank = CounterBank(LsTreeMechanism(1.0, 63, PureDP(1.0), 1.0, plan=SCHED), ["a"], key)
+    for _ in range(21):
+        bank.step(np.array([1.0]))
+    blob = bank.to_bytes()
+    real = ls_mechanism.noise_scales
+
+    def nudged(model: str, budget: float, shares: tuple[float, ...], slack: float
+               ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        scales, variances = real(model, budget, shares, slack)  # type: ignore[arg-type]
+        if shares == SCHED.schedule[2]:  # one scheduled block only, not the plan's shares
+            scales = (math.nextafter(scales[0], math.inf), *scales[1:])
+        return scales, variances
+
+    monkeypatch.setattr(ls_mechanism, "noise_scales", nudged)
+    other = LsTreeMechanism(1.0, 63, PureDP(1.0), 1.0, plan=SCHED)
+    assert other._profiles[SCHED.schedule[2]][0] != bank._mechanism._profiles[  # type: ignore[attr-defined]
+        SCHED.schedule[2]][0]
+    with pytest.raises(IntegrityError):
+        CounterBank.from_bytes(blob, key, mechanism=other)
