@@ -203,7 +203,12 @@ class LsTreeMechanism(Mechanism):
             "prefetch": "one leaf per tick, float residual",
         }
         if self.plan.schedule:
-            out |= {"schedule": [list(v) for v in self.plan.schedule]}
+            # the scales each block really draws with: a library whose scales for the same
+            # shares differ (e.g. the exact accounting's ulp nudges) keys other noise, so its
+            # checkpoint must be refused, not resumed with residuals of the other noise
+            out |= {"schedule": [list(v) for v in self.plan.schedule],
+                    "schedule_scale_units": [list(self._profiles[v][0])
+                                             for v in self.plan.schedule]}
         if self.super:
             out |= {"epoch_blocks": self.first_blocks, "super_share": SUPER_SHARE,
                     "super_allocation": "linear", "scale_units_later": list(self.scales1)}

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from typing import Literal
 
@@ -123,19 +124,40 @@ def noise_scales(model: Model, budget: float, shares: tuple[float, ...], slack_u
     """``(scales, variances)`` per level, leaves first: noise parameters in grid units (leaves)
     and node units ``g·2**-F`` (nodes), and the exact variances in grid units² (the nodes'
     scaled by ``2**-2F``). ``budget`` is ε (discrete Laplace) or ρ (discrete Gaussian σ);
-    ``slack_units`` = ``cap/g + 1`` is the largest change of one rounded count."""
+    ``slack_units`` = ``cap/g + 1`` is the largest change of one rounded count.
+
+    The levels spend at most ``budget`` *exactly*: the privacy one event spends, ``Σ Δ_ℓ/b_ℓ``
+    (pure) or ``Σ Δ_ℓ²/(2σ_ℓ²)`` (zCDP) with ``Δ_ℓ`` = ``slack_units`` (leaves) or
+    ``2**F·slack_units`` (nodes), is computed in rationals from the very floats the samplers draw
+    with (they use them exactly). Only if it exceeds ``budget`` (float rounding of
+    ``change/(budget·share)``, or shares whose float sum rounds to 1 while their exact sum does
+    not: ``0.24 + 0.22 + 0.22 + 0.32000000000000006`` = 1 + 5.6e-17) is each scale raised ulp by
+    ulp until its level spends at most ``budget·share/max(1, Σ shares)``; scales that were
+    already within the budget are left as they were (their noise keys do not change)."""
     k_max = float(1 << COEFF_BITS)
+    changes = [slack_units * (1.0 if ell == 0 else k_max) for ell in range(len(shares))]
+
+    def spent(change: float, s: float) -> Fraction:
+        if model == "pure":
+            return Fraction(change) / Fraction(s)
+        return Fraction(change) ** 2 / (2 * Fraction(s) ** 2)
+
+    raw = [change / (budget * share) if model == "pure"
+           else change / math.sqrt(2.0 * budget * share)
+           for change, share in zip(changes, shares, strict=True)]
+    if sum((spent(c, s) for c, s in zip(changes, raw, strict=True)), Fraction(0)) > Fraction(
+            budget):
+        # exact Σ of the shares (fsum and float sums round: 1 + 5.6e-17 passes both as 1.0)
+        norm = max(Fraction(1), sum((Fraction(a) for a in shares), Fraction(0)))
+        for ell, share in enumerate(shares):
+            allowed = Fraction(budget) * Fraction(share) / norm
+            while raw[ell] < math.inf and spent(changes[ell], raw[ell]) > allowed:
+                raw[ell] = math.nextafter(raw[ell], math.inf)
     scales: list[float] = []
     variances: list[float] = []
-    for ell, share in enumerate(shares):
-        change = slack_units * (1.0 if ell == 0 else k_max)
+    for ell, s in enumerate(raw):
         unit = 1.0 if ell == 0 else k_max * k_max
-        if model == "pure":
-            s = change / (budget * share)
-            v = discrete_laplace_variance(s)
-        else:
-            s = change / math.sqrt(2.0 * budget * share)
-            v = discrete_gaussian_variance(s)
+        v = discrete_laplace_variance(s) if model == "pure" else discrete_gaussian_variance(s)
         scales.append(s)
         variances.append(v / unit)
     return tuple(scales), tuple(variances)
@@ -294,8 +316,9 @@ def _schedule(levels: tuple[int, ...], shares: tuple[float, ...], model: Model, 
 
 
 def _normalised(shares: tuple[float, ...]) -> tuple[float, ...]:
-    """The last share is ``1 − Σ others``, nudged down until the float sum is ``≤ 1``: the
-    levels' budgets add up to at most the whole budget, exactly."""
+    """The last share is ``1 − Σ others``, nudged down until the float sum (and ``fsum``) is
+    ``≤ 1``. The exact sum of the floats may still exceed 1 by ~1e-16 (``fsum`` rounds):
+    :func:`noise_scales` makes the levels spend at most the budget exactly all the same."""
     head = tuple(float(a) for a in shares[:-1])
     last = 1.0 - math.fsum(head)
     while math.fsum((*head, last)) > 1.0 or sum((*head, last)) > 1.0:
