@@ -37,8 +37,8 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, NamedTuple
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Final, NamedTuple, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
@@ -342,11 +342,14 @@ class Reconciler:
         )
         from agents.fetch_backoff import slow_down
 
-        try:  # started inside: a step-down during start() must close both (no 'Unclosed')
+        async def start() -> list[TopicPartition]:
             await consumer.start()
             slow_down(consumer)  # histograms lag releases by seconds: 5x fewer empty fetches
             await producer.start()
-            tps = await self._assign_counts(consumer)
+            return await self._assign_counts(consumer)
+
+        try:  # started inside: a step-down during start() must close both (no 'Unclosed')
+            tps = await _finish_before_cancel(start(), _STARTUP_GRACE_S)
             self._handed, self._taken_next = [], {}
             self._lead_consumer = consumer  # from now on the release stage may hand over
             last_refresh = time.monotonic()
@@ -613,6 +616,29 @@ class _HandedRecord(NamedTuple):
 
     offset: int
     value: bytes
+
+
+_T = TypeVar("_T")
+
+#: how long a step-down waits for the leader's clients to finish starting (seconds)
+_STARTUP_GRACE_S = 3.0  # well inside the worker's 15 s stop bound (outage: start() hangs)
+
+
+async def _finish_before_cancel(coro: Coroutine[Any, Any, _T], grace_s: float) -> _T:
+    """Await ``coro``; if the caller is cancelled meanwhile, let ``coro`` finish first (at most
+    ``grace_s`` seconds more, then cancel it too) and re-raise the cancellation.
+
+    aiokafka does not close a connection whose handshake is cancelled half way (the leader
+    being stepped down while its consumer looks up the group coordinator): the object is
+    collected later and asyncio logs ``Unclosed AIOKafkaConnection`` at error level on a clean
+    stop. Letting the start-up complete means ``stop()`` then closes every connection."""
+    task = asyncio.ensure_future(coro)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(task, grace_s)
+        raise
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
