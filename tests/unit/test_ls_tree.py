@@ -185,11 +185,17 @@ def test_four_level_monte_carlo_matches_the_exact_error(p: float, horizon: int) 
     """A four-level plan (planned only for long memories and horizons, so the planner-driven
     Monte Carlo of test_accuracy_all never builds one): 20 000 keyed streams, random data, over
     three top blocks (at p = 1: epochs of 1, 2 blocks, super levels included)."""
+    _assert_monte_carlo_matches(LsTreeMechanism(p, horizon, PureDP(1.0), 1.0, plan=FOUR), 48, 4)
+
+
+def _assert_monte_carlo_matches(mech: LsTreeMechanism, ticks: int, seed: int) -> None:
+    """The claimed MSE curve against the releases of 20 000 keyed streams of random data, with
+    a fixed loose bound: 4.9 standard errors of a variance estimate from n samples of a
+    (heavier than Gaussian) Laplace-sum error, plus the rounding bound's terms."""
     from tests.unit._montecarlo import empirical_mse_curve
 
-    mech = LsTreeMechanism(p, horizon, PureDP(1.0), 1.0, plan=FOUR)
-    n_streams, ticks = 20_000, 48
-    rng = np.random.default_rng(4)
+    n_streams = 20_000
+    rng = np.random.default_rng(seed)
     sq, _ = empirical_mse_curve(mech, KEY, n_streams, ticks,
                                 lambda t: rng.uniform(0.0, 1.0, n_streams))
     exact = mech.mse_curve(ticks)
@@ -313,19 +319,7 @@ def test_each_tick_spends_at_most_the_budget_at_the_real_noise_scales(
 def test_schedule_monte_carlo_matches_the_exact_error() -> None:
     """The schedule's claimed MSE against real releases: 20 000 keyed streams, random data,
     over epoch 0 (four blocks, four share vectors) and two blocks of epoch 1 (super levels)."""
-    from tests.unit._montecarlo import empirical_mse_curve
-
-    mech = LsTreeMechanism(1.0, 63, PureDP(1.0), 1.0, plan=SCHED)
-    n_streams, ticks = 20_000, 96
-    rng = np.random.default_rng(12)
-    sq, _ = empirical_mse_curve(mech, KEY, n_streams, ticks,
-                                lambda t: rng.uniform(0.0, 1.0, n_streams))
-    exact = mech.mse_curve(ticks)
-    b = mech.rounding_bound(ticks)
-    # fixed loose bound, as the four-level test: 4.9 standard errors of a variance estimate
-    # from n samples of a (heavier than Gaussian) Laplace-sum error
-    slack = 4.9 * exact * np.sqrt(5.0 / n_streams) + 2.0 * b * np.sqrt(exact) + b * b
-    assert (np.abs(sq - exact) <= slack).all(), np.max(np.abs(sq - exact) / slack)
+    _assert_monte_carlo_matches(LsTreeMechanism(1.0, 63, PureDP(1.0), 1.0, plan=SCHED), 96, 12)
 
 
 def test_schedule_is_validated() -> None:
