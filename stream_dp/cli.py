@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -114,8 +115,25 @@ def _console_script() -> object | None:
     return None
 
 
+#: BLAS thread variables set to 1 unless the user set them (see :func:`_single_threaded_blas`)
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def _single_threaded_blas() -> None:
+    """One BLAS thread unless the environment says otherwise; before NumPy is imported.
+
+    The plan search factorises matrices of up to 4096² (Cholesky, triangular solves). OpenBLAS's
+    worker threads busy-wait for each other, and on a host whose cores are busy (the broker, the
+    event producer, other workers) that turned a 0.5 s plan into 13.5 s of wall and CPU time —
+    measured: ``build_mechanism`` for the demo's settings with both cores of this 2-core machine
+    loaded. The worker's own numerics are element-wise, so one thread loses nothing there."""
+    for name in BLAS_THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
+
+
 def main(argv: Sequence[str] | None = None, commands: CommandTable | None = None) -> int:
     """Parse ``argv`` against ``commands`` (default: the library's) and run the subcommand."""
+    _single_threaded_blas()
     args_list = list(sys.argv[1:] if argv is None else argv)
     table = COMMANDS if commands is None else commands
     for arg in args_list:
