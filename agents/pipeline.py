@@ -368,6 +368,9 @@ class Worker:
                             "event time): every one is released before the live ticks; "
                             "progress every %.0f s", behind, done + 1, due,
                             _duration(behind * self.settings.tick_seconds), PROGRESS_EVERY_S)
+                        # from here the rate is known at the first progress line, and a backlog
+                        # cleared before it still ends with "caught up"
+                        first = (time.monotonic(), done)
                 elif behind > BACKLOG_TICKS:
                     if first is None:
                         first = (time.monotonic(), done)

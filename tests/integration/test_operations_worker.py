@@ -380,7 +380,9 @@ def test_a_large_backlog_is_announced_shows_progress_and_stops_on_sigterm(
     worker = _start_worker(env, log_path)
     try:
         _wait_log(worker, log_path, "ticks behind the clock schedule")
-        _wait_log(worker, log_path, "catching up: released through tick", timeout=120)
+        # "catching up: released through tick …" every 10 s, or "caught up: released through
+        # tick …" when the backlog is cleared before the first progress line (a fast worker)
+        _wait_log(worker, log_path, "released through tick", timeout=120)
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(60) == 0, log_path.read_text()[-3000:]
     finally:
