@@ -30,3 +30,15 @@ def empirical_mse_curve(
         truth = mechanism.p * truth + d
         sq[t] = float(np.mean((bank.step(d) - truth) ** 2))
     return sq, bank
+
+
+#: standard errors allowed between the empirical and the claimed MSE (two-sided p ≈ 1e-6 each)
+Z = 4.9
+
+
+def mse_slack(exact: np.ndarray, n_streams: int, bias: float, z: float = Z) -> np.ndarray:
+    """The fixed loose bound on ``|empirical − claimed|`` per-release MSE: the mean of ``n``
+    squared errors has a standard deviation ≤ ``σ²·√(5/n)`` (a heavier-than-Gaussian error
+    included), ``z`` of those, plus the rounding bias ``b`` (``2b·σ + b²``)."""
+    out: np.ndarray = z * exact * np.sqrt(5.0 / n_streams) + 2.0 * bias * np.sqrt(exact) + bias * bias
+    return out

@@ -29,7 +29,7 @@ import pytest
 from stream_dp.analysis import error_curve, expected_mse, mse_curve, rounding_bias
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.strategies import available, get, make_mechanism
-from tests.unit._montecarlo import empirical_mse_curve
+from tests.unit._montecarlo import empirical_mse_curve, mse_slack
 
 BUDGETS: dict[str, Privacy] = {"pure": PureDP(1.0), "zcdp": ZCDP(0.5)}
 CASES = [
@@ -75,7 +75,7 @@ def test_counter_bank_mse_matches_exact_error(
         assert expected_mse(name, p, horizon, privacy) == pytest.approx(exact[:horizon].mean())
     b = rounding_bias(mech, TICKS)
     noise = mech.mse_curve(TICKS)
-    slack = Z * noise * math.sqrt(5.0 / S) + 2.0 * b * np.sqrt(noise) + b * b
+    slack = mse_slack(noise, S, b, Z)
     for t in (1, 2, HORIZON, HORIZON + 1, 2 * HORIZON + 3, TICKS):
         assert abs(sq[t - 1] - exact[t - 1]) <= slack[t - 1], (t, sq[t - 1], exact[t - 1])
     # mean over 40 ticks (two epoch boundaries): its sd is at most the mean of the per-tick sds

@@ -209,7 +209,7 @@ def test_released_mse_matches_the_claimed_mse_of_the_long_fits(p: float) -> None
     rounding bias. A mechanism whose noise filter or variance formula drifts (as the former
     direct-form reconstruction did at six buffers) fails here."""
     from stream_dp.analysis import rounding_bias
-    from tests.unit._montecarlo import empirical_mse_curve
+    from tests.unit._montecarlo import empirical_mse_curve, mse_slack
 
     mech = make_mechanism("blt", p, 32767, ZCDP(0.5))
     assert len(mech.theta) >= 5
@@ -219,7 +219,7 @@ def test_released_mse_matches_the_claimed_mse_of_the_long_fits(p: float) -> None
                                 lambda t: rng.uniform(0.0, 3.0, size=n_streams))
     exact = mech.mse_curve(ticks)
     b = rounding_bias(mech, ticks)
-    slack = z * exact * math.sqrt(5.0 / n_streams) + 2.0 * b * np.sqrt(exact) + b * b
+    slack = mse_slack(exact, n_streams, b, z)
     for t in (1, 2, 10, 100, ticks):
         assert abs(sq[t - 1] - exact[t - 1]) <= slack[t - 1], (t, sq[t - 1], exact[t - 1])
     assert abs(sq.mean() - exact.mean()) <= slack.mean()

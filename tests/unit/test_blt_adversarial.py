@@ -248,7 +248,7 @@ def test_released_mse_past_the_horizon_matches_the_claim() -> None:
     Fixed bound of tests/unit/test_accuracy_all.py: the mean of S squared errors has sd
     ≤ σ²·√(5/S), Z = 4.9 (two-sided p ≈ 1e-6 per comparison), plus the rounding bias."""
     from stream_dp.analysis import rounding_bias
-    from tests.unit._montecarlo import empirical_mse_curve
+    from tests.unit._montecarlo import empirical_mse_curve, mse_slack
 
     horizon, n_streams, z = 63, 20_000, 4.9
     ticks = 7 * horizon
@@ -258,7 +258,7 @@ def test_released_mse_past_the_horizon_matches_the_claim() -> None:
                                 lambda t: rng.uniform(0.0, 3.0, size=n_streams))
     exact = mech.mse_curve(ticks)
     b = rounding_bias(mech, ticks)
-    slack = z * exact * math.sqrt(5.0 / n_streams) + 2.0 * b * np.sqrt(exact) + b * b
+    slack = mse_slack(exact, n_streams, b, z)
     checked = (1, 31, 62, 63, 64, 100, 126, 127, 189, 190, 300, ticks)
     for t in checked:
         assert abs(sq[t - 1] - exact[t - 1]) <= slack[t - 1], (t, sq[t - 1], exact[t - 1])

@@ -192,7 +192,7 @@ def _assert_monte_carlo_matches(mech: LsTreeMechanism, ticks: int, seed: int) ->
     """The claimed MSE curve against the releases of 20 000 keyed streams of random data, with
     a fixed loose bound: 4.9 standard errors of a variance estimate from n samples of a
     (heavier than Gaussian) Laplace-sum error, plus the rounding bound's terms."""
-    from tests.unit._montecarlo import empirical_mse_curve
+    from tests.unit._montecarlo import empirical_mse_curve, mse_slack
 
     n_streams = 20_000
     rng = np.random.default_rng(seed)
@@ -200,7 +200,7 @@ def _assert_monte_carlo_matches(mech: LsTreeMechanism, ticks: int, seed: int) ->
                                 lambda t: rng.uniform(0.0, 1.0, n_streams))
     exact = mech.mse_curve(ticks)
     b = mech.rounding_bound(ticks)
-    slack = 4.9 * exact * np.sqrt(5.0 / n_streams) + 2.0 * b * np.sqrt(exact) + b * b
+    slack = mse_slack(exact, n_streams, b)
     assert (np.abs(sq - exact) <= slack).all(), np.max(np.abs(sq - exact) / slack)
 
 

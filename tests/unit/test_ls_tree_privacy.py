@@ -282,7 +282,7 @@ def test_planned_plan_at_the_default_horizon_monte_carlo_matches_the_claim() -> 
     raised by ulps): 20 000 keyed streams, random data, three top blocks; the claimed variance
     against the empirical MSE of what is released, with the fixed loose bound of the other
     Monte-Carlo tests (4.9 standard errors of a variance estimate)."""
-    from tests.unit._montecarlo import empirical_mse_curve
+    from tests.unit._montecarlo import empirical_mse_curve, mse_slack
 
     mech = LsTreeMechanism(0.999, 65_535, PureDP(1.0), 1.0)
     n_streams, ticks = 20_000, 3 * mech.block
@@ -291,7 +291,7 @@ def test_planned_plan_at_the_default_horizon_monte_carlo_matches_the_claim() -> 
                                 lambda t: rng.uniform(0.0, 1.0, n_streams))
     exact = mech.mse_curve(ticks)
     b = mech.rounding_bound(ticks)
-    slack = 4.9 * exact * np.sqrt(5.0 / n_streams) + 2.0 * b * np.sqrt(exact) + b * b
+    slack = mse_slack(exact, n_streams, b)
     assert (np.abs(sq - exact) <= slack).all(), np.max(np.abs(sq - exact) / slack)
 
 
