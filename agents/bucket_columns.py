@@ -18,6 +18,17 @@ import numpy as np
 _INT64_MAX = (1 << 63) - 1
 
 
+def _compiled() -> Any:
+    """``agents._fastingest.dict_columns`` (one C pass and a radix sort), or None without the
+    extension or with ``STREAM_DP_PURE_INGEST=1`` (then NumPy: the same columns)."""
+    from agents.ingest_records import _fastingest
+
+    return getattr(_fastingest, "dict_columns", None) if _fastingest is not None else None
+
+
+_dict_columns = _compiled()
+
+
 def bucket_columns_loop(bucket: dict[Any, int], clip: int) -> tuple[list[Any], list[int]]:
     """The reference: keys in sorted order and each sum clipped to ``clip`` (integer units)."""
     keys = sorted(bucket)
@@ -34,17 +45,23 @@ def bucket_columns(bucket: dict[Any, int], clip: int, int_keys: bool, *, arrays:
     n = len(bucket)
     if not int_keys or n < 64:  # small buckets: the loop is as fast
         return bucket_columns_loop(bucket, clip)
-    try:
-        keys = np.fromiter(bucket.keys(), dtype=np.int64, count=n)
-        sums = np.fromiter(bucket.values(), dtype=np.int64, count=n)
-    except (OverflowError, TypeError, ValueError):  # a sum beyond int64, a key not an int
-        return bucket_columns_loop(bucket, clip)
-    # keys are distinct (a dict's), so every sort gives the one order: the default introsort,
-    # not "stable" (a timsort for int64: 5x the CPU at 50 000 keys)
-    order = np.argsort(keys)
-    sums = sums[order]
+    cols = _dict_columns(bucket) if _dict_columns is not None else None
+    if cols is not None:
+        # the compiled pass: both columns in key order already (bytearray: writable arrays)
+        keys = np.frombuffer(bytearray(cols[0]), dtype=np.int64)
+        sums = np.frombuffer(bytearray(cols[1]), dtype=np.int64)
+    else:
+        try:
+            keys = np.fromiter(bucket.keys(), dtype=np.int64, count=n)
+            sums = np.fromiter(bucket.values(), dtype=np.int64, count=n)
+        except (OverflowError, TypeError, ValueError):  # a sum beyond int64, a key not an int
+            return bucket_columns_loop(bucket, clip)
+        # keys are distinct (a dict's), so every sort gives the one order: the default
+        # introsort, not "stable" (a timsort for int64: 5x the CPU at 50 000 keys)
+        order = np.argsort(keys)
+        keys, sums = keys[order], sums[order]  # fresh contiguous arrays
     if clip <= _INT64_MAX:
         np.minimum(sums, clip, out=sums)
     if arrays:
-        return keys[order], sums  # fancy indexing made both fresh contiguous arrays
-    return keys[order].tolist(), sums.tolist()
+        return keys, sums
+    return keys.tolist(), sums.tolist()

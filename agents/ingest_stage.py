@@ -28,6 +28,11 @@ log = logging.getLogger("stream_dp.pipeline")
 HAND_OVER_PARTIALS = 4096
 #: seconds between two hand-over progress lines (agents.pipeline.PROGRESS_EVERY_S too)
 HAND_OVER_EVERY_S = 10.0
+#: the events consumer's pause after empty fetches grows to this many times
+#: ``empty_fetch_backoff_ms`` while no events come (agents.fetch_backoff.pace): ~5 round trips a
+#: second instead of ~20 between bursts; a clock close whose closing point lies ahead of the
+#: consumer wakes it, so the pause delays no tick's release
+INGEST_IDLE_GROWTH = 4.0
 
 class IngestStage(_Stage):
     name = "ingest"
@@ -38,11 +43,13 @@ class IngestStage(_Stage):
     hw: Any = None
 
     async def start(self) -> None:
+        from agents.fetch_backoff import pace
         from agents.topics import check_events_topic
 
         await check_events_topic(self.s.bootstrap, self.s)
         log.info("%s", FAST_PATH_STATUS)  # compiled ingest fast path, or why not
         await super().start()
+        pace(self.consumer, INGEST_IDLE_GROWTH)
         k = _kafka()
         self.hw = k.AIOKafkaConsumer(
             bootstrap_servers=self.s.bootstrap, **self.w.kafka_kwargs(),
@@ -68,6 +75,8 @@ class IngestStage(_Stage):
                 await timer
 
     async def _clock_closes(self, stop: asyncio.Event) -> None:
+        from agents.fetch_backoff import wake
+
         sch = self.w.schedule
         while not stop.is_set():
             now = time.time()
@@ -82,10 +91,14 @@ class IngestStage(_Stage):
                 except Exception as exc:  # handle() reads them again on its next pass
                     log.debug("ingest: clock-close end offsets failed: %s", exc)
                     ends = {}
+                ahead = False
                 for tp, end_offset in ends.items():
                     state = self.states.get(tp.partition)
                     if state is not None:
                         state.schedule_close(due, int(end_offset), "clock", now)
+                        ahead = ahead or int(end_offset) > int(state.offset)
+                if ahead:  # records up to the closing point may wait in a fetch pause
+                    wake(self.consumer)
             # sleep until the next tick's deadline + grace (at most 1 s, to follow rebalances)
             nxt = sch.deadline(due + 1) + sch.grace - time.time()
             await asyncio.sleep(min(1.0, max(0.005, nxt)))
@@ -298,6 +311,10 @@ class IngestStage(_Stage):
             await prod.commit_transaction()
             state.mark_written(through)
             marks.append(time.time())
+            release = getattr(self.w, "release", None)
+            if out.partials and release is not None:
+                # the in-process release stage fetches them now, not after its fetch pause
+                release.partials_committed()
             if entry_sends:
                 # every closing point needed after a restore from a later checkpoint lies past
                 # these: the next checkpoint says where to start reading the schedule topic

@@ -31,6 +31,12 @@ log = logging.getLogger("stream_dp.pipeline")
 _MAX_MESSAGES_PER_COMMIT = 200_000
 #: ... and never more ticks than this per transaction
 _MAX_TICKS_PER_COMMIT = 1024
+#: the partials consumer's pause after empty fetches grows to this many times
+#: ``empty_fetch_backoff_ms`` (1 s by default) while this process's own ingest owns every events
+#: partition: then every partial comes from its commits, and each wakes the consumer
+#: (:meth:`ReleaseStage.partials_committed`); otherwise it stays at the setting, so partials
+#: from other workers wait no longer than before
+_IDLE_GROWTH_ALL_LOCAL = 20.0
 
 
 class ReleaseStage(_Stage):
@@ -51,6 +57,30 @@ class ReleaseStage(_Stage):
         #: (shard, tick) -> wall time its last partial was read (diagnostics: release_timings)
         self._gathered: dict[tuple[int, int], float] = {}
 
+    #: the growth in force (agents.fetch_backoff.pace), set when it changes
+    _growth = 1.0
+
+    def partials_committed(self) -> None:
+        """The in-process ingest committed partials: fetch them now (ends the fetch pause)."""
+        from agents.fetch_backoff import wake
+
+        if self.consumer is not None:
+            wake(self.consumer)
+
+    def _pace(self) -> None:
+        """A long pause between empty fetches only while every partial comes from this
+        process's ingest (each of its commits wakes the consumer)."""
+        from agents.fetch_backoff import pace
+
+        ingest = getattr(self.w, "ingest", None)
+        local = (ingest is not None and not ingest.restoring
+                 and len(ingest.states) >= self.s.events_partitions)
+        growth = _IDLE_GROWTH_ALL_LOCAL if local else 1.0
+        if growth != self._growth and self.consumer is not None:
+            with contextlib.suppress(ValueError):  # not started yet: next time
+                pace(self.consumer, growth)
+                self._growth = growth
+
     def new_state(self, p: int) -> ReleaseState:
         if self.w.router.patterns:
             from agents.release import AttributeReleaseState, new_live
@@ -65,7 +95,9 @@ class ReleaseStage(_Stage):
 
     async def check_ownership(self) -> None:
         """Also: a tick that misses partials from some events partitions for
-        ``stall_timeout_s`` means an ingest partition has no working owner: rejoin ingest."""
+        ``stall_timeout_s`` means an ingest partition has no working owner: rejoin ingest.
+        (And the fetch pace: :meth:`_pace`.)"""
+        self._pace()
         await super().check_ownership()
         now = time.monotonic()
         waiting: set[int] = set()

@@ -880,11 +880,89 @@ static PyObject *fi_parse_event(PyObject *mod, PyObject *arg) {
     return Py_BuildValue("Ndd", key, ev.ts, ev.has_value ? ev.value : 1.0);
 }
 
+
+/* dict_columns(d) -> (keys, sums) as native int64 bytes, sorted by key, or None when a key or
+ * a sum is not an int that fits int64 (the caller falls back). An open bucket's checkpoint
+ * columns (agents.bucket_columns): one pass over the dict instead of two np.fromiter over
+ * Python ints, and an LSD radix sort over the bytes the keys use (leaf indices: 3 passes). */
+static PyObject *fi_dict_columns(PyObject *mod, PyObject *arg) {
+    (void)mod;
+    if (!PyDict_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "dict expected");
+        return NULL;
+    }
+    Py_ssize_t n = PyDict_GET_SIZE(arg);
+    uint64_t *k = PyMem_Malloc(sizeof(uint64_t) * (size_t)(n ? n : 1) * 2);
+    int64_t *v = PyMem_Malloc(sizeof(int64_t) * (size_t)(n ? n : 1) * 2);
+    if (k == NULL || v == NULL) {
+        PyMem_Free(k);
+        PyMem_Free(v);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *key, *val;
+    int64_t kmin = INT64_MAX;
+    int ok = 1;
+    while (PyDict_Next(arg, &pos, &key, &val)) {
+        if (!PyLong_CheckExact(key) || !PyLong_CheckExact(val)) { ok = 0; break; }
+        int over = 0;
+        long long a = PyLong_AsLongLongAndOverflow(key, &over);
+        if (over) { ok = 0; break; }
+        long long b = PyLong_AsLongLongAndOverflow(val, &over);
+        if (over) { ok = 0; break; }
+        k[i] = (uint64_t)a;
+        v[i] = (int64_t)b;
+        if ((int64_t)a < kmin) kmin = (int64_t)a;
+        i++;
+    }
+    if (!ok || i != n) {
+        PyMem_Free(k);
+        PyMem_Free(v);
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_NONE;
+    }
+    /* radix sort on key - min (distinct keys: any correct sort gives the one order) */
+    uint64_t span = 0;
+    for (i = 0; i < n; i++) {
+        k[i] -= (uint64_t)kmin;  /* unsigned: key - min, exact for any int64 pair */
+        if (k[i] > span) span = k[i];
+    }
+    uint64_t *k2 = k + n;
+    int64_t *v2 = v + n;
+    for (int shift = 0; shift < 64 && (shift == 0 || (span >> shift) != 0); shift += 8) {
+        Py_ssize_t count[257] = {0};
+        for (i = 0; i < n; i++) count[((k[i] >> shift) & 0xff) + 1]++;
+        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (i = 0; i < n; i++) {
+            Py_ssize_t at = count[(k[i] >> shift) & 0xff]++;
+            k2[at] = k[i];
+            v2[at] = v[i];
+        }
+        uint64_t *tk = k; k = k2; k2 = tk;
+        int64_t *tv = v; v = v2; v2 = tv;
+    }
+    for (i = 0; i < n; i++) k[i] += (uint64_t)kmin;
+    PyObject *kb = PyBytes_FromStringAndSize((const char *)k, (Py_ssize_t)sizeof(uint64_t) * n);
+    PyObject *vb = PyBytes_FromStringAndSize((const char *)v, (Py_ssize_t)sizeof(int64_t) * n);
+    /* k/v may point at either half after an odd number of passes: free the base */
+    PyMem_Free(k < k2 ? k : k2);
+    PyMem_Free(v < v2 ? v : v2);
+    if (kb == NULL || vb == NULL) {
+        Py_XDECREF(kb);
+        Py_XDECREF(vb);
+        return NULL;
+    }
+    return Py_BuildValue("NN", kb, vb);
+}
+
 static PyMethodDef module_methods[] = {
     {"blake2b", fi_blake2b, METH_VARARGS,
      "blake2b(key, data, digest_size=16) -> bytes: keyed BLAKE2b (the vendored C code)."},
     {"set_record_factory", fi_set_record_factory, METH_O,
      "set_record_factory(cls): the record type RecordBlock items are built with."},
+    {"dict_columns", fi_dict_columns, METH_O,
+     "dict_columns(d) -> (keys, sums) int64 bytes sorted by key, or None (a key or sum not "
+     "an int in int64)."},
     {"parse_event", fi_parse_event, METH_O,
      "parse_event(raw) -> (key, ts, value) or None: the strict parser of the fast path "
      "(None: the pure path decides)."},

@@ -83,3 +83,57 @@ def test_ingest_checkpoint_bytes_equal_the_list_path(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(bc, "bucket_columns", lists_only)
     assert st.to_bytes() == got
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_columns_equal_the_loop_and_numpy(seed: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """``_fastingest.dict_columns`` (one C pass, radix sort over the bytes the keys span): the
+    loop's columns for keys from 0..10^3 up to the whole int64 range (negative keys, a span
+    of 2^64 - 1: every byte pass), and the NumPy path's too."""
+    from agents import bucket_columns as bc
+
+    if bc._dict_columns is None:
+        pytest.skip("compiled extension not built (STREAM_DP_PURE_INGEST or no compiler)")
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(64, 20_000))
+    lo, hi = [(0, 10**3 * 30), (0, 2**20), (-(2**40), 2**40), (0, 2**56),
+              (-(2**63), 2**63 - 1), (2**62, 2**63 - 1)][seed]
+    keys = list({int(k) for k in rng.integers(lo, hi, size=n, endpoint=True)})
+    if seed == 4:
+        keys += [-(2**63), 2**63 - 1]  # both ends of int64
+    keys = list(dict.fromkeys(keys))
+    rng.shuffle(keys)
+    sums = rng.integers(0, 2**62, size=len(keys)).tolist()
+    bucket = dict(zip(keys, sums, strict=True))
+    raw = bc._dict_columns(bucket)
+    assert raw is not None
+    assert np.frombuffer(raw[0], dtype=np.int64).tolist() == sorted(keys)
+    for clip in (1, 2**40, 2**63, 2**70):
+        want = bucket_columns_loop(bucket, clip)
+        assert bucket_columns(bucket, clip, True) == want
+        arrays = bucket_columns(bucket, clip, True, arrays=True)
+        assert [a.tolist() for a in arrays] == list(want)
+        assert all(a.flags.writeable and a.flags.c_contiguous for a in arrays)
+        monkeypatch.setattr(bc, "_dict_columns", None)  # the NumPy path: the same columns
+        assert bucket_columns(bucket, clip, True) == want
+        monkeypatch.undo()
+
+
+def test_compiled_columns_refuse_what_is_not_int64() -> None:
+    """A sum or key beyond int64, a float, a bool or a tuple: None (the caller falls back to
+    the exact Python loop), never a truncated value; an empty dict gives empty columns."""
+    from agents import bucket_columns as bc
+
+    if bc._dict_columns is None:
+        pytest.skip("compiled extension not built")
+    base = {i: i + 1 for i in range(100)}
+    for bad in ({**base, 7: 2**63}, {**base, 2**63: 1}, {**base, -(2**63) - 1: 1},
+                {**base, 3: 1.0}, {**{k: v for k, v in base.items() if k != 1}, True: 1},
+                {**base, 5: -(2**64)}):
+        assert bc._dict_columns(bad) is None
+        assert bucket_columns(bad, 2**70, True) == bucket_columns_loop(bad, 2**70)
+    assert bc._dict_columns({**base, (1, 2): 3}) is None  # a grid key
+    assert bc._dict_columns({}) == (b"", b"")
+    with pytest.raises(TypeError):
+        bc._dict_columns([1, 2])
