@@ -171,9 +171,11 @@ class Worker:
         self.domain = domain if domain is not None else load_domain(settings.domain_file)
         from agents.config import check_attribute_settings
         from agents.fetch_backoff import install as install_fetch_backoff
+        from agents.produce_encoding import install as install_produce_encoding
 
         check_attribute_settings(settings, self.domain)
         install_fetch_backoff(settings.empty_fetch_backoff_ms / 1000.0)
+        install_produce_encoding()
         install_empty_assignment_rejoin()
         install_static_commit_rejoin()
         self.router = Router(self.domain, settings.shards)
