@@ -553,10 +553,20 @@ def _per_tick(samples: list[dict[str, float]], start: float, end: float, tick_se
     return out
 
 
+def _shipped(*names: str) -> dict[str, Any]:
+    """The shipped defaults of these settings (pipeline_support's test values differ)."""
+    import dataclasses
+
+    from agents.config import Settings
+
+    defaults = {f.name: f.default for f in dataclasses.fields(Settings)}
+    return {n: defaults[n] for n in names}
+
+
 async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_seconds: float,
                       active: float, processes: int, checkpoint_every: int = 1,
-                      profile: str = "", dashboard_process: bool = False
-                      ) -> dict[str, Any]:
+                      profile: str = "", dashboard_process: bool = False,
+                      commit_interval_s: float | None = None) -> dict[str, Any]:
     """``stream-dp worker`` as shipped (web server with the dashboard, the reconcile side agent
     and the pipeline — in ``processes`` child processes, or in this process for 0) on a 3-level
     hierarchy of about ``n_streams`` nodes, compact output only, live events (a fresh
@@ -584,6 +594,11 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     leaves_file.write_text("\n".join(leaves) + "\n", encoding="utf-8")
     app = f"bench-scale-{n_streams}-{processes}-{checkpoint_every}"
     origin = float(int(time.time()))
+    # as shipped, not the test helpers' shorter timings (0.5 s commits, 6 s sessions: up to 4x
+    # the ingest transactions and checkpoints, 1.7x the heartbeats)
+    timings = _shipped("commit_interval_s", "session_timeout_s", "transaction_timeout_s")
+    if commit_interval_s is not None:
+        timings["commit_interval_s"] = commit_interval_s
     s = ps.make_settings(broker.bootstrap, tmp, app, leaves, compact_topic=f"{app}.compact",
                          counts_json=0, histograms_json=0, tick_seconds=tick_seconds,
                          origin=origin, schedule="clock", close_grace_s=0.2,
@@ -591,7 +606,8 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
                          counts_partitions=4, strategy="auto", horizon=4095,
                          max_events_per_tick=1_000_000, pipeline_processes=processes,
                          release_checkpoint_every=checkpoint_every,
-                         web_host="127.0.0.1", web_port=free_port())
+                         web_host="127.0.0.1", web_port=free_port(),
+                         **timings)
     t0 = time.time()
     domain = load_domain(s.domain_file)
     t_domain = time.time() - t0
@@ -860,6 +876,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
         "tick_seconds": tick_seconds, "active": active, "domain_load_s": t_domain,
         "processes": processes, "dashboard_process": dashboard_process,
         "checkpoint_every": checkpoint_every,
+        "commit_interval_s": timings["commit_interval_s"],
         "ready_s": (ready[0] - started_at) if ready else float("nan"),
         "first_release_s": caught_up[0] - started_at, "ticks": len(phase1),
         "phase1": latency(phase1), "phase2": latency(phase2),
@@ -896,7 +913,8 @@ def print_scale(r: dict[str, Any]) -> None:
     print(f"\n## as shipped at {r['nodes']:,} nodes ({a}×{b}×{c} hierarchy, {r['leaves']:,} "
           f"leaves, {r['active']:.0%} active per tick, {r['tick_seconds']:g} s ticks, compact "
           f"output, 4 shards, dashboard + reconcile on, {where}, full release checkpoint every "
-          f"{r['checkpoint_every']} tick(s))")
+          f"{r['checkpoint_every']} tick(s), ingest commits at most every "
+          f"{r['commit_interval_s']:g} s)")
     print(f"started {r['started_utc']} UTC, nproc {os.cpu_count()}, load average (1/5/15 min) "
           f"at the start {'/'.join(f'{x:.2f}' for x in r['load'][0])}, at the end "
           f"{'/'.join(f'{x:.2f}' for x in r['load'][1])}")
@@ -980,6 +998,9 @@ async def main() -> None:
                     help="scale: fraction of the leaves with an event in each tick")
     ap.add_argument("--scale-ticks", type=int, default=10,
                     help="scale: steady ticks measured in each phase")
+    ap.add_argument("--commit-interval-s", type=float, default=None,
+                    help="scale: the worker's commit_interval_s (default: the shipped 2 s; "
+                         "runs before 2026-11-26 19:50 UTC used the test helpers' 0.5 s)")
     ap.add_argument("--release-checkpoint-every", type=int, default=1,
                     help="scale: the worker's release_checkpoint_every setting")
     ap.add_argument("--pipeline-processes", type=int, default=0,
@@ -1006,7 +1027,7 @@ async def main() -> None:
             r = await scale_bench(broker, Path(tmp), args.streams, args.scale_ticks,
                                   args.tick_seconds, args.active, args.pipeline_processes,
                                   args.release_checkpoint_every, args.profile,
-                                  args.dashboard_process)
+                                  args.dashboard_process, args.commit_interval_s)
             print_scale(r)
         if want("backlog"):
             print(f"\n## backlog release, {args.backlog_ticks} past ticks (20 events per tick, "
