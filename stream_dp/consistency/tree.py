@@ -185,7 +185,15 @@ class TreePlan:
         if the plan is used through :meth:`PreparedTree.apply_bfs`.
         """
         v = _as_variances(variances, (*batch_shape, self.n))
-        return PreparedTree(self, v)
+        # The coefficients depend on the variances only: a service reconciling every tick with
+        # a fixed strategy asks for the same ones each time (12+ ms at 10^6 nodes, twice per
+        # tick with ``nonnegative``); comparing the variances costs ~1 ms. One entry.
+        last = self.__dict__.get("_last_prepared")
+        if last is not None and last[0].shape == v.shape and np.array_equal(last[0], v):
+            return last[1]
+        prepared = PreparedTree(self, v)
+        self.__dict__["_last_prepared"] = (np.array(v, dtype=np.float64, copy=True), prepared)
+        return prepared
 
     def solve_bfs(self, z: Float64Array, u: Float64Array) -> Float64Array:
         """Two GLS passes on values already in BFS order; overwrites and returns ``z``.

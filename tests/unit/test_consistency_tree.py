@@ -216,3 +216,30 @@ def test_bad_values_and_variances() -> None:
         consistent_tree(parent, np.zeros(3), np.ones(5))
     with pytest.raises(ValueError, match="2-D"):
         consistent_trees(parent, np.zeros(3))
+
+
+def test_prepare_reuses_the_coefficients_only_for_equal_variances() -> None:
+    """TreePlan.prepare keeps the last PreparedTree: the same variances (a new array, equal
+    values) give it back; other variances (one node changed, another batch shape) give fresh
+    coefficients, equal to a PreparedTree built from scratch (the oracle)."""
+    from stream_dp.consistency.tree import PreparedTree, TreePlan
+
+    rng = np.random.default_rng(5)
+    parent = np.array([-1, 0, 0, 1, 1, 2, 2, 2, -1, 8])
+    plan = TreePlan(parent)
+    v = rng.uniform(0.5, 2.0, size=parent.size)
+    first = plan.prepare(v)
+    assert plan.prepare(v.copy()) is first
+    w = v.copy()
+    w[6] *= 1.5
+    second = plan.prepare(w)
+    assert second is not first
+    z = rng.normal(size=parent.size)
+    for prepared, var in ((second, w), (plan.prepare(v), v)):
+        want = PreparedTree(plan, var).apply_bfs(z.copy())
+        np.testing.assert_array_equal(prepared.apply_bfs(z.copy()), want)
+    v[:] = 1.0  # the caller's array changing later cannot change the cached coefficients
+    np.testing.assert_array_equal(plan.prepare(w).apply_bfs(z.copy()),
+                                  PreparedTree(plan, w).apply_bfs(z.copy()))
+    batch = plan.prepare(np.stack([w, w]), (2,))
+    assert batch is not plan.prepare(w) and batch.apply_bfs(np.stack([z, z])).shape == (2, 10)
