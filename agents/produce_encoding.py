@@ -101,7 +101,7 @@ def install() -> bool:
     from aiokafka.protocol import produce
 
     for name in dir(produce):
-        cls = getattr(produce, name)
+        cls: Any = getattr(produce, name)
         if not (name.startswith("ProduceRequest_v") and isinstance(cls, type)):
             continue
         if "encode" in cls.__dict__ or not _plain(cls.SCHEMA):

@@ -188,7 +188,7 @@ class TreePlan:
         # The coefficients depend on the variances only: a service reconciling every tick with
         # a fixed strategy asks for the same ones each time (12+ ms at 10^6 nodes, twice per
         # tick with ``nonnegative``); comparing the variances costs ~1 ms. One entry.
-        last = self.__dict__.get("_last_prepared")
+        last: tuple[Float64Array, PreparedTree] | None = self.__dict__.get("_last_prepared")
         if last is not None and last[0].shape == v.shape and np.array_equal(last[0], v):
             return last[1]
         prepared = PreparedTree(self, v)
