@@ -104,10 +104,10 @@ def install() -> bool:
         cls: Any = getattr(produce, name)
         if not (name.startswith("ProduceRequest_v") and isinstance(cls, type)):
             continue
-        if "encode" in cls.__dict__ or not _plain(cls.SCHEMA):
+        if "encode" in cls.__dict__ or not _plain(getattr(cls, "SCHEMA", None)):
             continue
-        _state["originals"][cls] = cls.encode
-        cls.encode = encode_flat
+        _state["originals"][cls] = cls.encode  # type: ignore[attr-defined]
+        setattr(cls, "encode", encode_flat)  # noqa: B010 - a class attribute patched
     if _state["originals"]:
         _install_send()
     return bool(_state["originals"])
