@@ -43,7 +43,7 @@ from aiokafka.consumer import fetcher  # noqa: E402
 from aiokafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 from aiokafka.structs import TopicPartition  # noqa: E402
 
-from agents.ingest import IngestState  # noqa: E402
+from agents.ingest import IngestState, RecordBlock  # noqa: E402
 from agents.pipeline import Worker  # noqa: E402
 from agents.raw_records import install, raw_records  # noqa: E402
 from tests.integration import pipeline_support as ps  # noqa: E402
@@ -154,7 +154,8 @@ def scale_shape(args: argparse.Namespace) -> None:
                     sts[p].process_fetched(items)
                     t_all += time.perf_counter() - t0
                     c_all += time.thread_time() - c0
-            name = "record blocks: batch decode + compiled scanner (the worker)"
+            name = ("record blocks: batch decode + compiled scanner (the worker)"
+                    if RecordBlock is not None else "the pure path (no compiled module)")
             rows.setdefault(name, []).append(t_all)
             cpu.setdefault(name, []).append(c_all)
             assert sum(st.out.accepted for st in sts) == n_events, "events were rejected"
@@ -171,6 +172,9 @@ def scale_shape(args: argparse.Namespace) -> None:
                 rows.setdefault(name, []).append(t_all)
                 cpu.setdefault(name, []).append(c_all)
                 assert [x.to_bytes() for x in pure] == [x.to_bytes() for x in sts]
+        rss = next((line.split()[1] for line in Path("/proc/self/status").read_text()
+                    .splitlines() if line.startswith("VmRSS:")), "?")
+        print(f"# resident set at the end: {int(rss) / 1024:.0f} MiB" if rss != "?" else "")
         print(f"## ingest hot loop at {len(leaves)} leaves, {args.ticks} ticks of "
               f"{int(args.active * len(leaves))} events ({partitions} partitions, batches of "
               f"{args.batch}), {n_events} events, median of {args.repeats}")
