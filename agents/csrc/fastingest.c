@@ -252,14 +252,27 @@ static int Scanner_init(Scanner *self, PyObject *args, PyObject *kw) {
     return 0;
 }
 
-/* Add ``u`` units to ``bucket[nodes]``. 0, or -1 with an exception set. */
-static int bucket_add(PyObject *bucket, PyObject *nodes, long long u) {
-    PyObject *old = PyDict_GetItemWithError(bucket, nodes); /* borrowed */
+/* Add ``u`` units to ``bucket[nodes]``. 0, or -1 with an exception set. ``*first``: an int
+ * object of ``*first_u`` units, shared by the new entries that hold it (ints are immutable:
+ * most events are a leaf's first in its tick, and all of value 1 have the same units). */
+static int bucket_add(PyObject *bucket, PyObject *nodes, long long u, PyObject **first,
+                      long long *first_u) {
+    if (*first == NULL || *first_u != u) {
+        PyObject *o = PyLong_FromLongLong(u);
+        if (o == NULL) return -1;
+        Py_XSETREF(*first, o);
+        *first_u = u;
+    }
+    /* one hash lookup that inserts ``u`` when the key is new (the usual case at 10^6 leaves:
+     * a leaf's first event in its tick), instead of a failed get and then a set */
+    Py_ssize_t before = PyDict_GET_SIZE(bucket);
+    PyObject *old = PyDict_SetDefault(bucket, nodes, *first); /* borrowed */
+    if (old == NULL) return -1;
+    /* inserted: the size grew (not ``old == *first``: an earlier event of the leaf may have
+     * stored that very object) */
+    if (PyDict_GET_SIZE(bucket) != before) return 0;
     PyObject *sum;
-    if (old == NULL) {
-        if (PyErr_Occurred()) return -1;
-        sum = PyLong_FromLongLong(u);
-    } else {
+    {
         int overflow = 0;
         long long ov = PyLong_CheckExact(old) ? PyLong_AsLongLongAndOverflow(old, &overflow) : 0;
         if (PyLong_CheckExact(old) && !overflow && ov >= 0 && ov < (1LL << 62)) {
@@ -277,6 +290,312 @@ static int bucket_add(PyObject *bucket, PyObject *nodes, long long u) {
     Py_DECREF(sum);
     return rc;
 }
+
+/* ------------------------------------------------------------------ the key index */
+
+/* KeyIndex: the declared keys (a dict {str: bucket key}) as an open-addressing hash table over
+ * their UTF-8 bytes, built once. Why: at 10^6 leaves the scanner's lookup in the dict made a
+ * str per event (UTF-8 decode + SipHash) and then missed the cache three times in a ~100 MB
+ * structure (index, entry, the key's str object to compare hashes); perf put ~50 % of the
+ * scanner's time there (benchmarks/RESULTS.md, issue #25). Here a lookup hashes the record's
+ * key bytes in place, prefetches its slot before the record digest is computed, and a slot
+ * holds the tag, the entry and the bucket key object, so the entry (key bytes to compare) and
+ * the bucket key (read by the bucket update) are fetched together.
+ *
+ * Exactness: the index holds the strict UTF-8 encoding of every exact str key (a key that has
+ * none -- a lone surrogate -- is left out: no record's bytes decode to it, so the dict never
+ * finds it for a record either; other keys are left out too, and a record with such a key goes
+ * to the pure path, which decides as always). Strict UTF-8 decoding is injective, so a record's key bytes equal
+ * an entry's bytes exactly when they decode to that str: a hit here is a hit in the dict, with
+ * the same value; a miss is a miss (the pure path then decides, as after a dict miss).
+ *
+ * Staleness: the index remembers the dict, its size and its version tag (bumped by CPython on
+ * every change); ``Scanner.scan`` uses it only while all three still match (``fresh``), and
+ * looks keys up in the dict otherwise. Python 3.14 dropped the version tag: there the index
+ * refuses to be built (NotImplementedError) and the dict lookup is used. */
+
+#if PY_VERSION_HEX < 0x030E0000
+#define SDP_HAVE_DICT_VERSION 1
+static uint64_t dict_version(PyObject *d) {
+#if PY_VERSION_HEX >= 0x030C0000
+    _Py_COMP_DIAG_PUSH
+    _Py_COMP_DIAG_IGNORE_DEPR_DECLS
+    uint64_t v = ((PyDictObject *)d)->ma_version_tag;
+    _Py_COMP_DIAG_POP
+    return v;
+#else
+    return ((PyDictObject *)d)->ma_version_tag;
+#endif
+}
+#endif
+
+#define KI_INLINE 16
+
+/* Zeroed memory for the index's tables: at 10^6 keys they span ~56 MB, and every lookup lands
+ * on a random 4 KiB page (a TLB miss on top of the cache miss); on Linux, with transparent
+ * huge pages allowed on request ("madvise"), they are asked for in 2 MiB pages. */
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+typedef struct {
+    void *p;
+    size_t size;
+    int mapped;
+} KMem;
+
+static void *kmem_alloc(KMem *m, size_t size) {
+    m->p = NULL;
+    m->size = size;
+    m->mapped = 0;
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (size >= ((size_t)4 << 20)) {
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED) {
+            (void)madvise(p, size, MADV_HUGEPAGE); /* a hint: 4 KiB pages if refused */
+            m->p = p;
+            m->mapped = 1;
+            return p;
+        }
+    }
+#endif
+    m->p = PyMem_Calloc(1, size);
+    return m->p;
+}
+
+static void kmem_free(KMem *m) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (m->mapped) {
+        munmap(m->p, m->size);
+        m->p = NULL;
+        return;
+    }
+#endif
+    PyMem_Free(m->p);
+    m->p = NULL;
+}
+
+typedef struct {
+    uint32_t tag;      /* the hash's upper 32 bits */
+    uint32_t entry;    /* entry index + 1; 0 = an empty slot */
+    PyObject *value;   /* the bucket key (a reference owned by values) */
+} KSlot;
+
+typedef struct {
+    uint32_t len;              /* key length in bytes */
+    uint32_t off;              /* bytes past KI_INLINE: at arena + off */
+    char head[KI_INLINE];      /* the first (up to) KI_INLINE bytes */
+} KEntry;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *dict;    /* the dict it was built from */
+    PyObject *values;  /* a list holding every value (the slots borrow from it) */
+    Py_ssize_t dict_len;
+    uint64_t version;
+    uint64_t mask;     /* slots - 1 (a power of two, load <= 1/2) */
+    KSlot *slots;
+    KEntry *entries;
+    KMem slots_mem, entries_mem;
+    char *arena;
+    Py_ssize_t n;
+} KeyIndex;
+
+static PyTypeObject KeyIndexType;
+
+static inline uint64_t ki_hash(const char *p, Py_ssize_t n) {
+    /* CPython's keyed SipHash of the bytes (PYTHONHASHSEED): the keys of records are chosen by
+     * writers, and a keyed hash keeps them from aiming at one probe sequence */
+    return (uint64_t)_Py_HashBytes(p, n);
+}
+
+static inline int ki_equal(const KeyIndex *ix, const KEntry *e, const char *p, Py_ssize_t n) {
+    if ((Py_ssize_t)e->len != n) return 0;
+    Py_ssize_t head = n < KI_INLINE ? n : KI_INLINE;
+    if (memcmp(e->head, p, (size_t)head) != 0) return 0;
+    return n <= KI_INLINE || memcmp(ix->arena + e->off, p + KI_INLINE, (size_t)(n - KI_INLINE)) == 0;
+}
+
+static void KeyIndex_clear_mem(KeyIndex *self) {
+    if (self->slots != NULL) kmem_free(&self->slots_mem);
+    if (self->entries != NULL) kmem_free(&self->entries_mem);
+    PyMem_Free(self->arena);
+    self->slots = NULL;
+    self->entries = NULL;
+    self->arena = NULL;
+    self->n = 0;
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->values);
+}
+
+static int KeyIndex_init(KeyIndex *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"declared", NULL};
+    PyObject *d;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!", kwlist, &PyDict_Type, &d)) return -1;
+#ifndef SDP_HAVE_DICT_VERSION
+    PyErr_SetString(PyExc_NotImplementedError, "no dict version tag on this Python");
+    return -1;
+#else
+    KeyIndex_clear_mem(self);
+    Py_ssize_t n = PyDict_GET_SIZE(d);
+    if (n >= (Py_ssize_t)1 << 30) {
+        PyErr_SetString(PyExc_ValueError, "too many keys");
+        return -1;
+    }
+    uint64_t size = 8;
+    while (size < 2 * (uint64_t)n) size <<= 1;
+    self->slots = kmem_alloc(&self->slots_mem, (size_t)size * sizeof(KSlot));
+    self->entries = kmem_alloc(&self->entries_mem, (n ? (size_t)n : 1) * sizeof(KEntry));
+    self->values = PyList_New(0);
+    size_t arena_cap = 64, arena_len = 0;
+    self->arena = PyMem_Malloc(arena_cap);
+    if (!self->slots || !self->entries || !self->values || !self->arena) {
+        KeyIndex_clear_mem(self);
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->mask = size - 1;
+    Py_ssize_t pos = 0, kept = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(d, &pos, &k, &v)) {
+        /* not an exact str: left to the dict (a subclass may hash or compare otherwise; a
+         * record whose key the index lacks goes to the authoritative pure path) */
+        if (!PyUnicode_CheckExact(k)) continue;
+        Py_ssize_t len;
+        const char *b = PyUnicode_AsUTF8AndSize(k, &len);
+        if (b == NULL) { /* a lone surrogate: no strict UTF-8 bytes decode to it */
+            PyErr_Clear();
+            continue;
+        }
+        if (len > UINT32_MAX / 2) continue;
+        uint64_t h = ki_hash(b, len);
+        uint64_t i = h & self->mask;
+        int dup = 0;
+        while (self->slots[i].entry) {
+            /* two str keys with equal UTF-8 bytes are equal strs: a dict holds one of them */
+            if (ki_equal(self, &self->entries[self->slots[i].entry - 1], b, len)) dup = 1;
+            i = (i + 1) & self->mask;
+        }
+        if (dup) continue;
+        KEntry *e = &self->entries[kept];
+        e->len = (uint32_t)len;
+        memcpy(e->head, b, (size_t)(len < KI_INLINE ? len : KI_INLINE));
+        if (len > KI_INLINE) {
+            size_t extra = (size_t)(len - KI_INLINE);
+            if (arena_len + extra > UINT32_MAX) continue;
+            if (arena_len + extra > arena_cap) {
+                while (arena_len + extra > arena_cap) arena_cap *= 2;
+                char *na = PyMem_Realloc(self->arena, arena_cap);
+                if (na == NULL) {
+                    KeyIndex_clear_mem(self);
+                    PyErr_NoMemory();
+                    return -1;
+                }
+                self->arena = na;
+            }
+            memcpy(self->arena + arena_len, b + KI_INLINE, extra);
+            e->off = (uint32_t)arena_len;
+            arena_len += extra;
+        }
+        if (PyList_Append(self->values, v) < 0) {
+            KeyIndex_clear_mem(self);
+            return -1;
+        }
+        self->slots[i].tag = (uint32_t)(h >> 32);
+        self->slots[i].entry = (uint32_t)(kept + 1);
+        self->slots[i].value = v; /* values keeps it alive */
+        kept++;
+    }
+    self->n = kept;
+    Py_INCREF(d);
+    self->dict = d;
+    self->dict_len = n;
+    self->version = dict_version(d);
+    return 0;
+#endif
+}
+
+/* The index answers for ``d`` exactly as ``d`` would (built from it, unchanged since). */
+static int KeyIndex_is_fresh(const KeyIndex *ix, PyObject *d) {
+#ifdef SDP_HAVE_DICT_VERSION
+    return ix->slots != NULL && ix->dict == d && PyDict_GET_SIZE(d) == ix->dict_len &&
+           dict_version(d) == ix->version;
+#else
+    (void)ix;
+    (void)d;
+    return 0;
+#endif
+}
+
+static PyObject *KeyIndex_fresh(KeyIndex *self, PyObject *d) {
+    return PyBool_FromLong(PyDict_Check(d) && KeyIndex_is_fresh(self, d));
+}
+
+/* The bucket key of ``p[0:n]`` (borrowed), or NULL (not declared; no exception). */
+static inline PyObject *KeyIndex_find(const KeyIndex *ix, uint64_t h, const char *p,
+                                      Py_ssize_t n) {
+    uint32_t tag = (uint32_t)(h >> 32);
+    for (uint64_t i = h & ix->mask;; i = (i + 1) & ix->mask) {
+        const KSlot *s = &ix->slots[i];
+        if (!s->entry) return NULL;
+        if (s->tag == tag) {
+            __builtin_prefetch(s->value); /* the bucket update reads it: fetch it meanwhile */
+            if (ki_equal(ix, &ix->entries[s->entry - 1], p, n)) return s->value;
+        }
+    }
+}
+
+static PyObject *KeyIndex_get(KeyIndex *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "bytes expected");
+        return NULL;
+    }
+    if (self->slots == NULL) Py_RETURN_NONE;
+    const char *p = PyBytes_AS_STRING(arg);
+    Py_ssize_t n = PyBytes_GET_SIZE(arg);
+    PyObject *v = KeyIndex_find(self, ki_hash(p, n), p, n);
+    if (v == NULL) Py_RETURN_NONE;
+    Py_INCREF(v);
+    return v;
+}
+
+static Py_ssize_t KeyIndex_len(KeyIndex *self) { return self->n; }
+
+static void KeyIndex_dealloc(KeyIndex *self) {
+    KeyIndex_clear_mem(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef KeyIndex_methods[] = {
+    {"fresh", (PyCFunction)KeyIndex_fresh, METH_O,
+     "fresh(d) -> bool: built from the dict d, and d unchanged since (size and version)."},
+    {"get", (PyCFunction)KeyIndex_get, METH_O,
+     "get(key_bytes) -> the value of the str key whose strict UTF-8 bytes these are, or None."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods KeyIndex_as_sequence = {
+    .sq_length = (lenfunc)KeyIndex_len,
+};
+
+PyDoc_STRVAR(KeyIndex_doc,
+"KeyIndex(declared)\n\n"
+"The str keys of the dict ``declared`` by their UTF-8 bytes (an open-addressing table built\n"
+"once): ``Scanner.scan`` looks record keys up here without making a str, while the dict is\n"
+"unchanged (``fresh``). NotImplementedError where CPython has no dict version tag (3.14+).");
+
+static PyTypeObject KeyIndexType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "agents._fastingest.KeyIndex",
+    .tp_basicsize = sizeof(KeyIndex),
+    .tp_dealloc = (destructor)KeyIndex_dealloc,
+    .tp_as_sequence = &KeyIndex_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = KeyIndex_doc,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)KeyIndex_init,
+    .tp_methods = KeyIndex_methods,
+};
 
 /* ------------------------------------------------------------------ record blocks */
 
@@ -313,13 +632,61 @@ typedef struct {
     PyObject *cur_bucket; /* the last tick's bucket (borrowed: buckets holds it) */
     char *heap;
     Py_ssize_t heap_size;
+    const KeyIndex *index; /* the declared keys' index while fresh, else NULL (the dict) */
+    long long sum_u;       /* the units of sum_obj (the sum of a leaf's first event) */
+    PyObject *sum_obj;
 } ScanCtx;
 
 /* One record without headers: 1 = accepted on the fast path (digest and bucket updated),
  * 0 = the pure path decides it (nothing changed), -1 = error (exception set). ``kptr`` NULL:
  * a null key; ``vptr`` NULL: a null value. */
+/* A record parsed ahead of its turn (record blocks with a fresh index): its event as
+ * parse_event read it from the same bytes, and its key's hash. */
+typedef struct {
+    Event ev;
+    uint64_t kh;
+    int ok; /* 0: not parsed ahead (scan_one parses it, or leaves it to the pure path) */
+} Ahead;
+
+/* Parse record ``j`` of ``blk`` ahead (no side effect on any state: only parsing and
+ * prefetching) and start fetching its key's slot. */
+static void look_ahead(const ScanCtx *c, const RecordBlock *blk, Py_ssize_t j, Ahead *a) {
+    a->ok = 0;
+    if (j >= blk->n) return;
+    const RecInfo *ri = &blk->recs[j];
+    if (ri->value_len < 0 || ri->value_len > c->self->max_bytes) return;
+    const char *v = PyBytes_AS_STRING(blk->buf) + ri->value_pos;
+    if (parse_event(v, v + ri->value_len, &a->ev) < 0) return;
+    a->kh = ki_hash(a->ev.key, a->ev.key_len);
+    __builtin_prefetch(&c->index->slots[a->kh & c->index->mask]);
+    a->ok = 1;
+}
+
+/* One record later (its slot has arrived): start fetching the entry it names (the key bytes
+ * to compare) and the bucket key object, so that neither is a cache miss at its turn. */
+static void resolve_ahead(const KeyIndex *ix, const Ahead *a) {
+    if (!a->ok) return;
+    /* the first slot with the key's tag (about 3 in 4 keys sit in their home slot at load
+     * <= 1/2; the others a slot or two on, mostly on the same cache line) */
+    uint32_t tag = (uint32_t)(a->kh >> 32);
+    uint64_t i = a->kh & ix->mask;
+    for (int k = 0; k < 4; k++, i = (i + 1) & ix->mask) {
+        const KSlot *s = &ix->slots[i];
+        if (!s->entry) return; /* not declared */
+        if (s->tag == tag) {
+            const KEntry *e = &ix->entries[s->entry - 1];
+            __builtin_prefetch(e);
+            __builtin_prefetch((const char *)e + sizeof(KEntry) - 1); /* it may span 2 lines */
+            __builtin_prefetch(s->value);
+            return;
+        }
+    }
+}
+
+/* ``pre``: the record's value parsed ahead (or NULL). */
 static int scan_one(ScanCtx *c, long long offset, long long rts_ms, long long rtype,
-                    const char *kptr, Py_ssize_t klen, const char *vptr, Py_ssize_t vlen) {
+                    const char *kptr, Py_ssize_t klen, const char *vptr, Py_ssize_t vlen,
+                    const Ahead *pre) {
     Scanner *self = c->self;
     const double origin = self->origin, tick_seconds = self->tick_seconds;
     if (offset >= c->stop_offset) return 0;
@@ -333,7 +700,10 @@ static int scan_one(ScanCtx *c, long long offset, long long rts_ms, long long rt
     }
     if (vptr == NULL || vlen > self->max_bytes) return 0;
     Event ev;
-    if (parse_event(vptr, vptr + vlen, &ev) < 0) return 0;
+    if (pre != NULL && pre->ok)
+        ev = pre->ev; /* parse_event of these very bytes */
+    else if (parse_event(vptr, vptr + vlen, &ev) < 0)
+        return 0;
     const double rts = ev.ts, rv = ev.has_value ? ev.value : 1.0;
     if (!(origin <= rts && 0.0 <= rv && rv <= self->max_value &&
           rts <= c->horizon_ts &&
@@ -347,18 +717,26 @@ static int scan_one(ScanCtx *c, long long offset, long long rts_ms, long long rt
           (self->markers ||
            (double)tick > floor((arrival - self->lateness - origin) / tick_seconds))))
         return 0;
-    PyObject *ks = PyUnicode_DecodeUTF8(ev.key, ev.key_len, NULL);
-    if (ks == NULL) {
-        PyErr_Clear();
-        return 0;
+    PyObject *nodes = NULL;
+    uint64_t kh = 0;
+    if (c->index != NULL) {
+        /* its slot is fetched while the digest below is computed */
+        kh = pre != NULL && pre->ok ? pre->kh : ki_hash(ev.key, ev.key_len);
+        __builtin_prefetch(&c->index->slots[kh & c->index->mask]);
+    } else {
+        PyObject *ks = PyUnicode_DecodeUTF8(ev.key, ev.key_len, NULL);
+        if (ks == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        nodes = PyDict_GetItemWithError(c->declared, ks); /* borrowed */
+        Py_DECREF(ks);
+        if (nodes == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+        Py_INCREF(nodes);
     }
-    PyObject *nodes = PyDict_GetItemWithError(c->declared, ks); /* borrowed */
-    Py_DECREF(ks);
-    if (nodes == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    Py_INCREF(nodes);
     /* the record digest: b"<offset>|<ts>|<type>|" key part, value part, b"0|" (no headers) */
     Py_ssize_t need = 5 * 24 + (klen > 0 ? klen : 0) + vlen + 8;
     char stackbuf[512];
@@ -367,7 +745,7 @@ static int scan_one(ScanCtx *c, long long offset, long long rts_ms, long long rt
         if (need > c->heap_size) {
             char *nb = PyMem_Realloc(c->heap, (size_t)need);
             if (nb == NULL) {
-                Py_DECREF(nodes);
+                Py_XDECREF(nodes);
                 PyErr_NoMemory();
                 return -1;
             }
@@ -400,6 +778,13 @@ static int scan_one(ScanCtx *c, long long offset, long long rts_ms, long long rt
     *p++ = '|';
     uint64_t w0, w1;
     sdp_blake2b_words(&self->key, (const uint8_t *)buf, (size_t)(p - buf), &w0, &w1);
+    if (nodes == NULL) {
+        /* the index (computing the digest first cost nothing: the slot was on its way; a
+         * record whose key is not declared wastes it, and the pure path decides it) */
+        nodes = KeyIndex_find(c->index, kh, ev.key, ev.key_len); /* borrowed */
+        if (nodes == NULL) return 0;
+        Py_INCREF(nodes);
+    }
     /* the units: min(round(rv * inv_unit), cap_u), round half to even */
     int clamped = rv > self->cap;
     double x = rv * self->inv_unit;
@@ -441,7 +826,7 @@ static int scan_one(ScanCtx *c, long long offset, long long rts_ms, long long rt
         c->cur_bucket = b;
         c->cur_tick = tick;
     }
-    if (bucket_add(c->cur_bucket, nodes, u) < 0) {
+    if (bucket_add(c->cur_bucket, nodes, u, &c->sum_obj, &c->sum_u) < 0) {
         Py_DECREF(nodes);
         return -1;
     }
@@ -495,14 +880,15 @@ static int scan_object(ScanCtx *c, PyObject *r) {
     rc = scan_one(c, offset, rts_ms, rtype,
                   kobj == Py_None ? NULL : PyBytes_AS_STRING(kobj),
                   kobj == Py_None ? -1 : PyBytes_GET_SIZE(kobj), PyBytes_AS_STRING(vobj),
-                  PyBytes_GET_SIZE(vobj));
+                  PyBytes_GET_SIZE(vobj), NULL);
     Py_DECREF(kobj);
     Py_DECREF(vobj);
     return rc;
 }
 
 PyDoc_STRVAR(scan_doc,
-"scan(records, start, next_tick, stop_offset, horizon_ts, lat_active, buckets, declared)\n"
+"scan(records, start, next_tick, stop_offset, horizon_ts, lat_active, buckets, declared,\n"
+"     index=None)\n"
 "-> (end, digest_add, accepted, clamped)\n\n"
 "Handle records[start:end] (each accepted on the fast path: digest added, units bucketed in\n"
 "``buckets`` = {tick: {bucket key: units}}) and stop at ``end``, the first record that needs\n"
@@ -510,32 +896,56 @@ PyDoc_STRVAR(scan_doc,
 "RecordBlock. ``stop_offset``: the offset of the next pending closing point (records at or\n"
 "past it are left to the pure path); ``horizon_ts``: the worker clock's bound on event times\n"
 "(Unix s); ``lat_active``: the LogAppendTime rule is live; ``declared``: event key -> bucket\n"
-"key. ``digest_add`` is the sum of the records' digests modulo 2^128.");
+"key; ``index``: a KeyIndex of ``declared`` (used while fresh, else the dict is). "
+"``digest_add`` is the sum of the records' digests modulo 2^128.");
 
 static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
-    PyObject *records, *buckets, *declared;
+    PyObject *records, *buckets, *declared, *index = Py_None;
     Py_ssize_t start;
     long long next_tick, stop_offset;
     double horizon_ts;
     int lat_active;
-    if (!PyArg_ParseTuple(args, "OnLLdpO!O!", &records, &start, &next_tick, &stop_offset,
+    if (!PyArg_ParseTuple(args, "OnLLdpO!O!|O", &records, &start, &next_tick, &stop_offset,
                           &horizon_ts, &lat_active, &PyDict_Type, &buckets, &PyDict_Type,
-                          &declared))
+                          &declared, &index))
         return NULL;
+    if (index != Py_None && Py_TYPE(index) != &KeyIndexType) {
+        PyErr_SetString(PyExc_TypeError, "index must be a KeyIndex or None");
+        return NULL;
+    }
     ScanCtx c = {self, next_tick, stop_offset, horizon_ts, lat_active, buckets, declared,
-                 0, 0, 0, 0, NULL, NULL, 0};
+                 0, 0, 0, 0, NULL, NULL, 0, NULL, -1, NULL};
+    /* checked once per call: nothing in the scan runs Python code that could change it */
+    if (index != Py_None && KeyIndex_is_fresh((KeyIndex *)index, declared))
+        c.index = (const KeyIndex *)index;
     Py_ssize_t i = start, n;
     int failed = 0;
     if (Py_TYPE(records) == &RecordBlockType) {
         RecordBlock *blk = (RecordBlock *)records;
         const char *base = PyBytes_AS_STRING(blk->buf);
         n = blk->n;
+        /* with the index, records are parsed two ahead of their turn and their slot, entry
+         * and bucket key fetched in two steps meanwhile: at 10^6 keys each is a cache miss
+         * that would otherwise stall the record's turn (RESULTS.md, issue #25) */
+        Ahead ring[3];
+        if (c.index != NULL) {
+            look_ahead(&c, blk, i, &ring[i % 3]);
+            look_ahead(&c, blk, i + 1, &ring[(i + 1) % 3]);
+            resolve_ahead(c.index, &ring[i % 3]);
+        }
         for (; i < n; i++) {
             const RecInfo *ri = &blk->recs[i];
             if (ri->hdr_count) break;
+            const Ahead *pre = NULL;
+            if (c.index != NULL) {
+                look_ahead(&c, blk, i + 2, &ring[(i + 2) % 3]);
+                resolve_ahead(c.index, &ring[(i + 1) % 3]);
+                pre = &ring[i % 3];
+            }
             int rc = scan_one(&c, ri->offset, ri->timestamp, blk->timestamp_type,
                               ri->key_len < 0 ? NULL : base + ri->key_pos, ri->key_len,
-                              ri->value_len < 0 ? NULL : base + ri->value_pos, ri->value_len);
+                              ri->value_len < 0 ? NULL : base + ri->value_pos, ri->value_len,
+                              pre);
             if (rc < 0) failed = 1;
             if (rc <= 0) break;
         }
@@ -556,6 +966,7 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
         }
     }
     PyMem_Free(c.heap);
+    Py_XDECREF(c.sum_obj);
     if (failed) return NULL;
     PyObject *lo = PyLong_FromUnsignedLongLong((unsigned long long)c.acc);
     PyObject *hi = PyLong_FromUnsignedLongLong((unsigned long long)(c.acc >> 64));
@@ -975,7 +1386,9 @@ static struct PyModuleDef moduledef = {
 };
 
 PyMODINIT_FUNC PyInit__fastingest(void) {
-    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&RecordBlockType) < 0) return NULL;
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&RecordBlockType) < 0 ||
+        PyType_Ready(&KeyIndexType) < 0)
+        return NULL;
     s_offset = PyUnicode_InternFromString("offset");
     s_key = PyUnicode_InternFromString("key");
     s_value = PyUnicode_InternFromString("value");
@@ -995,6 +1408,12 @@ PyMODINIT_FUNC PyInit__fastingest(void) {
     Py_INCREF(&RecordBlockType);
     if (PyModule_AddObject(m, "RecordBlock", (PyObject *)&RecordBlockType) < 0) {
         Py_DECREF(&RecordBlockType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&KeyIndexType);
+    if (PyModule_AddObject(m, "KeyIndex", (PyObject *)&KeyIndexType) < 0) {
+        Py_DECREF(&KeyIndexType);
         Py_DECREF(m);
         return NULL;
     }

@@ -124,6 +124,25 @@ def test_scanner_accepts_plain_events(tmp_path: Path) -> None:
     assert added == want % (1 << 128)
 
 
+def test_a_leaf_with_many_events_in_one_scan_sums_them_all(tmp_path: Path) -> None:
+    """Repeated leaves inside one scan call, values equal (the scanner shares one int object
+    for a leaf's first sum: a repeat must still add) and different, against exact sums."""
+    s = _settings(tmp_path, schedule="markers")
+    state = IngestState(s, _ROUTER, 0, offset=0)
+    scanner = state._fast_scanner()
+    keys = ["a/x", "a/x", "b/z", "a/x", "b/z", "a/y"]
+    values = [1.0, 1.0, 0.5, 0.25, 0.5, 1.0]
+    recs = [Record(i, None, json.dumps({"key": k, "ts": ORIGIN + 1.0, "value": v}).encode(),
+                   -1, 0, ()) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+    buckets: dict[int, dict[Any, int]] = {}
+    end, _added, accepted, _clamped = scanner.scan(recs, 0, 1, ingest._NO_STOP, math.inf,
+                                                   False, buckets, _ROUTER.declared)
+    u = 1 << 23  # units of 1.0 (cap 1.0)
+    leaf = _ROUTER.declared
+    assert (end, accepted) == (6, 6)
+    assert buckets == {1: {leaf["a/x"]: u + u + u // 4, leaf["b/z"]: u, leaf["a/y"]: u}}
+
+
 # ---------------------------------------------------------------------------- nasty logs
 
 _LEAF = st.sampled_from(LEAVES)
