@@ -350,7 +350,8 @@ class IngestState:
                 continue
             clip = self.clip
             if router.leaf_mode:
-                for shard, (idx, counts) in enumerate(router.tick_sums(bucket, clip)):
+                # int64 columns (no Python int per node; issue #25), tuples beyond int64
+                for shard, (idx, counts) in enumerate(router.tick_columns(bucket, clip)):
                     self.out.partials.append(
                         Partial(tick, self.partition, shard, idx, counts, decided))
                 continue

@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 from agents.codec import encode
 from agents.config import Settings
 from agents.ingest import Partial, Router
+from agents.ingest_routing import _int_list
 from stream_dp.compact import encode_block, encode_manifest, manifest_hash
 from stream_dp.contributions import clip_limit_units, value_unit
 from stream_dp.integrity import IntegrityError, seal, unseal
@@ -237,20 +238,35 @@ class ReleaseState:
         slot = self.pending.get(self.next_tick)
         return slot is not None and len(slot) == self.sources
 
+    def gather(self, slot: dict[int, Partial]) -> NDArray[np.int64]:
+        """One tick's count per stream of the shard (integer units) from its partials, one per
+        source: added in source order, clipped to :attr:`clip` after every source (so every
+        count stays < 2^53 and exact, whatever a partial holds)."""
+        clip = self.clip
+        units = np.zeros(len(self.names), dtype=np.int64)
+        for src in range(self.sources):
+            part = slot[src]
+            if not len(part.idx):
+                continue
+            counts = part.counts
+            if isinstance(counts, np.ndarray):
+                # clipped first: units <= clip < 2^53, so the addition cannot wrap around
+                # int64 even for a count near 2^63, and min(u + min(c, clip), clip) is
+                # min(u + c, clip) for counts >= 0
+                counts = np.minimum(counts, clip)
+            else:  # Python ints, of any magnitude: clipped exactly before they meet int64
+                counts = np.array([c if c < clip else clip for c in counts], dtype=np.int64)
+            # indices are distinct (Partial.decode checks they increase): one add per stream
+            units[np.asarray(part.idx, dtype=np.int64)] += counts
+            np.minimum(units, clip, out=units)
+        return units
+
     def step(self) -> Release:
         """Release the next tick (call only when :meth:`ready`)."""
         tick = self.next_tick
         slot = self.pending.pop(tick)
         clip = self.clip
-        units = np.zeros(len(self.names), dtype=np.int64)
-        for src in range(self.sources):
-            part = slot[src]
-            if part.idx:
-                # exact integers: each partial is <= clip < 2^53 and the sum is clipped after
-                # every source, so it never leaves int64
-                units[np.asarray(part.idx, dtype=np.int64)] += np.asarray(
-                    part.counts, dtype=np.int64)
-                np.minimum(units, clip, out=units)
+        units = self.gather(slot)
         # Clip each stream's count to cap × max_events_per_tick (1-Lipschitz: the sensitivity
         # is unchanged) so that it never leaves the strategy's numeric range: a burst can
         # neither stop the releases nor change them except through the noisy value.
@@ -340,7 +356,7 @@ class ReleaseState:
                 "next_tick": self.next_tick,
                 "names": len(self.names),
                 "pending": [
-                    [p.tick, p.source, list(p.idx), list(p.counts), p.closed_at]
+                    [p.tick, p.source, _int_list(p.idx), _int_list(p.counts), p.closed_at]
                     for slot in self.pending.values()
                     for p in slot.values()
                 ],
@@ -537,7 +553,7 @@ class AttributeReleaseState(ReleaseState):
         acc: dict[int, int] = {}
         for src in range(self.sources):  # exact integer event counts
             part = slot[src]
-            for pat, c in zip(part.idx, part.counts, strict=True):
+            for pat, c in zip(_int_list(part.idx), _int_list(part.counts), strict=True):
                 acc[pat] = acc.get(pat, 0) + c
         self.next_tick = tick + 1
         self.dirty = True
@@ -581,7 +597,7 @@ class AttributeReleaseState(ReleaseState):
             raise ValueError("ReleaseState needs the noise key (key=...) to seal checkpoints")
         header = json.dumps({
             "v": 1, "shard": self.shard, "offset": self.offset, "next_tick": self.next_tick,
-            "pending": [[p.tick, p.source, list(p.idx), list(p.counts), p.closed_at]
+            "pending": [[p.tick, p.source, _int_list(p.idx), _int_list(p.counts), p.closed_at]
                         for slot in self.pending.values() for p in slot.values()],
         }, separators=(",", ":"), allow_nan=False).encode()
         body = self.live.to_bytes() if self.live is not None else b""
