@@ -265,3 +265,45 @@ def test_offsets_that_go_back_inside_a_batch_are_skipped_as_the_fetcher_skips_th
         mine = [(block[j].offset, block[j].timestamp) for j in range(len(block))]
         assert mine == [(r.offset, r.timestamp)
                         for r in _as_the_fetcher_yields(decoded, fetch_offset)], fetch_offset
+
+
+@needs_blocks
+def test_a_batch_claiming_more_records_than_its_bytes_hold_is_refused_before_allocating() -> None:
+    """Adversarial review (branch advs): a writer's batch may claim any record count up to its
+    length in bytes. Every record takes at least 7 bytes (seven one-byte varints: length,
+    attributes, timestamp delta, offset delta, key length, value length, header count), so a
+    larger count cannot be read by aiokafka either; the block used to allocate 56 bytes per
+    *claimed* record first (65 MB traced for a 1 MB batch) and only then find out."""
+    import tracemalloc
+
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 24)
+    b.append(0, timestamp=1000, key=None, value=b"x" * 1_000_000, headers=[])
+    raw = bytearray(b.build())
+    claimed = int.from_bytes(raw[8:12], "big")  # one record per byte of the batch
+    raw[57:61] = claimed.to_bytes(4, "big")
+    blob = bytes(raw)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError):
+            RecordBlock(blob, 0, 0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(blob), peak  # nothing per claimed record (was 65x the batch)
+
+
+@needs_blocks
+def test_a_batch_of_minimal_seven_byte_records_is_still_read() -> None:
+    """The bound of the test above is tight, not stricter than aiokafka: 60 records of 7 bytes
+    each (no key, no value, no headers, deltas below 64) fill their batch exactly and are all
+    read, as aiokafka reads them."""
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for j in range(60):
+        b.append(j, timestamp=1000, key=None, value=None, headers=[])
+    raw = bytes(b.build())
+    assert int.from_bytes(raw[8:12], "big") - 49 == 7 * 60  # records of 7 bytes exactly
+    block = RecordBlock(raw, 0, 0)
+    theirs = list(MemoryRecords(raw).next_batch())
+    assert [(block[j].offset, block[j].value) for j in range(len(block))] == [
+        (r.offset, r.value) for r in theirs]
+    assert len(block) == 60
