@@ -265,3 +265,105 @@ def test_offsets_that_go_back_inside_a_batch_are_skipped_as_the_fetcher_skips_th
         mine = [(block[j].offset, block[j].timestamp) for j in range(len(block))]
         assert mine == [(r.offset, r.timestamp)
                         for r in _as_the_fetcher_yields(decoded, fetch_offset)], fetch_offset
+
+
+@needs_blocks
+def test_a_batch_claiming_more_records_than_its_bytes_hold_is_refused_before_allocating() -> None:
+    """Adversarial review (branch advs): a writer's batch may claim any record count up to its
+    length in bytes. Every record takes at least 7 bytes (seven one-byte varints: length,
+    attributes, timestamp delta, offset delta, key length, value length, header count), so a
+    larger count cannot be read by aiokafka either; the block used to allocate 56 bytes per
+    *claimed* record first (65 MB traced for a 1 MB batch) and only then find out."""
+    import tracemalloc
+
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 24)
+    b.append(0, timestamp=1000, key=None, value=b"x" * 1_000_000, headers=[])
+    raw = bytearray(b.build())
+    claimed = int.from_bytes(raw[8:12], "big")  # one record per byte of the batch
+    raw[57:61] = claimed.to_bytes(4, "big")
+    blob = bytes(raw)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError):
+            RecordBlock(blob, 0, 0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(blob), peak  # nothing per claimed record (was 65x the batch)
+
+
+@needs_blocks
+def test_a_batch_of_minimal_seven_byte_records_is_still_read() -> None:
+    """The bound of the test above is tight, not stricter than aiokafka: 60 records of 7 bytes
+    each (no key, no value, no headers, deltas below 64) fill their batch exactly and are all
+    read, as aiokafka reads them."""
+    b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 20)
+    for j in range(60):
+        b.append(j, timestamp=1000, key=None, value=None, headers=[])
+    raw = bytes(b.build())
+    assert int.from_bytes(raw[8:12], "big") - 49 == 7 * 60  # records of 7 bytes exactly
+    block = RecordBlock(raw, 0, 0)
+    theirs = list(MemoryRecords(raw).next_batch())
+    assert [(block[j].offset, block[j].value) for j in range(len(block))] == [
+        (r.offset, r.value) for r in theirs]
+    assert len(block) == 60
+
+
+@needs_blocks
+@hsettings(max_examples=max(20, int(tf.EXAMPLES / 4)), deadline=None,
+           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), n=st.integers(0, 24), at=st.integers(0, 24), sizes=st.lists(
+    st.integers(1, 12), max_size=3), cfg=st.sampled_from([
+        {"schedule": "markers"}, {"schedule": "clock"}, {"schedule": "clock", "cap": 0.3},
+        {"schedule": "markers", "strategy": "naive-int", "cap": 2.0}]))
+def test_one_added_record_moves_the_compiled_sums_by_at_most_its_clipped_contribution(
+        data: st.DataObject, n: int, at: int, sizes: list[int], cfg: dict[str, Any],
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Adversarial review (branch advs), the threat model through the compiled path: two logs
+    that differ by one record (any key bytes, any value bytes from the hostile payloads of
+    test_fastingest, any timestamp), read as Kafka batches by record blocks, the key index and
+    the look-ahead scanner. The open buckets differ in at most one (tick, leaf), by at most
+    the cap in units, and each tick's per-node sums (``Router.tick_sums``, what the partials
+    carry) only on that leaf's nodes, by at most that much. No closing points: the added
+    record shifts later offsets, and a marker deployment's closing points are offsets."""
+    s = tf._settings(tmp_path_factory.getbasetemp(), **cfg)
+    markers = cfg["schedule"] == "markers"
+    base = [data.draw(tf._record(i, markers))[0]._replace(headers=[]) for i in range(n)]
+    extra, arrival = data.draw(tf._record(0, markers))
+    if data.draw(st.booleans()):
+        extra = extra._replace(value=data.draw(tf._payload(arrival)))
+    extra = extra._replace(headers=[], key=data.draw(st.one_of(st.none(), st.binary(max_size=8))))
+    at = min(at, n)
+    logs = [base, [*base[:at], extra, *base[at:]]]
+    got = []
+    for log in logs:
+        log = [r._replace(offset=i) for i, r in enumerate(log)]
+        st_ = IngestState(s, tf._ROUTER, 0, offset=0)
+        st_.clock = lambda: tf.ORIGIN + 200.0
+        if log:
+            raw = _kafka_bytes(log, sizes, [False])
+            pos = 0
+            while pos < len(raw):  # each batch as a record block, as the consumer hands them
+                st_.process_batch(RecordBlock(raw, pos, 0))
+                pos += 12 + int.from_bytes(raw[pos + 8:pos + 12], "big")
+        got.append(st_)
+    a, b = got
+    cap_u, clip = a.cap_u, a.clip
+    cells = {(t, k) for st_ in got for t, bk in st_.buckets.items() for k in bk}
+    diff = {c: b.buckets.get(c[0], {}).get(c[1], 0) - a.buckets.get(c[0], {}).get(c[1], 0)
+            for c in cells}
+    moved = {c: d for c, d in diff.items() if d}
+    assert len(moved) <= 1, moved
+    assert all(0 < d <= cap_u for d in moved.values()), moved
+    for t in set(a.buckets) | set(b.buckets):
+        sa = tf._ROUTER.tick_sums(a.buckets.get(t, {}), clip)
+        sb = tf._ROUTER.tick_sums(b.buckets.get(t, {}), clip)
+        for shard in range(tf._ROUTER.shards):
+            na, nb = dict(zip(*sa[shard], strict=True)), dict(zip(*sb[shard], strict=True))
+            for idx in set(na) | set(nb):
+                d = nb.get(idx, 0) - na.get(idx, 0)
+                if d:
+                    (tick, leaf), = moved  # only the moved leaf's nodes, in its tick
+                    node = tf._ROUTER.shard_nodes[shard][idx]
+                    assert tick == t and node in tf._ROUTER.expand(leaf), (t, node, leaf)
+                    assert 0 < d <= cap_u
