@@ -12,6 +12,17 @@ from agents import fetch_backoff
 pytestmark = pytest.mark.integration
 
 
+async def _topic(bootstrap: str, name: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, 1, 1)])
+    finally:
+        await admin.close()
+
+
 async def _empty_fetches(bootstrap: str, topic: str, seconds: float,
                          factor: float = 1.0) -> int:
     from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -35,14 +46,7 @@ async def test_an_idle_consumer_waits_between_empty_fetches(kafka_broker: str,
     """After an empty fetch the fetcher sends the next one to that broker only after the
     backoff: at most seconds / backoff (+1) empty fetches, whatever the broker answers; without
     it a broker that answers at once (the embedded one) gets many more."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(unique_name, 1, 1)])
-    finally:
-        await admin.close()
+    await _topic(kafka_broker, unique_name)
     try:
         fetch_backoff.install(0.25)
         with_backoff = await _empty_fetches(kafka_broker, unique_name, 2.0)
@@ -60,14 +64,7 @@ async def test_a_slowed_down_consumer_waits_longer(kafka_broker: str, unique_nam
     """slow_down (the reconcile side agent's and the dashboard's consumers): factor × the
     process's pause after each empty fetch, so at most seconds / (factor × backoff) (+2) empty
     fetches, while a consumer beside it keeps the process's pace."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(unique_name, 1, 1)])
-    finally:
-        await admin.close()
+    await _topic(kafka_broker, unique_name)
     try:
         fetch_backoff.install(0.05)
         slowed = await _empty_fetches(kafka_broker, unique_name, 2.0, factor=8.0)
@@ -113,17 +110,6 @@ async def test_the_reconcile_election_sends_no_fetches(kafka_broker: str, unique
     finally:
         stop.set()
         await task
-
-
-async def _topic(bootstrap: str, name: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, 1, 1)])
-    finally:
-        await admin.close()
 
 
 async def test_a_paced_consumer_polls_less_and_less_while_idle(kafka_broker: str,
