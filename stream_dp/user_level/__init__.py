@@ -1,16 +1,16 @@
 """User-level privacy (issue #34): a person as the unit, bounded before the noise.
 
-Holds the maths of the person as unit of privacy, and nothing of Kafka:
+Holds the maths of the person as unit of privacy, and nothing of Kafka or of the service:
 
 * :mod:`.bounds` — :class:`UserBounds`, the public per-period bounds (K, L, k, b, the period);
 * :mod:`.bounding` — :class:`Bounder`, which of a person's events count, in log order, from that
-  person's own records only (the authoritative rule the service applies per events partition);
+  person's own records only (the authoritative rule, applied per events partition);
 * :mod:`.sensitivity` — how far one bounded person moves a mechanism's measurements: the
   pure-DP and zCDP factors over the per-event budget, exact where a closed form exists, brute
   force as the test oracle.
 
-May import: :mod:`stream_dp` modules below the planner (numpy only); must not import the planner,
-the analysis or anything of ``agents``. The design, including what is not built yet, is in
+May import: numpy and :mod:`stream_dp` modules below the planner; must not import the planner or
+the analysis. The design, including what is not built yet, is in
 docs/design/user-level.md.
 """
 
