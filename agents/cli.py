@@ -41,7 +41,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stream-dp`` console script."""
-    from agents.commands._client import quiet_client_logs
+    from agents.kafka.clients import quiet_client_logs
 
     quiet_client_logs()  # connection problems are reported by the commands, in one line
     return _library_cli.main(argv, COMMANDS)

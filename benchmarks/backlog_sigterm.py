@@ -30,7 +30,7 @@ def main() -> None:
     ap.add_argument("--ticks", type=int, default=474_000)
     ap.add_argument("--wait", type=float, default=10.0, help="seconds after the start-up line")
     args = ap.parse_args()
-    from agents.embedded_broker import EmbeddedBroker
+    from agents.kafka.embedded_broker import EmbeddedBroker
 
     print(f"command: python benchmarks/backlog_sigterm.py --ticks {args.ticks} --wait {args.wait:g}")
     print(f"machine: {platform.node()}, nproc {os.cpu_count()}, load average "

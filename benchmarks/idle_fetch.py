@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.embedded_broker import EmbeddedBroker  # noqa: E402
-from agents.pipeline import Worker  # noqa: E402
+from agents.kafka.embedded_broker import EmbeddedBroker  # noqa: E402
+from agents.worker.pipeline import Worker  # noqa: E402
 from tests.integration import pipeline_support as ps  # noqa: E402
 
 

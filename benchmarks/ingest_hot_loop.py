@@ -44,8 +44,8 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E
 from aiokafka.structs import TopicPartition  # noqa: E402
 
 from agents.ingest import IngestState, RecordBlock  # noqa: E402
-from agents.pipeline import Worker  # noqa: E402
-from agents.raw_records import install, raw_records  # noqa: E402
+from agents.ingest.raw_records import install, raw_records  # noqa: E402
+from agents.worker.pipeline import Worker  # noqa: E402
 from tests.integration import pipeline_support as ps  # noqa: E402
 
 

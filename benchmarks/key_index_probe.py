@@ -23,9 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from agents import _fastingest
 from agents.config import Settings
-from agents.ingest import IngestState, Record, Router
+from agents.ingest import IngestState, Record, Router, _fastingest
 from stream_dp.domain import Domain
 
 

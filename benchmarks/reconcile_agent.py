@@ -30,9 +30,9 @@ import numpy as np
 from aiokafka import AIOKafkaProducer  # type: ignore[import-untyped]
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-untyped]
 
-from agents.codec import count_message, encode
-from agents.embedded_broker import EmbeddedBroker
-from agents.reconcile import Reconciler, ReconcilerConfig
+from agents.kafka.codec import count_message, encode
+from agents.kafka.embedded_broker import EmbeddedBroker
+from agents.reconcile.agent import Reconciler, ReconcilerConfig
 from stream_dp.consistency import reconcile
 from stream_dp.domain import Domain
 

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import agents
-from agents.reconcile_tables import BlockAssembler
+from agents.reconcile.tables import BlockAssembler
 from stream_dp.compact import Manifest, decode_block, encode_block, manifest_hash
 
 

@@ -65,8 +65,8 @@ async def _released_through(s: object, ticks: int, worker: object, timeout: floa
 
 async def _run(bootstrap: str, tmp: Path, ticks: int, restarts: int, tick_seconds: float
                ) -> list[dict[str, float]]:
-    from agents.pipeline import Worker
-    from agents.topics import ensure_topics
+    from agents.kafka.topics import ensure_topics
+    from agents.worker.pipeline import Worker
 
     s = _settings(bootstrap, tmp, f"soak{ticks}-{int(time.time())}", tick_seconds)
     await ensure_topics(bootstrap, s)  # type: ignore[arg-type]
@@ -107,7 +107,7 @@ def main() -> None:
     ap.add_argument("--restarts", type=int, default=3)
     ap.add_argument("--tick-seconds", type=float, default=0.05)
     args = ap.parse_args()
-    from agents.embedded_broker import EmbeddedBroker
+    from agents.kafka.embedded_broker import EmbeddedBroker
 
     print(f"command: python benchmarks/restore_soak.py --ticks {' '.join(map(str, args.ticks))} "
           f"--restarts {args.restarts} --tick-seconds {args.tick_seconds}")

@@ -66,9 +66,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.embedded_broker import EmbeddedBroker  # noqa: E402
-from agents.fetch_backoff import fetch_requests  # noqa: E402
-from agents.pipeline import Worker  # noqa: E402
+from agents.kafka.embedded_broker import EmbeddedBroker  # noqa: E402
+from agents.kafka.fetch_backoff import fetch_requests  # noqa: E402
+from agents.worker.pipeline import Worker  # noqa: E402
 from tests.integration import pipeline_support as ps  # noqa: E402
 
 
@@ -167,7 +167,7 @@ async def processes_drain(w_settings: Any, n_events: int, publish: Any
     the start until every child was ready. The events are in an open transaction until every child is ready
     (``await publish()`` commits it): no record is read before the group's last join, so no
     rebalance falls inside the measurement."""
-    from agents.pipeline_processes import PipelineGroup
+    from agents.worker.processes import PipelineGroup
 
     metrics = _CountingMetrics()
     group = PipelineGroup(w_settings, int(w_settings.pipeline_processes), metrics,
@@ -212,7 +212,7 @@ async def _produce_pending(s: Any, events: list[tuple[bytes, bytes]], through_ti
     returns an async function that commits it and stops the producer."""
     from aiokafka import AIOKafkaProducer
 
-    from agents.codec import close_marker, marker_key
+    from agents.kafka.codec import close_marker, marker_key
 
     prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap, transactional_id=txn_id,
                             linger_ms=20, max_batch_size=1 << 20, max_request_size=1 << 22)
@@ -584,8 +584,8 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
 
     from agents.commands.worker import serve
     from agents.config import load_domain
-    from agents.embedded_broker import free_port
-    from agents.release import build_mechanism
+    from agents.kafka.embedded_broker import free_port
+    from agents.release.state import build_mechanism
 
     load_start = os.getloadavg()
     a, b, c = _hierarchy_shape(n_streams)
@@ -623,7 +623,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
         # the example as written, plus the client-side fetch backoff the service's own readers
         # use: the embedded broker answers empty fetches at once (a real one waits)
         "example consumer (all shards decoded)": (
-            [py, "-c", "import runpy, sys; from agents.fetch_backoff import install; "
+            [py, "-c", "import runpy, sys; from agents.kafka.fetch_backoff import install; "
              "install(0.05); sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], "
              "run_name='__main__')", str(ROOT / "examples" / "subscribe_compact.py"), "--json",
              "--prefix", prefix],
@@ -653,7 +653,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     # Histograms published: seen through the metrics call the reconcile side agent makes for
     # each one, not through serve's on_histogram callback — `stream-dp worker` passes none, and
     # with one the agent would build a 20 000-node JSON view per tick for it.
-    from agents.metrics import Metrics
+    from agents.telemetry.metrics import Metrics
 
     published = Metrics.histogram_published
 

@@ -144,7 +144,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 async def _soak(args: argparse.Namespace, bootstrap: str, tmp: Path) -> list[dict[str, Any]]:
-    from agents.embedded_broker import free_port
+    from agents.kafka.embedded_broker import free_port
 
     tick_s = float(args.tick_seconds)
     name = f"soak-{int(time.time())}"
@@ -254,7 +254,7 @@ def main() -> None:
     ap.add_argument("--tick-seconds", type=float, default=0.1)
     ap.add_argument("--events-per-tick", type=int, default=4)
     args = ap.parse_args()
-    from agents.embedded_broker import EmbeddedBroker
+    from agents.kafka.embedded_broker import EmbeddedBroker
 
     print(f"command: python benchmarks/soak.py --segments {args.segments} --segment-s "
           f"{args.segment_s:g} --tick-seconds {args.tick_seconds:g} --events-per-tick "

@@ -19,7 +19,7 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 
 from agents.commands.replay import encode_event, send_events
-from agents.embedded_broker import EmbeddedBroker
+from agents.kafka.embedded_broker import EmbeddedBroker
 from simulators.base import TimeAxis
 from simulators.logfile import read_log, write_log
 from simulators.web_traffic import WebTraffic

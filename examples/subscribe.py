@@ -20,7 +20,7 @@ import os
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from agents.security import client_kwargs
+from agents.config.security import client_kwargs
 from stream_dp.releases import LatestReleases, decode_count
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run tests against agents._fastingest built with AddressSanitizer + UndefinedBehaviorSanitizer.
+# Run tests against agents.ingest._fastingest built with AddressSanitizer + UndefinedBehaviorSanitizer.
 #
 # The compiled ingest path reads hostile bytes (record batches, JSON payloads) in place; this
 # builds it with -fsanitize=address,undefined (gcc; any UB aborts) into a copy of the tracked
@@ -19,8 +19,8 @@ trap 'rm -rf "$tmp"' EXIT
 (cd "$root" && git ls-files | tar cf - -T -) | (cd "$tmp" && tar xf -)
 gcc -shared -fPIC -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
     -fno-omit-frame-pointer -ffp-contract=off -fno-fast-math -std=c11 -I"$inc" \
-    -I"$root/agents/csrc" "$root/agents/csrc/fastingest.c" "$root/agents/csrc/blake2b.c" \
-    -o "$tmp/agents/_fastingest$suffix"
+    -I"$root/agents/ingest/csrc" "$root/agents/ingest/csrc/fastingest.c" "$root/agents/ingest/csrc/blake2b.c" \
+    -o "$tmp/agents/ingest/_fastingest$suffix"
 libs="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
 if [ $# -eq 0 ]; then
     set -- tests/unit/test_fastingest.py tests/unit/test_raw_records.py \

@@ -44,7 +44,7 @@ def kafka_broker() -> Iterator[str]:
 
     Tests must use their own uniquely named topics / consumer groups (see ``unique_name``).
     """
-    from agents.embedded_broker import EmbeddedBroker
+    from agents.kafka.embedded_broker import EmbeddedBroker
 
     with EmbeddedBroker() as broker:
         yield broker.bootstrap

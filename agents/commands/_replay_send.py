@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.commands._client import start_client, topic_partitions
+from agents.kafka.clients import start_client, topic_partitions
 from simulators.logfile import Event, LogFormat, LogFormatError, LogRecord, parse_ts, read_log
 
 HEADER = "stream-dp-replay"
@@ -75,7 +75,7 @@ async def send_events(
     """
     from aiokafka import AIOKafkaProducer
 
-    from agents.codec import close_marker
+    from agents.kafka.codec import close_marker
 
     if chunk < 1:
         raise ValueError(f"chunk must be ≥ 1, got {chunk}")
@@ -83,7 +83,7 @@ async def send_events(
         raise ValueError(f"speed must be > 0, got {speed}")
     if markers and mac_key is None:
         raise ValueError("close markers need mac_key (agents.codec.marker_key of the noise key)")
-    from agents.security import client_kwargs
+    from agents.config.security import client_kwargs
 
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
@@ -201,7 +201,7 @@ async def find_unacknowledged(
     """
     from aiokafka import AIOKafkaConsumer
 
-    from agents.security import client_kwargs
+    from agents.config.security import client_kwargs
 
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
@@ -252,7 +252,7 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[str, int]:
     """Current end offset of every partition of ``topic`` (keys are partition numbers as text)."""
     from aiokafka import AIOKafkaConsumer
 
-    from agents.security import client_kwargs
+    from agents.config.security import client_kwargs
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
                                 **client_kwargs())

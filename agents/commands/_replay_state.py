@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agents.replay_history import Content
+from agents.commands.replay_history import Content
 
 STATE_VERSION = 2
 

@@ -17,7 +17,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from agents.codec import CLOSE_HEADER, CLOSE_SCHEMA, parse_close_marker
+from agents.kafka.codec import CLOSE_HEADER, CLOSE_SCHEMA, parse_close_marker
 
 __all__ = ["EarlierFinal", "earlier_final_marker", "refusal"]
 
@@ -43,8 +43,8 @@ async def earlier_final_marker(bootstrap: str, topic: str, mac_key: bytes,
     ``timeout_s`` bounds the whole look (seconds)."""
     from aiokafka import AIOKafkaConsumer
 
-    from agents.commands._client import start_client, topic_partitions
-    from agents.security import client_kwargs
+    from agents.config.security import client_kwargs
+    from agents.kafka.clients import start_client, topic_partitions
 
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                 group_id=None, **client_kwargs())

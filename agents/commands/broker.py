@@ -100,7 +100,7 @@ def _listening(host: str, port: int) -> bool:
 
 
 def _start(args: argparse.Namespace, data_dir: Path) -> int:
-    from agents.embedded_broker import EmbeddedBroker
+    from agents.kafka.embedded_broker import EmbeddedBroker
 
     info = read_pid_file(data_dir)
     if info and _is_broker_process(info["pid"]):
@@ -141,7 +141,7 @@ def _start(args: argparse.Namespace, data_dir: Path) -> int:
             time.sleep(0.2)
     finally:
         broker.stop(timeout=args.timeout)
-        from agents.processes import wait_group_gone
+        from agents.kafka.processes import wait_group_gone
 
         wait_group_gone(proc.pid, timeout=args.timeout)
         with contextlib.suppress(FileNotFoundError):
@@ -175,7 +175,7 @@ def stop_broker(data_dir: Path, timeout: float = 30.0) -> bool:
             _reap(pid)
             time.sleep(0.1)
     # The launcher exits first; wait for the server process it started (same group).
-    from agents.processes import wait_group_gone
+    from agents.kafka.processes import wait_group_gone
 
     wait_group_gone(pid, timeout=max(1.0, deadline + 5 - time.monotonic()))
     with contextlib.suppress(FileNotFoundError):

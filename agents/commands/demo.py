@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from agents.processes import terminate_group, wait_group_gone
+from agents.kafka.processes import terminate_group, wait_group_gone
 
 HELP = "run broker, worker, reconciler and simulator; show live releases"
 
@@ -151,7 +151,7 @@ class DemoEvent:
 
 
 def _security(settings: Any) -> dict[str, Any]:
-    from agents.security import KafkaSecurity
+    from agents.config.security import KafkaSecurity
 
     return KafkaSecurity.from_settings(settings).client_kwargs()
 
@@ -350,7 +350,7 @@ class Demo:
 
     def start(self) -> tuple[Any, Traffic]:
         from agents.config import Settings
-        from agents.embedded_broker import EmbeddedBroker, free_port
+        from agents.kafka.embedded_broker import EmbeddedBroker, free_port
 
         a = self.args
         self.say("starting the embedded broker (noida-db) …")
@@ -437,7 +437,7 @@ class Demo:
     async def _feed(self, settings: Any, traffic: Traffic, stop: asyncio.Event) -> None:
         from aiokafka import AIOKafkaProducer
 
-        from agents.codec import encode
+        from agents.kafka.codec import encode
 
         producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap, linger_ms=20,
                                     **_security(settings))

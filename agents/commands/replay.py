@@ -57,15 +57,6 @@ import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
-from agents.codec import marker_key
-from agents.commands._client import (
-    add_bootstrap_argument,
-    bootstrap_from,
-    connection_problem,
-    default_topic,
-    is_kafka_error,
-    security_problem,
-)
 from agents.commands._progress import ProgressBar
 from agents.commands._replay_checks import _check_log
 from agents.commands._replay_checks import validate_args as validate_args
@@ -83,7 +74,16 @@ from agents.commands._replay_state import key_fingerprint as key_fingerprint
 from agents.commands._replay_state import load_key_for_fingerprint as load_key_for_fingerprint
 from agents.commands._replay_state import log_digest as log_digest
 from agents.commands._replay_state import state_path as state_path
-from agents.replay_history import Content, ReplayHistory
+from agents.commands.replay_history import Content, ReplayHistory
+from agents.kafka.clients import (
+    add_bootstrap_argument,
+    bootstrap_from,
+    connection_problem,
+    default_topic,
+    is_kafka_error,
+    security_problem,
+)
+from agents.kafka.codec import marker_key
 from simulators.logfile import LogFormatError, LogRecord, detect_format, parse_ts, read_log
 
 HELP = "replay a CSV / JSON-lines event log into the events topic"

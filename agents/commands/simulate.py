@@ -29,8 +29,8 @@ async def produce(
     records: Iterator[LogRecord], args: argparse.Namespace, stop: asyncio.Event
 ) -> _sim.Produced:
     """Send ``records`` to the events topic with the service's idempotent producer."""
-    from agents.commands._client import bootstrap_from, default_topic
     from agents.commands.replay import send_events
+    from agents.kafka.clients import bootstrap_from, default_topic
 
     topic = args.topic or default_topic("events")
     loop = asyncio.get_running_loop()

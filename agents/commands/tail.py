@@ -16,7 +16,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from agents.commands._client import (
+from agents.kafka.clients import (
     TopicMissingError,
     add_bootstrap_argument,
     bootstrap_from,
@@ -370,7 +370,7 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
     """Consume and print per ``args`` until a limit, ``stop`` or a signal; returns exit status."""
     from aiokafka import AIOKafkaConsumer
 
-    from agents.fetch_backoff import install_from_env
+    from agents.kafka.fetch_backoff import install_from_env
 
     install_from_env()  # an idle tail must not busy-poll a broker that answers at once
 
@@ -382,7 +382,7 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
     if not topic:
         raise TopicMissingError("compact output needs --topic or $STREAM_DP_COMPACT_TOPIC "
                                 "(the deployment's compact_topic)")
-    from agents.security import client_kwargs
+    from agents.config.security import client_kwargs
 
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap_from(args.bootstrap),
@@ -394,7 +394,7 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
         # compact records and histogram chunks are a few MiB each
         max_partition_fetch_bytes=(16 << 20) if args.what.startswith("compact") else 1 << 20,
     )
-    from agents.commands._client import start_client
+    from agents.kafka.clients import start_client
 
     await start_client(consumer)
     printer = _Printer(args, out)
@@ -470,7 +470,7 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
             if hist is None or (args.from_tick is not None and hist.tick < args.from_tick):
                 return []
             if hist.manifest not in node_names:
-                from agents.manifests import histogram_manifests_topic
+                from agents.kafka.manifests import histogram_manifests_topic
 
                 for man in (await _read_manifests(consumer.__class__, args,
                                                   histogram_manifests_topic(topic),
@@ -520,8 +520,8 @@ async def _read_manifests(consumer_class: Any, args: argparse.Namespace, topic: 
                           histogram: bool = False) -> dict[str, Any]:
     """Every shard's newest manifest in ``topic`` (read from the beginning to its end); or the
     histogram's node manifest."""
-    from agents.manifests import read_manifests
-    from agents.security import client_kwargs
+    from agents.config.security import client_kwargs
+    from agents.kafka.manifests import read_manifests
 
     return await read_manifests(bootstrap_from(args.bootstrap), client_kwargs(), topic,
                                 consumer_class, histogram=histogram)

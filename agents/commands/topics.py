@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agents.commands._client import start_client
+from agents.kafka.clients import start_client
 
 HELP = "create the service's topics with explicit partitions"
 
@@ -73,14 +73,14 @@ def _settings(args: argparse.Namespace) -> object:
 
 async def create_topics(settings: object) -> list[str]:
     """Create the missing service topics and the reconcile leader topic; return created names."""
-    from agents.reconcile import LEADER_TOPIC, ensure_leader_topic
-    from agents.topics import ensure_topics
+    from agents.kafka.topics import ensure_topics
+    from agents.reconcile.agent import LEADER_TOPIC, ensure_leader_topic
 
     bootstrap: str = settings.bootstrap  # type: ignore[attr-defined]
     created = await ensure_topics(bootstrap, settings)  # type: ignore[arg-type]
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from agents.security import KafkaSecurity
+    from agents.config.security import KafkaSecurity
 
     security = KafkaSecurity.from_settings(settings)
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **security.client_kwargs())
@@ -99,7 +99,7 @@ async def create_topics(settings: object) -> list[str]:
 async def list_topics(bootstrap: str, security: Any = None) -> list[tuple[str, int]]:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from agents.security import client_kwargs
+    from agents.config.security import client_kwargs
 
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **client_kwargs(security))
     await start_client(admin)
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     bootstrap: str = settings.bootstrap  # type: ignore[attr-defined]
     try:
         if args.action == "list":
-            from agents.security import KafkaSecurity
+            from agents.config.security import KafkaSecurity
 
             security = KafkaSecurity.from_settings(settings)
             for name, parts in asyncio.run(list_topics(bootstrap, security)):
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         raise  # no Kafka client installed: the console script names the extra to install
     except Exception as exc:  # connection errors: say what failed, no traceback
-        from agents.commands._client import connection_problem
+        from agents.kafka.clients import connection_problem
 
         print(f"stream-dp topics: {connection_problem(exc, bootstrap)}", file=sys.stderr)
         return 1
@@ -159,7 +159,7 @@ async def records_held(settings: Any) -> dict[str, int]:
     """Records in the events and checkpoint topics (end - beginning offsets), non-empty only."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from agents.security import KafkaSecurity
+    from agents.config.security import KafkaSecurity
 
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, group_id=None,
                                 enable_auto_commit=False,

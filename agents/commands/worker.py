@@ -122,8 +122,8 @@ async def serve(
     :class:`agents.pipeline.Worker` (``pipeline_processes = 0``).
     """
     from agents.config import load_domain
-    from agents.metrics import Metrics
-    from agents.reconcile import Reconciler, ReconcilerConfig
+    from agents.reconcile.agent import Reconciler, ReconcilerConfig
+    from agents.telemetry.metrics import Metrics
 
     # raw event counters (operator data) only when the setting asks for them
     metrics = Metrics(event_counts=bool(getattr(settings, "metrics_event_counts", 0)))
@@ -142,7 +142,7 @@ async def serve(
     server = None
     if web:
         # first: a port in use stops the worker before any pipeline process or client starts
-        from agents.web import WebServer, make_app
+        from agents.worker.web import WebServer, make_app
 
         app = make_app(metrics, ready, settings=settings, dashboard=dashboard)
         try:
@@ -155,8 +155,8 @@ async def serve(
             ) from None
     if pipeline and int(getattr(settings, "pipeline_processes", 0)) > 0:
         from agents.config import check_attribute_settings
-        from agents.pipeline_processes import PipelineGroup
-        from agents.release import build_mechanism
+        from agents.release.state import build_mechanism
+        from agents.worker.processes import PipelineGroup
 
         # fail fast on bad settings here, not in every child
         build_mechanism(settings)
@@ -165,13 +165,13 @@ async def serve(
                               json_lines=json_logs)
         group.start()
     elif pipeline:
-        from agents.pipeline import Worker
+        from agents.worker.pipeline import Worker
 
         worker = Worker(settings, metrics=metrics, on_release=on_release, domain=domain)
         if worker_created is not None:  # benchmarks and diagnostics: the in-process pipeline
             worker_created(worker)
 
-    from agents.groups import (
+    from agents.kafka.groups import (
         WorkerIdShared,
         add_shared_worker_id_listener,
         remove_shared_worker_id_listener,
@@ -199,7 +199,7 @@ async def serve(
 
         tasks["pipeline"] = asyncio.ensure_future(run_group())
     if worker is not None:
-        from agents.pipeline import run_worker
+        from agents.worker.pipeline import run_worker
 
         tasks["pipeline"] = asyncio.ensure_future(
             run_worker(settings, stop_event=stop_event, worker=worker)
@@ -297,7 +297,7 @@ def _report_failure(name: str, exc: BaseException) -> int:
     """Log why part ``name`` failed, in one line for every known cause; return the exit status
     (1 failed, 3 refused log, 4 refused checkpoint; docs/operations.md)."""
     from agents.ingest import ScheduleMismatch
-    from agents.release import CheckpointRefused, ReleaseOverflow
+    from agents.release.state import CheckpointRefused, ReleaseOverflow
 
     if isinstance(exc, _ChildFailed):
         log.error("a pipeline process failed; stopping",
@@ -311,7 +311,7 @@ def _report_failure(name: str, exc: BaseException) -> int:
         verb = "stopping" if "state is ahead of the log" in text else "refusing to start"
         log.error("%s: %s.%s", verb, text.rstrip("."), hint, extra={"part": name})
         return 4
-    from agents.stage import CommitBug
+    from agents.kafka.stage import CommitBug
 
     if isinstance(exc, ReleaseOverflow | CommitBug):
         log.error("stopping: %s", exc, extra={"part": name})
@@ -324,7 +324,7 @@ def _report_failure(name: str, exc: BaseException) -> int:
     if isinstance(exc, StartupProblem | ValueError):
         log.error("cannot start: %s", exc, extra={"part": name})
         return 2
-    from agents.commands._client import connection_problem, is_kafka_error
+    from agents.kafka.clients import connection_problem, is_kafka_error
 
     if is_kafka_error(exc):
         log.error("stopping: %s", connection_problem(exc), extra={"part": name})
@@ -415,7 +415,7 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
     ranges, the domain file, the memory the strategy and streams need, the noise key.
     Returns ``(settings, key)``; raises ``ValueError`` / ``OSError`` with a one-line message."""
     from agents.config import check_memory, load_domain
-    from agents.pipeline import check_backlog
+    from agents.worker.pipeline import check_backlog
 
     settings = load_settings(args)
     check_backlog(settings)
@@ -435,7 +435,7 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
     from agents.config import check_attribute_settings
 
     check_attribute_settings(settings, domain)
-    from agents.release import build_mechanism
+    from agents.release.state import build_mechanism
 
     build_mechanism(settings)  # refuses a numeric range that cap × max_events_per_tick exceeds
     key: bytes = settings.noise_key()
@@ -448,8 +448,8 @@ async def check_broker(settings: Any) -> None:
     :class:`StartupProblem` (topics), each reported in one line by :func:`run`."""
     from aiokafka import AIOKafkaConsumer
 
-    from agents.commands._client import start_client
-    from agents.security import KafkaSecurity
+    from agents.config.security import KafkaSecurity
+    from agents.kafka.clients import start_client
 
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.bootstrap, group_id=None, enable_auto_commit=False,
@@ -523,7 +523,7 @@ def claim_worker_id(settings: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agents.logs import configure_logging, register_secret
+    from agents.telemetry.logs import configure_logging, register_secret
 
     try:
         settings, key = check_startup(args)
@@ -541,7 +541,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"stream-dp worker: {exc}", file=sys.stderr)
         return 2
     except Exception as exc:
-        from agents.commands._client import connection_problem, is_kafka_error
+        from agents.kafka.clients import connection_problem, is_kafka_error
 
         if not is_kafka_error(exc):
             raise
@@ -549,7 +549,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     configure_logging(settings.log_level, json_lines=not args.plain_logs)
-    from agents.groups import install_fencing_detector, install_shared_worker_id_detection
+    from agents.kafka.groups import install_fencing_detector, install_shared_worker_id_detection
 
     install_fencing_detector(settings.worker_id)
     # the pipeline's first group gates the others when it runs in this process (children

@@ -18,8 +18,8 @@ import signal
 
 from aiohttp import web
 
-from agents.commands._client import bootstrap_from, default_topic
 from agents.dashboard.app import DEFAULT_HISTORY, DashboardConfig, make_dashboard_app
+from agents.kafka.clients import bootstrap_from, default_topic
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                                 else ""),
     )
 
-    from agents.fetch_backoff import install_from_env
+    from agents.kafka.fetch_backoff import install_from_env
 
     install_from_env()
 

@@ -214,7 +214,7 @@ def _table_cells(rec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _security_of(settings: Any) -> Any:
-    from agents.security import KafkaSecurity
+    from agents.config.security import KafkaSecurity
 
     if not hasattr(settings, "security_protocol"):
         return None
@@ -269,8 +269,8 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
     """Follow both topics from their latest offsets until cancelled; reconnects on errors."""
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    from agents.fetch_backoff import slow_down
-    from agents.security import client_kwargs
+    from agents.config.security import client_kwargs
+    from agents.kafka.fetch_backoff import slow_down
 
     counts_topic = config.compact_topic or config.counts_topic
     blocks_topic = config.histogram_blocks_topic
@@ -379,8 +379,8 @@ async def _compact_columns(config: DashboardConfig, records: list[Any],
             continue
     if any(str(b.header["shard"]) not in manifests
            or manifests[str(b.header["shard"])].sha256 != b.header["manifest"] for b in blocks):
-        from agents.manifests import read_manifests
-        from agents.security import client_kwargs
+        from agents.config.security import client_kwargs
+        from agents.kafka.manifests import read_manifests
 
         manifests.update(await read_manifests(config.bootstrap, client_kwargs(config.security),
                                               f"{config.compact_topic}.manifests"))
@@ -449,8 +449,8 @@ class _NodeView:
         return out
 
     async def _read_names(self) -> None:
-        from agents.manifests import histogram_manifests_topic, read_manifests
-        from agents.security import client_kwargs
+        from agents.config.security import client_kwargs
+        from agents.kafka.manifests import histogram_manifests_topic, read_manifests
 
         cfg = self.config
         found = await read_manifests(cfg.bootstrap, client_kwargs(cfg.security),

@@ -117,7 +117,7 @@ async def dashboard(kafka_broker: str, unique_name: str) -> AsyncIterator[tuple[
     from aiohttp import ClientSession, web
 
     from agents.dashboard import DashboardConfig, make_dashboard_app
-    from agents.embedded_broker import free_port
+    from agents.kafka.embedded_broker import free_port
 
     counts, hists = f"{unique_name}-counts", f"{unique_name}-hist"
     await _create_topics(kafka_broker, [counts, hists])
@@ -211,8 +211,8 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
     from aiohttp import ClientSession
 
     from agents.config import Settings
-    from agents.embedded_broker import free_port
-    from agents.topics import ensure_topics
+    from agents.kafka.embedded_broker import free_port
+    from agents.kafka.topics import ensure_topics
     from tests.integration.pipeline_support import settings_env
 
     log = tmp_path / "web.csv"
@@ -351,8 +351,8 @@ async def test_attribute_domain_shows_clusters_and_tables(
 
     from agents.config import Settings, load_domain
     from agents.ingest import Partial, Router
-    from agents.reconcile import TableTick, decode_table_record, marginals_message
-    from agents.release import AttributeReleaseState, new_live
+    from agents.reconcile.agent import TableTick, decode_table_record, marginals_message
+    from agents.release.state import AttributeReleaseState, new_live
 
     url, counts_topic, hist_topic = dashboard
     names = ["milk", "bread", "eggs", "tea", "jam", "salt"]

@@ -113,7 +113,7 @@ def stream_dp(*args: str, env: dict[str, str] | None = None, timeout: float = 12
 
 def read_events(bootstrap: str, topic: str) -> list[Message]:
     """:func:`read_all` without the close markers that ``stream-dp replay`` writes."""
-    from agents.codec import CLOSE_HEADER
+    from agents.kafka.codec import CLOSE_HEADER
 
     return [m for m in read_all(bootstrap, topic)
             if not any(k == CLOSE_HEADER for k, _ in m.headers)]
@@ -121,7 +121,7 @@ def read_events(bootstrap: str, topic: str) -> list[Message]:
 
 def close_markers(bootstrap: str, topic: str) -> list[Message]:
     """The close markers in ``topic``."""
-    from agents.codec import CLOSE_HEADER
+    from agents.kafka.codec import CLOSE_HEADER
 
     return [m for m in read_all(bootstrap, topic)
             if any(k == CLOSE_HEADER for k, _ in m.headers)]

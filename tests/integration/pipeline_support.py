@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agents.config import Settings
-from agents.topics import ensure_topics
+from agents.kafka.topics import ensure_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY_HEX = "8d3a61f0c47e25b9a1e6d0937f4c28b5e0a9173dc62f8b4e5d17a0c39b6e2f84"  # 32 random bytes
@@ -131,7 +131,7 @@ async def close_ticks(s: Settings, through_tick: int) -> None:
     ``stream-dp replay`` does at the end of a log; markers schedule)."""
     from aiokafka import AIOKafkaProducer
 
-    from agents.codec import close_marker, marker_key
+    from agents.kafka.codec import close_marker, marker_key
 
     mac_key = marker_key(s.noise_key())  # authentic: the deployment's own key
     prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap)
@@ -212,7 +212,7 @@ async def released(s: Settings, *, committed: bool = True) -> dict[tuple[str, in
     a record — aborted ones too when ``committed=False`` — gives one copy per stream)."""
     out: dict[tuple[str, int], list[bytes]] = defaultdict(list)
     if not s.counts_json:
-        from agents.codec import encode
+        from agents.kafka.codec import encode
         from stream_dp.compact import decode_block, decode_manifest
 
         manifests: dict[str, Any] = {}
@@ -261,7 +261,7 @@ async def wait_for_ticks(
 async def run_worker_until(s: Settings, n_streams: int, last_tick: int, timeout_s: float = 90
                            ) -> tuple[dict[tuple[str, int], list[bytes]], Any]:
     """Run an in-process worker until every stream released ticks 1..last_tick; stop it."""
-    from agents.pipeline import Worker
+    from agents.worker.pipeline import Worker
 
     stop = asyncio.Event()
     worker = Worker(s)
@@ -304,7 +304,7 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agents.pipeline"],
+            [sys.executable, "-m", "agents.worker.pipeline"],
             env=settings_env(self.settings), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from agents.codec import close_marker, marker_key
 from agents.config import Settings, load_domain
-from agents.pipeline import Worker
-from agents.topics import TopicConfigMismatch
+from agents.kafka.codec import close_marker, marker_key
+from agents.kafka.topics import TopicConfigMismatch
+from agents.worker.pipeline import Worker
 from tests.integration import pipeline_support as ps
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -173,8 +173,8 @@ async def test_the_same_configuration_on_another_cluster_draws_fresh_noise(
     the incarnations apart; two workers of one incarnation adopt the same nonce."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from agents.nonce import adopt_nonce
-    from agents.topics import topic_specs
+    from agents.kafka.nonce import adopt_nonce
+    from agents.kafka.topics import topic_specs
 
     s = ps.make_settings(kafka_broker, tmp_path, unique_name, LEAVES, epsilon=1.0, p=0.5,
                          events_partitions=1, shards=1, tick_seconds=1.0)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.embedded_broker import EmbeddedBroker
+from agents.kafka.embedded_broker import EmbeddedBroker
 from tests.integration import pipeline_support as ps
 from tests.integration.test_commands_service import CLI, _worker_env, cli
 

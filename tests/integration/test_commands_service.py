@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from agents.embedded_broker import free_port
+from agents.kafka.embedded_broker import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -119,7 +119,7 @@ def test_runnable_blocks_run_as_written(block: tuple[str, int, str, str],
     (work / "examples").symlink_to(ROOT / "examples")  # docs refer to examples/... paths
     # the block as written uses the default ports (broker 9092, web 6066): run it on free ones
     # so that it never depends on what else runs on the machine
-    from agents.embedded_broker import free_port
+    from agents.kafka.embedded_broker import free_port
 
     port = free_port()
     text = re.sub(r"stream-dp broker start(?!\S)", f"stream-dp broker start --port {port}",

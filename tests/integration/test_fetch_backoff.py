@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agents import fetch_backoff
+from agents.kafka import fetch_backoff
 
 pytestmark = pytest.mark.integration
 
@@ -84,7 +84,7 @@ async def test_the_reconcile_election_sends_no_fetches(kafka_broker: str, unique
     as the busiest idle consumer, issue #25); fetches counted per client id."""
     from types import SimpleNamespace
 
-    from agents.reconcile import Reconciler, ReconcilerConfig
+    from agents.reconcile.agent import Reconciler, ReconcilerConfig
 
     fetch_backoff.install(0.05)
     cfg = ReconcilerConfig(bootstrap=kafka_broker, counts_topic=f"{unique_name}.counts",
@@ -223,7 +223,7 @@ async def test_the_release_stage_is_woken_by_its_own_ingest(kafka_broker: str, u
     backoff between ticks (30 s here), and each ingest commit of partials wakes it, so the
     partials of every tick are read at once (tick closed → last partial read well under the
     1.5 s backoff; without the wake, each tick's partials wait for a pause of 3 s or more)."""
-    from agents.pipeline import Worker
+    from agents.worker.pipeline import Worker
     from tests.integration import pipeline_support as ps
 
     paths = ps.hierarchy_paths(2, 2, 2)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.pipeline import Worker
+from agents.worker.pipeline import Worker
 from tests.integration import pipeline_support as ps
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

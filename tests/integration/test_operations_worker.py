@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.embedded_broker import free_port
+from agents.kafka.embedded_broker import free_port
 from tests.integration.test_commands_service import CLI, _read, _worker_env, cli
 
 pytestmark = pytest.mark.integration

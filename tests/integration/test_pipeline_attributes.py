@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.codec import validate
 from agents.config import Settings, load_domain
-from agents.release import new_live
-from agents.topics import ensure_topics
+from agents.kafka.codec import validate
+from agents.kafka.topics import ensure_topics
+from agents.release.state import new_live
 from simulators.logfile import read_log
 from tests.integration.pipeline_support import KEY_HEX, read_topic, settings_env
 
@@ -104,7 +104,7 @@ async def test_attribute_tables_through_the_worker_match_the_library(
     assert sorted(by_tick) == list(range(1, TICKS + 1))
     # oracle: the library object, fed the log's events tick by tick with the deployment's key
     dom = load_domain(dom_file)
-    from agents.nonce import adopt_nonce  # the deployment's nonce, from its schedule topic
+    from agents.kafka.nonce import adopt_nonce  # the deployment's nonce, from its schedule topic
 
     nonce = await adopt_nonce(s, str(dom.digest()), s.noise_key(), {})
     live = new_live(s, dom, s.noise_key(), nonce)

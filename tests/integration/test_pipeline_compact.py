@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.codec import encode, validate
 from agents.config import load_domain
+from agents.kafka.codec import encode, validate
 from stream_dp.compact import decode_block, decode_manifest
 from stream_dp.compact_histograms import HistogramAssembler, decode_histogram_chunk
 from tests.integration import pipeline_support as ps
@@ -96,8 +96,8 @@ async def test_compact_only_deployment_reconciles_from_the_compact_records(
     manifest by the library and by ``stream-dp tail compact-histograms``."""
     import asyncio
 
-    from agents.pipeline import Worker
-    from agents.reconcile import Reconciler, ReconcilerConfig
+    from agents.reconcile.agent import Reconciler, ReconcilerConfig
+    from agents.worker.pipeline import Worker
     from stream_dp.consistency import reconcile
 
     leaves = ps.hierarchy_paths(2, 2, 2)
@@ -199,8 +199,8 @@ async def test_dashboard_follows_the_compact_records(kafka_broker: str, unique_n
 
     from agents.config import Settings
     from agents.dashboard import DashboardConfig, make_dashboard_app
-    from agents.embedded_broker import free_port
-    from agents.release import Release
+    from agents.kafka.embedded_broker import free_port
+    from agents.release.state import Release
 
     compact, hist = f"{unique_name}.compact", f"{unique_name}.hist"
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)

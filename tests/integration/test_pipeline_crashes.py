@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from agents.config import Settings, load_domain
-from agents.pipeline import Worker
+from agents.worker.pipeline import Worker
 from tests.integration import pipeline_support as ps
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.crash,

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.codec import validate
 from agents.config import load_domain
-from agents.pipeline import Worker
+from agents.kafka.codec import validate
+from agents.worker.pipeline import Worker
 from tests.integration import pipeline_support as ps
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -105,7 +105,7 @@ async def test_exact_with_huge_epsilon_and_mse_with_epsilon_one(
     await ps.produce(exact_s, (ps.event_bytes(k, t, v) for k, t, v in log))
     await ps.close_ticks(exact_s, N_TICKS)
 
-    from agents.reconcile import Reconciler, ReconcilerConfig
+    from agents.reconcile.agent import Reconciler, ReconcilerConfig
 
     stop = asyncio.Event()
     workers = [Worker(exact_s), Worker(noisy_s)]

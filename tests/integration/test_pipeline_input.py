@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agents.codec import validate
 from agents.config import load_domain
-from agents.metrics import Metrics
-from agents.pipeline import Worker
+from agents.kafka.codec import validate
+from agents.telemetry.metrics import Metrics
+from agents.worker.pipeline import Worker
 from tests.integration import pipeline_support as ps
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from agents.checkpoints import (
+from agents.kafka.checkpoints import (
     chunk_messages,
     progress_message,
     read_latest,
     read_latest_with_progress,
 )
-from agents.topics import ensure_topics, topic_specs
+from agents.kafka.topics import ensure_topics, topic_specs
 from tests.integration import pipeline_support as ps
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -100,7 +100,7 @@ async def test_read_latest_checkpoint_across_windows(
 async def test_worker_refuses_mismatched_partition_counts(
     kafka_broker: str, unique_name: str, tmp_path: Path
 ) -> None:
-    from agents.pipeline import Worker
+    from agents.worker.pipeline import Worker
 
     s = ps.make_settings(kafka_broker, tmp_path, unique_name, ["a/b/c"])
     with pytest.raises(RuntimeError, match="does not exist"):

@@ -16,9 +16,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from numpy.typing import NDArray
 
-from agents.codec import count_message, encode, validate
-from agents.metrics import Metrics
-from agents.reconcile import Reconciler, ReconcilerConfig
+from agents.kafka.codec import count_message, encode, validate
+from agents.reconcile.agent import Reconciler, ReconcilerConfig
+from agents.telemetry.metrics import Metrics
 from stream_dp.domain import Domain
 
 pytestmark = pytest.mark.integration
@@ -334,7 +334,7 @@ async def test_conflicting_republication_is_counted_and_first_value_kept(
 
 _CRASHY = """
 import asyncio, sys
-from agents.reconcile import Reconciler, ReconcilerConfig
+from agents.reconcile.agent import Reconciler, ReconcilerConfig
 from stream_dp.domain import Domain
 bootstrap, counts, hist, leader, group, paths = sys.argv[1:7]
 domain = Domain.from_paths(paths.split(","), name="sales")

@@ -41,7 +41,7 @@ async def _close(s: Any, tick: int) -> None:
     events partition."""
     from aiokafka import AIOKafkaProducer
 
-    from agents.codec import close_marker, marker_key
+    from agents.kafka.codec import close_marker, marker_key
 
     at = s.tick_bounds(tick)[1] + s.allowed_lateness_s
     prod = AIOKafkaProducer(bootstrap_servers=s.bootstrap)
@@ -85,7 +85,7 @@ def _crash_once() -> Any:
     it leads, it waits until the next tick's records have been taken over (the consumer moved
     past them) and its offsets committed, then its leading loop dies before adding them. The
     agent restarts the loop from the committed offsets, so it must read them from the topic."""
-    from agents.reconcile import Reconciler
+    from agents.reconcile.agent import Reconciler
 
     class CrashOnce(Reconciler):
         armed = False
@@ -115,8 +115,8 @@ async def test_handed_over_records_give_the_histograms_of_the_topic(
 ) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from agents.pipeline import Worker
-    from agents.reconcile import Reconciler, ReconcilerConfig
+    from agents.reconcile.agent import Reconciler, ReconcilerConfig
+    from agents.worker.pipeline import Worker
 
     leaves = ps.hierarchy_paths(2, 2, 3)
     s = ps.make_settings(kafka_broker, tmp_path, unique_name, leaves,

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from agents.codec import close_marker, marker_key
 from agents.config import Settings, load_domain
 from agents.ingest import ScheduleMismatch
-from agents.pipeline import Worker
+from agents.kafka.codec import close_marker, marker_key
+from agents.worker.pipeline import Worker
 from tests.integration import pipeline_support as ps
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

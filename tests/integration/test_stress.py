@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.embedded_broker import free_port
+from agents.kafka.embedded_broker import free_port
 from tests.integration.test_commands_service import CLI, _http, _worker_env, cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.stress]

@@ -65,7 +65,7 @@ def _wait_port(host: str, port: int, timeout: float = 30.0, netns: str | None = 
 
 @pytest.fixture(scope="module")
 def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
-    from agents.embedded_broker import free_port
+    from agents.kafka.embedded_broker import free_port
 
     if shutil.which("ip") is None or os.geteuid() != 0:
         pytest.fail("the TLS test needs root and iproute2 (ip netns) to build its layout")
@@ -148,7 +148,7 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 90) -> subprocess.Com
 async def _produce_tls(b: TlsBroker, topic: str, n: int) -> None:
     from aiokafka import AIOKafkaProducer
 
-    from agents.security import KafkaSecurity
+    from agents.config.security import KafkaSecurity
 
     sec = KafkaSecurity(security_protocol="SSL", ssl_cafile=str(b.pki.ca))
     prod = AIOKafkaProducer(bootstrap_servers=b.bootstrap, **sec.client_kwargs())

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from agents.config import Settings
-from agents.topics import ensure_topics
+from agents.kafka.topics import ensure_topics
 from stream_dp.domain import Domain
 from tests.integration._users import ROOT, stream_dp
 from tests.integration.pipeline_support import (
@@ -162,7 +162,7 @@ def test_same_key_replay_reproduces_releases_bit_for_bit(
 async def _delete_topics(s: Settings, keep: tuple[str, ...] = ()) -> None:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from agents.topics import topic_specs
+    from agents.kafka.topics import topic_specs
 
     admin = AIOKafkaAdminClient(bootstrap_servers=s.bootstrap)
     await admin.start()

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.codec import marker_key, parse_close_marker
 from agents.commands.replay import HEADER, ReplayState, key_fingerprint, state_path
-from agents.replay_history import ReplayHistory
+from agents.commands.replay_history import ReplayHistory
+from agents.kafka.codec import marker_key, parse_close_marker
 from simulators.logfile import read_log
 from tests.integration._users import (
     ROOT,

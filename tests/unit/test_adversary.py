@@ -25,11 +25,11 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from agents.codec import close_marker, marker_key
 from agents.config import Settings
-from agents.deployment import BINDING, NOT_BINDING, deployment_id
+from agents.config.deployment import BINDING, NOT_BINDING, deployment_id
 from agents.ingest import IngestState, Record, Router
-from agents.release import ReleaseState
+from agents.kafka.codec import close_marker, marker_key
+from agents.release.state import ReleaseState
 from stream_dp.contributions import MAX_EVENTS_PER_TICK, clip_limit_units, to_units, value_unit
 from stream_dp.counters import CounterBank
 from stream_dp.domain import Domain
@@ -319,7 +319,7 @@ def test_unknown_keys_are_not_cached_and_long_keys_take_the_validating_path() ->
 
 
 def test_nonce_records_are_sealed_to_the_deployment_and_key() -> None:
-    from agents.nonce import nonce_record, parse_nonce
+    from agents.kafka.nonce import nonce_record, parse_nonce
 
     s = _settings()
     d = ROUTER.domain_id

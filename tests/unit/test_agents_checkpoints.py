@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agents.checkpoints import Checkpoint, _assemble, chunk_messages
+from agents.kafka.checkpoints import Checkpoint, _assemble, chunk_messages
 
 
 @dataclass

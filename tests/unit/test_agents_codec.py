@@ -7,7 +7,7 @@ import json
 import jsonschema
 import pytest
 
-from agents.codec import (
+from agents.kafka.codec import (
     REASONS,
     Event,
     Rejection,

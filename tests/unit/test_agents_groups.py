@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from aiokafka.consumer import group_coordinator
 
-from agents.groups import install_empty_assignment_rejoin
+from agents.kafka.groups import install_empty_assignment_rejoin
 
 
 async def test_an_empty_assignment_is_a_failed_join_and_others_pass_through(
@@ -49,7 +49,7 @@ async def test_a_refused_offset_commit_of_a_static_member_does_not_rejoin(
         self.request_rejoin()    # ... and on RebalanceInProgress
 
     monkeypatch.setattr(cls, "_do_commit_offsets", refused_commit)
-    from agents.groups import install_static_commit_rejoin
+    from agents.kafka.groups import install_static_commit_rejoin
 
     install_static_commit_rejoin()
     install_static_commit_rejoin()  # idempotent
@@ -82,7 +82,7 @@ async def test_a_member_of_another_process_with_our_client_id_means_a_shared_wor
     without such a member (an expired session) are not."""
     from types import SimpleNamespace
 
-    from agents import groups
+    from agents.kafka import groups
 
     def described(*members: tuple[str, str]) -> Any:
         rows = [(m, c, "/10.0.0.1", b"", b"") for m, c in members]
@@ -117,7 +117,7 @@ def test_worker_id_shared_survives_aiokafkas_copy_and_is_a_kafka_error() -> None
 
     from aiokafka.errors import KafkaError
 
-    from agents.groups import WorkerIdShared
+    from agents.kafka.groups import WorkerIdShared
 
     exc = WorkerIdShared("app.ingest", "w1", "the broker answered JoinGroupRequest with "
                          "FENCED_INSTANCE_ID")
@@ -130,8 +130,8 @@ def test_worker_id_shared_survives_aiokafkas_copy_and_is_a_kafka_error() -> None
 def test_a_pipeline_child_that_finds_its_worker_id_shared_exits_2() -> None:
     """With pipeline_processes = N the worker's status is its child's (docs/operations.md):
     a shared worker_id is exit status 2 there too, not 1."""
-    from agents.groups import WorkerIdShared
-    from agents.pipeline_processes import child_exit_status
+    from agents.kafka.groups import WorkerIdShared
+    from agents.worker.processes import child_exit_status
 
     assert child_exit_status(WorkerIdShared("app.ingest", "w1.p0", "FENCED_INSTANCE_ID")) == 2
     assert child_exit_status(RuntimeError("anything else")) == 1

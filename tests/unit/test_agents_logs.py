@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from agents.logs import (
+from agents.telemetry.logs import (
     REDACTED,
     JsonFormatter,
     PrivacyFilter,
@@ -145,7 +145,7 @@ def test_parse_level() -> None:
 def test_plain_logs_show_the_extra_fields_like_json_logs() -> None:
     import io
 
-    from agents.logs import make_handler
+    from agents.telemetry.logs import make_handler
 
     out = io.StringIO()
     logger = logging.getLogger("test.plain.extras")
@@ -169,7 +169,7 @@ async def test_orphaned_producer_fenced_futures_print_nothing() -> None:
     import io
     import logging
 
-    from agents.logs import make_handler
+    from agents.telemetry.logs import make_handler
 
     class ProducerFenced(Exception):  # aiokafka.errors.ProducerFenced, by name
         pass

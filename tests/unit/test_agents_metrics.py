@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agents.metrics import Metrics
+from agents.telemetry.metrics import Metrics
 
 
 def _samples(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -105,7 +105,7 @@ def test_raw_event_counters_are_off_the_endpoint_unless_asked_for() -> None:
     """The event counters are raw counts: without ``event_counts`` they count privately and
     ``/metrics`` never shows them; the worker's default setting keeps them off."""
     from agents.config import Settings
-    from agents.metrics import EVENT_COUNT_METRICS
+    from agents.telemetry.metrics import EVENT_COUNT_METRICS
 
     hidden = Metrics(process=False, event_counts=False)
     hidden.event_accepted(7)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from agents.codec import count_message, encode, validate
-from agents.reconcile import (
+from agents.kafka.codec import count_message, encode, validate
+from agents.reconcile.agent import (
     CompleteTick,
     ReconcilerConfig,
     Release,

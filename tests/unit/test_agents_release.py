@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import settings as settings_h
 from hypothesis import strategies as st
 
-from agents.codec import Event, Rejection, count_message, decode_event, encode, validate
 from agents.config import Settings
-from agents.deployment import deployment_id
+from agents.config.deployment import deployment_id
 from agents.ingest import IngestState, Partial, Router, shard_of
-from agents.release import Release, ReleaseState
+from agents.kafka.codec import Event, Rejection, count_message, decode_event, encode, validate
+from agents.release.state import Release, ReleaseState
 from stream_dp.counters import CounterBank
 from stream_dp.domain import Domain
 from stream_dp.strategies import make_mechanism
@@ -188,7 +188,7 @@ def test_naive_int_in_the_service_counts_whole_values_and_releases_integers(
 def test_a_shard_too_large_for_compact_records_is_refused_at_start_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import agents.topics as topics
+    import agents.kafka.topics as topics
 
     dom = Domain.from_paths([f"x/{i}" for i in range(200)])
     monkeypatch.setattr(topics, "_COMPACT_MAX_BYTES", 6000)
@@ -198,7 +198,7 @@ def test_a_shard_too_large_for_compact_records_is_refused_at_start_up(
 
 
 def test_a_shard_too_large_for_one_partial_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agents import topics
+    from agents.kafka import topics
 
     dom = Domain.from_paths([f"x/{i}" for i in range(200)])  # 201 nodes
     monkeypatch.setattr(topics, "MAX_SHARD_NODES", 150)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from agents.config import Settings
-from agents.deployment import deployment_id
+from agents.config.deployment import deployment_id
 from agents.ingest import Partial, Router
-from agents.pipeline import Worker
-from agents.release import CheckpointRefused, ReleaseState, build_mechanism
+from agents.release.state import CheckpointRefused, ReleaseState, build_mechanism
+from agents.worker.pipeline import Worker
 from stream_dp.counters import CounterBank
 from stream_dp.domain import Domain
 from stream_dp.strategies._fenwick_base import FenwickMechanism

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.ticks import Schedule, tick_bounds, tick_of
+from agents.ingest.ticks import Schedule, tick_bounds, tick_of
 
 
 @given(

@@ -10,8 +10,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from agents.metrics import Metrics
-from agents.web import WebServer, make_app
+from agents.telemetry.metrics import Metrics
+from agents.worker.web import WebServer, make_app
 
 
 class Flag:

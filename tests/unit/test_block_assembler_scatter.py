@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.reconcile_tables import BlockAssembler
+from agents.reconcile.tables import BlockAssembler
 from stream_dp.compact import Manifest, decode_block, encode_block, manifest_hash
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.bucket_columns import bucket_columns, bucket_columns_loop
+from agents.ingest.bucket_columns import bucket_columns, bucket_columns_loop
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -37,8 +37,8 @@ def test_array_columns_write_the_same_json_as_the_lists() -> None:
     fall-back) are the bytes of the lists through ``_fast_dumps``."""
     import json
 
-    from agents import ingest_records
-    from agents.ingest_records import _fast_dumps
+    from agents.ingest import records as ingest_records
+    from agents.ingest.records import _fast_dumps
 
     rng = np.random.default_rng(25)
     keys = rng.choice(2**40, size=3000, replace=False).tolist()
@@ -61,9 +61,9 @@ def test_array_columns_write_the_same_json_as_the_lists() -> None:
 
 def test_ingest_checkpoint_bytes_equal_the_list_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """A whole ingest checkpoint (sealed) is byte for byte what the list columns gave."""
-    from agents import bucket_columns as bc
     from agents.config import Settings
     from agents.ingest import IngestState, Router
+    from agents.ingest import bucket_columns as bc
     from stream_dp.domain import Domain
 
     dom = Domain.from_paths([f"r{i}/l{j}" for i in range(30) for j in range(40)])
@@ -91,7 +91,7 @@ def test_compiled_columns_equal_the_loop_and_numpy(seed: int,
     """``_fastingest.dict_columns`` (one C pass, radix sort over the bytes the keys span): the
     loop's columns for keys from 0..10^3 up to the whole int64 range (negative keys, a span
     of 2^64 - 1: every byte pass), and the NumPy path's too."""
-    from agents import bucket_columns as bc
+    from agents.ingest import bucket_columns as bc
 
     if bc._dict_columns is None:
         pytest.skip("compiled extension not built (STREAM_DP_PURE_INGEST or no compiler)")
@@ -123,7 +123,7 @@ def test_compiled_columns_equal_the_loop_and_numpy(seed: int,
 def test_compiled_columns_refuse_what_is_not_int64() -> None:
     """A sum or key beyond int64, a float, a bool or a tuple: None (the caller falls back to
     the exact Python loop), never a truncated value; an empty dict gives empty columns."""
-    from agents import bucket_columns as bc
+    from agents.ingest import bucket_columns as bc
 
     if bc._dict_columns is None:
         pytest.skip("compiled extension not built")

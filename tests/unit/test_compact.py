@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.codec import count_message, validate
+from agents.kafka.codec import count_message, validate
 from stream_dp.compact import (
     Block,
     decode_block,

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from agents.codec import validate
+from agents.kafka.codec import validate
 from stream_dp.compact import encode_manifest, manifest_hash
 from stream_dp.compact_histograms import (
     HistogramAssembler,
@@ -105,7 +105,7 @@ def test_chunks_of_another_manifest_are_not_mixed_in() -> None:
 
 
 def test_the_json_view_equals_the_reconcile_agents_message() -> None:
-    from agents.reconcile import CompleteTick, histogram_message
+    from agents.reconcile.agent import CompleteTick, histogram_message
     from stream_dp.consistency import reconcile
     from stream_dp.domain import Domain
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from agents.config import Settings, env_var
-from agents.metrics import Metrics
+from agents.telemetry.metrics import Metrics
 from stream_dp.domain import Domain
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -31,12 +31,12 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from agents import ingest
-from agents.codec import close_marker, marker_key
 from agents.config import Settings
 from agents.ingest import _UNKEYED, IngestState, Record, Router, ScheduleMismatch
+from agents.kafka.codec import close_marker, marker_key
 from stream_dp.domain import Domain
 
-fast = pytest.importorskip("agents._fastingest", reason="the compiled fast path did not build")
+fast = pytest.importorskip("agents.ingest._fastingest", reason="the compiled fast path did not build")
 pytestmark = pytest.mark.skipif(ingest._fastingest is None, reason=ingest.FAST_PATH_STATUS)
 
 ORIGIN = 1_000_000.0

@@ -338,7 +338,7 @@ def _release_stage(ingest_state: IngestState, tick: int) -> tuple[Any, list[Base
     owned by this worker's ingest stage with ``ingest_state``."""
     from types import SimpleNamespace
 
-    from agents.release_stage import ReleaseStage
+    from agents.release.stage import ReleaseStage
 
     failed: list[BaseException] = []
     ingest = SimpleNamespace(states={0: ingest_state}, topic="events",
@@ -390,7 +390,7 @@ def test_adv_a_batch_of_one_hostile_header_record_is_committed(tmp_path: Path, s
     The marker branch moves the offset itself, so before the dirty fix the batch left the state
     clean: its dead letter and offset waited in memory, uncommitted, until something else
     happened — the worker skipped dead-lettering it as long as the writer sent only these."""
-    from agents.codec import close_marker
+    from agents.kafka.codec import close_marker
     from tests.unit.test_schedule_properties import FORGED_KEY, TOPIC
 
     s = _settings(tmp_path, schedule=schedule)

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 
 from agents import ingest
 from agents.ingest import IngestState, Record, Router
-from agents.ingest_state import _key_index
+from agents.ingest.state import _key_index
 from stream_dp.domain import Domain
 from tests.unit import test_fastingest as tf
 
-fast = pytest.importorskip("agents._fastingest", reason="the compiled fast path did not build")
+fast = pytest.importorskip("agents.ingest._fastingest", reason="the compiled fast path did not build")
 pytestmark = pytest.mark.skipif(ingest._fastingest is None or not hasattr(fast, "KeyIndex"),
                                 reason=ingest.FAST_PATH_STATUS)
 

@@ -7,7 +7,7 @@ import io
 import json
 import logging
 
-from agents.logs import RateLimitFilter, make_handler
+from agents.telemetry.logs import RateLimitFilter, make_handler
 
 
 class _Clock:

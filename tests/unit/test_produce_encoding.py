@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents import produce_encoding as pe
+from agents.kafka import produce_encoding as pe
 
 
 def _originals() -> dict[Any, Any]:

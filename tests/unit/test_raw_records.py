@@ -19,7 +19,7 @@ from aiokafka.structs import ConsumerRecord, TopicPartition
 
 from agents.config import Settings
 from agents.ingest import IngestState, RecordBlock, Router
-from agents.raw_records import install, raw_records
+from agents.ingest.raw_records import install, raw_records
 from stream_dp.domain import Domain
 
 ATTRS = ("offset", "key", "value", "timestamp", "timestamp_type", "headers")

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from agents.reconcile import Reconciler, ReconcilerConfig
+from agents.reconcile.agent import Reconciler, ReconcilerConfig
 
 TOPIC = "t.compact"
 
@@ -113,7 +113,7 @@ def test_fetched_and_taken_records_are_added_in_offset_order() -> None:
     assembler = SimpleNamespace(conflicts=0, dropped=0, pop_complete=lambda: [])
     fetched = {TopicPartition(TOPIC, 0): [SimpleNamespace(offset=3, value=b"")],
                TopicPartition(TOPIC, 1): [SimpleNamespace(offset=8, value=b"")]}
-    from agents.reconcile import _HandedRecord
+    from agents.reconcile.agent import _HandedRecord
 
     handed = [(0, _HandedRecord(5, b"")), (1, _HandedRecord(2, b"")), (2, _HandedRecord(1, b""))]
     rec._ingest(assembler, fetched, handed)  # type: ignore[arg-type]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from agents import reconcile as rec
+from agents.reconcile import agent as rec
 from stream_dp.compact_histograms import decode_histogram_chunk
 from stream_dp.domain import Domain
 

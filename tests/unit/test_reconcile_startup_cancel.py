@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from agents.reconcile import _finish_before_cancel
+from agents.reconcile.agent import _finish_before_cancel
 
 
 async def test_a_cancelled_caller_waits_for_the_start_up_then_is_cancelled() -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from agents.cli import main
 from agents.commands.replay import ReplayState, key_fingerprint, log_digest, state_path
-from agents.replay_history import Content, ReplayHistory, default_history_path
+from agents.commands.replay_history import Content, ReplayHistory, default_history_path
 
 KEY_A = bytes.fromhex("a3f1c07e5b92d4186e0fa7c3b5d29e41f6087ac2d3e5b9f10c4a7e6d28b3f951")
 KEY_B = bytes.fromhex("b71e04c9a2f5d8363c1be7a09d4f52e8c61a3f7b0e95d2c48a6f1b3e07d9c52a")

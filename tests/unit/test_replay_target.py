@@ -3,8 +3,8 @@ a final close marker of an earlier replay under this key or another, and the one
 
 from __future__ import annotations
 
-from agents.codec import close_marker, marker_key
 from agents.commands._replay_target import EarlierFinal, _final, refusal
+from agents.kafka.codec import close_marker, marker_key
 
 MINE = marker_key(b"m" * 32)
 OTHER = marker_key(b"o" * 32)
@@ -52,7 +52,7 @@ def test_adv_a_hostile_writers_future_final_marker_does_not_block_every_replay()
     import json
     import time
 
-    from agents.codec import CLOSE_SCHEMA
+    from agents.kafka.codec import CLOSE_SCHEMA
 
     headers = {"stream-dp-close": b"1"}
     future = json.dumps({"schema": CLOSE_SCHEMA, "final": True,

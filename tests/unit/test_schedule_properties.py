@@ -26,10 +26,10 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from agents.codec import close_marker, marker_key
 from agents.config import Settings
 from agents.ingest import _UNKEYED, IngestState, Record, Router, ScheduleMismatch
-from agents.ticks import Schedule
+from agents.ingest.ticks import Schedule
+from agents.kafka.codec import close_marker, marker_key
 from stream_dp.contributions import to_units
 from stream_dp.domain import Domain
 

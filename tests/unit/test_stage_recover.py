@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agents.stage import _Stage as Stage
+from agents.kafka.stage import _Stage as Stage
 
 
 def _stage() -> tuple[Any, list[int]]:
@@ -91,7 +91,7 @@ def test_the_same_bug_three_times_in_a_row_stops_the_worker_instead_of_looping()
     assert not failed
     asyncio.run(stage._recover(3, bug()))
     asyncio.run(stage._recover(3, bug()))
-    from agents.stage import CommitBug
+    from agents.kafka.stage import CommitBug
 
     assert len(failed) == 1 and reasons == ["commit_bug"] and isinstance(failed[0], CommitBug)
     msg = str(failed[0])
@@ -114,7 +114,7 @@ def test_kafka_failures_never_count_as_a_bug() -> None:
 def test_the_worker_reports_a_commit_bug_in_one_line_exit_1(
         caplog: pytest.LogCaptureFixture) -> None:
     from agents.commands.worker import _report_failure
-    from agents.stage import CommitBug
+    from agents.kafka.stage import CommitBug
 
     with caplog.at_level(logging.ERROR):
         code = _report_failure("release", CommitBug("release partition 3: commit failed 3 times"))
@@ -152,7 +152,7 @@ def test_a_fenced_transaction_is_not_fenced_back_even_when_its_records_say_so() 
     by the stopping one)."""
     from aiokafka.errors import ProducerFenced
 
-    from agents.checked_producer import TransactionRecordFailed
+    from agents.kafka.checked_producer import TransactionRecordFailed
 
     stage, dropped = _stage()
     restored: list[Any] = []

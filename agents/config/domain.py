@@ -1,0 +1,68 @@
+"""Reading the domain file (format in ``docs/configuration.md``) and checking the settings a
+binary-attribute domain needs.
+
+Moved out of :mod:`agents.config` (which re-exports these names).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from agents.config.settings import Settings
+from agents.config.values import _read_toml
+from stream_dp.domain import Domain
+
+
+def load_domain(path: str | os.PathLike[str]) -> Any:
+    """Read a domain file (format in docs/configuration.md): :meth:`Domain.from_file`, or
+    :meth:`stream_dp.attributes.BinaryDomain.from_file` for ``kind = "binary"``.
+
+    Every problem is a ``ValueError`` that names the file."""
+    try:
+        return _load_domain(path)
+    except ValueError as exc:
+        text = str(exc)
+        if str(path) in text:
+            raise
+        raise ValueError(f"domain file {str(path)!r}: {text}") from None
+
+
+def _load_domain(path: str | os.PathLike[str]) -> Any:
+    import tomllib
+
+    _read_toml(path, "domain file")  # missing, not UTF-8, not TOML: say so with the file's name
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        doc = {}  # Domain.from_file reports it
+    section = doc.get("domain", doc) if isinstance(doc, dict) else {}
+    if isinstance(section, dict) and section.get("kind") == "binary":
+        from stream_dp.attributes.domain import BinaryDomain
+
+        return BinaryDomain.from_file(path)
+    if isinstance(section, dict) and section:
+        # parsed once: at 10^6 names the TOML parse takes seconds
+        return Domain.from_toml(section)
+    return Domain.from_file(Path(path))  # reports the file's problem
+
+
+def check_attribute_settings(settings: Settings, domain: Any) -> None:
+    """Refuse settings a binary-attribute domain cannot run under (``ValueError``): it needs
+    pure DP, one release shard and no compact topic; every event counts 1 (cap 1)."""
+    if getattr(domain, "kind", "") != "binary":
+        return
+    problems = []
+    if settings.privacy_model != "pure":
+        problems.append("privacy_model = 'pure' (the whole run is pure ε-DP per event)")
+    if settings.shards != 1:
+        problems.append("shards = 1 (its tables are small: one shard releases them all)")
+    if settings.compact_topic:
+        problems.append("no compact_topic (its tables are published as dp.tables.v1 records)")
+    if settings.strategy == "naive-int":
+        problems.append("a strategy other than naive-int")
+    if problems:
+        raise ValueError(f"a binary-attribute domain ({domain.name!r}) needs "
+                         + "; ".join(problems))

@@ -1,0 +1,367 @@
+"""The ingest stage of the worker pipeline (:class:`IngestStage`).
+
+Consumes the events topic (group ``<app_id>.ingest``), runs one
+:class:`agents.ingest.IngestState` per events partition and, at every tick close, emits
+one partial per release shard, dead letters and the checkpoint in one transaction
+(see :mod:`agents.pipeline` for the design).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from agents.ingest import FAST_PATH_STATUS, IngestState, ScheduleEntry, ScheduleMismatch
+from agents.kafka.checkpoints import read_all
+from agents.kafka.codec import dlq_message, encode
+from agents.kafka.stage import _kafka, _Stage
+
+log = logging.getLogger("stream_dp.pipeline")
+
+#: partials (ticks x release shards) one ingest step hands over and commits when a backlog of
+#: closed ticks waits (IngestState.hand_over): each step is a short transaction between two
+#: returns to the event loop, so a stop signal during a 474 000-tick backlog is obeyed in
+#: seconds, not after the whole backlog
+HAND_OVER_PARTIALS = 4096
+#: seconds between two hand-over progress lines (agents.pipeline.PROGRESS_EVERY_S too)
+HAND_OVER_EVERY_S = 10.0
+#: the events consumer's pause after empty fetches grows to this many times
+#: ``empty_fetch_backoff_ms`` while no events come (agents.fetch_backoff.pace): ~5 round trips a
+#: second instead of ~20 between bursts; a clock close whose closing point lies ahead of the
+#: consumer wakes it, so the pause delays no tick's release
+INGEST_IDLE_GROWTH = 4.0
+
+class IngestStage(_Stage):
+    name = "ingest"
+
+    #: a consumer without a group that reads the log end offsets (read_uncommitted): the
+    #: clock rule closes at the high watermark, so another producer's open transaction (which
+    #: holds back the last stable offset) cannot move an honest event past the closing point
+    hw: Any = None
+
+    async def start(self) -> None:
+        from agents.kafka.fetch_backoff import pace
+        from agents.kafka.topics import check_events_topic
+
+        await check_events_topic(self.s.bootstrap, self.s)
+        log.info("%s", FAST_PATH_STATUS)  # compiled ingest fast path, or why not
+        await super().start()
+        pace(self.consumer, INGEST_IDLE_GROWTH)
+        k = _kafka()
+        self.hw = k.AIOKafkaConsumer(
+            bootstrap_servers=self.s.bootstrap, **self.w.kafka_kwargs(),
+            isolation_level="read_uncommitted", enable_auto_commit=False,
+            client_id=f"{self.s.app_id}-{self.name}-end-{self.s.worker_id}",
+        )
+        await self.hw.start()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """The stage's loop, plus (clock schedule) a timer that reads the end offsets as soon
+        as a tick's deadline + grace passes, not after the batch being processed: on CreateTime
+        topics a busy worker would otherwise read them later, and a burst of junk could move
+        an honest straggler across the closing point."""
+        if self.s.schedule != "clock":
+            await super().run(stop)
+            return
+        timer = asyncio.create_task(self._clock_closes(stop), name="stream-dp-ingest-clock")
+        try:
+            await super().run(stop)
+        finally:
+            timer.cancel()
+            with contextlib.suppress(BaseException):
+                await timer
+
+    async def _clock_closes(self, stop: asyncio.Event) -> None:
+        from agents.kafka.fetch_backoff import wake
+
+        sch = self.w.schedule
+        while not stop.is_set():
+            now = time.time()
+            due = sch.due_through(now)
+            need = [p for p, st in list(self.states.items())
+                    if not st.replaying and st.covered_through() < due]
+            if need:
+                k = _kafka()
+                tps = [k.TopicPartition(self.topic, p) for p in need]
+                try:
+                    ends = await self.hw.end_offsets(tps)
+                except Exception as exc:  # handle() reads them again on its next pass
+                    log.debug("ingest: clock-close end offsets failed: %s", exc)
+                    ends = {}
+                ahead = False
+                for tp, end_offset in ends.items():
+                    state = self.states.get(tp.partition)
+                    if state is not None:
+                        state.schedule_close(due, int(end_offset), "clock", now)
+                        ahead = ahead or int(end_offset) > int(state.offset)
+                if ahead:  # records up to the closing point may wait in a fetch pause
+                    wake(self.consumer)
+            # sleep until the next tick's deadline + grace (at most 1 s, to follow rebalances)
+            nxt = sch.deadline(due + 1) + sch.grace - time.time()
+            await asyncio.sleep(min(1.0, max(0.005, nxt)))
+
+    async def stop(self) -> None:
+        try:
+            await super().stop()
+        finally:
+            if self.hw is not None:
+                with contextlib.suppress(Exception):
+                    await self.hw.stop()
+
+    async def close_clients(self) -> None:
+        hw, self.hw = self.hw, None
+        await super().close_clients()
+        if hw is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(hw.stop(), timeout=0.2)
+
+    def consumer_options(self) -> dict[str, Any]:
+        """The events consumer yields aiokafka's decoded records as they are, without a
+        ``ConsumerRecord`` per record (:mod:`agents.raw_records`; same batches, offsets and
+        contents)."""
+        from agents.ingest.raw_records import install, raw_records
+
+        return {"value_deserializer": raw_records} if install() else {}
+
+    def fetch_max_records(self) -> int:
+        """With record blocks (one item per fetched batch, typically 100–500 records), one
+        ``getmany`` returns at most ``max_batch / 100`` of them, so one handler call stays at
+        about ``max_batch`` records (a few ms of compiled work, not the whole prefetch)."""
+        from agents.ingest import RecordBlock
+
+        if RecordBlock is not None:
+            return max(1, int(self.s.max_batch) // 100)
+        return int(self.s.max_batch)
+
+    def new_state(self, p: int) -> IngestState:
+        state = IngestState(self.s, self.w.router, p, key=self.w.key, domain_id=self.w.domain_id)
+        state.hand_over_limit = max(1, HAND_OVER_PARTIALS // max(1, self.s.shards))
+        return state
+
+    def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
+        state.restore(payload, seq)
+
+    async def seek_fresh(self, tp: Any) -> None:
+        if self.s.events_start == "latest":
+            await self.consumer.seek_to_end(tp)
+        else:
+            await self.consumer.seek_to_beginning(tp)
+
+    async def after_restore(self, state: Any, from_checkpoint: bool) -> int | None:
+        """Read back the persisted closing points of the partition and follow them.
+
+        Without a checkpoint but with persisted points (a fresh deployment replaying a log that
+        was released before), ingest starts where the first persisted range starts, so every
+        decision is made again exactly as it was.
+        """
+        from agents.kafka.nonce import NONCE_KEY
+
+        # from the offset the checkpoint names (restore time independent of the deployment's
+        # age); without a checkpoint, from the beginning
+        records = await read_all(self.reader, self.s.schedule_topic, state.partition,
+                                 start=state.schedule_from if from_checkpoint else 0)
+        entries = []
+        for r in records:
+            if r.key == NONCE_KEY:
+                continue  # the deployment nonce (partition 0), not a closing point
+            try:
+                entries.append(ScheduleEntry.decode(r.value, state.entry_key))
+            except ScheduleMismatch as exc:
+                raise ScheduleMismatch(
+                    f"schedule topic {self.s.schedule_topic!r} partition {state.partition}, "
+                    f"offset {r.offset}: {exc}") from None
+            except (ValueError, KeyError, TypeError):
+                raise ScheduleMismatch(
+                    f"schedule topic {self.s.schedule_topic!r} partition {state.partition}: "
+                    f"unreadable entry at offset {r.offset}"
+                ) from None
+        state.load_known(entries)
+        if not from_checkpoint and state.known:
+            first = state.known[0]
+            if first.first != 1:
+                raise ScheduleMismatch(
+                    f"events partition {state.partition}: no checkpoint, and the persisted "
+                    f"closing points start at tick {first.first}, not 1"
+                )
+            state.range_start = first.start_offset
+            log.info("ingest partition %d: following %d persisted closing points (ticks "
+                     "through %d)", state.partition, len(state.known), state.known[-1].through)
+            return int(first.start_offset)
+        return None
+
+    async def handle(self, batch: dict[Any, list[Any]]) -> None:
+        for tp, records in batch.items():
+            state = self.states.get(tp.partition)
+            if state is None:
+                continue  # revoked meanwhile
+            self.w.processed += state.process_fetched(records)
+        lag = 0
+        jobs = []
+        clock = self.s.schedule == "clock"
+        now = time.time()
+        due = self.w.schedule.due_through(now) if clock else 0
+        need_end: list[Any] = []
+        k = _kafka()
+        for p, state in list(self.states.items()):
+            tp = k.TopicPartition(self.topic, p)
+            try:
+                pos = await self.consumer.position(tp)
+            except Exception:  # not assigned any more (rebalance in progress)
+                pos = None
+            if pos is not None:
+                if state.range_start < 0:
+                    state.range_start = pos
+                state.advance_to(pos)  # skips transaction markers; applies reached closes
+            end = self.consumer.last_stable_offset(tp)
+            if end is None:
+                end = self.consumer.highwater(tp)
+            if end is not None and pos is not None:
+                lag += max(0, end - pos)
+            if clock and not state.replaying and state.covered_through() < due:
+                need_end.append(tp)
+        if need_end:
+            # The clock passed a deadline (+ grace): the records appended until now belong to
+            # the closing ticks. Read the end offsets now, never from an older fetch response,
+            # and read the high watermark (the log end), not the last stable offset: an open
+            # transaction of any producer must not push honest records past the closing point.
+            # Records of a transaction still open there count if it commits (their own fate);
+            # the tick is released once the consumer has read up to the closing point.
+            try:
+                ends = await self.hw.end_offsets(need_end)
+            except Exception as exc:
+                log.warning("ingest: reading end offsets failed (%s); retrying", exc)
+                ends = {}
+            for tp, end_offset in ends.items():
+                state = self.states.get(tp.partition)
+                if state is not None and state.schedule_close(due, int(end_offset), "clock", now):
+                    state.apply_due()
+        backlog = 0
+        for p, state in list(self.states.items()):
+            out = state.out
+            if state.unsent and not out.partials:  # a backlog of closed ticks: one more step
+                state.hand_over(state.hand_over_limit)
+            backlog += state.unsent_ticks
+            # A large open state (10^5 open keys: ~0.1 s to encode) is checkpointed at most
+            # every 20x its encoding time between tick closes: checkpoints cost <= 5% of the
+            # loop, and at a tick close it is written anyway.
+            interval = max(self.s.commit_interval_s, 20.0 * self.encode_seconds.get(p, 0.0))
+            due_commit = time.monotonic() - self.last_commit.get(p, 0.0) >= interval
+            if out.ticks_closed or len(out.dead_letters) >= 10_000 or (
+                    state.dirty and due_commit):
+                jobs.append(self._commit(p, state))
+        self.w.metrics.set_consumer_lag(lag)
+        self._report_hand_over(backlog)
+        if jobs:
+            await asyncio.gather(*jobs)
+
+    #: (monotonic time of the last hand-over progress line, ticks left then)
+    _hand_over_said: tuple[float, int] = (0.0, 0)
+
+    def _report_hand_over(self, left: int) -> None:
+        """While closed ticks wait to be handed over (a backlog), one line at most every
+        :data:`HAND_OVER_EVERY_S` seconds saying how many are left; one line when done."""
+        now = time.monotonic()
+        said, before = self._hand_over_said
+        if left and (not before or now - said >= HAND_OVER_EVERY_S):
+            waiting = [st.unsent_ticks for st in self.states.values() if st.unsent]
+            log.info("ingest: handing over closed ticks: %d ticks left (%d tick-partitions on %d "
+                     "events partitions)", max(waiting, default=0), left, len(waiting))
+            self._hand_over_said = (now, left)
+        elif not left and before:
+            log.info("ingest: every closed tick handed over")
+            self._hand_over_said = (now, 0)
+
+    async def flush_all(self) -> None:
+        await asyncio.gather(
+            *(self._commit(p, st) for p, st in list(self.states.items()) if st.dirty)
+        )
+
+    async def _commit(self, p: int, state: IngestState) -> None:
+        prod = self.producers.get(p)
+        if prod is None:
+            return
+        s = self.s
+        out = state.out
+        t0 = time.monotonic()
+        marks = [time.time()]
+        # what this transaction's checkpoint says is handed over (read before the awaits)
+        through = state.handed_over_through()
+        try:
+            await prod.begin_transaction()
+            for key, rej, raw, offset in out.dead_letters:
+                msg = dlq_message(rej, raw, s.events_topic, p, offset)
+                await prod.send(s.dlq_topic, encode(msg), key=key)
+            for part in out.partials:
+                await prod.send(
+                    s.partials_topic, part.encode(), key=str(part.tick).encode(),
+                    partition=part.shard,
+                )
+            entry_sends = []
+            for entry in out.entries:
+                entry_sends.append(await prod.send(
+                    s.schedule_topic, entry.encode(state.entry_key),
+                    key=f"{s.app_id}/{s.events_topic}/{p}".encode(), partition=p,
+                ))
+            marks.append(time.time())
+            await self._send_checkpoint(prod, p, state)
+            marks.append(time.time())
+            await prod.commit_transaction()
+            state.mark_written(through)
+            marks.append(time.time())
+            release = getattr(self.w, "release", None)
+            if out.partials and release is not None:
+                # the in-process release stage fetches them now, not after its fetch pause
+                release.partials_committed()
+            if entry_sends:
+                # every closing point needed after a restore from a later checkpoint lies past
+                # these: the next checkpoint says where to start reading the schedule topic
+                metas = await asyncio.gather(*entry_sends)
+                state.schedule_from = max(state.schedule_from,
+                                          max(int(m.offset) for m in metas) + 1)
+            self.offsets_committed_later(p, state.offset)
+            closes = {part.tick: part.closed_at for part in out.partials}
+            for tick, closed_at in sorted(closes.items()):
+                self.w.ingest_timings.append({
+                    "tick": tick, "partition": p, "to_commit": marks[0] - closed_at,
+                    "outputs": marks[1] - marks[0], "checkpoint": marks[2] - marks[1],
+                    "commit": marks[3] - marks[2]})
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                await prod.abort_transaction()
+            await self._recover(p, exc)
+            return
+        m = self.w.metrics
+        m.checkpoint_written(time.monotonic() - t0)
+        if out.accepted:
+            m.event_accepted(out.accepted)
+        if out.late:
+            m.event_late(out.late)
+        reasons: dict[str, int] = {}
+        for _, rej, _, _ in out.dead_letters:
+            if rej.reason not in ("late", "tick_closed"):
+                reasons[rej.reason] = reasons.get(rej.reason, 0) + 1
+        for reason, n in reasons.items():
+            m.event_dead_lettered(reason, n)
+        closed = sum(1 for _, rej, _, _ in out.dead_letters if rej.reason == "tick_closed")
+        if closed:
+            # counted as late in the metrics, but never silent: on a markers deployment this is
+            # a log replayed again into the same topic (rate-limited like every warning)
+            self.w.stats["tick_closed"] += closed
+            log.warning("ingest partition %d: %d events for ticks already closed (next open tick "
+                        "%d) went to %s as tick_closed (%d so far): %s", p, closed,
+                        state.next_tick, s.dlq_topic, self.w.stats["tick_closed"],
+                        "a log replayed again into this markers deployment's topic; its ticks "
+                        "are released already, nothing new is: replay into a fresh deployment"
+                        if s.schedule == "markers" else
+                        "records that reached the partition after their tick closed (a "
+                        "producer flushing late, CreateTime stamps in the past)")
+        self.w.stats["accepted"] += out.accepted
+        self.w.stats["clamped"] += out.clamped
+        self.w.stats["dead_letters"] += len(out.dead_letters)
+        self.w.stats["partition_ticks_closed"] += out.ticks_closed
+        out.clear()
+        state.dirty = False
+        self.last_commit[p] = time.monotonic()

@@ -1,0 +1,1 @@
+"""agents.kafka (see the package contract written in the next step)."""

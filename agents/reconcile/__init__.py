@@ -1,0 +1,1 @@
+"""agents.reconcile (see the package contract written in the next step)."""

@@ -1,0 +1,1 @@
+"""agents.release (see the package contract written in the next step)."""

@@ -1,0 +1,1 @@
+"""agents.telemetry (see the package contract written in the next step)."""

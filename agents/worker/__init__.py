@@ -1,0 +1,1 @@
+"""agents.worker (see the package contract written in the next step)."""
