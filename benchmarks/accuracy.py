@@ -24,7 +24,8 @@ import numpy as np
 from stream_dp.analysis import lower_bound
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.counters import CounterBank
-from stream_dp.strategies import available, make_mechanism
+from stream_dp.planner import make_mechanism
+from stream_dp.strategies.registry import available
 
 PS = (0.1, 0.3, 0.5, 0.7, 0.9, 0.99, 0.999)
 

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from stream_dp.budget import ZCDP
-from stream_dp.strategies.blt import BltMechanism
+from stream_dp.strategies.blt.mechanism import BltMechanism
 
 
 def worst_case(horizon: int, rho: float, cap: float, spread: int = 2000) -> dict[str, float]:

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agents.config import Settings
-from agents.ingest import IngestState, Router
+from agents.config.settings import Settings
 from agents.ingest import bucket_columns as bc
+from agents.ingest.routing import Router
+from agents.ingest.state import IngestState
 from stream_dp.domain import Domain
 
 dom = Domain.from_paths([f"r{i}/m{j}/l{k}" for i in range(10) for j in range(100)

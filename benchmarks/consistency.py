@@ -41,7 +41,9 @@ from typing import Any
 
 import numpy as np
 
-from stream_dp.consistency import approximate, general_solution, reconcile
+from stream_dp.consistency import reconcile
+from stream_dp.consistency.approx import approximate
+from stream_dp.consistency.general import general_solution
 from stream_dp.consistency.restaurant import (
     RESTAURANT_B,
     interval_tree_levels,
@@ -175,7 +177,7 @@ def bench_restaurant_weighted(days: int) -> None:
     rng = np.random.default_rng(1)
     sizes = interval_tree_levels(days, 2)
     level_sd = np.concatenate([np.full(s, 1.5**lvl) for lvl, s in enumerate(sizes)])
-    from stream_dp.consistency import weighted_general_solution
+    from stream_dp.consistency.general import weighted_general_solution
 
     for lifted in (True, False):
         subs, n = restaurant_subproblems(days, 2, lifted=lifted)

@@ -29,7 +29,8 @@ import numpy as np
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.counters import CounterBank
 from stream_dp.mechanism import Mechanism
-from stream_dp.strategies import available, get, make_mechanism
+from stream_dp.planner import make_mechanism
+from stream_dp.strategies.registry import available, get
 
 HORIZON = 2**20 - 1
 

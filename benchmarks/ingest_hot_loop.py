@@ -43,8 +43,9 @@ from aiokafka.consumer import fetcher  # noqa: E402
 from aiokafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 from aiokafka.structs import TopicPartition  # noqa: E402
 
-from agents.ingest import IngestState, RecordBlock  # noqa: E402
 from agents.ingest.raw_records import install, raw_records  # noqa: E402
+from agents.ingest.records import RecordBlock  # noqa: E402
+from agents.ingest.state import IngestState  # noqa: E402
 from agents.worker.pipeline import Worker  # noqa: E402
 from tests.integration import pipeline_support as ps  # noqa: E402
 

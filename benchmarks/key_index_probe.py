@@ -23,8 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from agents.config import Settings
-from agents.ingest import IngestState, Record, Router, _fastingest
+from agents.config.settings import Settings
+from agents.ingest import _fastingest
+from agents.ingest.records import Record
+from agents.ingest.routing import Router
+from agents.ingest.state import IngestState
 from stream_dp.domain import Domain
 
 

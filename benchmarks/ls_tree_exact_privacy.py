@@ -25,7 +25,7 @@ import time
 from fractions import Fraction
 
 from stream_dp.budget import PureDP
-from stream_dp.strategies.ls_tree import LsTreeMechanism
+from stream_dp.strategies.ls_tree.mechanism import LsTreeMechanism
 from stream_dp.strategies.ls_tree.plan import COEFF_BITS
 
 

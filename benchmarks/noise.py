@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from stream_dp.noise import KeyedNoise
 from stream_dp.noise.gaussian import gaussian_core
+from stream_dp.noise.keyed import KeyedNoise
 from stream_dp.noise.laplace import discrete_laplace_params, laplace_core
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 
 from stream_dp.budget import ZCDP, Privacy, PureDP
-from stream_dp.strategies import available, make_mechanism
+from stream_dp.planner import make_mechanism
+from stream_dp.strategies.registry import available
 
 PS = (0.1, 0.9, 0.99, 0.999, 0.9999, 1.0)
 

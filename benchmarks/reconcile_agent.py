@@ -32,7 +32,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[import-
 
 from agents.kafka.codec import count_message, encode
 from agents.kafka.embedded_broker import EmbeddedBroker
-from agents.reconcile.agent import Reconciler, ReconcilerConfig
+from agents.reconcile.agent import Reconciler
+from agents.reconcile.config import ReconcilerConfig
 from stream_dp.consistency import reconcile
 from stream_dp.domain import Domain
 

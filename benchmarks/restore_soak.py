@@ -29,7 +29,7 @@ KEY_HEX = "8d3a61f0c47e25b9a1e6d0937f4c28b5e0a9173dc62f8b4e5d17a0c39b6e2f84"
 
 
 def _settings(bootstrap: str, tmp: Path, name: str, tick_seconds: float) -> object:
-    from agents.config import Settings
+    from agents.config.settings import Settings
 
     dom = tmp / f"{name}.toml"
     dom.write_text('name = "soak"\nkind = "hierarchy"\nroot = "all"\n'

@@ -557,7 +557,7 @@ def _shipped(*names: str) -> dict[str, Any]:
     """The shipped defaults of these settings (pipeline_support's test values differ)."""
     import dataclasses
 
-    from agents.config import Settings
+    from agents.config.settings import Settings
 
     defaults = {f.name: f.default for f in dataclasses.fields(Settings)}
     return {n: defaults[n] for n in names}
@@ -583,7 +583,7 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     import subprocess
 
     from agents.commands.worker import serve
-    from agents.config import load_domain
+    from agents.config.domain import load_domain
     from agents.kafka.embedded_broker import free_port
     from agents.release.state import build_mechanism
 

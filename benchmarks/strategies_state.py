@@ -22,7 +22,8 @@ import numpy as np
 
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.counters import CounterBank
-from stream_dp.strategies import available, make_mechanism
+from stream_dp.planner import make_mechanism
+from stream_dp.strategies.registry import available
 
 
 def bench(

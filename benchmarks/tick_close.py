@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from agents.config import Settings
-from agents.ingest import Partial, Router
+from agents.config.settings import Settings
 from agents.ingest.records import _fast_dumps, _fast_loads
+from agents.ingest.routing import Partial, Router
 from agents.release.state import ReleaseState
 from stream_dp.contributions import cap_units, value_unit
 from stream_dp.domain import Domain

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from agents.commands.replay import encode_event, send_events
+from agents.commands._replay_send import encode_event, send_events
 from agents.kafka.embedded_broker import EmbeddedBroker
 from simulators.base import TimeAxis
 from simulators.logfile import read_log, write_log

@@ -126,7 +126,8 @@ def _check_names(stream_names: Sequence[str]) -> tuple[str, ...]:
 
 
 def _make_noise(key: bytes, tag: str, names: tuple[str, ...]) -> BoundNoise:
-    from stream_dp.noise import KeyedNoise, stream_ids
+    from stream_dp.noise.keyed import KeyedNoise
+    from stream_dp.noise.keys import stream_ids
 
     noise: BoundNoise = KeyedNoise(key, tag, stream_ids(names))
     return noise
@@ -139,7 +140,7 @@ class CounterBank:
     :meth:`stream_dp.domain.Domain.digest`) and ``epoch`` its configuration epoch; both are
     part of the noise key and of the checkpoint context (see the module docstring).
 
-    >>> from stream_dp.strategies import make_mechanism
+    >>> from stream_dp.planner import make_mechanism
     >>> bank = CounterBank(make_mechanism("dmfda", 0.9, 63, PureDP(1.0)), ["a", "b"], b"k" * 32)
     >>> bank.step([3, 0]).shape, bank.tick
     ((2,), 1)
@@ -375,7 +376,7 @@ class CounterBank:
                     "releases bit for bit; restore it with the library version that wrote it"
                 )
             if mechanism is None:
-                from stream_dp.strategies import make_mechanism
+                from stream_dp.planner import make_mechanism
 
                 cfg = header["mechanism"]
                 privacy = privacy_from_dict(cfg["privacy"])
@@ -494,7 +495,7 @@ class DecayedCounter:
         epoch: int = 0,
     ) -> None:
         from stream_dp.budget import ZCDP
-        from stream_dp.strategies import make_mechanism
+        from stream_dp.planner import make_mechanism
 
         key_bytes = _check_key(key)
         if not isinstance(name, str) or not name:

@@ -32,9 +32,8 @@ the mechanism and turns its refusal into the same one-line error.
 
 **Layering** (issue #26): this module is the bottom of strategy selection — it imports nothing
 from ``stream_dp``; the registry (:mod:`stream_dp.strategies.registry`) checks its arguments with
-:func:`check_parameters`, and the planner sits above both. ``stream_dp.limits.check_buildable``,
-which builds mechanisms, is defined in the planner; the name stays importable from here as a lazy
-alias (module ``__getattr__``: resolved on first use, never at import time).
+:func:`check_parameters`, and the planner sits above both (:func:`stream_dp.planner.check_buildable`,
+which builds mechanisms, lives there).
 
 Memory: :func:`estimate_memory` bounds the bytes one worker needs for a strategy's tables and
 ``n_streams`` streams; :func:`check_memory` refuses what does not fit a limit.
@@ -51,10 +50,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the alias's type for mypy (no import at run time; see __getattr__)
-    from stream_dp.planner import check_buildable
 
 __all__ = [
     "CAP_RANGE",
@@ -63,7 +58,6 @@ __all__ = [
     "P_RANGE",
     "RHO_RANGE",
     "MemoryEstimate",
-    "check_buildable",  # alias of stream_dp.planner.check_buildable (module __getattr__)
     "check_memory",
     "check_parameters",
     "estimate_memory",
@@ -243,12 +237,3 @@ def check_memory(
         )
     return est
 
-
-def __getattr__(name: str) -> object:
-    """Lazy alias: ``check_buildable`` is :func:`stream_dp.planner.check_buildable` (it builds
-    mechanisms, so it lives above the registry; this module stays at the bottom)."""
-    if name == "check_buildable":
-        from stream_dp.planner import check_buildable
-
-        return check_buildable
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,9 +22,8 @@ the others' error keeps growing linearly afterwards (docs/accuracy.md, "p = 1").
 Layers, bottom up (issue #26; ``tests/unit/test_layering.py``): :mod:`stream_dp.limits` (ranges)
 < :mod:`stream_dp.strategies.registry` < :mod:`stream_dp.figures` < this module <
 :mod:`stream_dp.analysis`. :func:`make_mechanism` here is the one implementation of "build a
-mechanism, ``auto`` included"; ``stream_dp.strategies.make_mechanism`` and
-``stream_dp.limits.check_buildable`` are lazy aliases of this module's functions (module
-``__getattr__``), so no module below imports this one.
+mechanism, ``auto`` included", and :func:`check_buildable` the one "would it build"; import
+them from here (no module below imports this one, not even lazily).
 
 >>> from stream_dp.budget import PureDP
 >>> pick(0.3, 1023, PureDP(1.0))
@@ -53,7 +52,7 @@ def check_range(mechanism: Mechanism, max_tick_count: float, what: str | None = 
     counts overflow, so the planner and the service refuse it up front.
 
     >>> from stream_dp.budget import PureDP
-    >>> from stream_dp.strategies import make_mechanism
+    >>> from stream_dp.planner import make_mechanism
     >>> check_range(make_mechanism("naive", 0.9, 63, PureDP(1.0)), 1e6)
     >>> check_range(make_mechanism("tree-ls", 0.999, 4095, PureDP(1.0)), 1e9)
     Traceback (most recent call last):
@@ -176,7 +175,6 @@ def check_buildable(
 
     A strategy's own refusal (a budget its samplers cannot follow for this cap and grid, a
     strategy unknown or not offered for the privacy model) becomes a one-line ``ValueError``.
-    Also importable as ``stream_dp.limits.check_buildable``.
     """
     try:
         mech = make_mechanism(strategy, p, horizon, privacy, cap, integer_counts=integer_counts)

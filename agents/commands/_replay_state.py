@@ -98,7 +98,7 @@ def key_fingerprint(key: bytes) -> str:
 def load_key_for_fingerprint(key_file: str | None) -> bytes | None:
     """The noise key as the worker loads it (:func:`stream_dp.noise.load_key`: length, entropy
     and file permissions checked), or ``None`` if no key is configured here."""
-    from stream_dp.noise import load_key
+    from stream_dp.noise.keys import load_key
 
     key_file = key_file or os.environ.get("STREAM_DP_KEY_FILE") or None
     if key_file is None and not os.environ.get("STREAM_DP_KEY"):

@@ -349,7 +349,7 @@ class Demo:
         return path, origin, traffic
 
     def start(self) -> tuple[Any, Traffic]:
-        from agents.config import Settings
+        from agents.config.settings import Settings
         from agents.kafka.embedded_broker import EmbeddedBroker, free_port
 
         a = self.args
@@ -390,7 +390,7 @@ class Demo:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.add_signal_handler(sig, stop.set)
-        from agents.config import load_domain
+        from agents.config.domain import load_domain
 
         domain = load_domain(settings.domain_file)
         board = Board(names=tuple(domain.names))
@@ -570,9 +570,10 @@ def _offline(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> None:
     """Every option, the budget and the strategy, before the broker starts (one-line errors)."""
-    from agents.config import _STRATEGIES, Settings
+    from agents.config.settings import _STRATEGIES, Settings
     from stream_dp.budget import PureDP
-    from stream_dp.limits import check_buildable, check_parameters
+    from stream_dp.limits import check_parameters
+    from stream_dp.planner import check_buildable
 
     def finite_positive(name: str, value: float, what: str) -> None:
         if not (math.isfinite(value) and value > 0):

@@ -58,22 +58,24 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from agents.commands._progress import ProgressBar
-from agents.commands._replay_checks import _check_log
-from agents.commands._replay_checks import validate_args as validate_args
-from agents.commands._replay_send import HEADER as HEADER
-from agents.commands._replay_send import SendReport as SendReport
-from agents.commands._replay_send import _retime_offset, _shifted
-from agents.commands._replay_send import encode_event as encode_event
-from agents.commands._replay_send import end_offsets as end_offsets
-from agents.commands._replay_send import find_unacknowledged as find_unacknowledged
-from agents.commands._replay_send import send_events as send_events
-from agents.commands._replay_state import STATE_VERSION as STATE_VERSION
-from agents.commands._replay_state import ReplayState as ReplayState
-from agents.commands._replay_state import _describe, _imported, _now_iso
-from agents.commands._replay_state import key_fingerprint as key_fingerprint
-from agents.commands._replay_state import load_key_for_fingerprint as load_key_for_fingerprint
-from agents.commands._replay_state import log_digest as log_digest
-from agents.commands._replay_state import state_path as state_path
+from agents.commands._replay_checks import _check_log, validate_args
+from agents.commands._replay_send import (
+    _retime_offset,
+    _shifted,
+    end_offsets,
+    find_unacknowledged,
+    send_events,
+)
+from agents.commands._replay_state import (
+    ReplayState,
+    _describe,
+    _imported,
+    _now_iso,
+    key_fingerprint,
+    load_key_for_fingerprint,
+    log_digest,
+    state_path,
+)
 from agents.commands.replay_history import Content, ReplayHistory
 from agents.kafka.clients import (
     add_bootstrap_argument,

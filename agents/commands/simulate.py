@@ -29,7 +29,7 @@ async def produce(
     records: Iterator[LogRecord], args: argparse.Namespace, stop: asyncio.Event
 ) -> _sim.Produced:
     """Send ``records`` to the events topic with the service's idempotent producer."""
-    from agents.commands.replay import send_events
+    from agents.commands._replay_send import send_events
     from agents.kafka.clients import bootstrap_from, default_topic
 
     topic = args.topic or default_topic("events")

@@ -52,7 +52,7 @@ def _settings(args: argparse.Namespace) -> object:
     import math
     import time
 
-    from agents.config import Settings
+    from agents.config.settings import Settings
 
     overrides: dict[str, Any] = {}
     if args.bootstrap:
@@ -74,7 +74,7 @@ def _settings(args: argparse.Namespace) -> object:
 async def create_topics(settings: object) -> list[str]:
     """Create the missing service topics and the reconcile leader topic; return created names."""
     from agents.kafka.topics import ensure_topics
-    from agents.reconcile.agent import LEADER_TOPIC, ensure_leader_topic
+    from agents.reconcile.leader import LEADER_TOPIC, ensure_leader_topic
 
     bootstrap: str = settings.bootstrap  # type: ignore[attr-defined]
     created = await ensure_topics(bootstrap, settings)  # type: ignore[arg-type]

@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_settings(args: argparse.Namespace) -> Any:
     """Settings from defaults < TOML < environment < command-line options."""
-    from agents.config import Settings
+    from agents.config.settings import Settings
 
     overrides: dict[str, Any] = {}
     for opt, name in (("bootstrap", "bootstrap"), ("worker_id", "worker_id"),
@@ -121,8 +121,9 @@ async def serve(
     server (or ``None``) once everything is up; ``worker_created`` with the in-process
     :class:`agents.pipeline.Worker` (``pipeline_processes = 0``).
     """
-    from agents.config import load_domain
-    from agents.reconcile.agent import Reconciler, ReconcilerConfig
+    from agents.config.domain import load_domain
+    from agents.reconcile.agent import Reconciler
+    from agents.reconcile.config import ReconcilerConfig
     from agents.telemetry.metrics import Metrics
 
     # raw event counters (operator data) only when the setting asks for them
@@ -154,7 +155,7 @@ async def serve(
                 "--web-port / STREAM_DP_WEB_PORT, 0 picks a free one, or --no-web)"
             ) from None
     if pipeline and int(getattr(settings, "pipeline_processes", 0)) > 0:
-        from agents.config import check_attribute_settings
+        from agents.config.domain import check_attribute_settings
         from agents.release.state import build_mechanism
         from agents.worker.processes import PipelineGroup
 
@@ -172,6 +173,7 @@ async def serve(
             worker_created(worker)
 
     from agents.kafka.groups import (
+        SHARED_WORKER_ID_HINT,
         WorkerIdShared,
         add_shared_worker_id_listener,
         remove_shared_worker_id_listener,
@@ -280,13 +282,6 @@ async def serve(
     return rc
 
 
-#: what to do when another worker runs with this worker's worker_id (the same text on one host,
-#: at start-up, and across hosts, when the broker's group membership shows it)
-SHARED_WORKER_ID_HINT = (
-    "Give each worker its own stable --worker-id / STREAM_DP_WORKER_ID (the default is the "
-    "host name; e.g. the StatefulSet pod name); the other worker keeps running"
-)
-
 
 class StartupProblem(RuntimeError):
     """The worker cannot start as configured (port in use, topics missing): one line, exit 2."""
@@ -296,8 +291,9 @@ class StartupProblem(RuntimeError):
 def _report_failure(name: str, exc: BaseException) -> int:
     """Log why part ``name`` failed, in one line for every known cause; return the exit status
     (1 failed, 3 refused log, 4 refused checkpoint; docs/operations.md)."""
-    from agents.ingest import ScheduleMismatch
-    from agents.release.state import CheckpointRefused, ReleaseOverflow
+    from agents.ingest.schedule import ScheduleMismatch
+    from agents.kafka.checkpoints import CheckpointRefused
+    from agents.release.state import ReleaseOverflow
 
     if isinstance(exc, _ChildFailed):
         log.error("a pipeline process failed; stopping",
@@ -414,7 +410,8 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
     """Everything that can be checked before connecting to the broker: the settings and their
     ranges, the domain file, the memory the strategy and streams need, the noise key.
     Returns ``(settings, key)``; raises ``ValueError`` / ``OSError`` with a one-line message."""
-    from agents.config import check_memory, load_domain
+    from agents.config.domain import load_domain
+    from agents.config.memory import check_memory
     from agents.worker.pipeline import check_backlog
 
     settings = load_settings(args)
@@ -432,7 +429,7 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
             f"domain_file {settings.domain_file!r} cannot be read: {exc.strerror or exc}"
         ) from None
     check_memory(settings, len(domain.names))
-    from agents.config import check_attribute_settings
+    from agents.config.domain import check_attribute_settings
 
     check_attribute_settings(settings, domain)
     from agents.release.state import build_mechanism

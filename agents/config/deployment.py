@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from agents.config import Settings
+from agents.config.settings import Settings
 
 __all__ = ["BINDING", "NOT_BINDING", "deployment_context", "deployment_id"]
 

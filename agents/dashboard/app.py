@@ -562,7 +562,7 @@ def make_dashboard_app(
     """
     if config is None:
         if settings is None:
-            from agents.config import Settings
+            from agents.config.settings import Settings
 
             settings = Settings.load()
         config = DashboardConfig.from_settings(settings)

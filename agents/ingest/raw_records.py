@@ -113,7 +113,7 @@ def install() -> bool:
     memory = getattr(fetcher, "MemoryRecords", None)
     if base is None or memory is None or not hasattr(base, "_consumer_record"):  # pragma: no cover
         return False
-    from agents.ingest import RecordBlock
+    from agents.ingest.records import RecordBlock
 
     class MemoryRecords(memory):  # type: ignore[misc, valid-type]
         """aiokafka's ``MemoryRecords``, keeping the fetched bytes (for record blocks)."""

@@ -12,12 +12,18 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from collections import deque
+from typing import Any, Protocol
 
-from agents.ingest import FAST_PATH_STATUS, IngestState, ScheduleEntry, ScheduleMismatch
-from agents.kafka.checkpoints import read_all
+from agents.ingest.records import FAST_PATH_STATUS
+from agents.ingest.routing import Router
+from agents.ingest.schedule import ScheduleEntry, ScheduleMismatch
+from agents.ingest.state import IngestState
+from agents.ingest.ticks import Schedule
+from agents.kafka.checkpoint_reader import read_all
 from agents.kafka.codec import dlq_message, encode
-from agents.kafka.stage import _kafka, _Stage
+from agents.kafka.stage import StageHost, _kafka, _Stage
+from agents.telemetry.pipeline_metrics import PipelineMetrics
 
 log = logging.getLogger("stream_dp.pipeline")
 
@@ -34,8 +40,36 @@ HAND_OVER_EVERY_S = 10.0
 #: consumer wakes it, so the pause delays no tick's release
 INGEST_IDLE_GROWTH = 4.0
 
+class IngestHost(StageHost, Protocol):
+    """What the ingest stage sees of the process that runs it, besides :class:`StageHost`."""
+
+    #: node routing of the domain (streams -> release shards)
+    router: Router
+    #: the noise key (the schedule digest and the close markers are keyed with it)
+    key: bytes
+    #: the deployment's identity (set again once the deployment nonce is adopted)
+    domain_id: str
+    #: the public release schedule (ticks and their deadlines)
+    schedule: Schedule
+    metrics: PipelineMetrics
+    #: the ingest side of each tick's close, per events partition (seconds; diagnostics)
+    ingest_timings: deque[dict[str, float]]
+    #: records handed to the stage so far (benchmarks)
+    processed: int
+
+    def partials_committed(self) -> None:
+        """Partials were committed (an in-process release stage fetches them now)."""
+        ...
+
+
 class IngestStage(_Stage):
     name = "ingest"
+    w: IngestHost
+    #: a changed log (:class:`ScheduleMismatch`) stops the worker: never retried
+    fatal_restore_errors = (ScheduleMismatch,)
+
+    def __init__(self, worker: IngestHost, topic: str, group: str, ckpt_topic: str) -> None:
+        super().__init__(worker, topic, group, ckpt_topic)
 
     #: a consumer without a group that reads the log end offsets (read_uncommitted): the
     #: clock rule closes at the high watermark, so another producer's open transaction (which
@@ -130,7 +164,7 @@ class IngestStage(_Stage):
         """With record blocks (one item per fetched batch, typically 100–500 records), one
         ``getmany`` returns at most ``max_batch / 100`` of them, so one handler call stays at
         about ``max_batch`` records (a few ms of compiled work, not the whole prefetch)."""
-        from agents.ingest import RecordBlock
+        from agents.ingest.records import RecordBlock
 
         if RecordBlock is not None:
             return max(1, int(self.s.max_batch) // 100)
@@ -311,10 +345,8 @@ class IngestStage(_Stage):
             await prod.commit_transaction()
             state.mark_written(through)
             marks.append(time.time())
-            release = getattr(self.w, "release", None)
-            if out.partials and release is not None:
-                # the in-process release stage fetches them now, not after its fetch pause
-                release.partials_committed()
+            if out.partials:
+                self.w.partials_committed()
             if entry_sends:
                 # every closing point needed after a restore from a later checkpoint lies past
                 # these: the next checkpoint says where to start reading the schedule topic

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.config import Settings
+from agents.config.settings import Settings
 from agents.ingest.digest import (
     _DIGEST_MOD,
     _UNKEYED,

@@ -6,25 +6,31 @@ keeps the newest copy of every chunk slot), with headers ``seq``, ``i``, ``n``. 
 the input offsets they describe, so a ``read_committed`` reader sees all chunks of a checkpoint
 or none.
 
-:func:`read_latest` scans the partition backwards from its end in growing windows and returns
+:func:`~agents.kafka.checkpoint_reader.read_latest` scans the partition backwards from its end in growing windows and returns
 the newest checkpoint whose ``n`` chunks are all present (cost: about one checkpoint's bytes,
 not the topic's history).
 
 A **progress record** (key ``"p"``, header ``progress`` = the ``seq`` of the full checkpoint it
 builds on) is a small payload committed in the transactions between two full checkpoints (setting
-``release_checkpoint_every``); :func:`read_latest_with_progress` returns the newest one that builds
+``release_checkpoint_every``); :func:`~agents.kafka.checkpoint_reader.read_latest_with_progress` returns the newest one that builds
 on the checkpoint it found. Readers without the notion skip it (it has no ``seq`` header).
+
+This module is the format (pure: no I/O, no Kafka client); reading checkpoints back from their
+topic is :mod:`agents.kafka.checkpoint_reader`.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Checkpoint", "Progress", "chunk_messages", "progress_message", "read_all", "read_latest",
-           "read_latest_with_progress"]
+__all__ = ["Checkpoint", "CheckpointRefused", "Progress", "chunk_messages", "progress_message"]
+
+
+class CheckpointRefused(ValueError):
+    """A checkpoint that must not be used: tampered, written under another key, or under
+    another configuration (ε, strategy, weights, domain, epoch, shards, …), or a state ahead of
+    the log it was read from. Fatal: the worker stops (exit status 4)."""
 
 
 @dataclass(frozen=True)
@@ -98,103 +104,3 @@ def _assemble(records: list[Any]) -> tuple[Checkpoint | None, bool]:
         return None, True
     return None, False
 
-
-async def read_latest(
-    consumer: Any, topic: str, partition: int, timeout_s: float = 60.0
-) -> Checkpoint | None:
-    """The newest complete checkpoint in ``topic``/``partition``, or ``None`` if there is none.
-
-    ``consumer`` is a started ``AIOKafkaConsumer`` without a group, with
-    ``isolation_level="read_committed"``; this call (re)assigns it to the one partition.
-    """
-    return (await read_latest_with_progress(consumer, topic, partition, timeout_s))[0]
-
-
-async def read_latest_with_progress(
-    consumer: Any, topic: str, partition: int, timeout_s: float = 60.0
-) -> tuple[Checkpoint | None, Progress | None]:
-    """:func:`read_latest`, and the newest progress record written after that checkpoint and
-    building on it (``None`` if there is none, or if it builds on another checkpoint)."""
-    from aiokafka import TopicPartition
-
-    tp = TopicPartition(topic, partition)
-    consumer.assign([tp])
-    try:
-        return await _read_latest(consumer, tp, topic, partition, timeout_s)
-    finally:
-        consumer.unsubscribe()  # stop background fetching of the checkpoint partition
-
-
-async def _read_latest(
-    consumer: Any, tp: Any, topic: str, partition: int, timeout_s: float
-) -> tuple[Checkpoint | None, Progress | None]:
-    begin = (await consumer.beginning_offsets([tp]))[tp]
-    end = (await consumer.end_offsets([tp]))[tp]
-    if end <= begin:
-        return None, None
-    window = 64
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        start = max(begin, end - window)
-        consumer.seek(tp, start)
-        records: list[Any] = []
-        while await consumer.position(tp) < end:
-            if loop.time() > deadline:
-                raise TimeoutError(f"reading checkpoint {topic}/{partition} took > {timeout_s} s")
-            batch = await consumer.getmany(tp, timeout_ms=500)
-            for r in batch.get(tp, ()):
-                if r.offset < end:
-                    records.append(r)
-        found, incomplete = _assemble(records)
-        if found is not None:
-            return found, _progress_of(records, found.seq)
-        if start == begin:
-            if incomplete:
-                raise RuntimeError(
-                    f"checkpoint topic {topic}/{partition} holds an incomplete checkpoint; "
-                    "refusing to start from scratch (that could count events twice)"
-                )
-            return None, None
-        window *= 4
-
-
-async def read_all(
-    consumer: Any, topic: str, partition: int, timeout_s: float = 120.0, start: int = 0,
-    until: Callable[[Any], bool] | None = None,
-) -> list[Any]:
-    """Every committed record of ``topic``/``partition`` from offset ``start`` (or its
-    beginning, whichever is later), in offset order; with ``until``, stop after the first
-    record for which it is true.
-
-    ``consumer`` as for :func:`read_latest` (no group, ``read_committed``); used for the
-    schedule topic: a restarted ingest partition reads it back from the offset its checkpoint
-    names, so restore time does not grow with the deployment's age.
-    """
-    from aiokafka import TopicPartition
-
-    tp = TopicPartition(topic, partition)
-    consumer.assign([tp])
-    try:
-        begin = (await consumer.beginning_offsets([tp]))[tp]
-        end = (await consumer.end_offsets([tp]))[tp]
-        out: list[Any] = []
-        begin = max(begin, start)
-        if end <= begin:
-            return out
-        consumer.seek(tp, begin)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while await consumer.position(tp) < end:
-            if loop.time() > deadline:
-                raise TimeoutError(f"reading {topic}/{partition} took > {timeout_s} s")
-            batch = await consumer.getmany(tp, timeout_ms=500)
-            for r in batch.get(tp, ()):
-                if r.offset >= end:
-                    break
-                out.append(r)
-                if until is not None and until(r):
-                    return out
-        return out
-    finally:
-        consumer.unsubscribe()

@@ -206,6 +206,14 @@ class _Fenced(Exception):
         self.shared = shared
 
 
+#: what to do when another worker runs with this worker's worker_id (the same text on one host,
+#: at start-up, and across hosts, when the broker's group membership shows it)
+SHARED_WORKER_ID_HINT = (
+    "Give each worker its own stable --worker-id / STREAM_DP_WORKER_ID (the default is the "
+    "host name; e.g. the StatefulSet pod name); the other worker keeps running"
+)
+
+
 class WorkerIdShared(_KafkaError):  # type: ignore[misc]
     """Another process holds this worker's static group membership (``group.instance.id``,
     i.e. its ``worker_id``): two workers run with one ``worker_id``.

@@ -22,7 +22,7 @@ import json
 import secrets
 from typing import Any
 
-from agents.config import Settings
+from agents.config.settings import Settings
 
 __all__ = ["NONCE_KEY", "NONCE_PURPOSE", "adopt_nonce", "nonce_record", "parse_nonce"]
 
@@ -75,7 +75,7 @@ async def adopt_nonce(settings: Settings, domain_digest: str, key: bytes, kafka_
     topic; if there is none, write one and read again (the earliest record wins)."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-    from agents.kafka.checkpoints import read_all
+    from agents.kafka.checkpoint_reader import read_all
 
     topic = settings.schedule_topic
     reader = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, **kafka_kwargs,

@@ -2,8 +2,9 @@
 
 A group consumer, one transactional producer per assigned partition, checkpoint restore
 and seek on assignment, fencing, liveness and ownership checks, background offset
-commits. The exactly-once design is described in :mod:`agents.pipeline`; the two stages
-are :mod:`agents.ingest_stage` and :mod:`agents.release_stage`.
+commits. The exactly-once design is described in :mod:`agents.worker.pipeline`; the two
+stages are :mod:`agents.ingest.stage` and :mod:`agents.release.stage`. A stage sees of the
+process that runs it only a :class:`StageHost` (each stage adds the few members it needs).
 """
 
 from __future__ import annotations
@@ -13,18 +14,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from agents.ingest import ScheduleMismatch
+from agents.config.security import KafkaSecurity
+from agents.config.settings import Settings
 from agents.kafka.checked_producer import TransactionRecordFailed, _CheckedProducer
-from agents.kafka.checkpoints import Progress, chunk_messages, read_latest_with_progress
+from agents.kafka.checkpoint_reader import read_latest_with_progress
+from agents.kafka.checkpoints import CheckpointRefused, Progress, chunk_messages
 from agents.kafka.groups import leave_group
-from agents.release.state import CheckpointRefused
 from stream_dp.integrity import IntegrityError
-
-if TYPE_CHECKING:
-    from agents.worker.pipeline import Worker
-
 
 log = logging.getLogger("stream_dp.pipeline")
 
@@ -70,12 +68,47 @@ def _listener(stage: _Stage) -> Any:
     return _Listener()
 
 
+class StageHost(Protocol):
+    """What a stage sees of the process that runs it (:class:`agents.worker.pipeline.Worker`).
+
+    A stage reads its settings and reports through these members, never through the process's
+    other parts; each stage adds the few members it needs (``IngestHost``, ``ReleaseHost``).
+    """
+
+    settings: Settings
+    #: TLS / SASL of every Kafka client the process creates
+    security: KafkaSecurity
+    #: operational totals (never raw counts)
+    stats: dict[str, int]
+    #: the error that stops the process, once one did (the stages raise it from their loops)
+    fatal: BaseException | None
+
+    def kafka_kwargs(self) -> dict[str, Any]:
+        """Security keyword arguments for an aiokafka client."""
+        ...
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop the process with ``exc``."""
+        ...
+
+    def release_error(self, reason: str) -> None:
+        """Count a fatal error (metric ``stream_dp_release_errors_total{reason}``)."""
+        ...
+
+    def update_ready(self) -> None:
+        """A stage started or finished restoring its partitions: readiness may have changed."""
+        ...
+
+
 class _Stage:
     """Common machinery: group consumer, per-partition transactional producers, restore."""
 
     name = "stage"
+    #: errors of a restore that stop the process at once instead of being retried (besides a
+    #: refused checkpoint); the ingest stage's changed log, for one
+    fatal_restore_errors: tuple[type[BaseException], ...] = ()
 
-    def __init__(self, worker: Worker, topic: str, group: str, ckpt_topic: str) -> None:
+    def __init__(self, worker: StageHost, topic: str, group: str, ckpt_topic: str) -> None:
         self.w = worker
         self.s = worker.settings
         self.topic = topic
@@ -215,7 +248,7 @@ class _Stage:
         other worker can have owned it in between), the others are closed.
         """
         self.restoring = True
-        self.w._update_ready()
+        self.w.update_ready()
         async with self.lock:
             with contextlib.suppress(Exception):
                 await self.flush_all()
@@ -244,7 +277,7 @@ class _Stage:
                     await self._try_restore(tp)
             self.repositioned += 1
             self.restoring = False
-        self.w._update_ready()
+        self.w.update_ready()
         log.info(
             "%s: assigned partitions %s", self.name, sorted(tp.partition for tp in tps)
         )
@@ -331,15 +364,16 @@ class _Stage:
     async def _try_restore(self, tp: Any) -> None:
         """Restore ``tp``; on failure log it and leave it to :meth:`_retry_missing`.
 
-        A :class:`ScheduleMismatch` (or any error the stage marks fatal) is not retried: the
+        An error the stage marks fatal (:attr:`fatal_restore_errors`) is not retried: the
         worker stops with it, because continuing would publish under a broken guarantee. So is a
         checkpoint that fails authentication or was written under another configuration
-        (:class:`~agents.release.CheckpointRefused`, :class:`~stream_dp.integrity.IntegrityError`):
+        (:class:`~agents.kafka.checkpoints.CheckpointRefused`,
+        :class:`~stream_dp.integrity.IntegrityError`):
         the worker must not start with it, and retrying cannot change it.
         """
         try:
             await self._restore(tp)
-        except ScheduleMismatch as exc:
+        except self.fatal_restore_errors as exc:
             await self._drop(tp.partition)
             self.w.fail(exc)
         except (CheckpointRefused, IntegrityError) as exc:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from agents.config import Settings
+from agents.config.settings import Settings
 
 __all__ = [
     "COUNTS",

@@ -44,26 +44,21 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 
 from agents.kafka.codec import encode
 from agents.kafka.groups import leave_group
-from agents.reconcile.config import ReconcilerConfig as ReconcilerConfig
-from agents.reconcile.config import SolveFn as SolveFn
-from agents.reconcile.config import _default_solve
-from agents.reconcile.leader import LEADER_GROUP as LEADER_GROUP
-from agents.reconcile.leader import LEADER_TOPIC as LEADER_TOPIC
-from agents.reconcile.leader import _LeaderListener
-from agents.reconcile.leader import ensure_leader_topic as ensure_leader_topic
-from agents.reconcile.messages import HISTOGRAM_SCHEMA as HISTOGRAM_SCHEMA
-from agents.reconcile.messages import _diagnostics, _Head, _head
-from agents.reconcile.messages import histogram_message as histogram_message
-from agents.reconcile.tables import MARGINALS_SCHEMA as MARGINALS_SCHEMA
-from agents.reconcile.tables import BlockAssembler as BlockAssembler
-from agents.reconcile.tables import TableAssembler as TableAssembler
-from agents.reconcile.tables import TableTick as TableTick
-from agents.reconcile.tables import decode_table_record as decode_table_record
-from agents.reconcile.tables import marginals_message as marginals_message
-from agents.reconcile.ticks import CompleteTick as CompleteTick
-from agents.reconcile.ticks import DomainLike as DomainLike
-from agents.reconcile.ticks import Release as Release
-from agents.reconcile.ticks import TickAssembler as TickAssembler
+from agents.reconcile.config import ReconcilerConfig, SolveFn, _default_solve
+from agents.reconcile.leader import _LeaderListener, ensure_leader_topic
+from agents.reconcile.messages import (
+    _diagnostics,
+    _Head,
+    _head,
+    histogram_message,
+)
+from agents.reconcile.tables import (
+    BlockAssembler,
+    TableAssembler,
+    decode_table_record,
+    marginals_message,
+)
+from agents.reconcile.ticks import DomainLike, Release, TickAssembler
 from agents.telemetry.metrics import Metrics
 
 log = logging.getLogger("agents.reconcile")
@@ -157,7 +152,7 @@ class Reconciler:
             session_timeout_ms=cfg.session_timeout_ms,
             heartbeat_interval_ms=cfg.heartbeat_interval_ms,
         )
-        election.subscribe([cfg.leader_topic], listener=_LeaderListener(self))
+        election.subscribe([cfg.leader_topic], listener=_LeaderListener(self._step_up, self._step_down))
         try:
             await election.start()  # waits for the first assignment: the join can fail here
         except BaseException:

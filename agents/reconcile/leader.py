@@ -8,15 +8,12 @@ hand-over).
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
-
-if TYPE_CHECKING:
-    from agents.reconcile.agent import Reconciler
-
 
 #: Default name of the one-partition leader-election topic (never written to).
 LEADER_TOPIC: Final = "dp.reconcile.leader"
@@ -25,15 +22,20 @@ LEADER_GROUP: Final = "stream-dp-reconcile"
 
 
 class _LeaderListener(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, owner: Reconciler) -> None:
-        self.owner = owner
+    """Calls ``step_up`` when this member is given partition 0 of the leader topic and
+    ``step_down`` when its partitions are taken away (the agent's two transitions)."""
+
+    def __init__(self, step_up: Callable[[], None],
+                 step_down: Callable[[], Awaitable[None]]) -> None:
+        self.step_up = step_up
+        self.step_down = step_down
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self.owner._step_down()
+        await self.step_down()
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         if any(tp.partition == 0 for tp in assigned):
-            self.owner._step_up()
+            self.step_up()
 
 
 def _security_of(settings: Any) -> Any:

@@ -13,16 +13,16 @@ import inspect
 import logging
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
-from agents.ingest import Partial
-from agents.kafka.checkpoints import Progress, progress_message
-from agents.kafka.stage import _kafka, _Stage
-from agents.release.state import CheckpointRefused, Release, ReleaseOverflow, ReleaseState
-
-if TYPE_CHECKING:
-    from agents.worker.pipeline import Worker
-
+from agents.ingest.routing import Partial, Router
+from agents.ingest.stage import IngestStage
+from agents.kafka.checkpoints import CheckpointRefused, Progress, progress_message
+from agents.kafka.stage import StageHost, _kafka, _Stage
+from agents.release.state import Release, ReleaseOverflow, ReleaseState
+from agents.telemetry.pipeline_metrics import PipelineMetrics
 
 log = logging.getLogger("stream_dp.pipeline")
 
@@ -39,10 +39,48 @@ _MAX_TICKS_PER_COMMIT = 1024
 _IDLE_GROWTH_ALL_LOCAL = 20.0
 
 
+#: called after each committed shard-tick release (may return an awaitable)
+OnRelease = Callable[[Release], Awaitable[None] | None]
+#: awaited with ``(topic, partition, offset, value)`` of a committed compact record
+OnCompact = Callable[[str, int, int, bytes], Awaitable[None]]
+
+
+class ReleaseHost(StageHost, Protocol):
+    """What the release stage sees of the process that runs it, besides :class:`StageHost`."""
+
+    #: node routing of the domain (the streams of each shard)
+    router: Router
+    #: the noise key (the noise and the checkpoints' seals derive from it)
+    key: bytes
+    #: the deployment's domain (binary-attribute domains build their tables from it)
+    domain: Any
+    #: the privacy parameters published with every count (``Settings.privacy.as_dict()``)
+    privacy: dict[str, Any]
+    metrics: PipelineMetrics
+    #: seconds from a tick's close to its release being committed (diagnostics)
+    latencies: deque[float]
+    #: where each shard-tick release spent its time (seconds; diagnostics)
+    release_timings: deque[dict[str, float]]
+    on_release: OnRelease | None
+    on_compact: OnCompact | None
+    #: the ingest stage of the same process: its owned partitions tell a log that lost records
+    #: from partials that are merely late
+    ingest: IngestStage
+
+    def mechanism(self) -> Any:
+        """The deployment's release mechanism (built once)."""
+        ...
+
+    def new_bank(self, shard: int) -> Any:
+        """A fresh counter bank for the streams of ``shard`` (``None`` if it has none)."""
+        ...
+
+
 class ReleaseStage(_Stage):
     name = "release"
+    w: ReleaseHost
 
-    def __init__(self, worker: Worker, topic: str, group: str, ckpt_topic: str) -> None:
+    def __init__(self, worker: ReleaseHost, topic: str, group: str, ckpt_topic: str) -> None:
         super().__init__(worker, topic, group, ckpt_topic)
         #: shard -> (its streams, counts partition of each): recomputed when the streams change
         self._partitions: dict[int, tuple[tuple[str, ...], list[int]]] = {}

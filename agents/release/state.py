@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from agents.config import Settings
-from agents.ingest import Partial, Router
-from agents.ingest.routing import _int_list
+from agents.config.settings import Settings
+from agents.ingest.routing import Partial, Router, _int_list
+from agents.kafka.checkpoints import CheckpointRefused
 from agents.kafka.codec import encode
 from stream_dp.compact import encode_block, encode_manifest, manifest_hash
 from stream_dp.contributions import clip_limit_units, value_unit
@@ -62,8 +62,7 @@ PROGRESS_PURPOSE = "release progress"
 def build_mechanism(settings: Settings) -> Any:
     """The deployment's mechanism; ``ValueError`` if ``cap × max_events_per_tick`` can exceed
     its numeric range. ``auto`` picks among the strategies whose range covers it."""
-    from stream_dp.planner import check_range, pick
-    from stream_dp.strategies import make_mechanism
+    from stream_dp.planner import check_range, make_mechanism, pick
 
     s = settings
     limit = s.cap * s.max_events_per_tick
@@ -74,11 +73,6 @@ def build_mechanism(settings: Settings) -> Any:
     check_range(mech, limit, what=f"cap × max_events_per_tick = {s.cap:g} × "
                                   f"{s.max_events_per_tick}")
     return mech
-
-
-class CheckpointRefused(ValueError):
-    """A release checkpoint that must not be used: tampered, written under another key, or
-    under another configuration (ε, strategy, weights, domain, epoch, shards, …). Fatal."""
 
 
 class ReleaseOverflow(ValueError):

@@ -66,25 +66,21 @@ import math
 import signal
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any
 
-from agents.config import Settings, load_domain
 from agents.config.deployment import deployment_id
-from agents.ingest import Router
-from agents.ingest.stage import IngestStage as IngestStage
-from agents.kafka.checked_producer import TransactionRecordFailed as TransactionRecordFailed
+from agents.config.domain import load_domain
+from agents.config.settings import Settings
+from agents.ingest.routing import Router
+from agents.ingest.stage import IngestStage
 from agents.kafka.groups import install_empty_assignment_rejoin, install_static_commit_rejoin
-from agents.release.stage import ReleaseStage as ReleaseStage
-from agents.release.state import Release
+from agents.release.stage import OnCompact, OnRelease, ReleaseStage
+from agents.telemetry.pipeline_metrics import NullMetrics, PipelineMetrics
 
-__all__ = ["Metrics", "NullMetrics", "Release", "Worker", "check_backlog", "run_worker"]
+__all__ = ["Worker", "check_backlog", "run_worker"]
 
 log = logging.getLogger("stream_dp.pipeline")
 
-OnRelease = Callable[[Release], Awaitable[None] | None]
-#: ``(topic, partition, offset, value)`` of a committed compact record
-OnCompact = Callable[[str, int, int, bytes], Awaitable[None]]
 
 #: a worker more than this many ticks behind the clock schedule says so and reports progress
 BACKLOG_TICKS = 100
@@ -93,54 +89,6 @@ PROGRESS_EVERY_S = 10.0
 #: seconds a stopping worker waits for its stages to commit, leave their groups and close
 #: (the broker gone: they are cancelled and closed after that)
 SHUTDOWN_S = 8.0
-
-
-class Metrics(Protocol):
-    """What the pipeline reports (implemented by :class:`agents.metrics.Metrics`).
-
-    Counts are non-negative integers, durations seconds. Never per-stream values.
-    """
-
-    def event_accepted(self, n: int = 1) -> None: ...
-    def event_dead_lettered(self, reason: str, n: int = 1) -> None: ...
-    def event_late(self, n: int = 1) -> None: ...
-    def stream_clipped(self, n: int = 1) -> None: ...
-    def tick_released(self, latency_seconds: float, n_streams: int = 0) -> None: ...
-    def checkpoint_written(self, seconds: float) -> None: ...
-    def release_error(self, reason: str) -> None: ...
-    def set_consumer_lag(self, messages: int) -> None: ...
-    def set_ready(self, ready: bool) -> None: ...
-
-
-class NullMetrics:
-    """Metrics that record nothing."""
-
-    def event_accepted(self, n: int = 1) -> None:
-        pass
-
-    def event_dead_lettered(self, reason: str, n: int = 1) -> None:
-        pass
-
-    def event_late(self, n: int = 1) -> None:
-        pass
-
-    def stream_clipped(self, n: int = 1) -> None:
-        pass
-
-    def tick_released(self, latency_seconds: float, n_streams: int = 0) -> None:
-        pass
-
-    def checkpoint_written(self, seconds: float) -> None:
-        pass
-
-    def release_error(self, reason: str) -> None:
-        pass
-
-    def set_consumer_lag(self, messages: int) -> None:
-        pass
-
-    def set_ready(self, ready: bool) -> None:
-        pass
 
 
 class Worker:
@@ -155,13 +103,13 @@ class Worker:
         self,
         settings: Settings,
         *,
-        metrics: Metrics | None = None,
+        metrics: PipelineMetrics | None = None,
         on_release: OnRelease | None = None,
         key: bytes | None = None,
         domain: Any = None,
     ) -> None:
         self.settings = settings
-        self.metrics: Metrics = metrics if metrics is not None else NullMetrics()
+        self.metrics: PipelineMetrics = metrics if metrics is not None else NullMetrics()
         self.on_release = on_release
         #: awaited with ``(topic, partition, offset, value)`` of each compact record after its
         #: transaction committed: the in-process reconcile agent's hand-over
@@ -169,7 +117,7 @@ class Worker:
         self.on_compact: OnCompact | None = None
         self.key = key if key is not None else settings.noise_key()
         self.domain = domain if domain is not None else load_domain(settings.domain_file)
-        from agents.config import check_attribute_settings
+        from agents.config.domain import check_attribute_settings
         from agents.kafka.fetch_backoff import install as install_fetch_backoff
         from agents.kafka.produce_encoding import install as install_produce_encoding
 
@@ -259,7 +207,13 @@ class Worker:
         """State restored for all assigned partitions of both stages, not rebalancing."""
         return self._ready and not self.ingest.missing() and not self.release.missing()
 
-    def _update_ready(self) -> None:
+    def partials_committed(self) -> None:
+        """The ingest stage committed partials: the in-process release stage fetches them now,
+        not after its fetch pause."""
+        self.release.partials_committed()
+
+    def update_ready(self) -> None:
+        """A stage started or finished restoring: set the readiness metric if it changed."""
         ready = not self.ingest.restoring and not self.release.restoring
         if ready != self._ready:
             self._ready = ready
@@ -451,7 +405,7 @@ async def run_worker(
     *,
     on_release: OnRelease | None = None,
     stop_event: asyncio.Event | None = None,
-    metrics: Metrics | None = None,
+    metrics: PipelineMetrics | None = None,
     worker: Worker | None = None,
 ) -> Worker:
     """Run a worker until ``stop_event`` is set (or a stage fails); returns the worker.

@@ -57,8 +57,8 @@ def child_exit_status(exc: BaseException | None) -> int:
     """``stream-dp worker``'s exit status for a pipeline that ended with ``exc``."""
     if exc is None:
         return 0
-    from agents.ingest import ScheduleMismatch
-    from agents.release.state import CheckpointRefused
+    from agents.ingest.schedule import ScheduleMismatch
+    from agents.kafka.checkpoints import CheckpointRefused
 
     if isinstance(exc, CheckpointRefused):
         return 4
@@ -177,7 +177,7 @@ def _child_main(settings: Any, child: int, q: Any, json_lines: bool,
         def on_shared(exc: BaseException) -> None:
             # another worker holds this child's membership: one line, a graceful stop, exit 2
             if not shared:
-                from agents.commands.worker import SHARED_WORKER_ID_HINT
+                from agents.kafka.groups import SHARED_WORKER_ID_HINT
 
                 worker_id = str(settings.worker_id).removesuffix(f".p{child}")
                 log.error("pipeline process %d stopping: another worker runs with the same "

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stream_dp.attributes.tables import cell_index
-from stream_dp.consistency import GroupBlock, approximate
+from stream_dp.consistency.approx import GroupBlock, approximate
 
 __all__ = ["constraint_blocks", "make_consistent", "make_consistent_result"]
 

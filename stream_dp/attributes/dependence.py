@@ -296,7 +296,8 @@ def measure_pairs(
     :func:`pair_sensitivity`); ``description`` names the run canonically and keys the noise, so
     no other measurement shares it.
     """
-    from stream_dp.noise import KeyedNoise, stream_ids
+    from stream_dp.noise.keyed import KeyedNoise
+    from stream_dp.noise.keys import stream_ids
 
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"bootstrap epsilon must be a finite number > 0, got {epsilon!r}")
@@ -311,7 +312,7 @@ def measure_pairs(
     names = [f"{description}/bootstrap/pair={i},{j}/cell={c}" for i, j in pairs for c in range(4)]
     noise = KeyedNoise(key, f"attributes-bootstrap/v1/{description}", stream_ids(names))
     noisy = exact + noise.discrete_laplace(0, scale).reshape(len(pairs), 4).astype(np.float64)
-    from stream_dp.noise import discrete_laplace_variance
+    from stream_dp.noise.laplace import discrete_laplace_variance
 
     sens = pair_sensitivity(m)
     return PairSketch(m, pairs, noisy, discrete_laplace_variance(scale), epsilon, sens, "pairs")
@@ -366,7 +367,8 @@ def noisy_cooccurrence(
     ``_weaken`` divides the noise scale: for the privacy audit's control only (a broken
     mechanism the audit must catch), never in releases.
     """
-    from stream_dp.noise import KeyedNoise, stream_ids
+    from stream_dp.noise.keyed import KeyedNoise
+    from stream_dp.noise.keys import stream_ids
 
     stats = _as_stats(bits)
     m = stats.m
@@ -396,7 +398,7 @@ def measure_cooccurrence(
 ) -> PairSketch:
     """Bootstrap for sparse data: noisy ``N``, ``n_i``, ``n_ij`` with bounded contributions
     (module doc); returns the derived 2×2 pair tables."""
-    from stream_dp.noise import discrete_laplace_variance
+    from stream_dp.noise.laplace import discrete_laplace_variance
 
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"bootstrap epsilon must be a finite number > 0, got {epsilon!r}")
@@ -434,7 +436,8 @@ def noisy_ones_histogram(
     bits: NDArray[np.uint8] | BootstrapStats, epsilon: float, key: bytes, description: str
 ) -> Float64Array:
     """:func:`ones_histogram` with discrete Laplace noise of scale ``1/ε`` (sensitivity 1)."""
-    from stream_dp.noise import KeyedNoise, stream_ids
+    from stream_dp.noise.keyed import KeyedNoise
+    from stream_dp.noise.keys import stream_ids
 
     stats = _as_stats(bits)
     m = stats.m

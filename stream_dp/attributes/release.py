@@ -135,7 +135,7 @@ class MarginalRelease:
     ) -> None:
         from stream_dp.budget import PureDP
         from stream_dp.counters import CounterBank
-        from stream_dp.strategies import make_mechanism
+        from stream_dp.planner import make_mechanism
 
         self.tables = tuple(tuple(int(a) for a in t) for t in tables)
         sizes = [1 << len(t) for t in self.tables]

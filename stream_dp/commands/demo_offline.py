@@ -23,7 +23,7 @@ import numpy as np
 
 from stream_dp.budget import PureDP
 from stream_dp.counters import CounterBank
-from stream_dp.strategies import make_mechanism
+from stream_dp.planner import make_mechanism
 
 __all__ = ["run_offline_demo", "synthetic_counts"]
 

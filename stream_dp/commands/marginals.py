@@ -361,7 +361,7 @@ def _key(args: argparse.Namespace) -> bytes:
             file=sys.stderr,
         )
         return os.urandom(32)
-    from stream_dp.noise import load_key
+    from stream_dp.noise.keys import load_key
 
     try:
         return load_key(args.key_file)

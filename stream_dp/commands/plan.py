@@ -162,8 +162,8 @@ def validate(args: argparse.Namespace) -> None:
 
 def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
     """Table rows (one per strategy, best first by MSE) and the planner's pick."""
-    from stream_dp.planner import compare, pick
-    from stream_dp.strategies import get, make_mechanism
+    from stream_dp.planner import compare, make_mechanism, pick
+    from stream_dp.strategies.registry import get
 
     validate(args)
     privacy = privacy_from_args(args)

@@ -29,8 +29,9 @@ from __future__ import annotations
 import math
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -45,11 +46,32 @@ from stream_dp.consistency.approx import (
 )
 from stream_dp.consistency.tree import TreePlan, nonnegative_bfs
 
-if TYPE_CHECKING:  # stream_dp.domain imports this package (the tree plan); avoid the cycle
-    from stream_dp.domain import Domain
-
 Float64Array = NDArray[np.float64]
 Int64Array = NDArray[np.int64]
+
+
+class _Group(Protocol):
+    """A constraint group: ``matrix @ values[rows[g]] = 0`` for every row ``g``."""
+
+    @property
+    def matrix(self) -> Float64Array: ...
+    @property
+    def rows(self) -> Int64Array: ...
+
+
+class DomainShape(Protocol):
+    """What the solver reads of a domain; :class:`stream_dp.domain.Domain` is one. (The domain
+    module builds its tree plans with this package, so this package never imports it.)"""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def parent(self) -> Int64Array | None: ...
+    @property
+    def cell_shape(self) -> tuple[int, ...]: ...
+    @property
+    def groups(self) -> Sequence[_Group]: ...
+    def __len__(self) -> int: ...
 
 __all__ = ["ReconcileResult", "lift_rows", "reconcile"]
 
@@ -81,7 +103,7 @@ class _Solver:
     plan: TreePlan | None  # BFS-ordered plan (hierarchy), for non-negative post-processing
 
 
-_SOLVERS: weakref.WeakKeyDictionary[Domain, dict[tuple[bool, str], _Solver]] = (
+_SOLVERS: weakref.WeakKeyDictionary[DomainShape, dict[tuple[bool, str], _Solver]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -108,7 +130,7 @@ def lift_rows(parent: Int64Array, rows: Int64Array) -> Int64Array:
     return np.asarray(tuples[ok], dtype=np.int64)
 
 
-def _solver(domain: Domain, lift: bool, grid_solver: str) -> _Solver:
+def _solver(domain: DomainShape, lift: bool, grid_solver: str) -> _Solver:
     per_domain = _SOLVERS.setdefault(domain, {})
     cached = per_domain.get((lift, grid_solver))
     if cached is not None:
@@ -156,7 +178,7 @@ def _solver(domain: Domain, lift: bool, grid_solver: str) -> _Solver:
 
 
 def reconcile(
-    domain: Domain,
+    domain: DomainShape,
     noisy: ArrayLike,
     variances: ArrayLike | None = None,
     *,

@@ -1,4 +1,4 @@
-"""Release strategies: one subpackage per family, a registry, and :func:`make_mechanism`.
+"""Release strategies: one subpackage per family and a registry.
 
 Families (each subpackage holds its plan/weights, its mechanism and its dense oracle
 ``_oracle.py``):
@@ -13,21 +13,17 @@ Families (each subpackage holds its plan/weights, its mechanism and its dense or
 
 The registry (:mod:`stream_dp.strategies.registry`: ``register``, ``get``, ``available``,
 ``make`` for concrete names) does not depend on the planner. ``"auto"`` is not a strategy: it is
-resolved by :func:`stream_dp.planner.make_mechanism`, the one implementation;
-``stream_dp.strategies.make_mechanism`` is the same function, a lazy alias (module
-``__getattr__``: this package's import does not load the planner).
+resolved by :func:`stream_dp.planner.make_mechanism`, the one way to build a mechanism by name
+(the planner sits above this package, which never imports it).
 
 >>> from stream_dp.budget import PureDP
 >>> "dmfda" in available("pure")
 True
->>> from stream_dp.strategies import make_mechanism
->>> make_mechanism("dm", 0.3, 7, PureDP(1.0)).name
+>>> make("dm", 0.3, 7, PureDP(1.0)).name
 'dm'
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from stream_dp.strategies import registry as _registry
 from stream_dp.strategies.registry import (
@@ -39,10 +35,7 @@ from stream_dp.strategies.registry import (
     register,
 )
 
-if TYPE_CHECKING:  # the alias's type for mypy (no import at run time)
-    from stream_dp.planner import make_mechanism
-
-__all__ = ["Factory", "StrategyInfo", "available", "get", "make", "make_mechanism", "register"]
+__all__ = ["Factory", "StrategyInfo", "available", "get", "make", "register"]
 
 #: Modules imported on first use of the registry; the registry registers each one's ``make``.
 _BUILTIN: dict[str, tuple[str, tuple[str, ...], bool]] = {
@@ -61,13 +54,3 @@ _PLUGINS: tuple[str, ...] = (
 
 _registry.configure(_BUILTIN, _PLUGINS)
 
-
-def __getattr__(name: str) -> object:
-    """Lazy alias: ``make_mechanism`` is :func:`stream_dp.planner.make_mechanism`, the one
-    implementation (the planner sits above the registry, so this package cannot import it at
-    import time; the alias resolves on first use)."""
-    if name == "make_mechanism":
-        from stream_dp.planner import make_mechanism
-
-        return make_mechanism
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

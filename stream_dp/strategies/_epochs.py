@@ -43,7 +43,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
+from stream_dp.noise.gaussian import discrete_gaussian_variance
+from stream_dp.noise.laplace import discrete_laplace_variance
 
 Model = Literal["pure", "zcdp"]
 

@@ -116,7 +116,7 @@ async def dashboard(kafka_broker: str, unique_name: str) -> AsyncIterator[tuple[
     """A standalone dashboard on a free port; yields (url, counts topic, histograms topic)."""
     from aiohttp import ClientSession, web
 
-    from agents.dashboard import DashboardConfig, make_dashboard_app
+    from agents.dashboard.app import DashboardConfig, make_dashboard_app
     from agents.kafka.embedded_broker import free_port
 
     counts, hists = f"{unique_name}-counts", f"{unique_name}-hist"
@@ -210,7 +210,7 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
 
     from aiohttp import ClientSession
 
-    from agents.config import Settings
+    from agents.config.settings import Settings
     from agents.kafka.embedded_broker import free_port
     from agents.kafka.topics import ensure_topics
     from tests.integration.pipeline_support import settings_env
@@ -349,9 +349,10 @@ async def test_attribute_domain_shows_clusters_and_tables(
     import numpy as np
     from aiokafka import AIOKafkaProducer
 
-    from agents.config import Settings, load_domain
-    from agents.ingest import Partial, Router
-    from agents.reconcile.agent import TableTick, decode_table_record, marginals_message
+    from agents.config.domain import load_domain
+    from agents.config.settings import Settings
+    from agents.ingest.routing import Partial, Router
+    from agents.reconcile.tables import TableTick, decode_table_record, marginals_message
     from agents.release.state import AttributeReleaseState, new_live
 
     url, counts_topic, hist_topic = dashboard

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agents.config import Settings
+from agents.config.settings import Settings
 from agents.kafka.topics import ensure_topics
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from agents.config import Settings, load_domain
+from agents.config.domain import load_domain
+from agents.config.settings import Settings
 from agents.kafka.codec import close_marker, marker_key
 from agents.kafka.topics import TopicConfigMismatch
 from agents.worker.pipeline import Worker

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.config import load_domain
+from agents.config.domain import load_domain
 from tests.integration import pipeline_support as ps
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.config import load_domain
+from agents.config.domain import load_domain
 from agents.kafka.embedded_broker import free_port
 from stream_dp.releases import LatestReleases, decode_count
 from tests.integration import pipeline_support as ps

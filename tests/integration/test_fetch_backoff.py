@@ -84,7 +84,8 @@ async def test_the_reconcile_election_sends_no_fetches(kafka_broker: str, unique
     as the busiest idle consumer, issue #25); fetches counted per client id."""
     from types import SimpleNamespace
 
-    from agents.reconcile.agent import Reconciler, ReconcilerConfig
+    from agents.reconcile.agent import Reconciler
+    from agents.reconcile.config import ReconcilerConfig
 
     fetch_backoff.install(0.05)
     cfg = ReconcilerConfig(bootstrap=kafka_broker, counts_topic=f"{unique_name}.counts",

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.config import Settings, load_domain
+from agents.config.domain import load_domain
+from agents.config.settings import Settings
 from agents.kafka.codec import validate
 from agents.kafka.topics import ensure_topics
 from agents.release.state import new_live

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.config import load_domain
+from agents.config.domain import load_domain
 from agents.kafka.codec import encode, validate
 from stream_dp.compact import decode_block, decode_manifest
 from stream_dp.compact_histograms import HistogramAssembler, decode_histogram_chunk
@@ -96,7 +96,8 @@ async def test_compact_only_deployment_reconciles_from_the_compact_records(
     manifest by the library and by ``stream-dp tail compact-histograms``."""
     import asyncio
 
-    from agents.reconcile.agent import Reconciler, ReconcilerConfig
+    from agents.reconcile.agent import Reconciler
+    from agents.reconcile.config import ReconcilerConfig
     from agents.worker.pipeline import Worker
     from stream_dp.consistency import reconcile
 
@@ -197,8 +198,8 @@ async def test_dashboard_follows_the_compact_records(kafka_broker: str, unique_n
     from aiokafka import AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from agents.config import Settings
-    from agents.dashboard import DashboardConfig, make_dashboard_app
+    from agents.config.settings import Settings
+    from agents.dashboard.app import DashboardConfig, make_dashboard_app
     from agents.kafka.embedded_broker import free_port
     from agents.release.state import Release
 

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.config import Settings, load_domain
+from agents.config.domain import load_domain
+from agents.config.settings import Settings
 from agents.worker.pipeline import Worker
 from tests.integration import pipeline_support as ps
 
@@ -56,7 +57,7 @@ async def check_run(s: Settings, domain: Any, log: list[tuple[str, float, float]
 
 
 def bound_of(s: Settings) -> float:
-    from stream_dp.strategies import make_mechanism
+    from stream_dp.planner import make_mechanism
 
     return float(make_mechanism(s.strategy, s.p, s.horizon, s.privacy, s.cap).rounding_bound())
 

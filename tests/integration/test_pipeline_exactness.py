@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.config import load_domain
+from agents.config.domain import load_domain
 from agents.kafka.codec import validate
 from agents.worker.pipeline import Worker
 from tests.integration import pipeline_support as ps
@@ -105,7 +105,8 @@ async def test_exact_with_huge_epsilon_and_mse_with_epsilon_one(
     await ps.produce(exact_s, (ps.event_bytes(k, t, v) for k, t, v in log))
     await ps.close_ticks(exact_s, N_TICKS)
 
-    from agents.reconcile.agent import Reconciler, ReconcilerConfig
+    from agents.reconcile.agent import Reconciler
+    from agents.reconcile.config import ReconcilerConfig
 
     stop = asyncio.Event()
     workers = [Worker(exact_s), Worker(noisy_s)]

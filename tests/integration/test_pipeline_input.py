@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.config import load_domain
+from agents.config.domain import load_domain
 from agents.kafka.codec import validate
 from agents.telemetry.metrics import Metrics
 from agents.worker.pipeline import Worker

@@ -6,12 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.kafka.checkpoints import (
-    chunk_messages,
-    progress_message,
-    read_latest,
-    read_latest_with_progress,
-)
+from agents.kafka.checkpoint_reader import read_latest, read_latest_with_progress
+from agents.kafka.checkpoints import chunk_messages, progress_message
 from agents.kafka.topics import ensure_topics, topic_specs
 from tests.integration import pipeline_support as ps
 

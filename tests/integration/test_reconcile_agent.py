@@ -17,7 +17,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from numpy.typing import NDArray
 
 from agents.kafka.codec import count_message, encode, validate
-from agents.reconcile.agent import Reconciler, ReconcilerConfig
+from agents.reconcile.agent import Reconciler
+from agents.reconcile.config import ReconcilerConfig
 from agents.telemetry.metrics import Metrics
 from stream_dp.domain import Domain
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.config import load_domain
+from agents.config.domain import load_domain
 from stream_dp.compact_histograms import decode_histogram_chunk
 from tests.integration import pipeline_support as ps
 
@@ -115,7 +115,8 @@ async def test_handed_over_records_give_the_histograms_of_the_topic(
 ) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    from agents.reconcile.agent import Reconciler, ReconcilerConfig
+    from agents.reconcile.agent import Reconciler
+    from agents.reconcile.config import ReconcilerConfig
     from agents.worker.pipeline import Worker
 
     leaves = ps.hierarchy_paths(2, 2, 3)

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.config import Settings, load_domain
+from agents.config.domain import load_domain
+from agents.config.settings import Settings
 from tests.integration import pipeline_support as ps
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(400)]

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from agents.config import Settings, load_domain
-from agents.ingest import ScheduleMismatch
+from agents.config.domain import load_domain
+from agents.config.settings import Settings
+from agents.ingest.schedule import ScheduleMismatch
 from agents.kafka.codec import close_marker, marker_key
 from agents.worker.pipeline import Worker
 from tests.integration import pipeline_support as ps

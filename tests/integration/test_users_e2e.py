@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from agents.config import Settings
+from agents.config.settings import Settings
 from agents.kafka.topics import ensure_topics
 from stream_dp.domain import Domain
 from tests.integration._users import ROOT, stream_dp

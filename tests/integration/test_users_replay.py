@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.commands.replay import HEADER, ReplayState, key_fingerprint, state_path
+from agents.commands._replay_send import HEADER
+from agents.commands._replay_state import ReplayState, key_fingerprint, state_path
 from agents.commands.replay_history import ReplayHistory
 from agents.kafka.codec import marker_key, parse_close_marker
 from simulators.logfile import read_log

@@ -42,14 +42,14 @@ from scipy.stats import beta
 
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.counters import CounterBank
-from stream_dp.fenwick import column_sums
 from stream_dp.mechanism import BoundNoise, Int64Array, Mechanism
-from stream_dp.strategies import make_mechanism
-from stream_dp.strategies._fenwick_base import FenwickMechanism
-from stream_dp.strategies.blt import BltMechanism
-from stream_dp.strategies.ls_tree import LsTreeMechanism
-from stream_dp.strategies.sqrt import SqrtMechanism
-from stream_dp.strategies.tree import TreeMechanism
+from stream_dp.planner import make_mechanism
+from stream_dp.strategies.blt.mechanism import BltMechanism
+from stream_dp.strategies.fenwick.base import FenwickMechanism
+from stream_dp.strategies.fenwick.plan import column_sums
+from stream_dp.strategies.ls_tree.mechanism import LsTreeMechanism
+from stream_dp.strategies.sqrt.mechanism import SqrtMechanism
+from stream_dp.strategies.tree.mechanism import TreeMechanism
 
 KEY = bytes(range(32))
 CAP = 2.0

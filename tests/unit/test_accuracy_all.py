@@ -26,9 +26,11 @@ import math
 import numpy as np
 import pytest
 
-from stream_dp.analysis import error_curve, expected_mse, mse_curve, rounding_bias
+from stream_dp.analysis import expected_mse, mse_curve
 from stream_dp.budget import ZCDP, Privacy, PureDP
-from stream_dp.strategies import available, get, make_mechanism
+from stream_dp.figures import error_curve, rounding_bias
+from stream_dp.planner import make_mechanism
+from stream_dp.strategies.registry import available, get
 from tests.unit._montecarlo import empirical_mse_curve, mse_slack
 
 BUDGETS: dict[str, Privacy] = {"pure": PureDP(1.0), "zcdp": ZCDP(0.5)}

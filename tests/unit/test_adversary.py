@@ -25,15 +25,17 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from agents.config import Settings
 from agents.config.deployment import BINDING, NOT_BINDING, deployment_id
-from agents.ingest import IngestState, Record, Router
+from agents.config.settings import Settings
+from agents.ingest.records import Record
+from agents.ingest.routing import Router
+from agents.ingest.state import IngestState
 from agents.kafka.codec import close_marker, marker_key
 from agents.release.state import ReleaseState
 from stream_dp.contributions import MAX_EVENTS_PER_TICK, clip_limit_units, to_units, value_unit
 from stream_dp.counters import CounterBank
 from stream_dp.domain import Domain
-from stream_dp.strategies import make_mechanism
+from stream_dp.planner import make_mechanism
 
 KEY = bytes(range(100, 132))
 ORIGIN = 1_000_000.0
@@ -196,7 +198,7 @@ def _release(s: Settings, counts: list[list[int]]) -> ReleaseState:
     bank = CounterBank(mech, router.shard_names(0), KEY,
                        domain_id=deployment_id(s, router.domain_id), epoch=s.epoch)
     rs = ReleaseState(s, router, 0, bank, key=KEY, mechanism=mech)
-    from agents.ingest import Partial
+    from agents.ingest.routing import Partial
 
     for t, per_source in enumerate(counts, start=1):
         for src, c in enumerate(per_source):

@@ -15,11 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.config import Settings, check_attribute_settings, load_domain
-from agents.ingest import IngestState, Partial, Router
+from agents.config.domain import check_attribute_settings, load_domain
+from agents.config.settings import Settings
+from agents.ingest.routing import Partial, Router
+from agents.ingest.state import IngestState
+from agents.kafka.checkpoints import CheckpointRefused
 from agents.kafka.codec import Rejection, decode_attribute_event, validate
-from agents.reconcile.agent import TableAssembler, decode_table_record, marginals_message
-from agents.release.state import AttributeReleaseState, CheckpointRefused, new_live
+from agents.reconcile.tables import TableAssembler, decode_table_record, marginals_message
+from agents.release.state import AttributeReleaseState, new_live
 from stream_dp.attributes.domain import BinaryDomain
 from stream_dp.attributes.tables import count_table
 

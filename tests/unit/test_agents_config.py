@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 import agents.config as config
-from agents.config import Settings, load_domain
+from agents.config.docs import configuration_markdown, settings_table
+from agents.config.domain import load_domain
+from agents.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -67,10 +69,10 @@ def test_privacy_and_tick_bounds() -> None:
 
 
 def test_docstring_table_and_docs_file_are_current() -> None:
-    table = config.settings_table()
+    table = settings_table()
     assert config.__doc__ is not None and table in config.__doc__
     doc = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
-    assert doc == config.configuration_markdown(), "run: python -m agents.config"
+    assert doc == configuration_markdown(), "run: python -m agents.config"
     for name in Settings.__dataclass_fields__:
         assert f"`STREAM_DP_{name.upper()}`" in table
 

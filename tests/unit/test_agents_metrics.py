@@ -104,7 +104,7 @@ def test_negative_counts_rejected_and_state_unchanged() -> None:
 def test_raw_event_counters_are_off_the_endpoint_unless_asked_for() -> None:
     """The event counters are raw counts: without ``event_counts`` they count privately and
     ``/metrics`` never shows them; the worker's default setting keeps them off."""
-    from agents.config import Settings
+    from agents.config.settings import Settings
     from agents.telemetry.metrics import EVENT_COUNT_METRICS
 
     hidden = Metrics(process=False, event_counts=False)

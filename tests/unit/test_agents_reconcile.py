@@ -10,13 +10,9 @@ import numpy as np
 import pytest
 
 from agents.kafka.codec import count_message, encode, validate
-from agents.reconcile.agent import (
-    CompleteTick,
-    ReconcilerConfig,
-    Release,
-    TickAssembler,
-    histogram_message,
-)
+from agents.reconcile.config import ReconcilerConfig
+from agents.reconcile.messages import histogram_message
+from agents.reconcile.ticks import CompleteTick, Release, TickAssembler
 
 NAMES = ("all", "a", "b")
 

@@ -12,14 +12,15 @@ from hypothesis import given
 from hypothesis import settings as settings_h
 from hypothesis import strategies as st
 
-from agents.config import Settings
 from agents.config.deployment import deployment_id
-from agents.ingest import IngestState, Partial, Router, shard_of
+from agents.config.settings import Settings
+from agents.ingest.routing import Partial, Router, shard_of
+from agents.ingest.state import IngestState
 from agents.kafka.codec import Event, Rejection, count_message, decode_event, encode, validate
 from agents.release.state import Release, ReleaseState
 from stream_dp.counters import CounterBank
 from stream_dp.domain import Domain
-from stream_dp.strategies import make_mechanism
+from stream_dp.planner import make_mechanism
 
 KEY = b"0123456789abcdef0123456789abcdef"
 

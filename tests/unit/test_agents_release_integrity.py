@@ -10,14 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.config import Settings
 from agents.config.deployment import deployment_id
-from agents.ingest import Partial, Router
-from agents.release.state import CheckpointRefused, ReleaseState, build_mechanism
+from agents.config.settings import Settings
+from agents.ingest.routing import Partial, Router
+from agents.kafka.checkpoints import CheckpointRefused
+from agents.release.state import ReleaseState, build_mechanism
 from agents.worker.pipeline import Worker
 from stream_dp.counters import CounterBank
 from stream_dp.domain import Domain
-from stream_dp.strategies._fenwick_base import FenwickMechanism
+from stream_dp.strategies.fenwick.base import FenwickMechanism
 
 KEY = b"0123456789abcdef0123456789abcdef"
 DOMAIN = Domain.from_paths(["x/a", "x/b", "y/c"])

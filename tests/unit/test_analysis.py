@@ -8,11 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stream_dp.analysis import expected_mse, figures, mse_curve, sensitivity
+from stream_dp.analysis import expected_mse, mse_curve, sensitivity
 from stream_dp.budget import PureDP
-from stream_dp.dmfda import lambdas
-from stream_dp.fenwick import reconstruction_matrix, strategy_matrix
+from stream_dp.figures import figures
 from stream_dp.strategies._common import discrete_laplace_variance
+from stream_dp.strategies.fenwick.dmfda_weights import lambdas
+from stream_dp.strategies.fenwick.plan import reconstruction_matrix, strategy_matrix
 
 STRATEGIES = ("naive", "dm", "dmfda", "fenwick-opt")
 

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stream_dp.attributes import BinaryDomain, JunctionTreeModel, choose_structure
 from stream_dp.attributes.consistency import constraint_blocks, make_consistent
 from stream_dp.attributes.dependence import (
     WEIGHT_GRID,
@@ -21,10 +20,12 @@ from stream_dp.attributes.dependence import (
     pair_sensitivity,
     pair_vector,
 )
+from stream_dp.attributes.domain import BinaryDomain
+from stream_dp.attributes.model import JunctionTreeModel
 from stream_dp.attributes.release import MarginalRelease, run_offline, split_budget
-from stream_dp.attributes.structure import Structure
+from stream_dp.attributes.structure import Structure, choose_structure
 from stream_dp.attributes.tables import cell_index, count_table, marginalize
-from stream_dp.consistency import weighted_general_solution
+from stream_dp.consistency.general import weighted_general_solution
 
 KEY = bytes(range(32))
 
@@ -363,7 +364,7 @@ def test_structure_from_explicit_tables() -> None:
 
 # ---------------------------------------------------------------- query helper
 def test_query_helper_names_cells_and_errors() -> None:
-    from stream_dp.attributes import answer, answer_all
+    from stream_dp.attributes.query import answer, answer_all
 
     d = BinaryDomain(["x", "y", "z"])
     model = JunctionTreeModel(

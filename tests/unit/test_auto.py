@@ -12,8 +12,8 @@ from stream_dp.analysis import expected_mse
 from stream_dp.budget import ZCDP, PureDP
 from stream_dp.cli import main
 from stream_dp.lower_bound import mean_mse_bound
-from stream_dp.planner import compare, pick
-from stream_dp.strategies import available, make_mechanism
+from stream_dp.planner import compare, make_mechanism, pick
+from stream_dp.strategies.registry import available
 
 HORIZON = 32767
 PS = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99, 0.995, 0.999)

@@ -19,9 +19,9 @@ from stream_dp.analysis import expected_mse
 from stream_dp.budget import ZCDP, PureDP
 from stream_dp.counters import CounterBank
 from stream_dp.lower_bound import mean_mse_bound
-from stream_dp.strategies import make_mechanism
-from stream_dp.strategies.blt import MAX_TICKS, BltMechanism
+from stream_dp.planner import make_mechanism
 from stream_dp.strategies.blt import plan as blt_plan
+from stream_dp.strategies.blt.mechanism import MAX_TICKS, BltMechanism
 from tests.unit._neighbours import check_one_event
 
 KEY = b"blt-tests-key-0123456789abcdef!!"
@@ -208,7 +208,7 @@ def test_released_mse_matches_the_claimed_mse_of_the_long_fits(p: float) -> None
     mean of S squared errors ≤ σ²·√(5/S), Z = 4.9, two-sided p ≈ 1e-6 per comparison) plus the
     rounding bias. A mechanism whose noise filter or variance formula drifts (as the former
     direct-form reconstruction did at six buffers) fails here."""
-    from stream_dp.analysis import rounding_bias
+    from stream_dp.figures import rounding_bias
     from tests.unit._montecarlo import empirical_mse_curve, mse_slack
 
     mech = make_mechanism("blt", p, 32767, ZCDP(0.5))

@@ -25,10 +25,11 @@ from stream_dp.budget import ZCDP
 from stream_dp.counters import CounterBank
 from stream_dp.integrity import IntegrityError
 from stream_dp.noise.gaussian import MAX_SIGMA
-from stream_dp.strategies import _epochs, make_mechanism
+from stream_dp.planner import make_mechanism
+from stream_dp.strategies import _epochs
 from stream_dp.strategies._common import BudgetOutOfRange
-from stream_dp.strategies.blt import MAX_TICKS, BltMechanism
 from stream_dp.strategies.blt import plan as blt_plan
+from stream_dp.strategies.blt.mechanism import MAX_TICKS, BltMechanism
 
 KEY = b"blt-adversarial-review-key-0123!"
 
@@ -247,7 +248,7 @@ def test_released_mse_past_the_horizon_matches_the_claim() -> None:
     (d_max ≈ 1.46), seven blocks (epochs 0, 1 and 2), 20 000 keyed streams, random counts.
     Fixed bound of tests/unit/test_accuracy_all.py: the mean of S squared errors has sd
     ≤ σ²·√(5/S), Z = 4.9 (two-sided p ≈ 1e-6 per comparison), plus the rounding bias."""
-    from stream_dp.analysis import rounding_bias
+    from stream_dp.figures import rounding_bias
     from tests.unit._montecarlo import empirical_mse_curve, mse_slack
 
     horizon, n_streams, z = 63, 20_000, 4.9

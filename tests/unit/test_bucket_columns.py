@@ -61,9 +61,10 @@ def test_array_columns_write_the_same_json_as_the_lists() -> None:
 
 def test_ingest_checkpoint_bytes_equal_the_list_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """A whole ingest checkpoint (sealed) is byte for byte what the list columns gave."""
-    from agents.config import Settings
-    from agents.ingest import IngestState, Router
+    from agents.config.settings import Settings
     from agents.ingest import bucket_columns as bc
+    from agents.ingest.routing import Router
+    from agents.ingest.state import IngestState
     from stream_dp.domain import Domain
 
     dom = Domain.from_paths([f"r{i}/l{j}" for i in range(30) for j in range(40)])

@@ -105,7 +105,8 @@ def test_chunks_of_another_manifest_are_not_mixed_in() -> None:
 
 
 def test_the_json_view_equals_the_reconcile_agents_message() -> None:
-    from agents.reconcile.agent import CompleteTick, histogram_message
+    from agents.reconcile.messages import histogram_message
+    from agents.reconcile.ticks import CompleteTick
     from stream_dp.consistency import reconcile
     from stream_dp.domain import Domain
 

@@ -9,13 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_dp.consistency import (
-    fgmc_paper,
-    fgmc_project,
-    general_solution,
-    reconcile,
-    weighted_general_solution,
-)
+from stream_dp.consistency import reconcile
+from stream_dp.consistency.fgmc import fgmc_paper, fgmc_project
+from stream_dp.consistency.general import general_solution, weighted_general_solution
 from stream_dp.domain import Domain
 
 

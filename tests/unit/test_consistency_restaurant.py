@@ -5,12 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stream_dp.consistency import (
-    approximate,
-    general_solution,
-    reconcile,
-    weighted_general_solution,
-)
+from stream_dp.consistency import reconcile
+from stream_dp.consistency.approx import approximate
+from stream_dp.consistency.general import general_solution, weighted_general_solution
 from stream_dp.consistency.reconcile import lift_rows
 from stream_dp.consistency.restaurant import (
     PACKAGES,

@@ -7,13 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stream_dp.consistency import (
-    TreePlan,
-    consistent_tree,
-    consistent_trees,
-    general_solution,
-    weighted_general_solution,
-)
+from stream_dp.consistency.general import general_solution, weighted_general_solution
+from stream_dp.consistency.tree import TreePlan, consistent_tree, consistent_trees
 
 
 def random_tree(rng: np.random.Generator, n: int, max_fanout: int | None = None) -> np.ndarray:

@@ -13,7 +13,7 @@ import pytest
 from stream_dp import CounterBank, DecayedCounter
 from stream_dp.budget import PureDP
 from stream_dp.integrity import IntegrityError, seal, unseal
-from stream_dp.strategies import make_mechanism
+from stream_dp.planner import make_mechanism
 
 KEY = bytes(range(32))
 STRATEGIES = ("naive", "dm", "dmfda", "fenwick-opt")
@@ -204,7 +204,7 @@ def _reseal_header(data: bytes, edit: Callable[[dict[str, Any]], None]) -> bytes
 
 def test_checkpoint_from_another_noise_format_is_refused() -> None:
     """Resuming with different noise would re-release ticks with different values."""
-    from stream_dp.noise import NOISE_FORMAT
+    from stream_dp.noise.keyed import NOISE_FORMAT
 
     bank = CounterBank(make_mechanism("naive", 0.9, 63, PureDP(1.0)), ["a", "b"], KEY)
     bank.step(np.array([1.0, 2.0]))

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agents.config import Settings, env_var
+from agents.config.settings import Settings
+from agents.config.values import env_var
 from agents.telemetry.metrics import Metrics
 from stream_dp.domain import Domain
 
@@ -245,7 +246,7 @@ def test_k8s_configmap_loads_and_example_secret_cannot_be_used(
     placeholder = secret["stringData"]["noise.key"]
     (tmp_path / "key").write_text(placeholder)
     (tmp_path / "key").chmod(0o600)  # a key file open to others is refused for that alone
-    from stream_dp.noise import load_key
+    from stream_dp.noise.keys import load_key
 
     with pytest.raises(ValueError):
         load_key(tmp_path / "key")

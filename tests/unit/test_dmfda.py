@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from stream_dp.dmfda import deltas, lambda_at, lambdas
-from stream_dp.fenwick import column_sums, strategy_matrix
+from stream_dp.strategies.fenwick.dmfda_weights import deltas, lambda_at, lambdas
+from stream_dp.strategies.fenwick.plan import column_sums, strategy_matrix
 
 PS = (0.01, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99, 0.999, 1.0)
 

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from stream_dp.budget import ZCDP, PureDP
-from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
-from stream_dp.strategies import make_mechanism
+from stream_dp.noise.gaussian import discrete_gaussian_variance
+from stream_dp.noise.laplace import discrete_laplace_variance
+from stream_dp.planner import make_mechanism
 from stream_dp.strategies._epochs import add_limbs, epoch_of_block, limbs_value
-from stream_dp.strategies.ls_tree import LsTreeMechanism
+from stream_dp.strategies.ls_tree.mechanism import LsTreeMechanism
 from stream_dp.strategies.ls_tree.plan import LsPlan
 
 

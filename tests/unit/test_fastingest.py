@@ -30,14 +30,18 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from agents import ingest
-from agents.config import Settings
-from agents.ingest import _UNKEYED, IngestState, Record, Router, ScheduleMismatch
+from agents.config.settings import Settings
+from agents.ingest import records as ingest_records
+from agents.ingest.digest import _UNKEYED, record_digest
+from agents.ingest.records import _NO_STOP, FAST_PATH_STATUS, Record
+from agents.ingest.routing import Router
+from agents.ingest.schedule import ScheduleMismatch
+from agents.ingest.state import IngestState
 from agents.kafka.codec import close_marker, marker_key
 from stream_dp.domain import Domain
 
-fast = pytest.importorskip("agents.ingest._fastingest", reason="the compiled fast path did not build")
-pytestmark = pytest.mark.skipif(ingest._fastingest is None, reason=ingest.FAST_PATH_STATUS)
+fast = pytest.importorskip("agents.ingest_records._fastingest", reason="the compiled fast path did not build")
+pytestmark = pytest.mark.skipif(ingest_records._fastingest is None, reason=FAST_PATH_STATUS)
 
 ORIGIN = 1_000_000.0
 L = 10.0
@@ -117,10 +121,10 @@ def test_scanner_accepts_plain_events(tmp_path: Path) -> None:
     assert scanner is not None
     recs = [Record(i, b"k", json.dumps({"key": "a/x", "ts": ORIGIN + i, "value": 1.0}).encode(),
                    -1, 0, ()) for i in range(5)]
-    end, added, accepted, clamped = scanner.scan(recs, 0, 1, ingest._NO_STOP, math.inf, False,
+    end, added, accepted, clamped = scanner.scan(recs, 0, 1, _NO_STOP, math.inf, False,
                                                  {}, _ROUTER.declared)
     assert (end, accepted, clamped) == (5, 5, 0)
-    want = sum(ingest.record_digest(state._dkey, r.offset, -1, 0, r.key, r.value) for r in recs)
+    want = sum(record_digest(state._dkey, r.offset, -1, 0, r.key, r.value) for r in recs)
     assert added == want % (1 << 128)
 
 
@@ -135,7 +139,7 @@ def test_a_leaf_with_many_events_in_one_scan_sums_them_all(tmp_path: Path) -> No
     recs = [Record(i, None, json.dumps({"key": k, "ts": ORIGIN + 1.0, "value": v}).encode(),
                    -1, 0, ()) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
     buckets: dict[int, dict[Any, int]] = {}
-    end, _added, accepted, _clamped = scanner.scan(recs, 0, 1, ingest._NO_STOP, math.inf,
+    end, _added, accepted, _clamped = scanner.scan(recs, 0, 1, _NO_STOP, math.inf,
                                                    False, buckets, _ROUTER.declared)
     u = 1 << 23  # units of 1.0 (cap 1.0)
     leaf = _ROUTER.declared
@@ -346,5 +350,5 @@ def test_compiled_and_pure_paths_leave_identical_state(case: dict[str, Any], tmp
 
 
 def test_fast_path_status_is_one_line() -> None:
-    assert "\n" not in ingest.FAST_PATH_STATUS
-    assert ingest.FAST_PATH_STATUS.startswith("ingest: ")
+    assert "\n" not in FAST_PATH_STATUS
+    assert FAST_PATH_STATUS.startswith("ingest: ")

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from stream_dp.fenwick import (
+from stream_dp.strategies.fenwick.plan import (
     column_sums,
     decay_workload,
     level,

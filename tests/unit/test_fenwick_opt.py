@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from stream_dp import fenwick_opt
 from stream_dp.analysis import expected_mse
-from stream_dp.dmfda import lambdas
-from stream_dp.fenwick import column_sums, reconstruction_matrix, strategy_matrix
+from stream_dp.strategies.fenwick import opt_weights as fenwick_opt
+from stream_dp.strategies.fenwick.dmfda_weights import lambdas
+from stream_dp.strategies.fenwick.plan import column_sums, reconstruction_matrix, strategy_matrix
 
 
 @pytest.fixture(autouse=True)

@@ -29,7 +29,8 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from agents.ingest import IngestState, Record
+from agents.ingest.records import Record
+from agents.ingest.state import IngestState
 from tests.unit.test_schedule_properties import (
     _ROUTER,
     LEAVES,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.ingest import Router
+from agents.ingest.routing import Router
 from stream_dp.domain import Domain
 
 
@@ -74,8 +74,8 @@ def test_checkpoints_round_trip_integer_buckets_and_refuse_older_versions() -> N
     """v5 checkpoints hold integer units; older (float) checkpoints are refused."""
     import json
 
-    from agents.config import Settings
-    from agents.ingest import IngestState
+    from agents.config.settings import Settings
+    from agents.ingest.state import IngestState
 
     dom = Domain.from_paths(["a/x", "a/y", "b/z/w", "c"])
     router = Router(dom, 2)
@@ -103,7 +103,7 @@ def test_record_digest_is_keyed_blake2b_of_the_documented_bytes() -> None:
     import hashlib
     import random
 
-    from agents.ingest import digest_key, record_digest
+    from agents.ingest.digest import digest_key, record_digest
 
     def lp(b: bytes | None) -> bytes:
         return b"-|" if b is None else f"{len(b)}|".encode() + b

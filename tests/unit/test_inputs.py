@@ -132,10 +132,10 @@ def test_integer_strategies_are_compared_with_the_bound_honestly(
 
 
 def test_release_stderr_carries_the_grid_rounding_at_a_huge_budget() -> None:
-    from stream_dp.analysis import rounding_bias
     from stream_dp.budget import PureDP
     from stream_dp.counters import CounterBank
-    from stream_dp.strategies import make_mechanism
+    from stream_dp.figures import rounding_bias
+    from stream_dp.planner import make_mechanism
 
     mech = make_mechanism("naive", 0.999, 63, PureDP(1e6))
     bank = CounterBank(mech, ["a"], bytes.fromhex(GOOD_KEY))
@@ -219,7 +219,7 @@ def test_memory_estimate_bounds_a_real_build() -> None:
     from stream_dp.budget import ZCDP, PureDP
     from stream_dp.counters import CounterBank
     from stream_dp.limits import estimate_memory
-    from stream_dp.strategies import make_mechanism
+    from stream_dp.planner import make_mechanism
 
     for strategy, privacy, horizon in (
         ("dm", PureDP(1.0), 2**16 - 1), ("tree", PureDP(1.0), 2**16 - 1),

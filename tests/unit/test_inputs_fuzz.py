@@ -169,7 +169,7 @@ def test_demo_validation_never_crashes(
 def test_replay_validation_never_crashes(
     argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agents.commands.replay import validate_args
+    from agents.commands._replay_checks import validate_args
 
     _validated("replay", validate_args, argv, capsys)
 
@@ -212,7 +212,7 @@ SETTING_NAMES = st.sampled_from([
 @FUZZ
 @given(env=st.dictionaries(SETTING_NAMES, VALUES, max_size=5))
 def test_settings_from_the_environment_never_crash(env: dict[str, str]) -> None:
-    from agents.config import Settings
+    from agents.config.settings import Settings
 
     environ = {"STREAM_DP_ORIGIN": "1700000000"}
     environ.update({f"STREAM_DP_{k.upper()}": v for k, v in env.items()})
@@ -243,7 +243,7 @@ def _toml_value(v: object) -> str:
 @FUZZ
 @given(table=st.dictionaries(SETTING_NAMES, TOML_VALUES, max_size=5), raw=st.binary(max_size=40))
 def test_settings_from_toml_never_crash(table: dict[str, object], raw: bytes, tmp_path: Path) -> None:
-    from agents.config import Settings
+    from agents.config.settings import Settings
 
     path = tmp_path / "s.toml"
     body = "origin = 1700000000\n" + "".join(f"{k} = {_toml_value(v)}\n" for k, v in table.items()

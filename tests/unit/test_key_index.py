@@ -16,15 +16,16 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from agents import ingest
-from agents.ingest import IngestState, Record, Router
-from agents.ingest.state import _key_index
+from agents.ingest import records as ingest_records
+from agents.ingest.records import _NO_STOP, FAST_PATH_STATUS, Record
+from agents.ingest.routing import Router
+from agents.ingest.state import IngestState, _key_index
 from stream_dp.domain import Domain
 from tests.unit import test_fastingest as tf
 
-fast = pytest.importorskip("agents.ingest._fastingest", reason="the compiled fast path did not build")
-pytestmark = pytest.mark.skipif(ingest._fastingest is None or not hasattr(fast, "KeyIndex"),
-                                reason=ingest.FAST_PATH_STATUS)
+fast = pytest.importorskip("agents.ingest_records._fastingest", reason="the compiled fast path did not build")
+pytestmark = pytest.mark.skipif(ingest_records._fastingest is None or not hasattr(fast, "KeyIndex"),
+                                reason=FAST_PATH_STATUS)
 
 
 def _strict(raw: bytes) -> str | None:
@@ -93,7 +94,7 @@ def _scan(router: Router, d: dict[str, Any], ix: Any, recs: list[Record],
     state = IngestState(s, router, 0, offset=0)
     scanner = state._fast_scanner()
     buckets: dict[int, dict[Any, int]] = {}
-    end, _added, _accepted, _clamped = scanner.scan(recs, 0, 1, ingest._NO_STOP, math.inf,
+    end, _added, _accepted, _clamped = scanner.scan(recs, 0, 1, _NO_STOP, math.inf,
                                                     False, buckets, d, ix)
     return end, buckets
 

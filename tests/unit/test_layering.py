@@ -1,184 +1,125 @@
-"""Import layering of the library (issues #12 and #26, "the house"): limits < registry < figures
-< planner < analysis, checked on the source with an AST scan (no imports executed).
+"""Import layering of the whole code (issue #33, "the house"; before it #12 and #26).
 
-* no cycle among the modules' imports, **at any level** (deferred, function-level imports
-  included): the circle limits → strategies.make_mechanism → planner → registry → limits is gone;
-* the registry and limits import neither the planner nor the analysis, at any level, and neither
-  does anything they import;
-* the planner does not import the analysis (the analysis sits above it: ``expected_mse("auto")``).
+The contracts are declared in ``pyproject.toml`` (``[tool.importlinter]``) and checked by
+import-linter, which reads every import of ``stream_dp``, ``agents`` and ``simulators`` from the
+source: at module level, inside functions (lazy imports, a module ``__getattr__`` alias) and under
+``if TYPE_CHECKING:`` alike. ``scripts/test`` runs ``lint-imports`` before the tests; this file
+runs it too, and shows on a copy of the tree that each kind of forbidden arrow breaks a contract
+(else a kept contract would prove nothing):
 
-Two names stay importable where they were, as *lazy aliases* of the planner's functions:
-``stream_dp.strategies.make_mechanism`` and ``stream_dp.limits.check_buildable``. An alias is a
-module-level ``def __getattr__`` (PEP 562) that returns a function of a module above; the scan
-records its import as an alias, not a dependency, and a test checks that each alias *is* the
-planner's function (one implementation, reachable from one place). ``if TYPE_CHECKING:`` imports
-are never executed and are skipped too.
+* ``library``: ``stream_dp`` never imports the service, the simulators or a Kafka client;
+* ``service-layers``: ``agents`` packages import only the layers below them
+  (docs/architecture.md draws them);
+* ``pure-state``: the settings, the telemetry and the pure stage states never reach aiokafka;
+* ``strategy-selection``: limits < registry < figures < planner < analysis in the library;
+* ``no-circles``: no import circle at any depth of any of the three packages.
 """
 
 from __future__ import annotations
 
-import ast
+import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2] / "stream_dp"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("stream_dp", "agents", "simulators")
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+def _lint(root: Path, *contracts: str) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` on the tree at ``root`` (its pyproject.toml), the given contracts only."""
+    args = [str(LINT_IMPORTS), "--no-cache"]
+    for contract in contracts:
+        args += ["--contract", contract]
+    return subprocess.run(args, cwd=root, capture_output=True, text=True, timeout=300,
+                          check=False, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
 
 
-def _imports(path: Path, module: str, known: set[str]) -> tuple[set[str], set[str]]:
-    """(module-level imports, all imports) of ``stream_dp`` modules in ``path``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    top: set[str] = set()
-    every: set[str] = set()
-    toplevel_nodes = set(map(id, tree.body))
-    skipped: set[int] = set()
-    for node in tree.body:
-        alias = isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
-        typing_only = isinstance(node, ast.If) and ast.unparse(node.test) in (
-            "TYPE_CHECKING", "typing.TYPE_CHECKING"
-        )
-        if alias or typing_only:
-            skipped.update(id(n) for n in ast.walk(node))
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            # `from pkg import submodule` depends on the submodule (the package itself runs
-            # first in any case, as the parent of every submodule); `from m import name` on m
-            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known]
-            names = subs if len(subs) == len(node.names) else [base, *subs]
-        names = [n for n in names if n == "stream_dp" or n.startswith("stream_dp.")]
-        every.update(names)
-        if id(node) in toplevel_nodes:
-            top.update(names)
-    return top, every
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A copy of the sources and of pyproject.toml, to inject arrows into."""
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "static", "fits"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
 
 
-def _graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    files = {_module_name(p): p for p in ROOT.rglob("*.py")}
-    top: dict[str, set[str]] = {}
-    every: dict[str, set[str]] = {}
-    for name, path in files.items():
-        t, e = _imports(path, name, set(files))
-        top[name] = {m for m in t if m in files and m != name}
-        every[name] = {m for m in e if m in files and m != name}
-    return top, every
+def _append(path: Path, code: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + "\n" + textwrap.dedent(code),
+                    encoding="utf-8")
 
 
-def _closure(graph: dict[str, set[str]], start: set[str]) -> set[str]:
-    seen: set[str] = set()
-    todo = list(start)
-    while todo:
-        m = todo.pop()
-        if m not in seen:
-            seen.add(m)
-            todo.extend(graph.get(m, ()))
-    return seen
+def test_every_contract_holds() -> None:
+    out = _lint(ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
 
 
-def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(m: str) -> list[str] | None:
-        state[m] = 1
-        stack.append(m)
-        for n in sorted(graph.get(m, ())):
-            if state.get(n) == 1:
-                return [*stack[stack.index(n) :], n]
-            if n not in state and (found := visit(n)) is not None:
-                return found
-        stack.pop()
-        state[m] = 2
-        return None
-
-    for m in sorted(graph):
-        if m not in state and (found := visit(m)) is not None:
-            return found
-    return None
-
-
-def test_scan_sees_the_known_edges() -> None:
-    """The scan itself works: it finds imports that exist (else the other tests prove nothing)."""
-    top, every = _graph()
-    assert "stream_dp.strategies.registry" in top["stream_dp.strategies"]
-    assert "stream_dp.planner" in every["stream_dp.analysis"]
-    assert "stream_dp.figures" in top["stream_dp.planner"]
-    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+@pytest.mark.parametrize(("module", "code", "contract"), [
+    # a module-level arrow from the plumbing up to the worker
+    ("agents/kafka/groups.py", "from agents.worker import pipeline\n", "service-layers"),
+    # a lazy (function-level) arrow from ingest up to release
+    ("agents/ingest/routing.py",
+     "def _late() -> object:\n    from agents.release.state import ReleaseState\n"
+     "    return ReleaseState\n", "service-layers"),
+    # a type-only arrow from a stage up to the pipeline (the back-reference issue #33 removed)
+    ("agents/release/stage.py",
+     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+     "    from agents.worker.pipeline import Worker\n", "service-layers"),
+    # the settings reaching a Kafka client
+    ("agents/config/values.py", "def _k() -> None:\n    import aiokafka\n", "pure-state"),
+    # the library naming the service
+    ("stream_dp/budget.py", "def _s() -> None:\n    import agents.config.settings\n", "library"),
+])
+def test_an_upward_arrow_breaks_the_contract(tree: Path, module: str, code: str,
+                                             contract: str) -> None:
+    assert _lint(tree, contract).returncode == 0
+    _append(tree / module, code)
+    out = _lint(tree, contract)
+    assert out.returncode != 0, out.stdout
+    assert "BROKEN" in out.stdout
 
 
-def test_no_cycle_among_import_time_imports() -> None:
-    top, _ = _graph()
-    assert _find_cycle(top) is None
+@pytest.mark.parametrize(("module", "code"), [
+    # a circle through a type-only import (what reconcile ↔ leader was)
+    ("agents/reconcile/leader.py",
+     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+     "    from agents.reconcile.agent import Reconciler\n"),
+    # a circle through a lazy module alias (what stream_dp.limits.check_buildable was)
+    ("stream_dp/limits.py",
+     "def __getattr__(name: str) -> object:\n    from stream_dp.planner import check_buildable\n"
+     "    return check_buildable\n"),
+])
+def test_a_circle_breaks_the_contract(tree: Path, module: str, code: str) -> None:
+    assert _lint(tree, "no-circles").returncode == 0
+    _append(tree / module, code)
+    out = _lint(tree, "no-circles")
+    assert out.returncode != 0, out.stdout
+    assert "BROKEN" in out.stdout
 
 
-@pytest.mark.parametrize("module", ["stream_dp.strategies.registry", "stream_dp.figures"])
-def test_registry_and_figures_do_not_depend_on_planner_or_analysis(module: str) -> None:
-    top, every = _graph()
-    reach = _closure(top, every[module])
-    assert "stream_dp.planner" not in reach | every[module]
-    assert "stream_dp.analysis" not in reach | every[module]
+def test_package_inits_hold_only_their_contract() -> None:
+    """Each ``__init__.py`` of ``agents`` is a docstring that says what the package holds, what
+    it may import and what it must not; it imports nothing (no re-exports: a name is imported
+    from the module that defines it). The dashboard's names are the one documented exception
+    (``make_dashboard_app``: the worker's web server mounts it by module name)."""
+    import ast
 
-
-def test_planner_does_not_import_the_analysis() -> None:
-    top, every = _graph()
-    assert "stream_dp.analysis" not in _closure(top, every["stream_dp.planner"])
-    assert "stream_dp.analysis" not in every["stream_dp.planner"]
-
-
-def test_no_cycle_even_through_deferred_imports() -> None:
-    """Issue #26: no known upward exceptions any more; any cycle at any level fails (the whole
-    library, not only strategy selection)."""
-    _, every = _graph()
-    assert _find_cycle(every) is None
-
-
-@pytest.mark.parametrize("module", ["stream_dp.limits", "stream_dp.strategies.registry"])
-def test_limits_and_registry_sit_below_the_planner(module: str) -> None:
-    _, every = _graph()
-    reach = _closure(every, every[module])
-    assert "stream_dp.planner" not in reach
-    assert "stream_dp.figures" not in reach
-    assert "stream_dp.analysis" not in reach
-    # and the registry checks its arguments with the bottom layer's ranges
-    if module == "stream_dp.strategies.registry":
-        assert "stream_dp.limits" in every[module]
-
-
-def test_limits_imports_nothing_of_the_library() -> None:
-    _, every = _graph()
-    assert every["stream_dp.limits"] == set()
-
-
-def test_the_aliases_are_the_planners_functions() -> None:
-    """One implementation, reachable from one place: the old import paths are the same objects."""
-    import stream_dp.limits as limits
-    import stream_dp.planner as planner
-    import stream_dp.strategies as strategies
-    from stream_dp.limits import check_buildable
-    from stream_dp.strategies import make_mechanism
-
-    assert make_mechanism is planner.make_mechanism is strategies.make_mechanism
-    assert check_buildable is planner.check_buildable is limits.check_buildable
-    with pytest.raises(AttributeError):
-        _ = strategies.no_such_name  # type: ignore[attr-defined]
-    with pytest.raises(AttributeError):
-        _ = limits.no_such_name  # type: ignore[attr-defined]
+    for init in sorted((ROOT / "agents").rglob("__init__.py")):
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        doc = ast.get_docstring(tree) or ""
+        where = init.relative_to(ROOT)
+        if init.parent != ROOT / "agents":
+            assert "May import" in doc and "Must not" in doc, where
+        body = [type(n).__name__ for n in tree.body]
+        if init.parent.name == "dashboard":
+            body = [b for b in body if b not in ("ImportFrom", "Assign")]
+        assert body == ["Expr"], where
 
 
 @pytest.mark.parametrize(
@@ -189,12 +130,9 @@ def test_the_aliases_are_the_planners_functions() -> None:
 )
 def test_each_module_imports_first_in_a_fresh_interpreter(module: str) -> None:
     """Whichever module is imported first, the import succeeds and ``auto`` resolves."""
-    import subprocess
-    import sys
-
     code = (
         f"import importlib; importlib.import_module({module!r}); "
-        "from stream_dp.strategies import make_mechanism; from stream_dp.budget import PureDP; "
+        "from stream_dp.planner import make_mechanism; from stream_dp.budget import PureDP; "
         "print(make_mechanism('auto', 0.3, 63, PureDP(1.0)).name)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

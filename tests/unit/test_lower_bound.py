@@ -9,7 +9,8 @@ import pytest
 
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.lower_bound import mean_mse_bound, noise_constant, nuclear_norm, singular_values
-from stream_dp.strategies import available, make_mechanism
+from stream_dp.planner import make_mechanism
+from stream_dp.strategies.registry import available
 
 
 @pytest.fixture(autouse=True)

@@ -10,9 +10,9 @@ import pytest
 from stream_dp.analysis import expected_mse
 from stream_dp.budget import ZCDP, PureDP
 from stream_dp.counters import CounterBank
-from stream_dp.strategies import make_mechanism
-from stream_dp.strategies.ls_tree import LsTreeMechanism
+from stream_dp.planner import make_mechanism
 from stream_dp.strategies.ls_tree._oracle import dense
+from stream_dp.strategies.ls_tree.mechanism import LsTreeMechanism
 from stream_dp.strategies.ls_tree.plan import LsPlan
 from tests.unit._neighbours import check_one_event
 

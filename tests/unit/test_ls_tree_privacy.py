@@ -29,7 +29,7 @@ import pytest
 
 from stream_dp.budget import ZCDP, PureDP
 from stream_dp.strategies._epochs import SUPER_BASE, epoch_of_block, super_levels
-from stream_dp.strategies.ls_tree import LsTreeMechanism
+from stream_dp.strategies.ls_tree.mechanism import LsTreeMechanism
 from stream_dp.strategies.ls_tree.plan import LsPlan, _normalised, noise_scales
 
 # p = 1 per-block schedule of tests/unit/test_ls_tree.py: block 3's shares 0.55 + 0.3 + 0.15

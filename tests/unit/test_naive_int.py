@@ -9,9 +9,9 @@ import pytest
 
 from stream_dp import CounterBank, DecayedCounter
 from stream_dp.budget import PureDP
-from stream_dp.planner import compare, pick
-from stream_dp.strategies import available, make_mechanism
-from stream_dp.strategies.naive_int import NaiveIntegerMechanism
+from stream_dp.planner import compare, make_mechanism, pick
+from stream_dp.strategies.naive.integer import NaiveIntegerMechanism
+from stream_dp.strategies.registry import available
 from tests.unit.test_strategies import FixedNoise
 
 KEY = bytes(range(32))

@@ -8,8 +8,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from stream_dp.noise import MAX_GRID_UNITS, choose_grid, from_grid, round_to_grid
-from stream_dp.noise.grid import validate_grid
+from stream_dp.noise.grid import (
+    MAX_GRID_UNITS,
+    choose_grid,
+    from_grid,
+    round_to_grid,
+    validate_grid,
+)
 
 
 @pytest.mark.parametrize("scale", [1e-9, 0.1, 1.0, 3.0, 1000.0, 2.0**40, 1e15])

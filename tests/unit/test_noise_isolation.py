@@ -24,11 +24,12 @@ import pytest
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.counters import CounterBank
 from stream_dp.mechanism import Mechanism
-from stream_dp.strategies import available, make_mechanism
-from stream_dp.strategies._fenwick_base import FenwickMechanism
-from stream_dp.strategies.sqrt import SqrtMechanism
-from stream_dp.strategies.tree import TreeMechanism
-from stream_dp.tree_plan import TreePlan
+from stream_dp.planner import make_mechanism
+from stream_dp.strategies.fenwick.base import FenwickMechanism
+from stream_dp.strategies.registry import available
+from stream_dp.strategies.sqrt.mechanism import SqrtMechanism
+from stream_dp.strategies.tree.mechanism import TreeMechanism
+from stream_dp.strategies.tree.plan import TreePlan
 
 KEY = bytes(range(32))
 S = 1000

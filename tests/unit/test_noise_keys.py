@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from stream_dp.noise import KeyedNoise, SecretKey, load_key, stream_id, stream_ids
+from stream_dp.noise.keyed import KeyedNoise
+from stream_dp.noise.keys import SecretKey, load_key, stream_id, stream_ids
 from stream_dp.noise.prf import BlockPRF
 
 HEX_KEY = "4b1f9e07c3d2a8556e0f71b9c2d43a8e17f6e5b0a3c98d2146e7f05b9a1c3d7e"  # 32 random bytes
@@ -258,7 +259,7 @@ def test_key_file_permission_rule_root_owned_group_read_allowed() -> None:
 
 def test_every_command_loading_a_key_file_refuses_a_world_readable_one(tmp_path: Path) -> None:
     """The worker's settings, ``replay`` and ``marginals`` all load key files through load_key."""
-    from agents.commands.replay import load_key_for_fingerprint
+    from agents.commands._replay_state import load_key_for_fingerprint
 
     p = tmp_path / "noise.key"
     p.write_text(HEX_KEY)

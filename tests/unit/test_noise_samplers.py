@@ -14,15 +14,11 @@ import pytest
 from numpy.typing import NDArray
 from scipy import stats
 
-from stream_dp.noise import (
-    KeyedNoise,
-    NoiseExhaustedError,
-    _exact,
-    discrete_gaussian_variance,
-    discrete_laplace_variance,
-    laplace,
-    stream_ids,
-)
+from stream_dp.noise import _exact, laplace
+from stream_dp.noise.gaussian import discrete_gaussian_variance
+from stream_dp.noise.keyed import KeyedNoise, NoiseExhaustedError
+from stream_dp.noise.keys import stream_ids
+from stream_dp.noise.laplace import discrete_laplace_variance
 from stream_dp.noise.prf import MAX_DRAWS
 
 KEY = bytes.fromhex("9f" * 16 + "01" * 16)

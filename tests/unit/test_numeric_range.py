@@ -20,7 +20,8 @@ import pytest
 
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.counters import CounterBank
-from stream_dp.strategies import available, get, make_mechanism
+from stream_dp.planner import make_mechanism
+from stream_dp.strategies.registry import available, get
 
 DEFAULT_HORIZON = 65_535
 LONG_HORIZON = (1 << 20) - 1

@@ -10,7 +10,7 @@ import pytest
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.cli import main
 from stream_dp.planner import pick
-from stream_dp.strategies import available
+from stream_dp.strategies.registry import available
 
 
 @pytest.fixture(autouse=True)

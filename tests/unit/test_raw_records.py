@@ -17,9 +17,11 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
-from agents.config import Settings
-from agents.ingest import IngestState, RecordBlock, Router
+from agents.config.settings import Settings
 from agents.ingest.raw_records import install, raw_records
+from agents.ingest.records import RecordBlock
+from agents.ingest.routing import Router
+from agents.ingest.state import IngestState
 from stream_dp.domain import Domain
 
 ATTRS = ("offset", "key", "value", "timestamp", "timestamp_type", "headers")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stream_dp.consistency import ReconcileResult, reconcile, weighted_general_solution
+from stream_dp.consistency import reconcile
+from stream_dp.consistency.general import weighted_general_solution
+from stream_dp.consistency.reconcile import ReconcileResult
 from stream_dp.domain import Domain
 
 PATHS = [

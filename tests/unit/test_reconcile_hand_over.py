@@ -15,7 +15,8 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from agents.reconcile.agent import Reconciler, ReconcilerConfig
+from agents.reconcile.agent import Reconciler
+from agents.reconcile.config import ReconcilerConfig
 
 TOPIC = "t.compact"
 

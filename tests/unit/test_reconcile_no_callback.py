@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from agents.reconcile import agent as rec
+from agents.reconcile.ticks import CompleteTick
 from stream_dp.compact_histograms import decode_histogram_chunk
 from stream_dp.domain import Domain
 
@@ -21,9 +22,9 @@ def _reconciler(on_histogram: Any) -> rec.Reconciler:
     return rec.Reconciler(cfg, dom, on_histogram=on_histogram)
 
 
-def _tick(n: int) -> rec.CompleteTick:
+def _tick(n: int) -> CompleteTick:
     rng = np.random.default_rng(3)
-    return rec.CompleteTick(tick=7, tick_end=70.0, noisy=rng.normal(5.0, 2.0, n),
+    return CompleteTick(tick=7, tick_end=70.0, noisy=rng.normal(5.0, 2.0, n),
                             stderr=np.full(n, 1.5))
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agents.cli import main
-from agents.commands.replay import ReplayState, key_fingerprint, log_digest, state_path
+from agents.commands._replay_state import ReplayState, key_fingerprint, log_digest, state_path
 from agents.commands.replay_history import Content, ReplayHistory, default_history_path
 
 KEY_A = bytes.fromhex("a3f1c07e5b92d4186e0fa7c3b5d29e41f6087ac2d3e5b9f10c4a7e6d28b3f951")

@@ -26,8 +26,12 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from agents.config import Settings
-from agents.ingest import _UNKEYED, IngestState, Record, Router, ScheduleMismatch
+from agents.config.settings import Settings
+from agents.ingest.digest import _UNKEYED
+from agents.ingest.records import Record
+from agents.ingest.routing import Router
+from agents.ingest.schedule import ScheduleMismatch
+from agents.ingest.state import IngestState
 from agents.ingest.ticks import Schedule
 from agents.kafka.codec import close_marker, marker_key
 from stream_dp.contributions import to_units

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.config import Settings
 from agents.config.security import MECHANISMS, KafkaSecurity, client_kwargs
+from agents.config.settings import Settings
 from tests._certs import make_pki
 
 ROOT = Path(__file__).resolve().parents[2]

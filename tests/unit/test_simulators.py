@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from agents.cli import build_parser
-from agents.config import Settings
+from agents.config.settings import Settings
 from simulators.base import DEFAULT_START, TimeAxis
 from simulators.census import ATTRIBUTES, CensusHouseholds
 from simulators.cli import build_simulator

@@ -12,9 +12,9 @@ from scipy.special import comb
 from stream_dp.budget import ZCDP, PureDP
 from stream_dp.lower_bound import mean_mse_bound
 from stream_dp.mechanism import Int64Array
-from stream_dp.strategies import make_mechanism
-from stream_dp.strategies.sqrt import SLACK_UNITS, SqrtMechanism
-from stream_dp.toeplitz import (
+from stream_dp.planner import make_mechanism
+from stream_dp.strategies.sqrt.mechanism import SLACK_UNITS, SqrtMechanism
+from stream_dp.strategies.sqrt.toeplitz import (
     choose_taps,
     dense_sqrt,
     mean_error_factor,

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from stream_dp.budget import ZCDP, PureDP
-from stream_dp.fenwick import strategy_matrix
 from stream_dp.mechanism import Int64Array, Mechanism
-from stream_dp.planner import pick
-from stream_dp.strategies import available, get, make_mechanism, register
-from stream_dp.strategies._fenwick_base import FenwickMechanism
+from stream_dp.planner import make_mechanism, pick
 from stream_dp.strategies.fenwick import _oracle as fenwick_oracle
+from stream_dp.strategies.fenwick.base import FenwickMechanism
+from stream_dp.strategies.fenwick.plan import strategy_matrix
 from stream_dp.strategies.naive import _oracle as naive_oracle
+from stream_dp.strategies.registry import available, get, register
 
 STRATEGIES = ("naive", "dm", "dmfda", "fenwick-opt")
 

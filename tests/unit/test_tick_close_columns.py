@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agents.config import Settings
-from agents.ingest import Partial, Router
+from agents.config.settings import Settings
 from agents.ingest import routing as ir
 from agents.ingest.records import _fast_loads
+from agents.ingest.routing import Partial, Router
 from agents.release.state import ReleaseState
 from stream_dp.domain import Domain
 from tests.unit.test_ingest_tick_sums import _loop, _unbalanced_paths

@@ -11,10 +11,10 @@ import pytest
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.counters import CounterBank
 from stream_dp.mechanism import Int64Array
-from stream_dp.strategies import make_mechanism
-from stream_dp.strategies.tree import SLACK_UNITS, BinaryTreeMechanism, TreeMechanism
+from stream_dp.planner import make_mechanism
 from stream_dp.strategies.tree._oracle import measurement_matrix
-from stream_dp.tree_plan import (
+from stream_dp.strategies.tree.mechanism import SLACK_UNITS, BinaryTreeMechanism, TreeMechanism
+from stream_dp.strategies.tree.plan import (
     TreePlan,
     best_plan,
     binary_plan,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from stream_dp.consistency import TreePlan
+from stream_dp.consistency.tree import TreePlan
 from tests.unit.test_consistency_tree import random_tree
 
 

@@ -16,17 +16,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stream_dp.budget import ZCDP, PureDP
-from stream_dp.strategies import make_mechanism
+from stream_dp.planner import make_mechanism
 from stream_dp.strategies.blt import _oracle as blt_oracle
 from stream_dp.strategies.fenwick import _oracle as fenwick_oracle
 from stream_dp.strategies.sqrt import _oracle as sqrt_oracle
 from stream_dp.strategies.tree import _oracle as tree_oracle
-from stream_dp.user_level import (
-    Bounder,
-    UserBounds,
+from stream_dp.user_level.bounding import Bounder, keep_mask
+from stream_dp.user_level.bounds import UserBounds
+from stream_dp.user_level.sensitivity import (
     brute_force_norm_sq,
     gram_upper_bound_sq,
-    keep_mask,
     max_spaced_sum,
     pure_factor,
     toeplitz_spaced_norm_sq,

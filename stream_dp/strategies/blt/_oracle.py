@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 
-from stream_dp.noise import discrete_gaussian_variance
+from stream_dp.noise.gaussian import discrete_gaussian_variance
 from stream_dp.strategies.blt.plan import coefficients
 
 __all__ = ["dense"]

@@ -76,8 +76,12 @@ import numpy as np
 
 from stream_dp.budget import Privacy
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
-from stream_dp.noise import discrete_gaussian_variance
-from stream_dp.noise.gaussian import MAX_SIGMA, MIN_SIGMA, validate_sigma
+from stream_dp.noise.gaussian import (
+    MAX_SIGMA,
+    MIN_SIGMA,
+    discrete_gaussian_variance,
+    validate_sigma,
+)
 from stream_dp.strategies import _dd
 from stream_dp.strategies._common import (
     BudgetOutOfRange,

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
+from stream_dp.noise.gaussian import discrete_gaussian_variance
+from stream_dp.noise.laplace import discrete_laplace_variance
 from stream_dp.strategies.ls_tree.plan import COEFF_BITS, coefficients
 
 __all__ = ["dense"]

@@ -38,7 +38,8 @@ from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 from scipy.signal import lfilter
 
-from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
+from stream_dp.noise.gaussian import discrete_gaussian_variance
+from stream_dp.noise.laplace import discrete_laplace_variance
 
 __all__ = ["COEFF_BITS", "MAX_BLOCK", "LsPlan", "best_plan", "block_part", "block_terms",
            "coefficients", "curve", "mean_variance", "noise_scales", "scheduled_mean", "structure"]

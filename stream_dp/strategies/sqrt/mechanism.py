@@ -35,8 +35,7 @@ import numpy as np
 
 from stream_dp.budget import Privacy
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
-from stream_dp.noise import discrete_gaussian_variance
-from stream_dp.noise.gaussian import MIN_SIGMA
+from stream_dp.noise.gaussian import MIN_SIGMA, discrete_gaussian_variance
 from stream_dp.noise.grid import choose_grid
 from stream_dp.strategies._common import (
     MAX_GRID_BUDGET,

@@ -45,10 +45,9 @@ import numpy as np
 
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
-from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
-from stream_dp.noise.gaussian import MIN_SIGMA
+from stream_dp.noise.gaussian import MIN_SIGMA, discrete_gaussian_variance
 from stream_dp.noise.grid import choose_grid
-from stream_dp.noise.laplace import MIN_SCALE
+from stream_dp.noise.laplace import MIN_SCALE, discrete_laplace_variance
 from stream_dp.strategies import _dd
 from stream_dp.strategies._common import (
     MAX_GRID_BUDGET,
