@@ -22,7 +22,8 @@ from agents.ingest.state import IngestState
 from agents.ingest.ticks import Schedule
 from agents.kafka.checkpoint_reader import read_all
 from agents.kafka.codec import dlq_message, encode
-from agents.kafka.stage import StageHost, _kafka, _Stage
+from agents.kafka.stage import _kafka, _Stage
+from agents.kafka.stage_host import StageHost
 from agents.telemetry.pipeline_metrics import PipelineMetrics
 
 log = logging.getLogger("stream_dp.pipeline")

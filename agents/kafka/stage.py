@@ -14,14 +14,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
-from agents.config.security import KafkaSecurity
-from agents.config.settings import Settings
 from agents.kafka.checked_producer import TransactionRecordFailed, _CheckedProducer
 from agents.kafka.checkpoint_reader import read_latest_with_progress
 from agents.kafka.checkpoints import CheckpointRefused, Progress, chunk_messages
 from agents.kafka.groups import leave_group
+from agents.kafka.stage_host import StageHost
 from stream_dp.integrity import IntegrityError
 
 log = logging.getLogger("stream_dp.pipeline")
@@ -66,38 +65,6 @@ def _listener(stage: _Stage) -> Any:
             await stage.assigned(list(assigned))
 
     return _Listener()
-
-
-class StageHost(Protocol):
-    """What a stage sees of the process that runs it (:class:`agents.worker.pipeline.Worker`).
-
-    A stage reads its settings and reports through these members, never through the process's
-    other parts; each stage adds the few members it needs (``IngestHost``, ``ReleaseHost``).
-    """
-
-    settings: Settings
-    #: TLS / SASL of every Kafka client the process creates
-    security: KafkaSecurity
-    #: operational totals (never raw counts)
-    stats: dict[str, int]
-    #: the error that stops the process, once one did (the stages raise it from their loops)
-    fatal: BaseException | None
-
-    def kafka_kwargs(self) -> dict[str, Any]:
-        """Security keyword arguments for an aiokafka client."""
-        ...
-
-    def fail(self, exc: BaseException) -> None:
-        """Stop the process with ``exc``."""
-        ...
-
-    def release_error(self, reason: str) -> None:
-        """Count a fatal error (metric ``stream_dp_release_errors_total{reason}``)."""
-        ...
-
-    def update_ready(self) -> None:
-        """A stage started or finished restoring its partitions: readiness may have changed."""
-        ...
 
 
 class _Stage:

@@ -37,13 +37,14 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Final, NamedTuple, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
 from agents.kafka.codec import encode
 from agents.kafka.groups import leave_group
+from agents.kafka.reading import finish_before_cancel, partitions_of, read_range
 from agents.reconcile.config import ReconcilerConfig, SolveFn, _default_solve
 from agents.reconcile.leader import _LeaderListener, ensure_leader_topic
 from agents.reconcile.messages import (
@@ -270,7 +271,7 @@ class Reconciler:
         )
         try:  # started inside: a stop signal during start() must close it too
             await consumer.start()
-            parts = await _partitions(consumer, topic)
+            parts = await partitions_of(consumer, topic)
             if not parts:
                 return 0
             tps = [TopicPartition(topic, p) for p in parts]
@@ -282,7 +283,7 @@ class Reconciler:
                 found, window, hi = False, 16, end[tp]
                 while not found and hi > begin[tp]:
                     lo = max(begin[tp], hi - window)
-                    for rec in await _read_range(consumer, tp, lo, hi):
+                    for rec in await read_range(consumer, tp, lo, hi):
                         if rec.key == key and rec.value is not None:
                             with contextlib.suppress(ValueError, KeyError, TypeError):
                                 best = max(best, tick_of(rec.value))
@@ -350,7 +351,7 @@ class Reconciler:
             return await self._assign_counts(consumer)
 
         try:  # started inside: a step-down during start() must close both (no 'Unclosed')
-            tps = await _finish_before_cancel(start(), _STARTUP_GRACE_S)
+            tps = await finish_before_cancel(start(), _STARTUP_GRACE_S)
             self._handed, self._taken_next = [], {}
             self._lead_consumer = consumer  # from now on the release stage may hand over
             last_refresh = time.monotonic()
@@ -385,7 +386,7 @@ class Reconciler:
                     )
                 if time.monotonic() - last_refresh > 30.0:  # partitions added to counts topic
                     last_refresh = time.monotonic()
-                    parts = await _partitions(consumer, self.input_topic)
+                    parts = await partitions_of(consumer, self.input_topic)
                     if len(parts) != len(tps):
                         # re-assigned from the committed offsets: records taken over but not
                         # added yet are read again from the topic (the assembler keeps one copy)
@@ -416,7 +417,7 @@ class Reconciler:
         topic = self.input_topic
         parts: list[int] = []
         for _ in range(100):
-            parts = await _partitions(consumer, topic)
+            parts = await partitions_of(consumer, topic)
             if parts:
                 break
             await asyncio.sleep(0.2)
@@ -619,47 +620,9 @@ class _HandedRecord(NamedTuple):
     value: bytes
 
 
-_T = TypeVar("_T")
-
-#: how long a step-down waits for the leader's clients to finish starting (seconds)
 #: the counts consumer's pause after empty fetches grows to this many times its first (5 × the
-#: backoff): ~1 s between ticks instead of 0.25 s (agents.fetch_backoff.pace)
+#: backoff): ~1 s between ticks instead of 0.25 s (agents.kafka.fetch_backoff.pace)
 _IDLE_GROWTH = 4.0
-_STARTUP_GRACE_S = 3.0  # well inside the worker's 15 s stop bound (outage: start() hangs)
-
-
-async def _finish_before_cancel(coro: Coroutine[Any, Any, _T], grace_s: float) -> _T:
-    """Await ``coro``; if the caller is cancelled meanwhile, let ``coro`` finish first (at most
-    ``grace_s`` seconds more, then cancel it too) and re-raise the cancellation.
-
-    aiokafka does not close a connection whose handshake is cancelled half way (the leader
-    being stepped down while its consumer looks up the group coordinator): the object is
-    collected later and asyncio logs ``Unclosed AIOKafkaConnection`` at error level on a clean
-    stop. Letting the start-up complete means ``stop()`` then closes every connection."""
-    task = asyncio.ensure_future(coro)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(task, grace_s)
-        raise
-
-
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
-    topics = await consumer.topics()  # refreshes metadata
-    if topic not in topics:
-        return []
-    return sorted(consumer.partitions_for_topic(topic) or ())
-
-
-async def _read_range(
-    consumer: AIOKafkaConsumer, tp: TopicPartition, lo: int, hi: int
-) -> list[ConsumerRecord[Any, Any]]:
-    """Records of ``tp`` with offsets in ``[lo, hi)`` (the partition must be assigned)."""
-    consumer.seek(tp, lo)
-    out: list[ConsumerRecord[Any, Any]] = []
-    deadline = time.monotonic() + 30.0
-    while await consumer.position(tp) < hi and time.monotonic() < deadline:
-        batch = await consumer.getmany(tp, timeout_ms=500)
-        out.extend(r for r in batch.get(tp, []) if r.offset < hi)
-    return out
+#: how long a step-down waits for the leader's clients to finish starting (seconds): well
+#: inside the worker's 15 s stop bound (outage: start() hangs)
+_STARTUP_GRACE_S = 3.0

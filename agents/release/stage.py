@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from agents.ingest.routing import Partial, Router
 from agents.ingest.stage import IngestStage
 from agents.kafka.checkpoints import CheckpointRefused, Progress, progress_message
-from agents.kafka.stage import StageHost, _kafka, _Stage
+from agents.kafka.stage import _kafka, _Stage
+from agents.kafka.stage_host import StageHost
 from agents.release.state import Release, ReleaseOverflow, ReleaseState
 from agents.telemetry.pipeline_metrics import PipelineMetrics
 

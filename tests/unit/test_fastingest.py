@@ -40,7 +40,7 @@ from agents.ingest.state import IngestState
 from agents.kafka.codec import close_marker, marker_key
 from stream_dp.domain import Domain
 
-fast = pytest.importorskip("agents.ingest_records._fastingest", reason="the compiled fast path did not build")
+fast = pytest.importorskip("agents.ingest._fastingest", reason="the compiled fast path did not build")
 pytestmark = pytest.mark.skipif(ingest_records._fastingest is None, reason=FAST_PATH_STATUS)
 
 ORIGIN = 1_000_000.0

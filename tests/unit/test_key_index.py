@@ -17,13 +17,14 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from agents.ingest import records as ingest_records
+from agents.ingest.processing import _key_index
 from agents.ingest.records import _NO_STOP, FAST_PATH_STATUS, Record
 from agents.ingest.routing import Router
-from agents.ingest.state import IngestState, _key_index
+from agents.ingest.state import IngestState
 from stream_dp.domain import Domain
 from tests.unit import test_fastingest as tf
 
-fast = pytest.importorskip("agents.ingest_records._fastingest", reason="the compiled fast path did not build")
+fast = pytest.importorskip("agents.ingest._fastingest", reason="the compiled fast path did not build")
 pytestmark = pytest.mark.skipif(ingest_records._fastingest is None or not hasattr(fast, "KeyIndex"),
                                 reason=FAST_PATH_STATUS)
 

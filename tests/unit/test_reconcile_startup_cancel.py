@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from agents.reconcile.agent import _finish_before_cancel
+from agents.kafka.reading import finish_before_cancel
 
 
 async def test_a_cancelled_caller_waits_for_the_start_up_then_is_cancelled() -> None:
@@ -20,7 +20,7 @@ async def test_a_cancelled_caller_waits_for_the_start_up_then_is_cancelled() -> 
         steps.append("end")
         return 7
 
-    caller = asyncio.ensure_future(_finish_before_cancel(start_up(), 5.0))
+    caller = asyncio.ensure_future(finish_before_cancel(start_up(), 5.0))
     await asyncio.sleep(0.05)
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -39,7 +39,7 @@ async def test_a_start_up_that_hangs_is_cancelled_after_the_grace() -> None:
             raise
         return 0
 
-    caller = asyncio.ensure_future(_finish_before_cancel(hangs(), 0.1))
+    caller = asyncio.ensure_future(finish_before_cancel(hangs(), 0.1))
     await asyncio.sleep(0.05)
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -51,4 +51,4 @@ async def test_without_a_cancellation_the_result_is_returned() -> None:
     async def quick() -> str:
         return "tps"
 
-    assert await _finish_before_cancel(quick(), 1.0) == "tps"
+    assert await finish_before_cancel(quick(), 1.0) == "tps"
