@@ -122,7 +122,7 @@ class ReleaseStage(_Stage):
 
     def new_state(self, p: int) -> ReleaseState:
         if self.w.router.patterns:
-            from agents.release.state import AttributeReleaseState, new_live
+            from agents.release.attributes import AttributeReleaseState, new_live
 
             live = new_live(self.s, self.w.domain, self.w.key,
                             self.w.router.deployment_nonce) if p == 0 else None

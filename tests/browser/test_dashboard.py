@@ -353,7 +353,7 @@ async def test_attribute_domain_shows_clusters_and_tables(
     from agents.config.settings import Settings
     from agents.ingest.routing import Partial, Router
     from agents.reconcile.tables import TableTick, decode_table_record, marginals_message
-    from agents.release.state import AttributeReleaseState, new_live
+    from agents.release.attributes import AttributeReleaseState, new_live
 
     url, counts_topic, hist_topic = dashboard
     names = ["milk", "bread", "eggs", "tea", "jam", "salt"]

@@ -24,7 +24,7 @@ from agents.config.domain import load_domain
 from agents.config.settings import Settings
 from agents.kafka.codec import validate
 from agents.kafka.topics import ensure_topics
-from agents.release.state import new_live
+from agents.release.attributes import new_live
 from simulators.logfile import read_log
 from tests.integration.pipeline_support import KEY_HEX, read_topic, settings_env
 

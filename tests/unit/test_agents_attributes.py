@@ -22,7 +22,7 @@ from agents.ingest.state import IngestState
 from agents.kafka.checkpoints import CheckpointRefused
 from agents.kafka.codec import Rejection, decode_attribute_event, validate
 from agents.reconcile.tables import TableAssembler, decode_table_record, marginals_message
-from agents.release.state import AttributeReleaseState, new_live
+from agents.release.attributes import AttributeReleaseState, new_live
 from stream_dp.attributes.domain import BinaryDomain
 from stream_dp.attributes.tables import count_table
 
