@@ -7,7 +7,7 @@ records, as a fetch response holds them. Timed, in one process, median of ``--re
 * aiokafka's decoding into ``ConsumerRecord`` objects — what a bare consumer does per record;
 * the pure-Python ingest path (``STREAM_DP_PURE_INGEST=1`` behaviour) on those records;
 * the compiled scanner on aiokafka's decoded records (a compressed batch's path);
-* the compiled scanner on record blocks (``agents.raw_records``: what the worker does), the
+* the compiled scanner on record blocks (``agents.ingest.raw_records``: what the worker does), the
   batch decoding included.
 
 ``--shape A,B,C --active F``: instead, the traffic of ``benchmarks/service.py --only scale``

@@ -1,4 +1,4 @@
-"""Worst-case probing of the compiled scanner's key index (agents._fastingest.KeyIndex).
+"""Worst-case probing of the compiled scanner's key index (agents.ingest._fastingest.KeyIndex).
 
 An adversarial-review measurement (branch ``advs``): a writer of the events topic chooses
 record keys. The index hashes key bytes with CPython's keyed SipHash (``_Py_HashBytes``, the

@@ -2,7 +2,7 @@
 
 For each domain (a 3-level hierarchy and a 3-attribute grid) the script publishes TICKS ticks of
 synthetic releases to a counts topic on the embedded broker, runs one
-:class:`agents.reconcile.Reconciler` until it has published every histogram, and prints:
+:class:`agents.reconcile.agent.Reconciler` until it has published every histogram, and prints:
 
 * ``solve ms``: the consistency solve per tick (``diagnostics.seconds``), median and max;
 * ``agent ms/tick``: wall time of the whole agent per tick (decode, assemble, solve, encode,

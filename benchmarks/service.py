@@ -144,7 +144,7 @@ async def ingest_bench(bootstrap: str, tmp: Path, n_events: int) -> list[tuple[s
 
 
 class _CountingMetrics:
-    """The parent's metrics for a :class:`agents.pipeline_processes.PipelineGroup`: counts the
+    """The parent's metrics for a :class:`agents.worker.processes.PipelineGroup`: counts the
     events its children report accepted (they report at each ingest commit), ignores the rest."""
 
     def __init__(self) -> None:

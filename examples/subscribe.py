@@ -9,7 +9,7 @@ by (stream, tick) — every copy of a (stream, tick) is bit-identical, so the fi
     STREAM_DP_BOOTSTRAP=127.0.0.1:9092 python examples/subscribe.py --prefix www/ --ticks 3
 
 TLS / SASL: the same STREAM_DP_SECURITY_PROTOCOL, STREAM_DP_SSL_* and STREAM_DP_SASL_*
-variables as the service (agents.security).
+variables as the service (agents.config.security).
 """
 
 from __future__ import annotations

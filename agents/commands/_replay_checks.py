@@ -1,7 +1,5 @@
 """The checks ``stream-dp replay`` makes before anything connects: options
 (:func:`validate_args`, ``--until``) and the whole log's format.
-
-Moved out of :mod:`agents.commands.replay` (which re-exports :func:`validate_args`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """Sending a log's events for ``stream-dp replay``: :func:`send_events` (transactional, with
 close markers), finding what an interrupted replay left unacknowledged, end offsets, and
 retiming event times.
-
-Moved out of :mod:`agents.commands.replay` (which re-exports the public names).
 """
 
 from __future__ import annotations
@@ -70,7 +68,7 @@ async def send_events(
     reaches a multiple ``B`` of ``marker_every`` seconds (event time) beyond the last marker, a
     marker at ``B`` (never past ``final_marker()``) into every partition; after the last record,
     a final one at ``final_marker()`` (skipped if it returns None). Each
-    marker is authenticated with ``mac_key`` (:func:`agents.codec.marker_key` of the deployment's
+    marker is authenticated with ``mac_key`` (:func:`agents.kafka.codec.marker_key` of the deployment's
     noise key; required with ``markers``) for its topic and partition.
     """
     from aiokafka import AIOKafkaProducer
@@ -82,7 +80,7 @@ async def send_events(
     if speed is not None and not speed > 0:
         raise ValueError(f"speed must be > 0, got {speed}")
     if markers and mac_key is None:
-        raise ValueError("close markers need mac_key (agents.codec.marker_key of the noise key)")
+        raise ValueError("close markers need mac_key (agents.kafka.codec.marker_key of the noise key)")
     from agents.config.security import client_kwargs
 
     producer = AIOKafkaProducer(

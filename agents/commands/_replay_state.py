@@ -1,8 +1,6 @@
 """The resumable state of ``stream-dp replay``: the state file (:class:`ReplayState`, where it
 lives), the log's SHA-256 and the noise key's fingerprint, and how earlier versions' state
 files are read into the replay history.
-
-Moved out of :mod:`agents.commands.replay` (which re-exports the public names).
 """
 
 from __future__ import annotations
@@ -47,7 +45,7 @@ class ReplayState:
     #: largest (retimed) event time sent so far (informative; never a close marker's time)
     max_ts: float | None = None
     #: (key check value, log SHA-256) pairs of earlier versions, which kept the guard per path:
-    #: merged into the replay history (:mod:`agents.replay_history`) when read, never written
+    #: merged into the replay history (:mod:`agents.commands.replay_history`) when read, never written
     history: list[list[str]] = field(default_factory=list)
     started: str = ""
     updated: str = ""

@@ -38,7 +38,7 @@ async def earlier_final_marker(bootstrap: str, topic: str, mac_key: bytes,
                                timeout_s: float = 10.0) -> EarlierFinal | None:
     """The latest final close marker that ends a partition of ``topic``, or ``None`` (an empty
     topic, or partitions that end with anything else). ``mac_key`` is this replay's marker key
-    (:func:`agents.codec.marker_key`); a marker that does not verify under it is reported with
+    (:func:`agents.kafka.codec.marker_key`); a marker that does not verify under it is reported with
     ``authentic=False`` (written under another noise key). Reads one record per partition;
     ``timeout_s`` bounds the whole look (seconds)."""
     from aiokafka import AIOKafkaConsumer

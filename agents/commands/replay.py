@@ -16,7 +16,7 @@ before the worker reads it. The event time travels in the value, where the worke
 
 **The key and the log's content.** Replay needs the deployment's noise key (``--key-file``,
 ``$STREAM_DP_KEY_FILE`` or ``$STREAM_DP_KEY``) and refuses to run without it. Before anything is
-sent it consults the replay history (:mod:`agents.replay_history`), kept per key check value
+sent it consults the replay history (:mod:`agents.commands.replay_history`), kept per key check value
 (HMAC-SHA256 of a fixed label under the noise key; never the key, never printed) and per log
 *content* (SHA-256 of the whole file, and the ``--retime`` shift), wherever the file lies and
 whatever it is called: the same key on the very same content reproduces the releases bit for bit
@@ -27,8 +27,8 @@ renamed copy of another log) would publish the exact difference, so replay refus
 **Close markers.** After the events (and, in between, a progress marker before the first record
 whose event time reaches the next multiple of ``--marker-every`` seconds: positions fixed by the
 log, the same at any speed), replay writes a
-close marker into every partition of the topic (:func:`agents.codec.close_marker`), authenticated
-with a MAC under :func:`agents.codec.marker_key` of the noise key, bound to the topic and the
+close marker into every partition of the topic (:func:`agents.kafka.codec.close_marker`), authenticated
+with a MAC under :func:`agents.kafka.codec.marker_key` of the noise key, bound to the topic and the
 partition: on a deployment with ``schedule = "markers"`` they are its schedule — ticks close
 exactly where the log says, however fast the replay runs; a clock-schedule deployment
 dead-letters them (pass ``--no-close-markers``). The final marker is at ``--until``, required
@@ -38,7 +38,7 @@ A ``--until`` in the future is refused (a worker dead-letters a marker whose tic
 ``close_grace_s`` has not passed on its clock), and progress markers never run ahead of
 ``--until``.
 
-Where the code lives (this module re-exports the public names and keeps the command itself):
+Where the code lives (this module keeps the command itself):
 the state file and replay history in :mod:`agents.commands._replay_state`, sending in
 :mod:`agents.commands._replay_send`, the checks made before connecting in
 :mod:`agents.commands._replay_checks`.

@@ -119,7 +119,7 @@ async def serve(
 
     Returns 0 after a requested stop, 1 if a part failed. ``started`` is called with the web
     server (or ``None``) once everything is up; ``worker_created`` with the in-process
-    :class:`agents.pipeline.Worker` (``pipeline_processes = 0``).
+    :class:`agents.worker.pipeline.Worker` (``pipeline_processes = 0``).
     """
     from agents.config.domain import load_domain
     from agents.reconcile.agent import Reconciler
@@ -383,7 +383,7 @@ async def _main(settings: Any, args: argparse.Namespace) -> int:
 
 
 #: seconds from the first stop signal to a forced exit if the graceful stop has not ended
-#: (the stages bound their own stop to agents.pipeline.SHUTDOWN_S = 8 s; this covers a step
+#: (the stages bound their own stop to agents.worker.pipeline.SHUTDOWN_S = 8 s; this covers a step
 #: that holds the event loop). Safe: every release is committed with its checkpoint, so a forced
 #: exit is a kill -9 the next start recovers from exactly.
 STOP_GRACE_S = 15.0

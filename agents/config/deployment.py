@@ -6,11 +6,11 @@ example the count of the events one of them accepts as on time and the other as 
 noise key's label (:func:`stream_dp.counters.bank_context`, field ``domain``) is not just the
 domain's digest but :func:`deployment_id`: the SHA-256 of the canonical JSON of the domain
 digest and **every setting that decides what a tick contains**, plus the deployment's identity
-(``app_id`` and the events topic), and the deployment's **nonce** (:mod:`agents.nonce`): a
+(``app_id`` and the events topic), and the deployment's **nonce** (:mod:`agents.kafka.nonce`): a
 random value its first worker writes to the schedule topic, so that another cluster or
 re-created topics with the very same settings never share noise either.
 
-Every field of :class:`agents.config.Settings` is classified here, either in :data:`BINDING`
+Every field of :class:`agents.config.settings.Settings` is classified here, either in :data:`BINDING`
 (it is part of the identity) or in :data:`NOT_BINDING` with the reason it cannot change what a
 tick contains. A unit test enumerates the settings: a setting added later without a
 classification fails it, and changing any binding setting must change the noise.
@@ -44,7 +44,7 @@ BINDING: tuple[str, ...] = (
 #: settings that cannot change what a tick contains, with the reason
 NOT_BINDING: dict[str, str] = {
     "bootstrap": "where the brokers are (addresses change); another cluster is another "
-                 "incarnation, told apart by the deployment nonce (agents.nonce)",
+                 "incarnation, told apart by the deployment nonce (agents.kafka.nonce)",
     "security_protocol": "transport security", "ssl_cafile": "transport security",
     "ssl_certfile": "transport security", "ssl_keyfile": "transport security",
     "ssl_key_password_file": "transport security", "ssl_check_hostname": "transport security",
@@ -81,7 +81,7 @@ def deployment_context(settings: Settings, domain_digest: str, nonce: str = ""
                        ) -> dict[str, Any]:
     """Everything the deployment's noise is bound to: the domain digest, every
     :data:`BINDING` setting (floats as exact hex, so 1.0 and 1.0000000001 differ) and the
-    deployment's nonce (:mod:`agents.nonce`; ``""`` for the pure states of unit tests)."""
+    deployment's nonce (:mod:`agents.kafka.nonce`; ``""`` for the pure states of unit tests)."""
     doc: dict[str, Any] = {"context": "stream-dp/deployment", "version": 1,
                            "domain": str(domain_digest)}
     if nonce:

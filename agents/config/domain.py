@@ -1,7 +1,5 @@
 """Reading the domain file (format in ``docs/configuration.md``) and checking the settings a
 binary-attribute domain needs.
-
-Moved out of :mod:`agents.config` (which re-exports these names).
 """
 
 from __future__ import annotations

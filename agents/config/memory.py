@@ -1,6 +1,4 @@
 """The memory limit a worker checks its strategy and streams against (bytes).
-
-Moved out of :mod:`agents.config` (which re-exports these names).
 """
 
 from __future__ import annotations

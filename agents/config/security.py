@@ -1,7 +1,7 @@
 """Connection security of every Kafka client the service creates: TLS and SASL.
 
 One frozen :class:`KafkaSecurity` holds the settings (named after aiokafka's parameters with the
-project's ``STREAM_DP_`` prefix; the worker reads them from its :class:`agents.config.Settings`,
+project's ``STREAM_DP_`` prefix; the worker reads them from its :class:`agents.config.settings.Settings`,
 the command-line tools from the environment). :meth:`KafkaSecurity.client_kwargs` turns them into
 keyword arguments for ``AIOKafkaConsumer`` / ``AIOKafkaProducer`` / ``AIOKafkaAdminClient`` /
 ``AIOKafkaClient``.
@@ -131,7 +131,7 @@ class KafkaSecurity:
     # ------------------------------------------------------------------ loading
     @classmethod
     def from_settings(cls, settings: Any) -> KafkaSecurity:
-        """The security settings of an :class:`agents.config.Settings`."""
+        """The security settings of an :class:`agents.config.settings.Settings`."""
         return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
 
     @classmethod

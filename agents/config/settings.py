@@ -1,8 +1,8 @@
 """The service's settings (:class:`Settings`): every field with its default and documentation,
 loading from the environment and TOML files, derived topic names, and validation.
 
-Moved out of :mod:`agents.config` (which re-exports :class:`Settings` and documents every
-setting; regenerate ``docs/configuration.md`` with ``python -m agents.config``).
+The settings table of :mod:`agents.config` and ``docs/configuration.md`` are generated from
+these fields (``python -m agents.config``).
 """
 
 from __future__ import annotations

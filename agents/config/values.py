@@ -1,7 +1,5 @@
 """Reading and checking setting values: environment variable names, type coercion of raw
 values (environment or TOML), range checks and reading TOML files.
-
-Moved out of :mod:`agents.config` (which re-exports the public names).
 """
 
 from __future__ import annotations

@@ -229,7 +229,7 @@ class DashboardConfig:
     counts_topic: str = "dp.counts.v1"
     histograms_topic: str = "dp.histograms.v1"
     history: int = DEFAULT_HISTORY
-    #: TLS / SASL (:class:`agents.security.KafkaSecurity`); ``None``: the environment's
+    #: TLS / SASL (:class:`agents.config.security.KafkaSecurity`); ``None``: the environment's
     security: Any = None
     #: read the compact records of this topic instead of the per-stream messages ("": JSON)
     compact_topic: str = ""
@@ -245,7 +245,7 @@ class DashboardConfig:
 
     @classmethod
     def from_settings(cls, settings: Any, history: int = DEFAULT_HISTORY) -> DashboardConfig:
-        """From ``agents.config.Settings`` (or anything with the same attribute names)."""
+        """From ``agents.config.settings.Settings`` (or anything with the same attribute names)."""
         return cls(
             bootstrap=settings.bootstrap,
             counts_topic=settings.counts_topic,
@@ -557,7 +557,7 @@ def make_dashboard_app(
 ) -> web.Application:
     """The dashboard sub-application.
 
-    ``settings``: an ``agents.config.Settings`` (broker and topic names); or pass ``config``
+    ``settings``: an ``agents.config.settings.Settings`` (broker and topic names); or pass ``config``
     directly (standalone use, tests). With neither, settings are loaded from the environment.
     """
     if config is None:

@@ -1,6 +1,6 @@
 """An open tick's bucket as the ingest checkpoint writes it: keys sorted, sums clipped.
 
-:meth:`agents.ingest.IngestState.to_bytes` writes each open tick's bucket (event key → sum in
+:meth:`agents.ingest.state.IngestState.to_bytes` writes each open tick's bucket (event key → sum in
 integer units) as ``[sorted keys, min(sum, clip) in that order]``. At 10^6 streams a bucket
 holds up to ~5·10^4 leaf keys per events partition between commits, encoded at every commit:
 sorting the keys and looking each one up again in Python was most of the checkpoint's cost.
@@ -19,7 +19,7 @@ _INT64_MAX = (1 << 63) - 1
 
 
 def _compiled() -> Any:
-    """``agents._fastingest.dict_columns`` (one C pass and a radix sort), or None without the
+    """``agents.ingest._fastingest.dict_columns`` (one C pass and a radix sort), or None without the
     extension or with ``STREAM_DP_PURE_INGEST=1`` (then NumPy: the same columns)."""
     from agents.ingest.records import _fastingest
 

@@ -1,7 +1,5 @@
 """The keyed schedule digest of ingested records (sums of per-record keyed BLAKE2b-128 values
 modulo 2^128) and the keys it and the persisted closing points use.
-
-Moved out of :mod:`agents.ingest` (which re-exports these names).
 """
 
 from __future__ import annotations

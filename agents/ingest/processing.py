@@ -56,7 +56,7 @@ class IngestOutput:
         self.accepted = self.clamped = self.late = self.ticks_closed = 0
 
 
-#: router -> ``agents._fastingest.KeyIndex`` of its declared keys (or ``False``: none can be
+#: router -> ``agents.ingest._fastingest.KeyIndex`` of its declared keys (or ``False``: none can be
 #: built here): one per router, shared by the states of every events partition (the index of
 #: 10^6 keys takes ~56 MB); rebuilt when the declared dict changed since (``KeyIndex.fresh``)
 _KEY_INDEXES: weakref.WeakKeyDictionary[Router, Any] = weakref.WeakKeyDictionary()
@@ -155,7 +155,7 @@ class RecordProcessing:
 
     def process_fetched(self, items: Sequence[Any]) -> int:
         """Process what the events consumer fetched for this partition, in order: records, and
-        record blocks (:mod:`agents.raw_records`: one fetched batch each, records read in place
+        record blocks (:mod:`agents.ingest.raw_records`: one fetched batch each, records read in place
         by the compiled scanner). Returns the number of records."""
         if RecordBlock is None or not any(type(it) is RecordBlock for it in items):
             self.process_batch(items)
@@ -232,7 +232,7 @@ class RecordProcessing:
         i = start
         while i < n_records:
             if scanner is not None:
-                # Compiled fast path (agents/csrc/fastingest.c): the records it is sure about,
+                # Compiled fast path (agents/ingest/csrc/fastingest.c): the records it is sure about,
                 # up to the first one that needs the code below (or a closing point).
                 i, added, got, clipped = scanner.scan(
                     records, i, self.next_tick,

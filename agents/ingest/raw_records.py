@@ -8,11 +8,11 @@ builds one Python ``ConsumerRecord`` dataclass per record in
 consumer spends per record, and the per-record objects (garbage-collector tracked) most of the
 rest. For a consumer created with ``value_deserializer=raw_records``:
 
-* with the compiled fast path (:mod:`agents._fastingest`), every uncompressed record batch
+* with the compiled fast path (:mod:`agents.ingest._fastingest`), every uncompressed record batch
   (message format v2, not a control batch) is yielded as **one**
-  ``agents._fastingest.RecordBlock``: the records located in the fetched bytes, read in place by
+  ``agents.ingest._fastingest.RecordBlock``: the records located in the fetched bytes, read in place by
   the ingest scanner; a record the pure path must decide is built on demand as an
-  :class:`agents.ingest.Record`;
+  :class:`agents.ingest.records.Record`;
 * otherwise (a compressed batch, another format, or no compiled module), the records aiokafka
   decoded are passed through as they are: they carry every attribute ingest reads (``offset``,
   ``key``, ``value``, ``timestamp``, ``timestamp_type``, ``headers``).

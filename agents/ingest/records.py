@@ -1,9 +1,8 @@
 """The records ingest reads and how they are decoded: :class:`Record`, the compiled fast path
-(``agents._fastingest``: :data:`FAST_PATH_STATUS`, ``RecordBlock``) and the JSON codecs of
+(``agents.ingest._fastingest``: :data:`FAST_PATH_STATUS`, ``RecordBlock``) and the JSON codecs of
 internal records.
 
-Moved out of :mod:`agents.ingest` (which re-exports these names); see its docstring for how
-the compiled and the pure-Python paths relate.
+How the compiled and the pure-Python paths relate: :mod:`agents.ingest.processing`.
 """
 
 from __future__ import annotations
@@ -26,13 +25,13 @@ __all__ = [
 #: "no closing point pending" for the compiled scanner (an offset no record reaches)
 _NO_STOP = (1 << 63) - 1
 
-#: The compiled fast path of :meth:`IngestState.process_batch` (``agents/csrc/fastingest.c``,
+#: The compiled fast path of :meth:`IngestState.process_batch` (``agents/ingest/csrc/fastingest.c``,
 #: built by ``pip install``). ``None`` when it did not build or import, or when the environment
 #: sets ``STREAM_DP_PURE_INGEST=1``: then the pure-Python path (authoritative; identical
 #: results, a property test compares them) does everything. :data:`FAST_PATH_STATUS` says which,
 #: in one line (logged at start-up).
 _fastingest: Any
-#: ``agents._fastingest.RecordBlock`` (one fetched record batch read in place), or ``None``
+#: ``agents.ingest._fastingest.RecordBlock`` (one fetched record batch read in place), or ``None``
 RecordBlock: Any = None
 
 
@@ -44,7 +43,7 @@ except ImportError as _exc:
     _fastingest = None
     FAST_PATH_STATUS = f"ingest: pure-Python path (compiled fast path unavailable: {_exc})"
 else:
-    FAST_PATH_STATUS = "ingest: compiled fast path (agents._fastingest)"
+    FAST_PATH_STATUS = "ingest: compiled fast path (agents.ingest._fastingest)"
     RecordBlock = _fastingest.RecordBlock
 
 

@@ -1,8 +1,6 @@
 """Node routing of ingested events and what ingest hands to the release stage: :func:`shard_of`,
 :class:`Router` (event key → nodes → shard and index) and :class:`Partial` (one tick's raw
 per-node sums of one events partition for one shard).
-
-Moved out of :mod:`agents.ingest` (which re-exports these names).
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Any
 from agents.ingest.records import _fast_dumps, _fast_loads, _fastingest
 
 _INT64_MAX = (1 << 63) - 1
-#: ``agents._fastingest.dict_columns`` (one C pass over a dict + radix sort), or None without
+#: ``agents.ingest._fastingest.dict_columns`` (one C pass over a dict + radix sort), or None without
 #: the compiled extension / with ``STREAM_DP_PURE_INGEST=1`` (then ``np.fromiter``: the same)
 _dict_columns: Any = getattr(_fastingest, "dict_columns", None)
 
@@ -81,7 +79,7 @@ class Router:
         self.domain = domain
         self.shards = shards
         #: a binary-attribute domain: events are routed as attribute patterns (bit i =
-        #: attribute i) to shard 0, which releases every table (agents.release)
+        #: attribute i) to shard 0, which releases every table (agents.release.state)
         self.patterns = getattr(domain, "kind", "") == "binary"
         names: Sequence[str] = () if self.patterns else domain.names
         self.node_shard = [shard_of(n, shards) for n in names]
@@ -91,7 +89,7 @@ class Router:
             self.local_index[i] = len(self.shard_nodes[s])
             self.shard_nodes[s].append(i)
         self._cache: dict[str, tuple[int, ...] | None] = {}
-        #: the deployment's nonce (agents.nonce), set by the worker before any state is built
+        #: the deployment's nonce (agents.kafka.nonce), set by the worker before any state is built
         self.deployment_nonce = ""
         #: flat and hierarchy domains: open buckets are keyed by the event's leaf (an int; its
         #: nodes are the leaf and its ancestors, :meth:`expand`), and every valid event key is

@@ -1,8 +1,7 @@
 """Closing points of the ingest schedule: :class:`Close`, :class:`ScheduleEntry` (an applied
 closing point as persisted on the schedule topic) and :class:`ScheduleMismatch`.
 
-Moved out of :mod:`agents.ingest` (which re-exports these names); the closing rules are
-in :mod:`agents.ticks`.
+The closing rules are in :mod:`agents.ingest.ticks`.
 """
 
 from __future__ import annotations

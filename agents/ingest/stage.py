@@ -1,9 +1,9 @@
 """The ingest stage of the worker pipeline (:class:`IngestStage`).
 
 Consumes the events topic (group ``<app_id>.ingest``), runs one
-:class:`agents.ingest.IngestState` per events partition and, at every tick close, emits
+:class:`agents.ingest.state.IngestState` per events partition and, at every tick close, emits
 one partial per release shard, dead letters and the checkpoint in one transaction
-(see :mod:`agents.pipeline` for the design).
+(see :mod:`agents.worker.pipeline` for the design).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ log = logging.getLogger("stream_dp.pipeline")
 #: returns to the event loop, so a stop signal during a 474 000-tick backlog is obeyed in
 #: seconds, not after the whole backlog
 HAND_OVER_PARTIALS = 4096
-#: seconds between two hand-over progress lines (agents.pipeline.PROGRESS_EVERY_S too)
+#: seconds between two hand-over progress lines (agents.worker.pipeline.PROGRESS_EVERY_S too)
 HAND_OVER_EVERY_S = 10.0
 #: the events consumer's pause after empty fetches grows to this many times
-#: ``empty_fetch_backoff_ms`` while no events come (agents.fetch_backoff.pace): ~5 round trips a
+#: ``empty_fetch_backoff_ms`` while no events come (agents.kafka.fetch_backoff.pace): ~5 round trips a
 #: second instead of ~20 between bursts; a clock close whose closing point lies ahead of the
 #: consumer wakes it, so the pause delays no tick's release
 INGEST_IDLE_GROWTH = 4.0
@@ -155,7 +155,7 @@ class IngestStage(_Stage):
 
     def consumer_options(self) -> dict[str, Any]:
         """The events consumer yields aiokafka's decoded records as they are, without a
-        ``ConsumerRecord`` per record (:mod:`agents.raw_records`; same batches, offsets and
+        ``ConsumerRecord`` per record (:mod:`agents.ingest.raw_records`; same batches, offsets and
         contents)."""
         from agents.ingest.raw_records import install, raw_records
 

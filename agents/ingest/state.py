@@ -1,7 +1,5 @@
 """The ingest state of one events partition (:class:`IngestState`) and what processing
 produces (:class:`IngestOutput`). Pure: no I/O.
-
-Moved out of :mod:`agents.ingest` (which re-exports these names and documents the design).
 """
 
 from __future__ import annotations
@@ -97,7 +95,7 @@ class IngestState(RecordProcessing):
         self.unsent: list[tuple[int, int, float]] = []
         #: at most this many closed ticks handed over per :meth:`_apply` / :meth:`hand_over`
         #: call; ``None``: all at once (pure states, unit tests). The worker sets
-        #: ``agents.pipeline.HAND_OVER_TICKS`` and commits between steps.
+        #: ``agents.worker.pipeline.HAND_OVER_TICKS`` and commits between steps.
         self.hand_over_limit: int | None = None
         #: the last tick whose partials are in a *committed* transaction (the checkpoint read
         #: at restore, or the worker's last commit): :meth:`handed_over_through` runs ahead of

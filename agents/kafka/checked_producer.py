@@ -1,7 +1,6 @@
 """A transactional producer that refuses to commit a transaction with a failed record.
 
-Moved out of :mod:`agents.pipeline` (which re-exports both names); see
-:class:`_CheckedProducer` for why aiokafka's own commit is not enough.
+See :class:`_CheckedProducer` for why aiokafka's own commit is not enough.
 """
 
 from __future__ import annotations

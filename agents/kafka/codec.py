@@ -32,7 +32,7 @@ Rejection reasons (the ``reason`` of ``dp.events.dlq``):
 | ``unexpected_marker`` | clock schedule: a record with the close header (markers are not schedule input there) |
 
 ``late`` and ``tick_closed`` are decided from the record itself and from the partition's public
-closing points (:mod:`agents.ticks`), never from other events.
+closing points (:mod:`agents.ingest.ticks`), never from other events.
 
 **Close markers** (``schedule = "markers"``, written by ``stream-dp replay``): a record with the
 header ``stream-dp-close`` and the value

@@ -8,7 +8,7 @@ deployment writes a random 32-byte nonce to partition 0 of its schedule topic (t
 also holds the persisted closing points, retained forever), sealed with a MAC under a key
 derived from the noise key and bound to the deployment's context; every worker adopts the
 *first* authentic nonce record of that partition (two workers starting at once write two, and
-both adopt the earlier one). :func:`agents.deployment.deployment_id` includes it.
+both adopt the earlier one). :func:`agents.config.deployment.deployment_id` includes it.
 
 A restart, a rebalance, or a fresh worker of the same deployment (its schedule topic kept)
 therefore reproduces every release bit for bit; a new cluster or re-created topics is a new

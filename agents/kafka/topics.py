@@ -13,7 +13,7 @@
 
 The events topic is created with ``message.timestamp.type=LogAppendTime`` (setting
 ``events_timestamp_type``): every record then carries the broker's clock as its timestamp, which no
-producer can set, and the clock schedule reads it as the event's arrival (:mod:`agents.ticks`).
+producer can set, and the clock schedule reads it as the event's arrival (:mod:`agents.ingest.ticks`).
 
 Partition counts are explicit (broker auto-create defaults differ); :func:`ensure_topics` creates
 missing topics and raises ``ValueError`` if an existing one has a different partition count,

@@ -22,11 +22,10 @@ committing, or in a split brain) yields identical ``tick``, ``tick_end`` and ``n
 for a tick are bit-identical by the release rule (DESIGN.md §2.5) and the solver is deterministic;
 only ``diagnostics.seconds`` (wall time) may differ.
 
-Where the code lives (this module re-exports the public names): tick assembly in
-:mod:`agents.reconcile_ticks`, binary-attribute tables in :mod:`agents.reconcile_tables`, the
-histogram message in :mod:`agents.reconcile_messages`, leader election in
-:mod:`agents.reconcile_leader`, the configuration in :mod:`agents.reconcile_config`; this module
-keeps the :class:`Reconciler`.
+Where the code lives: tick assembly in :mod:`agents.reconcile.ticks`, binary-attribute tables
+in :mod:`agents.reconcile.tables`, the histogram message in :mod:`agents.reconcile.messages`,
+leader election in :mod:`agents.reconcile.leader`, the configuration in
+:mod:`agents.reconcile.config`; this module keeps the :class:`Reconciler`.
 """
 
 from __future__ import annotations

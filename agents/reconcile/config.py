@@ -1,6 +1,4 @@
 """The reconcile agent's configuration (:class:`ReconcilerConfig`) and its default solver.
-
-Moved out of :mod:`agents.reconcile` (which re-exports these names).
 """
 
 from __future__ import annotations
@@ -64,7 +62,7 @@ class ReconcilerConfig:
     max_message_bytes: int = 64 << 20
     #: Most ticks buffered while waiting for every node's release (see :class:`TickAssembler`).
     max_pending_ticks: int = 256
-    #: TLS / SASL of the agent's Kafka clients (:class:`agents.security.KafkaSecurity`);
+    #: TLS / SASL of the agent's Kafka clients (:class:`agents.config.security.KafkaSecurity`);
     #: ``None``: from the ``STREAM_DP_*`` environment
     security: Any = None
 
@@ -101,7 +99,7 @@ class ReconcilerConfig:
 
     @classmethod
     def from_settings(cls, settings: Any, domain_name: str, **changes: Any) -> ReconcilerConfig:
-        """The configuration for an :class:`agents.config.Settings` and the domain's name.
+        """The configuration for an :class:`agents.config.settings.Settings` and the domain's name.
 
         The election group is ``<app_id>.reconcile``; static membership id
         ``<worker_id>.reconcile``.

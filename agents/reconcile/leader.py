@@ -1,8 +1,5 @@
 """Leader election of the reconcile agent: a consumer group on a one-partition leader topic
 (nothing is written to it); whoever holds partition 0 leads.
-
-Moved out of :mod:`agents.reconcile` (which re-exports these names and describes the
-hand-over).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """The ``dp.histograms.v1`` message of one solved tick (:func:`histogram_message`) and the
 helpers that cut a tick or a solve result to its first nodes.
-
-Moved out of :mod:`agents.reconcile` (which re-exports these names).
 """
 
 from __future__ import annotations

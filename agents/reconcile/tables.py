@@ -1,8 +1,6 @@
 """Consistent tables of binary-attribute domains: :class:`TableAssembler` and
 :class:`BlockAssembler` gather a tick's ``dp.tables.v1`` records, :func:`marginals_message`
 builds the ``dp.marginals.v1`` value.
-
-Moved out of :mod:`agents.reconcile` (which re-exports these names).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Gathering one tick's releases for the whole domain (the reconcile agent's input):
 :class:`Release` (one counts message), :class:`CompleteTick` and :class:`TickAssembler`.
-
-Moved out of :mod:`agents.reconcile` (which re-exports these names and documents the agent).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def attribute_config(settings: Settings, domain: Any) -> Any:
 
 def attribute_description(settings: Settings, domain: Any, nonce: str = "") -> str:
     """Canonical text keying every noise draw of a binary-attribute deployment (bound to the
-    deployment's identity and nonce, :mod:`agents.deployment`)."""
+    deployment's identity and nonce, :mod:`agents.config.deployment`)."""
     from agents.config.deployment import deployment_id
 
     did = deployment_id(settings, domain.digest(), nonce)

@@ -1,8 +1,8 @@
 """The release stage of the worker pipeline (:class:`ReleaseStage`).
 
 Consumes the partials topic (group ``<app_id>.release``), runs one
-:class:`agents.release.ReleaseState` per shard and publishes each complete tick's noisy
-counts with the shard's checkpoint in one transaction (see :mod:`agents.pipeline`).
+:class:`agents.release.state.ReleaseState` per shard and publishes each complete tick's noisy
+counts with the shard's checkpoint in one transaction (see :mod:`agents.worker.pipeline`).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class ReleaseStage(_Stage):
         #: (shard, tick) -> wall time its last partial was read (diagnostics: release_timings)
         self._gathered: dict[tuple[int, int], float] = {}
 
-    #: the growth in force (agents.fetch_backoff.pace), set when it changes
+    #: the growth in force (agents.kafka.fetch_backoff.pace), set when it changes
     _growth = 1.0
 
     def partials_committed(self) -> None:

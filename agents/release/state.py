@@ -1,6 +1,6 @@
 """Release stage state for one shard (pure: no I/O; the pipeline does the Kafka part).
 
-A shard owns a fixed set of declared streams (:class:`agents.ingest.Router`) and one
+A shard owns a fixed set of declared streams (:class:`agents.ingest.routing.Router`) and one
 :class:`stream_dp.counters.CounterBank` for them. Tick ``n`` is released once partials for
 ``n`` from **all** events partitions are in: they are summed in source-partition order (so the
 float sums are bit-identical on every replay), the bank steps over every stream of the shard
@@ -308,7 +308,7 @@ class ReleaseState:
 
     @property
     def domain_id(self) -> str:
-        """The deployment's identity (:func:`agents.deployment.deployment_id`: the domain
+        """The deployment's identity (:func:`agents.config.deployment.deployment_id`: the domain
         digest and every setting that decides what a tick contains); binds noise and
         checkpoints to it."""
         if self._domain_id is None:

@@ -11,7 +11,7 @@ are kept on a private registry that no endpoint renders.
 
 Each :class:`Metrics` owns its own :class:`~prometheus_client.CollectorRegistry`, so several
 workers (or tests) in one process never collide; :meth:`Metrics.exposition` renders it for
-``/metrics`` (see :mod:`agents.web`).
+``/metrics`` (see :mod:`agents.worker.web`).
 
 Metric list (documented for operators in ``docs/operations.md``):
 

@@ -4,16 +4,16 @@ Two stages run in every worker; each is a consumer group, so partitions (and wit
 spread over the workers of a deployment:
 
 1. **Ingest** (group ``<app_id>.ingest``, one state per events partition,
-   :class:`agents.ingest.IngestState`): decode, validate, clamp, bucket by the tick of each
+   :class:`agents.ingest.state.IngestState`): decode, validate, clamp, bucket by the tick of each
    event's own time; lateness from each record's own Kafka timestamp. Ticks close at public
-   closing points (:mod:`agents.ticks`): on the ``clock`` schedule, once the clock has passed a
+   closing points (:mod:`agents.ingest.ticks`): on the ``clock`` schedule, once the clock has passed a
    tick's deadline + grace, at the partition's end offset read then (or earlier at a broker
    timestamp past the deadline); on the ``markers`` schedule at replay close markers. At every
    tick close it emits to **every** release shard one *partial* (the partition's raw per-node
    sums for that tick, possibly empty) on the internal topic ``dp.partials.v1``, partition =
    shard, and persists the closing point with a digest of the records it covers on the schedule
    topic. Rejected records go to ``dp.events.dlq``.
-2. **Release** (group ``<app_id>.release``, one state per shard, :class:`agents.release.ReleaseState`):
+2. **Release** (group ``<app_id>.release``, one state per shard, :class:`agents.release.state.ReleaseState`):
    when tick ``n``'s partials from all events partitions are in, sum them in partition order,
    step the shard's :class:`~stream_dp.counters.CounterBank` over **every** declared stream
    of the shard (zeros included) and publish one ``dp.counts.v1`` message per stream.
@@ -27,7 +27,7 @@ transactions, short-lived (``partials_retention_s``), and documented as the sing
 **Exactly-once effect.** Every stage partition has its own transactional producer
 (``transactional.id = <app_id>.<stage>.<partition>``). One Kafka transaction holds, atomically,
 the outputs (partials and dead letters, or counts), the stage partition's checkpoint (in a
-compacted checkpoint topic, partition = stage partition, :mod:`agents.checkpoints`) and the
+compacted checkpoint topic, partition = stage partition, :mod:`agents.kafka.checkpoints`) and the
 offset to resume from (inside the checkpoint: what a restarted worker seeks to). The consumer
 group's committed offsets (lag monitoring, the ownership check) are committed after the
 transaction, in the background, at most once per second per partition — inside the transaction
@@ -44,17 +44,17 @@ each tick's partial and each release is committed exactly once; everything downs
 around rebalances (see NOTES) and does not give control over seeks, per-partition transactions
 and checkpoint restore order; both stages therefore run as plain asyncio tasks on aiokafka
 consumers/producers, which the ``stream-dp worker`` command hosts next to the web server and the
-reconcile agent (:mod:`agents.reconcile`). Workers use static membership
+reconcile agent (:mod:`agents.reconcile.agent`). Workers use static membership
 (``group.instance.id = worker_id``) so a restarted worker takes its own place at once, and send
 an explicit LeaveGroup on graceful shutdown (aiokafka skips it for static members) so the others
 take over its partitions.
 
 Entry points: :func:`run_worker` (used by ``stream-dp worker``), :class:`Worker` (readiness
-flags), and ``python -m agents.pipeline`` (settings from the environment; used by the tests).
+flags), and ``python -m agents.worker.pipeline`` (settings from the environment; used by the tests).
 
-Where the code lives: the shared stage machinery in :mod:`agents.stage`, the two stages in
-:mod:`agents.ingest_stage` and :mod:`agents.release_stage`, the transactional producer wrapper in
-:mod:`agents.checked_producer`; this module keeps the :class:`Worker` that hosts them.
+Where the code lives: the shared stage machinery in :mod:`agents.kafka.stage`, the two stages in
+:mod:`agents.ingest.stage` and :mod:`agents.release.stage`, the transactional producer wrapper in
+:mod:`agents.kafka.checked_producer`; this module keeps the :class:`Worker` that hosts them.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Worker:
         self.on_release = on_release
         #: awaited with ``(topic, partition, offset, value)`` of each compact record after its
         #: transaction committed: the in-process reconcile agent's hand-over
-        #: (:meth:`agents.reconcile.Reconciler.hand_over`); ``None``: nobody takes them
+        #: (:meth:`agents.reconcile.agent.Reconciler.hand_over`); ``None``: nobody takes them
         self.on_compact: OnCompact | None = None
         self.key = key if key is not None else settings.noise_key()
         self.domain = domain if domain is not None else load_domain(settings.domain_file)
@@ -237,7 +237,7 @@ class Worker:
         )
 
     async def adopt_nonce(self) -> None:
-        """Read (or create) the deployment's nonce (:mod:`agents.nonce`) and bind the noise
+        """Read (or create) the deployment's nonce (:mod:`agents.kafka.nonce`) and bind the noise
         and every checkpoint to it, before any state is built."""
         from agents.kafka.nonce import adopt_nonce
 
@@ -418,7 +418,7 @@ async def run_worker(
 
 
 def main() -> int:  # pragma: no cover - exercised by the integration tests as a subprocess
-    """``python -m agents.pipeline``: settings from the environment; SIGTERM/SIGINT stop."""
+    """``python -m agents.worker.pipeline``: settings from the environment; SIGTERM/SIGINT stop."""
     settings = Settings.load()
     level = {"warn": "WARNING"}.get(settings.log_level.lower(), settings.log_level.upper())
     logging.basicConfig(

@@ -8,7 +8,7 @@ partitions and release shards over them exactly as over separate workers, with t
 transactions and checkpoints — while the parent process keeps the web server (health,
 readiness, metrics, dashboard) and the reconcile side agent.
 
-The children report to the parent's :class:`~agents.metrics.Metrics` through a queue
+The children report to the parent's :class:`~agents.telemetry.metrics.Metrics` through a queue
 (:class:`RelayMetrics`): counters add up, the consumer lag is the sum over the children and the
 worker is ready when every child is. A child that stops stops the worker, with the child's exit
 status (the same statuses as ``stream-dp worker``: 3 refused log, 4 refused checkpoint).
@@ -30,7 +30,7 @@ __all__ = ["PipelineGroup", "RelayMetrics", "child_exit_status"]
 
 log = logging.getLogger("agents.pipeline_processes")
 
-#: methods of :class:`agents.metrics.Metrics` the pipeline calls (relayed to the parent)
+#: methods of :class:`agents.telemetry.metrics.Metrics` the pipeline calls (relayed to the parent)
 _RELAYED = frozenset({"event_accepted", "stream_clipped", "event_dead_lettered", "event_late", "tick_released",
                       "checkpoint_written", "release_error", "set_consumer_lag", "set_ready"})
 

@@ -5,7 +5,7 @@ Routes:
 * ``GET /healthz`` — 200 ``{"status": "ok"}`` while the process's event loop answers (liveness).
 * ``GET /readyz`` — 200 ``{"ready": true}`` once state is restored for every assigned partition
   and no rebalance is in progress; 503 ``{"ready": false}`` otherwise (readiness).
-* ``GET /metrics`` — the worker's :class:`~agents.metrics.Metrics` in the Prometheus text format.
+* ``GET /metrics`` — the worker's :class:`~agents.telemetry.metrics.Metrics` in the Prometheus text format.
 * ``/dashboard/`` — the live dashboard sub-application, mounted when ``agents.dashboard`` provides
   ``make_dashboard_app(settings)``; ``GET /`` then redirects there.
 

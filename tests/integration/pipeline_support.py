@@ -1,7 +1,7 @@
 """Helpers for the pipeline integration tests (tests/integration/test_pipeline_*.py).
 
 Settings with per-test topic names, an events producer, a read-to-end consumer, the offline
-exact decayed-count oracle, and worker subprocesses (``python -m agents.pipeline``).
+exact decayed-count oracle, and worker subprocesses (``python -m agents.worker.pipeline``).
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ def exact_decayed(
 
 
 class WorkerProcess:
-    """A worker subprocess running ``python -m agents.pipeline`` with settings in its env."""
+    """A worker subprocess running ``python -m agents.worker.pipeline`` with settings in its env."""
 
     def __init__(self, s: Settings, worker_id: str, log_dir: Path) -> None:
         self.settings = s.replace(worker_id=worker_id)

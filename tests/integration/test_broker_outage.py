@@ -113,7 +113,7 @@ def test_worker_survives_a_broker_outage_and_stops_promptly_during_one(tmp_path:
         time.sleep(3.0)  # the worker notices the broker is gone
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        # the worker bounds its own stop (agents.pipeline.SHUTDOWN_S = 8 s); the wait here is
+        # the worker bounds its own stop (agents.worker.pipeline.SHUTDOWN_S = 8 s); the wait here is
         # a generous bound for a busy machine, not a timing assertion
         rc = proc.wait(20)
         print(f"outage: {len(during)} log lines in {OUTAGE_S:g} s; ticks 1..{last} released; "

@@ -1,4 +1,4 @@
-"""The client-side backoff on empty fetches (agents.fetch_backoff) against the real broker."""
+"""The client-side backoff on empty fetches (agents.kafka.fetch_backoff) against the real broker."""
 
 from __future__ import annotations
 

@@ -477,7 +477,7 @@ def test_sigterm_during_a_huge_backlog_ends_the_worker_in_seconds(
     partitions. Closing them used to be one synchronous step holding the event loop for
     minutes, so a SIGTERM ended the worker only through the forced exit 15 s later (and its
     error line). The partials are now handed over in short committed steps
-    (agents/ingest.py, IngestState.hand_over), with a progress line saying how many are left:
+    (agents/ingest/, IngestState.hand_over), with a progress line saying how many are left:
     the worker obeys SIGTERM like any other, exit 0, no traceback, a few lines. The 10 s bound
     is a liveness bound (the graceful stop is bounded by 8 s), not a performance figure."""
     env = _worker_env(tmp_path, kafka_broker, unique_name, 0)

@@ -27,7 +27,7 @@ def test_two_pipeline_processes_become_ready(tmp_path: Path, kafka_broker: str,
                                               unique_name: str, stress_round: int) -> None:
     """pipeline_processes = 2: the second child's join once stranded it for the rebalance
     timeout, then the group flipped for minutes and /readyz never turned 200 (issue #24; the
-    cause and the fix: agents.groups.install_static_commit_rejoin)."""
+    cause and the fix: agents.kafka.groups.install_static_commit_rejoin)."""
     web_port = free_port()
     env = _worker_env(tmp_path, kafka_broker, unique_name, web_port)
     env["STREAM_DP_PIPELINE_PROCESSES"] = "2"

@@ -1,6 +1,6 @@
-"""The compiled ingest fast path (``agents._fastingest``) against the pure-Python path.
+"""The compiled ingest fast path (``agents.ingest._fastingest``) against the pure-Python path.
 
-The pure path of :meth:`agents.ingest.IngestState.process_batch` is authoritative. The compiled
+The pure path of :meth:`agents.ingest.state.IngestState.process_batch` is authoritative. The compiled
 scanner handles only records it is sure about and hands every other record back, so both paths
 must leave *identical* state for every input: open buckets (integer units), running digest,
 offset, next tick, closing points (pending, applied, persisted entries), dead letters with their

@@ -1,5 +1,5 @@
 """Adversarial review of the bounded hand-over of a closed backlog (IngestState.unsent /
-hand_over, agents/ingest_state.py) and of the ingest stage's commit protocol around it.
+hand_over, agents/ingest/state.py) and of the ingest stage's commit protocol around it.
 
 The worker model (:func:`_worker`) is the ingest stage's loop on the pure state: process a
 batch, apply the closing points reached, hand over one more step of the backlog when no

@@ -1,4 +1,4 @@
-"""``agents._fastingest.KeyIndex``: the compiled scanner's table of the declared keys by their
+"""``agents.ingest._fastingest.KeyIndex``: the compiled scanner's table of the declared keys by their
 UTF-8 bytes (issue #25). It must answer exactly as the dict it was built from answers for the
 str a record's key bytes decode to (strictly), and it must never be read once that dict changed:
 the scanner then looks keys up in the dict, and the worker rebuilds the index.

@@ -1,4 +1,4 @@
-"""agents.produce_encoding: the same bytes as aiokafka's own encoding, one join."""
+"""agents.kafka.produce_encoding: the same bytes as aiokafka's own encoding, one join."""
 
 from __future__ import annotations
 

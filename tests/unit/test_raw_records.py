@@ -1,4 +1,4 @@
-"""agents.raw_records: the ingest consumer gets aiokafka's decoded records as they are; every
+"""agents.ingest.raw_records: the ingest consumer gets aiokafka's decoded records as they are; every
 attribute ingest reads equals the ``ConsumerRecord`` aiokafka would have built, and ingest
 state is identical either way. Other consumers still get ``ConsumerRecord`` objects."""
 

@@ -361,7 +361,7 @@ def _backlog_state(s: Settings, log: list[Record], limit: int | None) -> IngestS
 
 def test_p2_a_backlog_is_handed_over_in_steps_with_the_same_partials(tmp_path: Path) -> None:
     """Closing a backlog is one decision (next tick, schedule entry) but its partials are handed
-    over ``hand_over_limit`` ticks per step (agents/ingest.py, IngestState.hand_over), so the
+    over ``hand_over_limit`` ticks per step (agents/ingest/, IngestState.hand_over), so the
     worker can commit and return to its event loop in between (a SIGTERM during a 474 000-tick
     backlog). Oracle: the same state handing everything over at once. A checkpoint taken in the
     middle of the hand-over resumes it exactly (the ticks not handed over are in it)."""
