@@ -5,16 +5,17 @@ Holds clients and their errors (:mod:`~agents.kafka.clients`), the service's top
 (:mod:`~agents.kafka.groups`), fetch pacing (:mod:`~agents.kafka.fetch_backoff`), the
 transactional producer that refuses a failed record (:mod:`~agents.kafka.checked_producer`),
 produce requests with one copy (:mod:`~agents.kafka.produce_encoding`), chunked checkpoints in
-compacted topics (:mod:`~agents.kafka.checkpoints`), the shard manifests
-(:mod:`~agents.kafka.manifests`), the deployment nonce kept in the ingest checkpoints topic
-(:mod:`~agents.kafka.nonce`), the wire formats of every topic (:mod:`~agents.kafka.codec`, with
-the JSON Schemas in ``agents/schemas/``), the exactly-once machinery both pipeline stages share
-(:mod:`~agents.kafka.stage`: group consumer, transactional producers, restore, fencing,
-liveness) and the embedded development broker (:mod:`~agents.kafka.embedded_broker`,
-:mod:`~agents.kafka.processes`).
+compacted topics (the format in :mod:`~agents.kafka.checkpoints`, reading them back in
+:mod:`~agents.kafka.checkpoint_reader`), the shard manifests (:mod:`~agents.kafka.manifests`),
+the deployment nonce kept on the schedule topic (:mod:`~agents.kafka.nonce`), the wire formats of
+every topic (:mod:`~agents.kafka.codec`, with the JSON Schemas in ``agents/schemas/``), the
+exactly-once machinery both pipeline stages share (:mod:`~agents.kafka.stage`: group consumer,
+transactional producers, restore, fencing, liveness), all a stage sees of the process that runs
+it (:mod:`~agents.kafka.stage_host`), the reconcile agent's consumer helpers
+(:mod:`~agents.kafka.reading`) and the embedded development broker
+(:mod:`~agents.kafka.embedded_broker`, :mod:`~agents.kafka.processes`).
 
 May import: ``agents.config``, ``agents.telemetry``, ``stream_dp``, ``aiokafka``. Must not import
 ``ingest``, ``release``, ``reconcile``, ``worker``, ``dashboard``, ``commands`` or ``cli``: a
-stage comes to this machinery, never the other way round (:class:`~agents.kafka.stage.StageHost`
-is all a stage sees of the process that runs it).
+stage comes to this machinery, never the other way round.
 """
