@@ -4,7 +4,8 @@
 ``replay`` is split by step: the checks before anything connects (``_replay_checks``), what the
 events topic already holds (``_replay_target``), the resumable state (``_replay_state``), sending
 (``_replay_send``) and the per-key history that guards against a changed log
-(``replay_history``); ``_progress`` draws the progress bar.
+(``replay_history``); ``_progress`` draws the progress bar; ``_demo_traffic`` is the demo's live
+traffic.
 
 May import: every other package of ``agents`` but ``cli``, ``stream_dp`` and ``simulators``.
 Must not be imported by anything below it: only ``agents.cli`` (by name, from its command table)
