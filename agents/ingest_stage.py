@@ -334,7 +334,7 @@ class IngestStage(_Stage):
             await self._recover(p, exc)
             return
         m = self.w.metrics
-        m.checkpoint_written(time.monotonic() - t0)
+        m.ingest_checkpoint_written(time.monotonic() - t0)
         if out.accepted:
             m.event_accepted(out.accepted)
         if out.late:
@@ -350,9 +350,14 @@ class IngestStage(_Stage):
             # counted as late in the metrics, but never silent: on a markers deployment this is
             # a log replayed again into the same topic (rate-limited like every warning)
             self.w.stats["tick_closed"] += closed
-            log.warning("ingest partition %d: %d events for ticks already closed (next open tick "
-                        "%d) went to %s as tick_closed (%d so far): %s", p, closed,
-                        state.next_tick, s.dlq_topic, self.w.stats["tick_closed"],
+            # the numbers are raw counts of (dead-lettered) events: operator-only, like the
+            # event counters (metrics_event_counts); by default the line says only that it happened
+            counted = (f"{closed} " if s.metrics_event_counts else "") + "events"
+            so_far = (f" ({self.w.stats['tick_closed']} so far)" if s.metrics_event_counts
+                      else "")
+            log.warning("ingest partition %d: %s for ticks already closed (next open tick "
+                        "%d) went to %s as tick_closed%s: %s", p, counted,
+                        state.next_tick, s.dlq_topic, so_far,
                         "a log replayed again into this markers deployment's topic; its ticks "
                         "are released already, nothing new is: replay into a fresh deployment"
                         if s.schedule == "markers" else
