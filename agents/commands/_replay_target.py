@@ -8,6 +8,12 @@ close nothing, so a second copy of a log releases nothing new — and the events
 fall after the earlier ``--until`` would be counted twice. Replay looks at the last record of
 every partition (one fetch each) and refuses such a target up front (issue #24: replay used to
 say "budget spent again" while the worker ignored every event).
+
+Only a marker that verifies under this replay's key may refuse (DESIGN.md §2 rule 7): any writer
+of the events topic can append a record that looks like a final marker, and the worker
+dead-letters it (``forged_marker``) — it must not stop a genuine replay either (issue #32). A
+final marker that does not verify (another key's, or a forgery: the two look the same) decides
+nothing; replay only says, in a note, that it found one.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataclasses import dataclass
 
 from agents.codec import CLOSE_HEADER, CLOSE_SCHEMA, parse_close_marker
 
-__all__ = ["EarlierFinal", "earlier_final_marker", "refusal"]
+__all__ = ["EarlierFinal", "earlier_final_marker", "refusal", "unverified_note"]
 
 
 @dataclass(frozen=True)
@@ -77,10 +83,12 @@ async def earlier_final_marker(bootstrap: str, topic: str, mac_key: bytes,
                     del todo[tp]
     finally:
         await consumer.stop()
-    if not found:
-        return None
-    latest = max(t for t, _ in found)
-    return EarlierFinal(latest, any(a for t, a in found if t == latest), len(found))
+    # an authentic final marker decides; an unverifiable one is only reported (it may be forged)
+    for authentic in (True, False):
+        times = [t for t, a in found if a is authentic]
+        if times:
+            return EarlierFinal(max(times), authentic, len(times))
+    return None
 
 
 def _final(value: bytes | None, headers: dict[str, bytes], mac_key: bytes, topic: str,
@@ -112,21 +120,33 @@ def _final(value: bytes | None, headers: dict[str, bytes], mac_key: bytes, topic
 def refusal(found: EarlierFinal, topic: str, first_event: float) -> str | None:
     """The one-line reason to refuse replaying a log whose first event is at ``first_event``
     (Unix seconds, after any --retime shift) into ``topic``, or ``None`` if its events lie
-    after the earlier final marker."""
+    after the earlier final marker, or if that marker does not verify under this replay's key
+    (it may be forged: it decides nothing, see :func:`unverified_note`)."""
+    if first_event > found.time or not found.authentic:
+        return None
+    return (f"{topic} already ends with the final close marker of an earlier replay "
+            f"({_when(found.time)}, signed with this key): a markers deployment reading it has "
+            "closed those ticks, so it would dead-letter these events (tick_closed) and release "
+            "nothing new. To reproduce the releases replay into a fresh deployment (new "
+            "app_id and topics; same key and settings: bit-identical, no new budget); "
+            "nothing was sent")
+
+
+def unverified_note(found: EarlierFinal, topic: str, first_event: float) -> str | None:
+    """A one-line note (never a refusal) when ``topic`` ends with a final close marker that does
+    not verify under this replay's key and would close this log's first event, else ``None``.
+    Such a record is another key's marker or a forgery, and the two look the same."""
+    if found.authentic or first_event > found.time:
+        return None
+    return (f"note: {topic} ends with a record that looks like a final close marker "
+            f"({_when(found.time)}) but does not verify under this key: a forgery, which the "
+            "worker dead-letters (forged_marker), or another noise key's marker. It decides "
+            "nothing; the replay goes on. If the deployment reading this topic runs with "
+            "another key, its worker dead-letters this replay's markers too: replay with that "
+            "deployment's key")
+
+
+def _when(t: float) -> str:
     from datetime import UTC, datetime
 
-    if first_event > found.time:
-        return None
-    when = datetime.fromtimestamp(found.time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    where = f"{topic} already ends with the final close marker of an earlier replay ({when}"
-    if found.authentic:
-        return (f"{where}, signed with this key): a markers deployment reading it has closed "
-                "those ticks, so it would dead-letter these events (tick_closed) and release "
-                "nothing new. To reproduce the releases replay into a fresh deployment (new "
-                "app_id and topics; same key and settings: bit-identical, no new budget); "
-                "nothing was sent")
-    return (f"{where}, signed with another noise key, or by a writer without this one): if "
-            "the deployment reading it runs with another key, its worker would dead-letter this "
-            "replay's markers "
-            "(forged_marker) and these events (tick_closed); nothing was sent. Replay with "
-            "that deployment's key, or into a fresh deployment (new app_id and topics)")
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

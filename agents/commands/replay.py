@@ -351,12 +351,20 @@ async def _async_run(args: argparse.Namespace) -> int:
         for fp, c in _imported(previous))
     if mac_key is not None and not resume and not other_log:
         # a topic a final marker closed already: the worker would ignore this copy (issue #24)
-        from agents.commands._replay_target import earlier_final_marker, refusal
+        from agents.commands._replay_target import (
+            earlier_final_marker,
+            refusal,
+            unverified_note,
+        )
 
         first = next(iter(read_log(log, fmt)), None)
         earlier = await earlier_final_marker(bootstrap, topic, mac_key)
         why = None if earlier is None or first is None else refusal(
             earlier, topic, first.event.ts + offset)
+        note = None if earlier is None or first is None else unverified_note(
+            earlier, topic, first.event.ts + offset)
+        if note is not None:  # a marker this key does not verify decides nothing (rule 7)
+            print(f"stream-dp replay: {note}", file=sys.stderr)
         if why is not None:
             print(f"stream-dp replay: {why}", file=sys.stderr)
             return out.finish("error", 2, error="topic closed by an earlier replay")
