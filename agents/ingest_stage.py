@@ -44,9 +44,12 @@ class IngestStage(_Stage):
 
     async def start(self) -> None:
         from agents.fetch_backoff import pace
-        from agents.topics import check_events_topic
+        from agents.topics import check_events_topic, check_internal_topics
 
         await check_events_topic(self.s.bootstrap, self.s)
+        # every entry point (stream-dp worker checks before it starts, too): a retention on the
+        # schedule or checkpoint topics would lose the nonce, the closing points or the state
+        await check_internal_topics(self.s.bootstrap, self.s)
         log.info("%s", FAST_PATH_STATUS)  # compiled ingest fast path, or why not
         await super().start()
         pace(self.consumer, INGEST_IDLE_GROWTH)

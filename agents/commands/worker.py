@@ -51,7 +51,8 @@ released (exit status 3).
 Exit status: 0 stopped by a signal, 1 a part failed (also: no broker at the bootstrap address,
 a count beyond the strategy's numeric range), 2 bad settings (also: origin more than
 max_backlog_ticks ticks in the past on the clock schedule, cap x max_events_per_tick beyond the
-strategy's numeric range, topics missing or with other partition counts, the web port in use,
+strategy's numeric range, topics missing or with other partition counts, a schedule or
+checkpoint topic with a retention that would lose its records, the web port in use,
 another worker with the same app_id and worker_id: on this host at start-up, on another
 host once the broker gives this worker's group membership to it), 3 refused: the
 events differ from the ones already released under this deployment's closing points, 4 refused:
@@ -444,8 +445,9 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
 
 async def check_broker(settings: Any) -> None:
     """Connect once and check that the topics the pipeline reads exist with the partition
-    counts of the settings. Raises aiokafka's connection error (no broker) or
-    :class:`StartupProblem` (topics), each reported in one line by :func:`run`."""
+    counts of the settings, and that the internal topics keep what they hold
+    (:func:`agents.topics.check_internal_topics`). Raises aiokafka's connection error (no
+    broker) or :class:`StartupProblem` (topics), each reported in one line by :func:`run`."""
     from aiokafka import AIOKafkaConsumer
 
     from agents.commands._client import start_client
@@ -477,6 +479,12 @@ async def check_broker(settings: Any) -> None:
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
+    from agents.topics import TopicConfigMismatch, check_internal_topics
+
+    try:  # a retention on the schedule or checkpoint topics would lose them: before anything
+        await check_internal_topics(settings.bootstrap, settings)
+    except TopicConfigMismatch as exc:
+        raise StartupProblem(str(exc)) from None
 
 
 class WorkerIdTaken(RuntimeError):
