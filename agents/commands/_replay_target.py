@@ -25,7 +25,28 @@ from dataclasses import dataclass
 
 from agents.codec import CLOSE_HEADER, CLOSE_SCHEMA, parse_close_marker
 
-__all__ = ["EarlierFinal", "earlier_final_marker", "refusal", "unverified_note"]
+__all__ = ["EarlierFinal", "cluster_id", "earlier_final_marker", "refusal", "unverified_note"]
+
+
+async def cluster_id(bootstrap: str) -> str:
+    """The Kafka cluster's id as its brokers report it (Metadata), ``""`` if they report none:
+    the same cluster whatever address reaches it. Part of the deployment a replay goes to in
+    the replay history (:class:`agents.replay_history.Deployment`)."""
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    from agents.security import client_kwargs
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, **client_kwargs())
+    try:
+        await client.bootstrap()
+        node = client.get_random_node()
+        if node is None:
+            return ""
+        response = await client.send(node, MetadataRequest([]))
+    finally:
+        await client.close()
+    return str(getattr(response, "cluster_id", None) or "")
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ own replay history (tests/conftest.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -266,8 +267,9 @@ def test_changed_log_under_the_same_key_is_refused_whole_log_checked(
         assert "REFUSED" in proc.stderr and "differs" in proc.stderr
         assert len(read_events(kafka_broker, unique_name)) == sent  # nothing sent
         # another key into a fresh topic (a fresh deployment): fresh noise, the budget is spent
-        # again, said out loud (a key is bound to one log for good: KEY_B on a second changed
-        # log would be refused too). Into this topic, which key A's final marker closed, replay
+        # again, said out loud (a key is bound to one log per deployment: KEY_B on a second
+        # changed log into that topic would be refused too). Into this topic, which key A's
+        # final marker closed, replay
         # would go on: a final marker another key signed decides nothing (it may be forged;
         # issue #32), only one this key verifies refuses (issue #24).
         fresh = [*args[:5], unique_name + "-" + change, *args[6:]]
@@ -429,6 +431,65 @@ def test_the_guard_follows_the_content_not_the_file_name(
     text = history.path.read_text()
     assert KEY_A not in text and KEY_C not in text
     assert str(copy.resolve()) in text and str(changed.resolve()) not in text
+
+
+def test_one_key_replays_one_log_per_deployment(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Issue #32: the replay history bound a key to one log for good, across deployments,
+    although the noise is bound to the deployment. Now it is keyed by (key, deployment: the
+    cluster's id and the events topic): into the deployment that got a log, a renamed and
+    edited, a prefix, an extended and a prefixed log are refused (exit 3, nothing sent), also
+    when the cluster is reached by another address; another log goes into another deployment
+    (exit 0, a first content there), which then refuses the first log in turn."""
+    first_topic, second_topic = unique_name, unique_name + "-second"
+    for topic in (first_topic, second_topic):
+        create_topic(kafka_broker, topic, partitions=1)
+    rows = [f"{1704067200 + i * 0.5:.1f},item{i % 5}" for i in range(60)]
+
+    def write(path: Path, lines: list[str]) -> Path:
+        path.write_text("ts,key\n" + "\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+    def replay(log: Path, topic: str, bootstrap: str = kafka_broker
+               ) -> tuple[int, dict[str, object], str]:
+        proc = stream_dp("replay", str(log), "--bootstrap", bootstrap, "--topic", topic,
+                         "--until", UNTIL, "--json", "--no-progress", "--restart")
+        return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+    original = write(tmp_path / "sales.csv", rows)
+    rc, status, _ = replay(original, first_topic)
+    assert (rc, status["key"], status["budget"]) == (0, "new", "spent")
+    changed = {
+        "renamed+edited": write(tmp_path / "renamed.csv",
+                                [*rows[:30], rows[30].replace("item", "itex"), *rows[31:]]),
+        "prefix": write(tmp_path / "day1.csv", rows[:40]),
+        "extended": write(tmp_path / "week.csv", [*rows, "1704067300.0,item1"]),
+        "prefixed": write(tmp_path / "earlier.csv", ["1704067100.0,item1", *rows]),
+    }
+    port = kafka_broker.rsplit(":", 1)[1]
+    from agents.commands._replay_target import cluster_id
+
+    # the broker reached by another address reports the same cluster (not a fallback)
+    assert asyncio.run(cluster_id(f"localhost:{port}")) == asyncio.run(cluster_id(kafka_broker))
+    for name, log in changed.items():
+        for bootstrap in (kafka_broker, f"localhost:{port}"):  # one cluster, two addresses
+            rc, status, err = replay(log, first_topic, bootstrap)
+            assert rc == 3 and status["status"] == "log_differs", (name, bootstrap, err)
+            assert "REFUSED" in err and "into this deployment" in err
+    assert len(read_events(kafka_broker, first_topic)) == len(rows)  # nothing more sent
+
+    # another deployment (its own events topic, so its own noise): another log goes in
+    rc, status, err = replay(changed["extended"], second_topic)
+    assert (rc, status["key"], status["budget"]) == (0, "new", "spent"), err
+    assert len(read_events(kafka_broker, second_topic)) == len(rows) + 1
+    # and that deployment now refuses the first log
+    rc, status, err = replay(original, second_topic)
+    assert rc == 3 and status["status"] == "log_differs" and str(changed["extended"]) in err
+    entries = ReplayHistory().entries(key_fingerprint(bytes.fromhex(KEY_A)))
+    assert [[d["topic"] for d in e["deployments"]] for e in entries] == [
+        [first_topic], [second_topic]]
+    assert len({d["cluster"] for e in entries for d in e["deployments"]}) == 1
 
 
 def test_no_key_open_key_file_or_no_public_end_sends_nothing(
