@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,6 +45,7 @@ from stream_dp.attributes.dependence import PairSketch, measure_bootstrap
 from stream_dp.attributes.model import JunctionTreeModel
 from stream_dp.attributes.structure import Structure, choose_structure
 from stream_dp.attributes.tables import cell_index
+from stream_dp.exact_budget import exact_decimal, lower_until
 
 __all__ = [
     "BudgetSplit",
@@ -51,8 +53,10 @@ __all__ = [
     "OfflineResult",
     "auto_bridge_size",
     "decayed_total_estimate",
+    "max_tables",
     "run_offline",
     "split_budget",
+    "worst_spent",
 ]
 
 Float64Array = NDArray[np.float64]
@@ -70,7 +74,10 @@ _CHUNK_EVENTS = 1 << 17
 
 @dataclass(frozen=True)
 class BudgetSplit:
-    """ε per event: ``bootstrap`` once, ``per_table`` for each of ``n_tables`` tables."""
+    """ε per event: ``bootstrap`` once, ``per_table`` for each of ``n_tables`` tables.
+
+    The floats are the budgets the measurements are calibrated to (each spends at most its
+    budget exactly: noise scales are rounded up); :attr:`spent_exact` is their exact sum."""
 
     epsilon: float
     bootstrap: float
@@ -80,18 +87,31 @@ class BudgetSplit:
     bootstrap_method: str = "none"
 
     @property
+    def spent_exact(self) -> Fraction:
+        """Total ε per event in exact rational arithmetic: ``bootstrap + n_tables · per_table``
+        (≤ ``epsilon`` exactly, :func:`split_budget`)."""
+        return Fraction(self.bootstrap) + self.n_tables * Fraction(self.per_table)
+
+    @property
     def spent(self) -> float:
-        """Total ε per event: ``bootstrap + n_tables · per_table`` (≤ ``epsilon``)."""
-        return self.bootstrap + self.n_tables * self.per_table
+        """:attr:`spent_exact` rounded to the nearest float (≤ ``epsilon``: rounding is
+        monotone and ``epsilon`` is a float)."""
+        return float(self.spent_exact)
+
+    @property
+    def spent_text(self) -> str:
+        """:attr:`spent_exact` as its exact decimal expansion."""
+        return exact_decimal(self.spent_exact)
 
     def lines(self) -> list[str]:
-        """Human-readable accounting."""
+        """Human-readable accounting (the total as its exact decimal expansion)."""
         return [
             f"bootstrap ({self.bootstrap_method}): L1 sensitivity {self.bootstrap_sensitivity:g} "
             f"per event, ε₀ = {self.bootstrap:.6g}",
             f"tables: {self.n_tables} measured tables, one cell each per event, "
             f"ε_t = {self.per_table:.6g} each, {self.n_tables * self.per_table:.6g} together",
-            f"total per event: {self.spent:.6g} ≤ ε = {self.epsilon:.6g} (pure DP, all ticks)",
+            f"total per event: {self.spent_text} ≤ ε = {self.epsilon!r} exactly "
+            "(pure DP, all ticks)",
         ]
 
 
@@ -102,17 +122,31 @@ def split_budget(
     bootstrap_sensitivity: float = 0.0,
     bootstrap_method: str = "none",
 ) -> BudgetSplit:
-    """The split with ``ε_t = (ε − bootstrap)/n_tables``, rounded down so the sum stays ≤ ε."""
+    """The split with ``ε_t = (ε − bootstrap)/n_tables`` rounded to a float, then lowered ulp
+    by ulp until ``bootstrap + n_tables·ε_t ≤ ε`` holds in exact rational arithmetic (a float
+    check passes ``1.1`` for an exact ``1.1 + 7.7e-17``)."""
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
     if n_tables < 1:
         raise ValueError("at least one table must be measured")
     if not 0 <= bootstrap < epsilon:
         raise ValueError(f"bootstrap budget must be in [0, ε), got {bootstrap!r}")
-    per = (epsilon - bootstrap) / n_tables
-    while bootstrap + n_tables * per > epsilon:
-        per = math.nextafter(per, 0.0)
+    room = Fraction(epsilon) - Fraction(bootstrap)
+    per = lower_until((epsilon - bootstrap) / n_tables, lambda x: n_tables * Fraction(x) <= room)
     return BudgetSplit(epsilon, bootstrap, per, n_tables, bootstrap_sensitivity, bootstrap_method)
+
+
+def max_tables(m: int) -> int:
+    """The most tables a structure over ``m`` attributes can measure (``2m − 1``: at most one
+    table per cluster and one per bridge, and a forest over ``m`` attributes has fewer than
+    ``m`` edges)."""
+    return max(1, 2 * m - 1)
+
+
+def worst_spent(epsilon: float, m: int, bootstrap: float) -> Fraction:
+    """The largest exact ε per event over every table count an epoch can have
+    (``1 … max_tables(m)``): what one event can spend, whatever structure is chosen."""
+    return max(split_budget(epsilon, k, bootstrap).spent_exact for k in range(1, max_tables(m) + 1))
 
 
 class MarginalRelease:

@@ -31,7 +31,7 @@ over the whole log, noisy counts from which every pair's 2×2 table follows: the
 each attribute's 1s and each pair's co-occurrences, an event with k > K ones counted with weights
 K/k and C(K,2)/C(k,2), so one event moves them by at most 1 + K + C(K,2) in L1 (or the C(M,2)
 pair tables themselves, sensitivity C(M,2), when that is smaller). K (--max-ones, default auto)
-covers 98% of the events, read from a noisy histogram of ones per event (5% of the bootstrap
+covers 90% of the events, read from a noisy histogram of ones per event (5% of the bootstrap
 budget, sensitivity 1). From it
 alone (post-processing) a Chow–Liu spanning forest over the attributes is cut into clusters of at
 most --max-cluster attributes (one joint table each) joined by bridge tables: a bridge's two

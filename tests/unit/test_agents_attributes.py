@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -119,7 +120,7 @@ def test_service_tables_equal_the_library_and_the_exact_counts(tmp_path: Path) -
     for r in recs:
         validate("dp.tables.v1", json.loads(json.dumps(r)))
     b = recs[0]["budget"]
-    assert b["bootstrap"] + b["tables"] * b["per_table"] <= 2.0 + 1e-12
+    assert Fraction(b["bootstrap"]) + b["tables"] * Fraction(b["per_table"]) <= Fraction(2.0)
     assert b["bootstrap"] == pytest.approx(0.4)
     assert recs[0]["bootstrap"]["epoch"] == 0 and recs[1]["bootstrap"] is None
 
