@@ -46,12 +46,15 @@ from stream_dp.attributes.model import JunctionTreeModel
 from stream_dp.attributes.structure import Structure, choose_structure
 from stream_dp.attributes.tables import cell_index
 from stream_dp.exact_budget import exact_decimal, lower_until
+from stream_dp.mechanism import Mechanism
 
 __all__ = [
     "BudgetSplit",
     "MarginalRelease",
     "OfflineResult",
     "auto_bridge_size",
+    "bank_mechanism",
+    "cell_bound",
     "decayed_total_estimate",
     "max_tables",
     "run_offline",
@@ -110,8 +113,8 @@ class BudgetSplit:
             f"per event, ε₀ = {self.bootstrap:.6g}",
             f"tables: {self.n_tables} measured tables, one cell each per event, "
             f"ε_t = {self.per_table:.6g} each, {self.n_tables * self.per_table:.6g} together",
-            f"total per event: {self.spent_text} ≤ ε = {self.epsilon!r} exactly "
-            "(pure DP, all ticks)",
+            f"total per event: {self.spent_text} ≤ ε = {self.epsilon!r} (exactly: the float "
+            f"{self.epsilon!r} is {exact_decimal(Fraction(self.epsilon))}; pure DP, all ticks)",
         ]
 
 
@@ -149,12 +152,58 @@ def worst_spent(epsilon: float, m: int, bootstrap: float) -> Fraction:
     return max(split_budget(epsilon, k, bootstrap).spent_exact for k in range(1, max_tables(m) + 1))
 
 
+def bank_mechanism(
+    p: float,
+    horizon: int,
+    epsilon_per_table: float,
+    strategy: str = "auto",
+    max_cell_count: float | None = None,
+) -> Mechanism:
+    """The mechanism of every cell of a :class:`MarginalRelease`: ``strategy`` at
+    ``PureDP(epsilon_per_table)``, cap 1, whole-number counts (``auto`` may pick ``naive-int``).
+
+    ``max_cell_count`` (events per cell and tick, public): ``auto`` picks among the strategies
+    whose numeric range covers it, and any strategy whose range does not is refused with a
+    one-line ``ValueError`` (:func:`stream_dp.planner.check_range`). Without it ``auto`` is the
+    unrestricted pick (what the cells ran before the bound existed)."""
+    from stream_dp.budget import PureDP
+    from stream_dp.planner import check_range, pick
+    from stream_dp.strategies import make_mechanism
+    from stream_dp.strategies.registry import check_arguments
+
+    privacy = PureDP(epsilon_per_table)
+    if strategy == "auto" and max_cell_count is not None:
+        p, horizon, _, _ = check_arguments(p, horizon, privacy, 1.0)
+        strategy = pick(p, horizon, privacy, cap=1.0, integer_counts=True,
+                        max_tick_count=max_cell_count)
+    mech = make_mechanism(strategy, p, horizon, privacy, 1.0, integer_counts=True)
+    if max_cell_count is not None:
+        check_range(mech, max_cell_count,
+                    what=f"a table cell's count per tick (up to {max_cell_count:g} events)")
+    return mech
+
+
+def cell_bound(mechanism: Mechanism, max_cell_count: float | None) -> float:
+    """Every cell's count in a tick is clipped to this (events): ``max_cell_count`` when given,
+    else the largest whole count in the mechanism's numeric range (a public function of the
+    parameters); ``inf`` when the range is unbounded."""
+    if max_cell_count is not None:
+        return float(max_cell_count)
+    limit = mechanism.max_count()
+    return float(math.floor(limit)) if math.isfinite(limit) else math.inf
+
+
 class MarginalRelease:
     """Decayed DP counts of every cell of the measured ``tables``, tick after tick.
 
-    One :class:`~stream_dp.counters.CounterBank` at ``PureDP(epsilon_per_table)``, cap 1, decay
-    ``p`` (per tick), ``horizon`` ticks per epoch; stream names
+    One :class:`~stream_dp.counters.CounterBank` of :func:`bank_mechanism` (``epsilon_per_table``,
+    cap 1, decay ``p`` per tick, ``horizon`` ticks per epoch); stream names
     ``"{description}/table={attrs}/cell={c}"`` so no two tables or runs share noise.
+
+    Every cell's count in a tick is clipped to :attr:`clip` (:func:`cell_bound`) before it is
+    measured: one event still changes one cell per table by at most 1 (clipping is
+    1-Lipschitz), and no burst can leave the mechanism's numeric range, so whether a tick is
+    released never depends on the counts.
     """
 
     def __init__(
@@ -166,10 +215,9 @@ class MarginalRelease:
         key: bytes,
         description: str,
         strategy: str = "auto",
+        max_cell_count: float | None = None,
     ) -> None:
-        from stream_dp.budget import PureDP
         from stream_dp.counters import CounterBank
-        from stream_dp.strategies import make_mechanism
 
         self.tables = tuple(tuple(int(a) for a in t) for t in tables)
         sizes = [1 << len(t) for t in self.tables]
@@ -179,9 +227,9 @@ class MarginalRelease:
             for t in self.tables
             for c in range(1 << len(t))
         ]
-        mech = make_mechanism(
-            strategy, p, horizon, PureDP(epsilon_per_table), 1.0, integer_counts=True
-        )
+        mech = bank_mechanism(p, horizon, epsilon_per_table, strategy, max_cell_count)
+        #: largest count of one cell in one tick that is measured as it is (events)
+        self.clip = cell_bound(mech, max_cell_count)
         self.bank = CounterBank(mech, names, key)
 
     @property
@@ -197,8 +245,12 @@ class MarginalRelease:
 
     def step_ids(self, ids: NDArray[np.int64]) -> None:
         """Release one tick whose events have the bank positions ``ids`` (``(n, K)``)."""
-        counts = np.bincount(ids.reshape(-1), minlength=self.n_cells).astype(np.float64)
-        self.bank.step(counts)
+        self.step_counts(np.bincount(ids.reshape(-1), minlength=self.n_cells))
+
+    def step_counts(self, counts: NDArray[np.float64] | NDArray[np.int64]) -> None:
+        """Release one tick whose cells hold ``counts`` events (clipped to :attr:`clip`)."""
+        cells = np.minimum(np.asarray(counts, dtype=np.float64), self.clip)
+        self.bank.step(cells)
 
     def step(self, bits: NDArray[np.uint8]) -> None:
         """Release one tick whose events are the rows of the 0/1 matrix ``bits``."""
@@ -299,6 +351,7 @@ def run_offline(
     last_tick: int | None = None,
     strategy: str = "auto",
     progress: Callable[[str], None] | None = None,
+    max_cell_count: float | None = None,
 ) -> OfflineResult:
     """Bootstrap, choose the structure, release ticks ``1 … max(ticks)``; the model at the end.
 
@@ -306,7 +359,9 @@ def run_offline(
     ``epsilon`` per event for the whole run; ``p`` decay per tick; ``key`` the noise secret;
     ``description`` a canonical text of the run (keys the noise); ``last_tick`` the public last
     tick to release (default: the last event's tick, which then is *not* protected: removing the
-    last event can change it).
+    last event can change it); ``max_cell_count`` the public bound on one cell's events in one
+    tick (:class:`MarginalRelease`: counts above it are clipped, ``auto`` picks a strategy whose
+    range covers it; default: the picked strategy's own numeric range).
     """
     n, m = bits.shape
     if n == 0 or ticks.shape != (n,):
@@ -359,6 +414,7 @@ def run_offline(
         key,
         f"{description}/structure={structure.describe()}",
         strategy,
+        max_cell_count,
     )
     order = np.argsort(ticks, kind="stable")
     sorted_bits = bits[order]
