@@ -8,7 +8,9 @@
 3. **Tables** (budget ``ε − ε₀``, split equally over the ``K`` measured tables, ``ε_t`` each):
    every cell of every table is a stream of a :class:`~stream_dp.counters.CounterBank` at
    ``PureDP(ε_t)``, cap 1, decay ``p``; its per-tick count is the number of the tick's events in
-   that cell. A bank is ``ε_t``-DP for a unit change of one stream's count in one tick.
+   that cell, clipped to a public bound (:class:`MarginalRelease`; 1-Lipschitz, so one event
+   still moves one cell per table by at most 1, and no burst leaves the bank's numeric range).
+   A bank is ``ε_t``-DP for a unit change of one stream's count in one tick.
 4. **Answers** (free): GLS consistency (:mod:`stream_dp.attributes.consistency`) and the
    junction-tree estimator (:mod:`stream_dp.attributes.model`).
 
@@ -18,7 +20,9 @@ sensitivity Δ₀ in L1 (scale ``Δ₀/(ε₀ − ε_h)`` → ``ε₀ − ε_h``
 in the one tick the event's own timestamp selects, one cell of each of the ``K`` measured tables
 by 1 (``K`` streams, each ``ε_t``-DP → ``K·ε_t``). Basic composition (the structure is chosen
 adaptively from the bootstrap's output, which adaptive composition allows) gives
-``ε₀ + K·ε_t ≤ ε``. No parallel composition across attribute groups is used: every event lies in
+``ε₀ + K·ε_t ≤ ε``, checked in exact rational arithmetic on the floats the samplers receive
+(:func:`split_budget`, :func:`~stream_dp.attributes.dependence.bootstrap_budgets`; every scale
+is rounded up, so each measurement spends at most its float budget). No parallel composition across attribute groups is used: every event lies in
 every table. Releasing every tick costs nothing more (the decayed counters' guarantee covers all
 ticks), and everything after step 3 is post-processing.
 
