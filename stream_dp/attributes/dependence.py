@@ -54,6 +54,7 @@ __all__ = [
     "BootstrapStats",
     "PairSketch",
     "bootstrap_budgets",
+    "check_bootstrap_scales",
     "choose_max_ones",
     "cooccurrence_scale",
     "cooccurrence_sensitivity",
@@ -492,6 +493,33 @@ def cooccurrence_scale(max_ones: int, epsilon: float) -> float:
     """Noise scale (grid units) of the co-occurrence bootstrap: one ulp above
     ``fl(Δ/(g·ε))``, ``Δ`` = :func:`cooccurrence_sensitivity` (≥ ``Δ/(g·ε)`` exactly)."""
     return math.nextafter(cooccurrence_sensitivity(max_ones) / WEIGHT_GRID / epsilon, math.inf)
+
+
+def check_bootstrap_scales(m: int, epsilon: float) -> None:
+    """``ValueError`` (one line) unless every bootstrap :func:`measure_bootstrap` may run at
+    budget ``epsilon`` for ``m`` attributes (histogram of ones, pair tables, co-occurrences for
+    every K it may choose) has a noise scale the exact sampler accepts (``[2**-8, 2**50]`` grid
+    units). Which one runs depends on noisy data, so the service checks all at start-up rather
+    than fail at an epoch's end."""
+    from stream_dp.noise.laplace import MAX_SCALE, MIN_SCALE
+
+    if m < 2 or epsilon <= 0:
+        return
+    eps_h, rest = bootstrap_budgets(epsilon, True)
+    scales = [histogram_scale(eps_h), pairs_scale(m, rest), pairs_scale(m, epsilon)]
+    scales += [cooccurrence_scale(k, r) for k in range(2, m + 1) for r in (rest, epsilon)
+               if cooccurrence_sensitivity(k) < pair_sensitivity(m)]
+    if min(scales) < MIN_SCALE:
+        raise ValueError(
+            f"the bootstrap budget ε₀ = {epsilon:g} is too large for {m} attributes: a "
+            f"bootstrap noise scale would be {min(scales):.3g} grid units, below the exact "
+            f"sampler's minimum {MIN_SCALE:g}; use a bootstrap fraction at most "
+            f"{min(scales) / MIN_SCALE:.3g} times smaller (its noise is negligible there)")
+    if max(scales) > MAX_SCALE:
+        raise ValueError(
+            f"the bootstrap budget ε₀ = {epsilon:g} is too small for {m} attributes: a "
+            f"bootstrap noise scale would be {max(scales):.3g} grid units, above the exact "
+            f"sampler's maximum {MAX_SCALE:g}; use a larger bootstrap fraction or ε")
 
 
 def measure_bootstrap(

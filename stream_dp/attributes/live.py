@@ -49,7 +49,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stream_dp.attributes.consistency import make_consistent
-from stream_dp.attributes.dependence import BootstrapStats, PairSketch, measure_bootstrap
+from stream_dp.attributes.dependence import (
+    BootstrapStats,
+    PairSketch,
+    check_bootstrap_scales,
+    measure_bootstrap,
+)
 from stream_dp.attributes.model import JunctionTreeModel
 from stream_dp.attributes.release import (
     MAX_EPOCH_TICKS,
@@ -211,8 +216,11 @@ def check_live_range(config: LiveConfig) -> str:
     (``naive`` and the Fenwick strategies cover 2**29 at every ε_t, so one always does); a
     named strategy is also built at the largest and the smallest ``ε_t`` an epoch can have
     (every registered strategy's range is monotone in ε: ``tests/unit/test_attributes_range.py``).
+    Every bootstrap an epoch's end may measure must also have a noise scale its sampler
+    accepts (:func:`~stream_dp.attributes.dependence.check_bootstrap_scales`).
     """
     c = config
+    check_bootstrap_scales(c.m, c.bootstrap_epsilon)  # an epoch's end must not fail either
     horizon = min(c.epoch_ticks, MAX_EPOCH_TICKS)
     first = len(initial_structure(c.m, c.max_cluster).tables)
     fixed = c.strategy == "auto" or c.bootstrap_epsilon == 0  # (no bootstrap: S_0 for good)

@@ -203,7 +203,8 @@ async def test_a_burst_past_the_range_in_one_cell_is_clipped_and_releases_go_on(
             pytest.fail("tick 6 was never released: "
                         + (tmp_path / "worker.log").read_text()[-3000:])
     finally:
-        os.kill(worker.pid, signal.SIGTERM)
+        if worker.poll() is None:  # it may have stopped by itself (the bug this catches)
+            os.kill(worker.pid, signal.SIGTERM)
         try:
             worker.wait(30)
         except subprocess.TimeoutExpired:

@@ -129,3 +129,17 @@ def test_every_strategy_s_range_is_monotone_in_epsilon(p: float, horizon: int) -
             except ValueError:  # a budget the strategy refuses (naive-int at a huge ε)
                 continue
         assert ranges == sorted(ranges, reverse=True), (name, ranges)
+
+
+def test_a_bootstrap_budget_its_sampler_refuses_is_refused_at_start_up() -> None:
+    """ε₀ = 2000 over 3 attributes: the pair tables' scale C(3,2)/ε₀ is below the sampler's
+    2**-8, so the first epoch's end would raise and stop the releases; refused up front."""
+    cfg = LiveConfig(m=3, epsilon=1e4, p=P, epoch_ticks=2, bootstrap_fraction=0.2)
+    with pytest.raises(ValueError, match=r"bootstrap budget .* too large") as err:
+        check_live_range(cfg)
+    assert "\n" not in str(err.value)
+    live = LiveMarginals(cfg, KEY, "d")
+    live.step(np.array([1], dtype=np.uint64), np.array([1.0]))
+    with pytest.raises(ValueError, match="scale must be a number"):  # what it would do live
+        live.step(np.array([1], dtype=np.uint64), np.array([1.0]))
+    check_live_range(LiveConfig(m=3, epsilon=1e4, p=P, epoch_ticks=2, bootstrap_fraction=1e-4))
