@@ -75,5 +75,7 @@ def check_attribute_settings(settings: Settings, domain: Any) -> None:
     try:
         check_live_range(attribute_config(settings, domain))
     except ValueError as exc:
-        raise ValueError(f"binary-attribute domain {domain.name!r}: {exc} (max_events_per_tick "
-                         f"= {settings.max_events_per_tick} bounds each table cell)") from None
+        raise ValueError(
+            f"binary-attribute domain {domain.name!r} (max_events_per_tick = "
+            f"{settings.max_events_per_tick}, attribute_bootstrap_fraction = "
+            f"{settings.attribute_bootstrap_fraction:g}): {exc}") from None

@@ -513,8 +513,8 @@ def check_bootstrap_scales(m: int, epsilon: float) -> None:
         raise ValueError(
             f"the bootstrap budget ε₀ = {epsilon:g} is too large for {m} attributes: a "
             f"bootstrap noise scale would be {min(scales):.3g} grid units, below the exact "
-            f"sampler's minimum {MIN_SCALE:g}; use a bootstrap fraction at most "
-            f"{min(scales) / MIN_SCALE:.3g} times smaller (its noise is negligible there)")
+            f"sampler's minimum {MIN_SCALE:g}; lower the bootstrap fraction at least "
+            f"{MIN_SCALE / min(scales):.3g}-fold (its noise is negligible there)")
     if max(scales) > MAX_SCALE:
         raise ValueError(
             f"the bootstrap budget ε₀ = {epsilon:g} is too small for {m} attributes: a "

@@ -183,8 +183,12 @@ def bank_mechanism(
     mech = make_mechanism(strategy, p, horizon, privacy, 1.0, integer_counts=True)
     if max_cell_count is not None:
         check_range(mech, max_cell_count,
-                    what=f"a table cell's count per tick (up to {max_cell_count:g} events)")
+                    what=f"a table cell's count per tick (up to {_count(max_cell_count)} events)")
     return mech
+
+
+def _count(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def cell_bound(mechanism: Mechanism, max_cell_count: float | None) -> float:

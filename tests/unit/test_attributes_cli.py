@@ -117,3 +117,30 @@ def test_marginals_prints_raw_figures_only_with_verbose(tmp_path: Path) -> None:
     loud = _marginals(tmp_path, "--verbose")
     assert loud.returncode == 0, loud.stderr
     assert "37 events, the last in tick 4" in loud.stderr
+
+
+@pytest.mark.parametrize(("extra", "words"), [
+    ({"STREAM_DP_STRATEGY": "tree-ls", "STREAM_DP_MAX_EVENTS_PER_TICK": str(2**29),
+      "STREAM_DP_ATTRIBUTE_BOOTSTRAP_FRACTION": "0.0001"}, "numeric range of tree-ls"),
+    ({"STREAM_DP_ATTRIBUTE_BOOTSTRAP_FRACTION": "0.2"}, "bootstrap budget ε₀ = 2000 is too large"),
+])
+def test_worker_refuses_what_the_tables_cannot_run_in_one_line(
+        tmp_path: Path, extra: dict[str, str], words: str) -> None:
+    """The worker checks the banks it will really run (at ε_t, every epoch) and the bootstraps
+    an epoch's end may measure, before it connects to anything (the broker address is dead)."""
+    import time
+
+    _domain(tmp_path / "d.toml", 3)
+    (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)
+    env = {"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1",
+           "STREAM_DP_CACHE_DIR": str(tmp_path / ".cache"), "STREAM_DP_ORIGIN": str(int(time.time())),
+           "STREAM_DP_DOMAIN_FILE": "d.toml", "STREAM_DP_KEY_FILE": "key", "STREAM_DP_P": "1",
+           "STREAM_DP_SHARDS": "1",
+           "STREAM_DP_EPSILON": "10000", "STREAM_DP_BOOTSTRAP": "127.0.0.1:1", **extra}
+    got = subprocess.run([sys.executable, "-m", "agents.cli", "worker", "--no-web"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300,
+                         env=env | {"PYTHONPATH": str(ROOT)})
+    assert got.returncode == 2, got.stderr
+    assert got.stderr.count("\n") == 1 and "Traceback" not in got.stderr
+    assert words in got.stderr and "binary-attribute domain 'basket'" in got.stderr
