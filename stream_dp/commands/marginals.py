@@ -68,7 +68,8 @@ file readable by group or others is refused); without it a fresh random key is u
 stderr) and the run cannot be reproduced. The noise also depends on the log's
 digest, so the same key never reuses noise for a different log. Progress goes to stderr; it
 names public figures only (the released ticks 1..--last-tick, never the number of events or
-the last event's tick: terminal logs get shared) unless --verbose is given.
+the last event's tick: terminal logs get shared) unless --verbose is given. A numeric
+--max-events-per-tick is part of what keys the noise (other bounds, other noise).
 Exit status 2 with a one-line message for invalid input.
 
 examples:
@@ -428,6 +429,12 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         f"/max_ones={args.max_ones or 'auto'}/bridge_size={args.bridge_size or 'auto'}"
         f"/strategy={args.strategy}/log=sha256:{digest}"
     )
+    bound = getattr(args, "max_events_per_tick", None)
+    if bound is not None:
+        # another clip bound, other noise: two runs that differ only in their clipping must
+        # not share noise (the difference of their releases would be exact); the default
+        # keeps the description, and so the noise, of earlier versions
+        description += f"/max_events_per_tick={bound}"
     try:
         result = run_offline(
             bits,
@@ -443,7 +450,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             last_tick=args.last_tick,
             strategy=args.strategy,
             progress=say,
-            max_cell_count=getattr(args, "max_events_per_tick", None),
+            max_cell_count=bound,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None

@@ -144,3 +144,18 @@ def test_worker_refuses_what_the_tables_cannot_run_in_one_line(
     assert got.returncode == 2, got.stderr
     assert got.stderr.count("\n") == 1 and "Traceback" not in got.stderr
     assert words in got.stderr and "binary-attribute domain 'basket'" in got.stderr
+
+
+def test_marginals_runs_with_other_bounds_do_not_share_noise(tmp_path: Path) -> None:
+    """No cell reaches either bound, so only the noise can differ: it must (runs that differ
+    only in their clipping would otherwise cancel their noise in a difference)."""
+    (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)
+    (tmp_path / "q.json").write_text("[[0, 1]]")
+    _log(tmp_path / "ev.jsonl", [(1.0 + i, "01") for i in range(30)])
+    out = []
+    for bound in ("50", "60", "50"):
+        got = _marginals(tmp_path, "--max-events-per-tick", bound, "--epsilon", "1")
+        assert got.returncode == 0, got.stderr
+        out.append((tmp_path / "a.json").read_text())
+    assert out[0] == out[2] != out[1]
