@@ -277,7 +277,10 @@ class Settings:
         "with metrics_event_counts = 1), so a burst can never "
         "stop or change the releases except through the noisy value. The worker refuses at "
         "start-up a configuration in which cap × this exceeds the strategy's numeric range "
-        "(docs/accuracy.md, 'Numeric range').",
+        "(docs/accuracy.md, 'Numeric range'). Binary-attribute domains: each table cell's "
+        "count in a tick is clipped to this, and the range checked is that of the tables' "
+        "counters at their per-table budget, for every epoch (docs/guide.md, 'High-dimensional "
+        "binary attributes').",
     )
     leader_topic: str = _s(
         "",

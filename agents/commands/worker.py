@@ -159,8 +159,10 @@ async def serve(
         from agents.pipeline_processes import PipelineGroup
         from agents.release import build_mechanism
 
-        # fail fast on bad settings here, not in every child
-        build_mechanism(settings)
+        # fail fast on bad settings here, not in every child; a binary-attribute domain runs
+        # its table banks only, whose range check_attribute_settings checks
+        if getattr(domain, "kind", "") != "binary":
+            build_mechanism(settings)
         check_attribute_settings(settings, domain)
         group = PipelineGroup(settings, int(settings.pipeline_processes), metrics, on_release,
                               json_lines=json_logs)
@@ -218,11 +220,9 @@ async def serve(
     from stream_dp.accounting import Accountant
 
     if getattr(domain, "kind", "") == "binary":
-        accounting: Any = {
-            "model": "pure", "epsilon_per_event": float(settings.epsilon),
-            "bootstrap_per_event": float(settings.epsilon * settings.attribute_bootstrap_fraction),
-            "attributes": domain.m, "structure_epoch_ticks": settings.attribute_epoch_ticks,
-        }
+        from agents.release import attribute_accounting
+
+        accounting: Any = attribute_accounting(settings, domain)
     else:
         accounting = Accountant.for_domain(domain, settings.privacy, cap=settings.cap).summary()
     log.info("worker started", extra={"worker_id": settings.worker_id, "domain": domain.name,
@@ -435,10 +435,11 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
     check_memory(settings, len(domain.names))
     from agents.config import check_attribute_settings
 
-    check_attribute_settings(settings, domain)
-    from agents.release import build_mechanism
+    check_attribute_settings(settings, domain)  # binary: the table banks' range, at ε_t
+    if getattr(domain, "kind", "") != "binary":
+        from agents.release import build_mechanism
 
-    build_mechanism(settings)  # refuses a numeric range that cap × max_events_per_tick exceeds
+        build_mechanism(settings)  # refuses a numeric range that cap × max_events_per_tick exceeds
     key: bytes = settings.noise_key()
     return settings, key
 
