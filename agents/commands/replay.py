@@ -147,7 +147,7 @@ topics: its own noise and budget) or under another key. The whole log is read an
 checked before anything is sent.
 
 Exit status: 0 done (or nothing to do), 1 error, 2 bad usage, log or key (no key, too open a key
-file, --until missing or in the future, a topic whose partitions end with the final close marker
+file, --until missing or in the future, a topic whose partitions hold the final close marker
 of an earlier replay: its deployment has closed those ticks and would ignore the copy), 3 log
 differs from one replayed before under the same key (refused), 130 interrupted (run again to
 resume). --json prints one JSON object with the outcome on stdout, its only output there (notes

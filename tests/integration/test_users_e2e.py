@@ -282,7 +282,7 @@ def test_a_second_copy_of_a_replayed_log_is_refused_or_dead_lettered_never_silen
                           "--restart")
         assert again.returncode == 2, again.stdout + again.stderr
         lines = [x for x in again.stderr.splitlines() if x.strip()]
-        assert len(lines) == 1 and "already ends with the final close marker" in lines[0]
+        assert len(lines) == 1 and "already holds the final close marker" in lines[0]
         assert "tick_closed" in lines[0] and "fresh deployment" in lines[0]
         assert len(asyncio.run(read_topic(s.bootstrap, s.events_topic))) == sent  # nothing sent
 
@@ -350,7 +350,7 @@ def test_a_forged_final_marker_does_not_stop_a_genuine_replay(
         replayed = stream_dp("replay", str(log), "--bootstrap", s.bootstrap, "--topic",
                              s.events_topic, "--key-file", s.key_file, "--until", UNTIL)
         assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-        assert "already ends with the final close marker" not in replayed.stderr
+        assert "already holds the final close marker" not in replayed.stderr
         notes = [x for x in replayed.stderr.splitlines() if "does not verify" in x]
         assert len(notes) == 1 and "decides nothing" in notes[0], replayed.stderr
         assert "first replay" in replayed.stderr

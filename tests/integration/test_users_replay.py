@@ -207,7 +207,7 @@ def test_key_fingerprint_same_key_reproduces_other_key_warns(
     assert again.returncode == 2, again.stdout + again.stderr
     lines = [x for x in again.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "Traceback" not in again.stderr, again.stderr
-    assert f"{topics[0]} already ends with the final close marker" in lines[0]
+    assert f"{topics[0]} already holds the final close marker" in lines[0]
     assert "signed with this key" in lines[0] and "nothing was sent" in lines[0]
     same = replay(topics[1])
     assert same.returncode == 0 and "same noise key" in same.stderr
@@ -233,6 +233,56 @@ def test_key_fingerprint_same_key_reproduces_other_key_warns(
         assert not isinstance(parse_close_marker(m.value, mac_key=marker_key(key),
                                                  topic=topic + "x", partition=m.partition),
                               tuple)
+
+
+def test_records_appended_after_the_final_marker_do_not_hide_it(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Issue #32: replay looked only at the last record of each partition, so any writer of
+    the events topic who appended one record (a forged marker, an event) after a genuine final
+    marker made a second copy of the log go in (the worker dead-letters it, tick_closed, and
+    events after the earlier --until would count twice). Replay now looks at the partitions'
+    last records: the genuine marker still refuses (exit 2, one line, nothing sent), and the
+    forged one decides nothing."""
+    import asyncio
+
+    from agents.codec import CLOSE_HEADER, CLOSE_SCHEMA
+
+    create_topic(kafka_broker, unique_name, partitions=2)
+    log = tmp_path / "small.csv"
+    log.write_text("ts,key\n1704067200,item1\n1704067201,item2\n", encoding="utf-8")
+
+    def replay() -> subprocess.CompletedProcess[str]:
+        return stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                         "--restart", "--until", "2024-01-01T00:00:30Z")
+
+    assert replay().returncode == 0
+    forged = json.dumps({"schema": CLOSE_SCHEMA, "time": 1704067230.0, "final": True,
+                         "mac": "0" * 64}).encode()
+
+    async def append() -> None:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker)
+        await producer.start()
+        try:
+            for p in (0, 1):
+                await producer.send_and_wait(unique_name, forged, partition=p,
+                                             headers=[(CLOSE_HEADER, b"1")])
+                await producer.send_and_wait(
+                    unique_name, b'{"key": "item3", "ts": 1704067202}', partition=p)
+        finally:
+            await producer.stop()
+
+    asyncio.run(append())
+    before = len(read_all(kafka_broker, unique_name))
+    again = replay()
+    assert again.returncode == 2, again.stdout + again.stderr
+    lines = [x for x in again.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in again.stderr, again.stderr
+    assert f"{unique_name} already holds the final close marker" in lines[0]
+    assert "signed with this key" in lines[0] and "nothing was sent" in lines[0]
+    assert len(read_all(kafka_broker, unique_name)) == before
 
 
 def test_changed_log_under_the_same_key_is_refused_whole_log_checked(

@@ -36,7 +36,7 @@ def test_the_refusal_is_one_line_and_only_for_events_the_marker_closed() -> None
     mine = EarlierFinal(T, True, 2)
     why = refusal(mine, "ev", T - 30)
     assert why is not None and "\n" not in why
-    assert "ev already ends with the final close marker" in why and "2024-01-01T00:00:30Z" in why
+    assert "ev already holds the final close marker" in why and "2024-01-01T00:00:30Z" in why
     assert "signed with this key" in why and "tick_closed" in why and "nothing was sent" in why
     assert refusal(mine, "ev", T + 0.001) is None  # a log after the earlier end
     # a final marker this key does not verify (another key's, or forged): never a refusal,
