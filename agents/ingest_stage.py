@@ -350,17 +350,16 @@ class IngestStage(_Stage):
             m.event_dead_lettered(reason, n)
         closed = sum(1 for _, rej, _, _ in out.dead_letters if rej.reason == "tick_closed")
         if closed:
-            # counted as late in the metrics, but never silent: on a markers deployment this is
-            # a log replayed again into the same topic (rate-limited like every warning)
             self.w.stats["tick_closed"] += closed
-            # the numbers are raw counts of (dead-lettered) events: operator-only, like the
-            # event counters (metrics_event_counts); by default the line says only that it happened
-            counted = (f"{closed} " if s.metrics_event_counts else "") + "events"
-            so_far = (f" ({self.w.stats['tick_closed']} so far)" if s.metrics_event_counts
-                      else "")
-            log.warning("ingest partition %d: %s for ticks already closed (next open tick "
-                        "%d) went to %s as tick_closed%s: %s", p, counted,
-                        state.next_tick, s.dlq_topic, so_far,
+        if closed and s.metrics_event_counts:
+            # whether a record reached its partition after its tick closed is a raw fact of the
+            # data (one late event more or less decides it), like the event counters: the line is
+            # operator-only (metrics_event_counts); by default the dead letters themselves (the
+            # dead-letter topic, `stream-dp tail dlq`) say it, and replay refuses a second copy
+            # of a replayed log up front (rate-limited like every warning)
+            log.warning("ingest partition %d: %d events for ticks already closed (next open tick "
+                        "%d) went to %s as tick_closed (%d so far): %s", p, closed,
+                        state.next_tick, s.dlq_topic, self.w.stats["tick_closed"],
                         "a log replayed again into this markers deployment's topic; its ticks "
                         "are released already, nothing new is: replay into a fresh deployment"
                         if s.schedule == "markers" else
