@@ -51,7 +51,8 @@ released (exit status 3).
 Exit status: 0 stopped by a signal, 1 a part failed (also: no broker at the bootstrap address,
 a count beyond the strategy's numeric range), 2 bad settings (also: origin more than
 max_backlog_ticks ticks in the past on the clock schedule, cap x max_events_per_tick beyond the
-strategy's numeric range, topics missing or with other partition counts, the web port in use,
+strategy's numeric range, topics missing or with other partition counts, a schedule or
+checkpoint topic with a retention that would lose its records, the web port in use,
 another worker with the same app_id and worker_id: on this host at start-up, on another
 host once the broker gives this worker's group membership to it), 3 refused: the
 events differ from the ones already released under this deployment's closing points, 4 refused:
@@ -159,8 +160,10 @@ async def serve(
         from agents.release.state import build_mechanism
         from agents.worker.processes import PipelineGroup
 
-        # fail fast on bad settings here, not in every child
-        build_mechanism(settings)
+        # fail fast on bad settings here, not in every child; a binary-attribute domain runs
+        # its table banks only, whose range check_attribute_settings checks
+        if getattr(domain, "kind", "") != "binary":
+            build_mechanism(settings)
         check_attribute_settings(settings, domain)
         group = PipelineGroup(settings, int(settings.pipeline_processes), metrics, on_release,
                               json_lines=json_logs)
@@ -219,11 +222,9 @@ async def serve(
     from stream_dp.accounting import Accountant
 
     if getattr(domain, "kind", "") == "binary":
-        accounting: Any = {
-            "model": "pure", "epsilon_per_event": float(settings.epsilon),
-            "bootstrap_per_event": float(settings.epsilon * settings.attribute_bootstrap_fraction),
-            "attributes": domain.m, "structure_epoch_ticks": settings.attribute_epoch_ticks,
-        }
+        from agents.release.attributes import attribute_accounting
+
+        accounting: Any = attribute_accounting(settings, domain)
     else:
         accounting = Accountant.for_domain(domain, settings.privacy, cap=settings.cap).summary()
     log.info("worker started", extra={"worker_id": settings.worker_id, "domain": domain.name,
@@ -431,18 +432,20 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
     check_memory(settings, len(domain.names))
     from agents.config.domain import check_attribute_settings
 
-    check_attribute_settings(settings, domain)
-    from agents.release.state import build_mechanism
+    check_attribute_settings(settings, domain)  # binary: the table banks' range, at ε_t
+    if getattr(domain, "kind", "") != "binary":
+        from agents.release.state import build_mechanism
 
-    build_mechanism(settings)  # refuses a numeric range that cap × max_events_per_tick exceeds
+        build_mechanism(settings)  # refuses a numeric range that cap × max_events_per_tick exceeds
     key: bytes = settings.noise_key()
     return settings, key
 
 
 async def check_broker(settings: Any) -> None:
     """Connect once and check that the topics the pipeline reads exist with the partition
-    counts of the settings. Raises aiokafka's connection error (no broker) or
-    :class:`StartupProblem` (topics), each reported in one line by :func:`run`."""
+    counts of the settings, and that the internal topics keep what they hold
+    (:func:`agents.kafka.topics.check_internal_topics`). Raises aiokafka's connection error (no
+    broker) or :class:`StartupProblem` (topics), each reported in one line by :func:`run`."""
     from aiokafka import AIOKafkaConsumer
 
     from agents.config.security import KafkaSecurity
@@ -474,6 +477,12 @@ async def check_broker(settings: Any) -> None:
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
+    from agents.kafka.topics import TopicConfigMismatch, check_internal_topics
+
+    try:  # a retention on the schedule or checkpoint topics would lose them: before anything
+        await check_internal_topics(settings.bootstrap, settings)
+    except TopicConfigMismatch as exc:
+        raise StartupProblem(str(exc)) from None
 
 
 class WorkerIdTaken(RuntimeError):

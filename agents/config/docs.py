@@ -123,7 +123,7 @@ _OTHER_VARIABLES = """\
 | `STREAM_DP_CACHE_DIR` | library | cache folder of solved weights, tree plans and blt fits (default: the user cache folder) |
 | `STREAM_DP_BROKER_DIR` | `stream-dp broker` | data folder of the embedded development broker (default `$XDG_DATA_HOME/stream-dp/broker`) |
 | `OPENBLAS_NUM_THREADS`, `OMP_NUM_THREADS`, `MKL_NUM_THREADS` | every `stream-dp` command | BLAS threads; **default 1** when unset (the command sets it before NumPy loads). OpenBLAS's threads busy-wait for each other: with the host's cores busy (broker, producers, other workers) the plan search a worker runs at start-up took 13.5 s instead of 0.5 s on a 2-core machine. Set it higher only for large offline `plan` runs on idle cores |
-| `STREAM_DP_REPLAY_HISTORY` | replay | the replay history file (per key, every log content replayed; default `$XDG_STATE_HOME/stream-dp/replay-history.json`); `--history-file` overrides it |
+| `STREAM_DP_REPLAY_HISTORY` | replay | the replay history file (per key, every log content replayed and the deployments it went to; default `$XDG_STATE_HOME/stream-dp/replay-history.json`); `--history-file` overrides it |
 
 The security settings (`security_protocol`, `ssl_*`, `sasl_*`) are read from the same
 `STREAM_DP_*` variables by every command-line tool (`topics`, `tail`, `replay`, `simulate

@@ -213,3 +213,167 @@ def test_toeplitz_closed_form_is_the_worst_pattern(p: float, count: int, sep: in
 def test_toeplitz_closed_form_refuses_increasing_coefficients() -> None:
     with pytest.raises(ValueError, match="non-increasing"):
         toeplitz_spaced_norm_sq(np.array([1.0, 2.0]), 2, 1)
+
+
+# --- per-stream factors and the accountant ------------------------------------------------------
+
+from stream_dp.accounting import Accountant  # noqa: E402
+from stream_dp.domain import Domain  # noqa: E402
+from stream_dp.strategies.naive import _oracle as naive_oracle  # noqa: E402
+from stream_dp.user_level.accounting import (  # noqa: E402
+    UserAccountant,
+    layer_leaves,
+    stream_factor,
+    year_periods,
+)
+
+
+def _normalised(oracle: object, mech: object, n: int) -> np.ndarray:
+    big_l, _, var = oracle.dense(mech, n)  # type: ignore[attr-defined]
+    return big_l / np.sqrt(var)[:, None]
+
+
+def _brute_l1(m: np.ndarray, count: int, sep: int) -> float:
+    best = 0.0
+    for pick in (itertools.combinations_with_replacement(range(m.shape[1]), count) if sep == 0
+                 else itertools.combinations(range(m.shape[1]), count)):
+        if sep and any(b - a < sep for a, b in itertools.pairwise(pick)):
+            continue
+        best = max(best, float(np.abs(m[:, list(pick)].sum(axis=1)).sum()))
+    return best
+
+
+@pytest.mark.parametrize(("name", "oracle", "exact"), [
+    ("naive", naive_oracle, True), ("tree", tree_oracle, True), ("fenwick-opt", fenwick_oracle,
+                                                                 False)])
+@pytest.mark.parametrize(("count", "sep"), [(2, 0), (3, 1), (3, 3)])
+def test_pure_stream_factor_against_brute_force(name: str, oracle: object, exact: bool,
+                                                count: int, sep: int) -> None:
+    mech = make_mechanism(name, 0.95, 15, PureDP(1.0))
+    m = _normalised(oracle, mech, 15)
+    ratio = _brute_l1(m, count, sep) / float(np.abs(m).sum(axis=0).max())
+    f = stream_factor(mech, count, sep)
+    assert f.exact is exact
+    assert f.value >= ratio * (1 - 1e-12)
+    if exact:
+        assert f.value == pytest.approx(ratio, rel=1e-12)
+
+
+@pytest.mark.parametrize(("name", "p"), [("sqrt", 0.5), ("sqrt", 0.9), ("blt", 0.5),
+                                         ("blt", 0.9)])
+@pytest.mark.parametrize(("count", "sep"), [(2, 0), (2, 1), (3, 2), (4, 5)])
+def test_zcdp_toeplitz_factor_against_brute_force(name: str, p: float, count: int,
+                                                  sep: int) -> None:
+    """The closed form is the infinite stream's; the brute force over every pattern in a long
+    enough window reaches it up to the coefficients' tail beyond the window."""
+    mech = make_mechanism(name, p, 15, ZCDP(0.5))
+    f = stream_factor(mech, count, sep)
+    assert f.exact
+    n = 40
+    oracle = sqrt_oracle if name == "sqrt" else blt_oracle
+    m = _normalised(oracle, mech, n)
+    # the window's first column, full length: the largest column norm of the infinite stream
+    brute = brute_force_norm_sq(m, count, sep) / float((m[:, 0] ** 2).sum())
+    assert f.value >= brute * (1 - 1e-12)
+    assert f.value == pytest.approx(brute, rel=1e-6)
+
+
+@pytest.mark.parametrize(("name", "oracle", "p"), [("tree", tree_oracle, 0.95),
+                                                   ("blt", blt_oracle, 1.0)])
+@pytest.mark.parametrize(("count", "sep"), [(2, 1), (3, 2)])
+def test_zcdp_bound_where_no_closed_form(name: str, oracle: object, p: float, count: int,
+                                         sep: int) -> None:
+    mech = make_mechanism(name, p, 15, ZCDP(0.5))
+    f = stream_factor(mech, count, sep)
+    assert not f.exact and f.value == count ** 2
+    m = _normalised(oracle, mech, 15)
+    assert f.value >= brute_force_norm_sq(m, count, sep) / float((m * m).sum(axis=0).max())
+
+
+def test_layer_leaves_of_each_domain_kind() -> None:
+    d = Domain.from_paths(["eu/fr/paris", "eu/fr/lyon", "eu/de/berlin", "us/ny"])
+    assert layer_leaves(d) == (4, 3, 2, 1) and len(layer_leaves(d)) == d.touches
+    g = Domain.grid({"a": ["x", "y"], "b": ["1", "2", "3"]})
+    assert layer_leaves(g) == (6, 3, 2, 1) and len(layer_leaves(g)) == g.touches
+    assert layer_leaves(Domain.flat(["a", "b"])) == (1,)
+
+
+def _brute_total(domain: Domain, bounds: UserBounds, phi: object) -> float:
+    """max over every multiset of a person's counted leaves (respecting K, L, k) of
+    Σ_nodes φ(events on the node)."""
+    leaves = [name for name in domain.names
+              if name not in {domain.names[int(q)] for q in domain.parent if q >= 0}]
+    best = 0.0
+    for total in range(1, bounds.max_events + 1):
+        for pick in itertools.combinations_with_replacement(leaves, total):
+            if bounds.max_streams and len(set(pick)) > bounds.max_streams:
+                continue
+            if any(pick.count(s) > bounds.per_leaf_events for s in set(pick)):
+                continue
+            per_node: dict[int, int] = {}
+            for s in pick:
+                for v in domain.nodes_for_event(s):
+                    per_node[int(v)] = per_node.get(int(v), 0) + 1
+            best = max(best, sum(phi(c) for c in per_node.values()))  # type: ignore[operator]
+    return best
+
+
+@pytest.mark.parametrize("bounds", [
+    UserBounds(max_events=4, period_ticks=10),
+    UserBounds(max_events=4, period_ticks=10, max_events_per_stream=1),
+    UserBounds(max_events=5, period_ticks=10, max_streams=2, max_events_per_stream=2),
+    UserBounds(max_events=3, period_ticks=10, min_separation_ticks=2),
+])
+@pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)])
+def test_period_total_against_brute_force_over_allocations(bounds: UserBounds,
+                                                           privacy: object) -> None:
+    domain = Domain.from_paths(["a/x", "a/y", "a/z", "b/u", "b/v"])
+    mech = make_mechanism("sqrt" if isinstance(privacy, ZCDP) else "tree", 0.9, 15,
+                          privacy)  # type: ignore[arg-type]
+    acc = UserAccountant(Accountant.for_domain(domain, privacy), bounds,  # type: ignore[arg-type]
+                         layer_leaves(domain), mech, tick_seconds=60.0)
+    total, exact = acc.period_factor()
+    brute = _brute_total(domain, bounds,
+                         lambda c: stream_factor(mech, c, bounds.min_separation_ticks).value)
+    assert total >= brute * (1 - 1e-12)
+    assert exact
+    assert total == pytest.approx(brute, rel=1e-12)
+
+
+def test_year_figures() -> None:
+    assert year_periods(1440, 60.0) == 365 and year_periods(0, 60.0) == 1
+    domain = Domain.flat(["a", "b"])
+    b = UserBounds(max_events=10, period_ticks=1440)
+    pure = UserAccountant(Accountant.for_domain(domain, PureDP(0.1)), b, (1,),
+                          make_mechanism("tree", 0.99, 1023, PureDP(0.1)), 60.0)
+    assert pure.year_factor() == (365 * 10.0, True)
+    lines = pure.summary()
+    assert any("ε = 1 per person per period" in line for line in lines), lines
+    assert any("ε = 365 (365 periods)" in line for line in lines), lines
+
+
+def test_zcdp_year_bound_covers_every_multi_period_pattern() -> None:
+    """Three periods of 4 ticks, two events each, one tick apart: the year's bound is at least
+    the brute-force maximum over every such pattern (dense Toeplitz of the sqrt coefficients)."""
+    mech = make_mechanism("sqrt", 0.9, 15, ZCDP(0.5))
+    b = UserBounds(max_events=2, period_ticks=4, min_separation_ticks=1)
+    acc = UserAccountant(Accountant.for_domain(Domain.flat(["a"]), ZCDP(0.5)), b, (1,), mech,
+                         tick_seconds=YEAR_SECONDS_FOR_THREE_PERIODS)
+    assert year_periods(4, acc.tick_seconds) == 3
+    c = np.asarray(mech.coefficients)  # type: ignore[attr-defined]
+    n = 12 + c.size
+    lag = np.subtract.outer(np.arange(n), np.arange(n))
+    big_c = np.where(lag >= 0, np.concatenate([c, np.zeros(n)])[np.clip(lag, 0, None)], 0.0)
+    best = 0.0
+    per_period = [list(itertools.combinations(range(4 * q, 4 * q + 4), 2)) for q in range(3)]
+    for a, bb, cc in itertools.product(*per_period):
+        x = np.zeros(n)
+        x[list(a + bb + cc)] = 1.0
+        y = big_c @ x
+        best = max(best, float(y @ y))
+    year, exact = acc.year_factor()
+    assert not exact
+    assert year >= best / float(c @ c) * (1 - 1e-12)
+
+
+YEAR_SECONDS_FOR_THREE_PERIODS = 365 * 86_400 / 12
