@@ -23,8 +23,8 @@ gcc -shared -fPIC -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=unde
     -o "$tmp/agents/ingest/_fastingest$suffix"
 libs="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
 if [ $# -eq 0 ]; then
-    set -- tests/unit/test_fastingest.py tests/unit/test_raw_records.py \
-        tests/unit/test_key_index.py tests/unit/test_bucket_columns.py -q
+    set -- tests/unit/agents/ingest/test_fastingest.py tests/unit/agents/ingest/test_raw_records.py \
+        tests/unit/agents/ingest/test_key_index.py tests/unit/agents/ingest/test_bucket_columns.py -q
 fi
 cd "$tmp"
 # detect_leaks=0: CPython keeps its interned objects at exit; replay history kept out of ~

@@ -7,7 +7,7 @@ marker closes ticks after itself (markers schedule); a LogAppendTime stamp past 
 closes before itself; then the record is digested and classified — accepted into its tick's
 bucket (clamped to ``cap``, in exact integer units) or dead-lettered with a reason. The compiled
 scanner (``agents.ingest._fastingest``) takes the records it is sure about and hands every other
-one to the Python code here, which is authoritative (``tests/unit/test_fastingest.py``).
+one to the Python code here, which is authoritative (``tests/unit/agents/ingest/test_fastingest.py``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
  * late event, ...) and returns its index: the Python loop handles that record with the
  * authoritative code and calls ``scan`` again after it. So every record's fate is decided by
  * the same rules as the pure path, from its own record and the public closing points only; a
- * property test (tests/unit/test_fastingest.py) checks that both give identical state.
+ * property test (tests/unit/agents/ingest/test_fastingest.py) checks that both give identical state.
  *
  * Arithmetic follows the Python expressions operation by operation in IEEE double precision
  * (compiled with -ffp-contract=off: no fused multiply-add), numbers are parsed by CPython's own

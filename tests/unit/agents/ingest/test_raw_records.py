@@ -89,7 +89,7 @@ from hypothesis import HealthCheck, given  # noqa: E402
 from hypothesis import settings as hsettings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tests.unit import test_fastingest as tf  # noqa: E402
+from tests.unit.agents.ingest import test_fastingest as tf  # noqa: E402
 
 
 def _kafka_bytes(log: list[Any], sizes: list[int], log_append: list[bool]) -> bytes:

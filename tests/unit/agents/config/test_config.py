@@ -11,7 +11,7 @@ from agents.config.docs import configuration_markdown, settings_table
 from agents.config.domain import load_domain
 from agents.config.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_defaults_need_origin() -> None:

@@ -12,7 +12,7 @@ missing timestamps), random batch splits, clock closing points, a checkpoint/res
 middle and a second run that follows the persisted closing points.
 
 That an event's fate depends only on its own record and the public closing points is the pure
-path's property (tests/unit/test_schedule_properties.py); equality with the pure path carries
+path's property (tests/unit/agents/ingest/test_schedule_properties.py); equality with the pure path carries
 it over to the compiled one.
 """
 

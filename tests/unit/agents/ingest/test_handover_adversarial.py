@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from agents.ingest.records import Record
 from agents.ingest.state import IngestState
-from tests.unit.test_schedule_properties import (
+from tests.unit.agents.ingest.test_schedule_properties import (
     _ROUTER,
     LEAVES,
     N_TICKS,
@@ -392,7 +392,7 @@ def test_adv_a_batch_of_one_hostile_header_record_is_committed(tmp_path: Path, s
     clean: its dead letter and offset waited in memory, uncommitted, until something else
     happened — the worker skipped dead-lettering it as long as the writer sent only these."""
     from agents.kafka.codec import close_marker
-    from tests.unit.test_schedule_properties import FORGED_KEY, TOPIC
+    from tests.unit.agents.ingest.test_schedule_properties import FORGED_KEY, TOPIC
 
     s = _settings(tmp_path, schedule=schedule)
     headers, raw = close_marker(ORIGIN + 25.0, True, mac_key=FORGED_KEY, topic=TOPIC,

@@ -21,7 +21,7 @@ from agents.ingest.records import _fast_loads
 from agents.ingest.routing import Partial, Router
 from agents.release.state import ReleaseState
 from stream_dp.domain import Domain
-from tests.unit.test_ingest_tick_sums import _loop, _unbalanced_paths
+from tests.unit.agents.ingest.test_tick_sums import _loop, _unbalanced_paths
 
 
 def _as_tuples(cols: list[tuple[Any, Any]]) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:

@@ -16,7 +16,7 @@ from agents.config.security import MECHANISMS, KafkaSecurity, client_kwargs
 from agents.config.settings import Settings
 from tests._certs import make_pki
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 SECRET = "s3cr3t-Pa55w0rd-never-shown"
 
 

@@ -22,7 +22,7 @@ from agents.ingest.records import _NO_STOP, FAST_PATH_STATUS, Record
 from agents.ingest.routing import Router
 from agents.ingest.state import IngestState
 from stream_dp.domain import Domain
-from tests.unit import test_fastingest as tf
+from tests.unit.agents.ingest import test_fastingest as tf
 
 fast = pytest.importorskip("agents.ingest._fastingest", reason="the compiled fast path did not build")
 pytestmark = pytest.mark.skipif(ingest_records._fastingest is None or not hasattr(fast, "KeyIndex"),

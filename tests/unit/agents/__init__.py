@@ -1,0 +1,1 @@
+"""Unit tests of the service, one folder per package of ``agents`` (mirroring the source tree)."""
