@@ -274,6 +274,9 @@ _KEY_NOTES = {
             "with the same identity (app id, events and schedule topics) and settings "
             "reproduces the original releases bit for bit and spends no new privacy budget; "
             "any other deployment draws fresh noise and spends it again.",
+    "same_elsewhere": "same noise key and the very same log as an earlier replay, but into "
+                      "another deployment: this one draws its own noise, so these releases are "
+                      "new and the privacy budget for these events is spent AGAIN.",
     "different": "WARNING: these events were replayed before under another noise key: the "
                  "releases will differ from the original ones and the privacy budget for these "
                  "events is spent AGAIN.",
@@ -424,8 +427,13 @@ async def _async_run(args: argparse.Namespace) -> int:
               "noise, new budget).", file=sys.stderr)
         return out.finish("log_differs", EXIT_LOG_DIFFERS, budget="refused")
     budget = {"same": "no_new_budget", "different": "spent_again", "new": "spent"}[verdict.key]
+    if verdict.key == "same" and not verdict.here:
+        # the same content went under this key only into other deployments: this one draws
+        # its own noise (its identity and nonce key it), so these releases are new
+        budget = "spent_again"
     out.result["budget"] = budget
-    out.say(_KEY_NOTES[verdict.key])
+    out.say(_KEY_NOTES["same_elsewhere" if budget == "spent_again" and verdict.key == "same"
+                       else verdict.key])
     if resume:
         assert previous is not None
         state = previous
@@ -533,6 +541,9 @@ async def _async_run(args: argparse.Namespace) -> int:
         out.say(f"Event times were shifted by {state.time_offset:+.3f} s (--retime): only the "
                 "same log with the same shift reproduces these releases under this key; another "
                 "shift ('now' always gives another) is refused as another log.")
+    elif verdict.key == "same" and not verdict.here:
+        out.say("Same log, same key, another deployment: these are new releases; the budget "
+                "for these events is spent again.")
     elif verdict.key == "same":
         out.say("Same log, same key: a fresh deployment with the same identity (app id, events "
                 "and schedule topics) and settings publishes the very releases of the earlier "
