@@ -21,9 +21,14 @@ name                                       type       meaning
 ``stream_dp_events_total{result}``         counter    events consumed; ``result`` ∈ accepted,
                                                       dead_lettered, late
 ``stream_dp_dead_letters_total{reason}``   counter    messages written to the dead-letter topic
-``stream_dp_ticks_released_total``         counter    ticks released by this worker (all its streams)
+``stream_dp_ticks_released_total``         counter    shard-ticks released by this worker: one per
+                                                      (tick, shard), so a tick of an 8-shard
+                                                      deployment counts 8
+``stream_dp_build_info{version,python}``   gauge      always 1; the labels name the running build
 ``stream_dp_releases_total``               counter    (stream, tick) values published
-``stream_dp_tick_latency_seconds``         histogram  tick end (event time) → release published
+``stream_dp_tick_latency_seconds``         histogram  tick end (event time) → release published;
+                                                      with ``schedule = markers`` (replays of old
+                                                      logs) tick close (wall clock) → published
 ``stream_dp_checkpoint_seconds``           histogram  time to write one checkpoint
 ``stream_dp_consumer_lag_messages``        gauge      input messages behind the log end, summed over
                                                       the worker's assigned partitions
@@ -65,9 +70,15 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
+    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.process_collector import ProcessCollector
+
+# No ``*_created`` series: they double every counter's series and carry nothing an operator uses
+# (process start time is ``process_start_time_seconds``). Process-wide, set before any metric.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 #: Metrics that are raw event counts: exported only with ``Metrics(event_counts=True)``.
 EVENT_COUNT_METRICS: Final = (
@@ -136,14 +147,20 @@ class Metrics:
             registry=raw,
         )
         self.ticks_released = Counter(
-            "stream_dp_ticks_released", "Ticks released by this worker.", registry=r
+            "stream_dp_ticks_released",
+            "Shard-ticks released by this worker: one per (tick, shard) it released.",
+            registry=r,
+        )
+        Info("stream_dp_build", "The running build (value always 1).", registry=r).info(
+            build_labels()
         )
         self.releases = Counter(
             "stream_dp_releases", "(stream, tick) values published by this worker.", registry=r
         )
         self.tick_latency = Histogram(
             "stream_dp_tick_latency_seconds",
-            "Seconds from a tick's end (event time) to its release being published.",
+            "Seconds from a tick's end (event time; with schedule=markers its close, wall "
+            "clock) to its release being published.",
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -298,6 +315,15 @@ class Metrics:
 
     #: Content type of :meth:`exposition`.
     CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+
+
+def build_labels() -> dict[str, str]:
+    """The ``stream_dp_build_info`` labels: package version and Python ``major.minor.micro``."""
+    import platform
+
+    from stream_dp.cli import installed_version
+
+    return {"version": installed_version(), "python": platform.python_version()}
 
 
 def _nonneg(n: int, name: str) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -228,6 +229,13 @@ def test_worker_serves_releases_histograms_health_and_stops_on_sigterm(
         assert 'stream_dp_dead_letters_total{reason="malformed_json"} 1.0' in metrics
         assert "stream_dp_ready 1.0" in metrics
         assert "stream_dp_reconcile_leader 1.0" in metrics
+        # issue 32 item 10: the build is named, counters have no ``_created`` twins, and the
+        # ticks counter says what it counts
+        version = cli("--version", env=env).stdout.split()[-1]
+        assert re.search(rf'^stream_dp_build_info\{{.*version="{re.escape(version)}".*\}} 1\.0$',
+                         metrics, re.M), metrics
+        assert "_created" not in metrics
+        assert "# HELP stream_dp_ticks_released_total Shard-ticks" in metrics
         if processes != "0":
             children = _children(proc.pid)
             assert len(children) == int(processes), children
