@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from agents.commands._client import bootstrap_argument
+
 HELP = "run a production worker (broker and settings from env)"
 
 DESCRIPTION = """\
@@ -71,7 +73,8 @@ log = logging.getLogger("agents.worker")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None,
                         help="settings TOML file (default: $STREAM_DP_CONFIG)")
-    parser.add_argument("--bootstrap", default=None, help="overrides STREAM_DP_BOOTSTRAP")
+    parser.add_argument("--bootstrap", default=None, type=bootstrap_argument,
+                        help="overrides STREAM_DP_BOOTSTRAP")
     parser.add_argument("--worker-id", default=None, help="overrides STREAM_DP_WORKER_ID")
     parser.add_argument("--web-host", default=None, help="overrides STREAM_DP_WEB_HOST")
     parser.add_argument("--web-port", type=int, default=None,

@@ -18,13 +18,14 @@ import signal
 
 from aiohttp import web
 
-from agents.commands._client import bootstrap_from, default_topic
+from agents.commands._client import bootstrap_argument, bootstrap_from, default_topic
 from agents.dashboard.app import DEFAULT_HISTORY, DashboardConfig, make_dashboard_app
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agents.dashboard", description=__doc__)
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default $STREAM_DP_BOOTSTRAP)")
+    parser.add_argument("--bootstrap", type=bootstrap_argument,
+                        help="Kafka bootstrap servers (default $STREAM_DP_BOOTSTRAP)")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     parser.add_argument("--history", type=int, default=DEFAULT_HISTORY, help="ticks kept per stream")
