@@ -147,7 +147,7 @@ async def serve(
         # first: a port in use stops the worker before any pipeline process or client starts
         from agents.web import WebServer, make_app
 
-        app = make_app(metrics, ready, settings=settings, dashboard=dashboard)
+        app = make_app(metrics, ready, settings=settings, dashboard=dashboard, domain=domain)
         try:
             server = await WebServer(app, settings.web_host, settings.web_port).start()
         except OSError as exc:
