@@ -275,7 +275,8 @@ class QueryError(ValueError):
 
 
 class NoAttributeTables(RuntimeError):
-    """``tail tables`` / ``tail marginals`` on a deployment without binary attributes."""
+    """``tail tables`` / ``tail marginals`` on a deployment without binary attributes, or
+    ``tail counts`` / ``tail histograms`` on one with them."""
 
 
 class _Printer:
@@ -286,6 +287,13 @@ class _Printer:
         self.header_done = False
 
     def wants(self, msg: dict[str, Any]) -> bool:
+        if self.args.what in ("counts", "histograms") and msg.get("schema") in (
+                "dp.tables.v1", "dp.marginals.v1"):
+            raise NoAttributeTables(
+                f"this topic holds {msg.get('schema')} messages, not {self.args.what}: the "
+                "deployment's domain has binary attributes (kind = \"binary\"), whose releases "
+                "are tables; read them with: stream-dp tail tables (noisy) or stream-dp tail "
+                "marginals (consistent; --query A,B answers)")
         if self.args.from_tick is not None:
             tick = msg.get("tick")
             if not isinstance(tick, int) or tick < self.args.from_tick:
