@@ -31,6 +31,8 @@ TOPIC_DEFAULTS: dict[str, tuple[str, str]] = {
     "marginals": ("STREAM_DP_HISTOGRAMS_TOPIC", "dp.histograms.v1"),
     # no contract name: compact output is off unless the deployment sets compact_topic
     "compact": ("STREAM_DP_COMPACT_TOPIC", ""),
+    # operators only: rejected raw events (docs/privacy.md, "Operator data")
+    "dlq": ("STREAM_DP_DLQ_TOPIC", "dp.events.dlq"),
 }
 
 

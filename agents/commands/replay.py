@@ -121,15 +121,15 @@ rest is sent, each record exactly once. --restart starts over (a new replay of t
 
 Schedule: a historical log is replayed into a deployment with schedule = "markers" (what
 'stream-dp simulate --settings-out' writes). Replay writes close markers after the events (and
-every --marker-every seconds of event time, at positions fixed by the log), signed with a key derived from the noise key, so ticks close where the
-log says, whatever the speed, and the worker can be started before or after the replay. The final
-marker closes every tick up to the one containing --until TIME, which is required with markers:
-the end of the release is public and fixed in advance, never the last event's time (removing the
-last event must not change how many ticks are released). --until must not lie in the future: a
-worker refuses a final marker whose ticks' deadline + close_grace_s has not passed on its clock.
-A clock-schedule deployment (live) judges each event by its record's timestamp and dead-letters
-markers: use --no-close-markers; an old log then arrives late, unless retimed (--retime now
---speed 1).
+every --marker-every seconds of event time, at positions fixed by the log), signed with a key
+derived from the noise key, so ticks close where the log says, whatever the speed, and the
+worker can be started before or after the replay. The final marker closes every tick up to the
+one containing --until TIME, which is required with markers: the end of the release is public
+and fixed in advance, never the last event's time (removing the last event must not change how
+many ticks are released). --until must not lie in the future: a worker refuses a final marker
+whose ticks' deadline + close_grace_s has not passed on its clock. A clock-schedule deployment
+(live) judges each event by its record's timestamp and dead-letters markers: use
+--no-close-markers; an old log then arrives late, unless retimed (--retime now --speed 1).
 
 Noise key: required (--key-file, $STREAM_DP_KEY_FILE or $STREAM_DP_KEY, as the worker reads it):
 it signs the close markers and identifies the key in the replay history. A key file readable by

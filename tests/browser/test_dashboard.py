@@ -122,12 +122,31 @@ async def dashboard(kafka_broker: str, unique_name: str) -> AsyncIterator[tuple[
 
     counts, hists = f"{unique_name}-counts", f"{unique_name}-hist"
     await _create_topics(kafka_broker, [counts, hists])
-    app = make_dashboard_app(config=DashboardConfig(kafka_broker, counts, hists))
-    runner = web.AppRunner(app, handle_signals=False)
+    failed: list[str] = []
+
+    @web.middleware
+    async def record_failures(request: web.Request, handler: Any) -> web.StreamResponse:
+        # every request a browser makes must answer: Chromium asks the origin for
+        # /favicon.ico unless the page declares an icon (a 404 on every load: issue 32)
+        try:
+            resp = await handler(request)
+        except web.HTTPException as exc:
+            if exc.status >= 400:
+                failed.append(f"{exc.status} {request.path}")
+            raise
+        if resp.status >= 400:
+            failed.append(f"{resp.status} {request.path}")
+        return resp
+
+    # mounted as a worker mounts it: under /dashboard/ of an app that owns the origin's root
+    root = web.Application(middlewares=[record_failures])
+    root.add_subapp("/dashboard/", make_dashboard_app(
+        config=DashboardConfig(kafka_broker, counts, hists)))
+    runner = web.AppRunner(root, handle_signals=False)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    url = f"http://127.0.0.1:{port}/"
+    url = f"http://127.0.0.1:{port}/dashboard/"
     try:
         async with ClientSession() as http:
             for _ in range(200):  # until the consumer sits at the topics' ends
@@ -140,6 +159,7 @@ async def dashboard(kafka_broker: str, unique_name: str) -> AsyncIterator[tuple[
         yield url, counts, hists
     finally:
         await runner.cleanup()
+    assert failed == [], failed
 
 
 async def _publish(bootstrap: str, counts_topic: str, hist_topic: str, fake: FakeRelease,

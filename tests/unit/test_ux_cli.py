@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agents.cli import COMMANDS
 from tests.unit.test_operations_cli import (
     CLOSED,
     GOOD_DOMAIN,
@@ -76,3 +77,14 @@ def test_simulate_to_topic_without_a_broker_says_so() -> None:
     line = assert_one_line(proc, 1, f"cannot connect to the broker at {CLOSED}",
                            "stream-dp broker start")
     assert "AddressFamily" not in line and "Unable to bootstrap" not in line
+
+
+# -- item 13: help within 100 columns ----------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["", *sorted(COMMANDS)])
+def test_help_lines_fit_100_columns(command: str) -> None:
+    env = {k: v for k, v in _env().items() if k != "COLUMNS"}
+    proc = run_cli(*([command] if command else []), "--help", env=env)
+    assert proc.returncode == 0, proc.stderr
+    wide = [line for line in proc.stdout.splitlines() if len(line) > 100]
+    assert wide == [], wide

@@ -275,7 +275,7 @@
     const nodes = (h.nodes || []).filter((n) => String(n.stream).startsWith(state.prefix));
     const diag = h.diagnostics || {};
     $("hist-meta").textContent = `tick ${h.tick} · ${h.consistent ? "consistent" : "not consistent"} · ` +
-      `${diag.iterations ?? "?"} iterations · residual ${diag.residual !== undefined ? Number(diag.residual).toExponential(1) : "?"}`;
+      `${diag.iterations ?? "?"} iteration${diag.iterations === 1 ? "" : "s"} · residual ${diag.residual !== undefined ? Number(diag.residual).toExponential(1) : "?"}`;
     box.dataset.tick = String(h.tick);
     const max = Math.max(1e-9, ...nodes.map((n) => Math.max(n.value, n.noisy)));
     const isGrid = nodes.some((n) => String(n.stream).includes("|"));
