@@ -32,7 +32,7 @@ def _example() -> str:
     section = GUIDE.read_text(encoding="utf-8").split("### stream-dp worker", 1)[1]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     commands = re.sub(r"\\\n\s*", " ", block).splitlines()
-    found = [c for c in commands if "examples/stream-dp.toml" in c and not c.startswith("#")]
+    found = [c for c in commands if "examples/stream-dp.toml" in c ]
     assert len(found) == 1, block
     return found[0]
 
