@@ -28,7 +28,8 @@ name                                       type       meaning
 ``stream_dp_releases_total``               counter    (stream, tick) values published
 ``stream_dp_tick_latency_seconds``         histogram  tick end (event time) → release published;
                                                       with ``schedule = markers`` (replays of old
-                                                      logs) tick close (wall clock) → published
+                                                      logs) from when the release stage had all
+                                                      of the tick's partials (wall clock)
 ``stream_dp_checkpoint_seconds``           histogram  time to write one checkpoint
 ``stream_dp_consumer_lag_messages``        gauge      input messages behind the log end, summed over
                                                       the worker's assigned partitions
@@ -159,8 +160,8 @@ class Metrics:
         )
         self.tick_latency = Histogram(
             "stream_dp_tick_latency_seconds",
-            "Seconds from a tick's end (event time; with schedule=markers its close, wall "
-            "clock) to its release being published.",
+            "Seconds from a tick's end (event time; with schedule=markers from when all its "
+            "partials were received, wall clock) to its release being published.",
             buckets=LATENCY_BUCKETS,
             registry=r,
         )

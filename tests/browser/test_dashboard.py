@@ -129,7 +129,7 @@ async def dashboard(kafka_broker: str, unique_name: str) -> AsyncIterator[tuple[
         # every request a browser makes must answer: Chromium asks the origin for
         # /favicon.ico unless the page declares an icon (a 404 on every load: issue 32)
         try:
-            resp = await handler(request)
+            resp: web.StreamResponse = await handler(request)
         except web.HTTPException as exc:
             if exc.status >= 400:
                 failed.append(f"{exc.status} {request.path}")
@@ -311,6 +311,16 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
             await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
             assert errors == []
         assert replay is not None and await replay.wait() == 0
+        # a markers replay of a 2024 log: latency from each tick's close, not from its end in
+        # 2024 (10^8 s; issue 32 item 10)
+        async with ClientSession() as http, http.get(
+                f"http://127.0.0.1:{s.web_port}/metrics") as resp:
+            metrics = await resp.text()
+        count = float(re.search(r"^stream_dp_tick_latency_seconds_count (\S+)$", metrics,
+                                re.M).group(1))  # type: ignore[union-attr]
+        total = float(re.search(r"^stream_dp_tick_latency_seconds_sum (\S+)$", metrics,
+                                re.M).group(1))  # type: ignore[union-attr]
+        assert count > 0 and total / count < 60, (count, total)
     finally:
         if replay is not None and replay.returncode is None:
             replay.kill()
