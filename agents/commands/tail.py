@@ -34,7 +34,8 @@ DESCRIPTION = """\
 Print released DP counts (default) or consistent histograms as they are published.
 
   counts       dp.counts.v1: one line per (stream, tick) with the noisy decayed count, its
-               analytic standard error, strategy, decay p and privacy parameters
+               analytic standard error, strategy, decay p and the stream's privacy budget
+               (one event feeds h streams and spends h times it: stream-dp plan)
   histograms   dp.histograms.v1: per reconciled tick, every node's consistent value, the noisy
                release it came from and its standard error, as an indented tree
   compact      the compact records (dp.counts.block.v1, one per shard and tick; deployments
@@ -146,7 +147,7 @@ def _num(x: Any, fmt: str = ".3f") -> str:
 
 COUNTS_HEADER = (
     f"{'TICK':>7}  {'TICK END (UTC)':19}  {'STREAM':30}  {'VALUE':>12}  {'±STDERR':>9}  "
-    f"{'STRATEGY':11}  {'p':>6}  PRIVACY"
+    f"{'STRATEGY':11}  {'p':>6}  PER STREAM"
 )
 
 
