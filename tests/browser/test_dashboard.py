@@ -454,6 +454,14 @@ async def test_attribute_domain_shows_clusters_and_tables(
         status = await page.locator("#status").inner_text()
         got = re.search(r"(\d+) messages", status)
         assert got and int(got.group(1)) >= len(records), status
+        # opened after the releases (as a user opens the demo's URL): it said "0 messages"
+        await page.reload()
+        await page.wait_for_function("document.getElementById('histogram').dataset.tick === '6'")
+        await page.wait_for_function(
+            "/[1-9]\\d* messages/.test(document.getElementById('status').textContent)")
+        status = await page.locator("#status").inner_text()
+        got = re.search(r"(\d+) messages", status)
+        assert got and int(got.group(1)) >= len(records), status
         # every table cell became a series named by its attribute values; tick one to chart it
         box = page.locator(f'#stream-list input[data-stream="{label}"]')
         await box.check()
