@@ -477,9 +477,10 @@ class Demo:
         )
         await consumer.start()
         attributes = self.args.scenario == "attributes"
-        header = (f"stream-dp demo · {self._budget_headline(settings)} · "
-                  f"p = {self.args.p:g} · tick {self.args.tick_seconds:g} s")
-        if attributes:
+        if not attributes:
+            header = (f"stream-dp demo · {self._budget_headline(settings)} · "
+                      f"p = {self.args.p:g} · tick {self.args.tick_seconds:g} s")
+        else:
             from agents.commands.tail import format_marginals
 
             header = (f"stream-dp demo · {self.args.attributes} yes/no attributes · ε = "
