@@ -39,8 +39,8 @@ attributes plus the attributes of their clusters most dependent on them, up to -
 (auto: as many as the bootstrap's noisy total supports). The rest of ε is split equally over
 those K tables; every cell of every table is a decayed DP counter (stream_dp.counters.CounterBank,
 --strategy, default auto). One event touches one cell of every table, so the costs add:
-ε₀ + K·ε_t ≤ ε (printed on stderr). At the last tick the tables are made consistent (GLS)
-and every query is answered by the junction-tree (maximum-entropy) estimator.
+ε₀ + K·ε_t ≤ ε (printed on stderr). At the last tick the tables are made consistent (GLS) and
+every query is answered by the junction-tree (maximum-entropy) estimator.
 
 Input:
   EVENTS.jsonl   one event a line: {"ts": <unix seconds>, "attrs": "<M characters 0/1>"};
