@@ -84,14 +84,7 @@ from agents.commands._replay_state import load_key_for_fingerprint as load_key_f
 from agents.commands._replay_state import log_digest as log_digest
 from agents.commands._replay_state import state_path as state_path
 from agents.replay_history import Content, ReplayHistory
-from simulators.logfile import (
-    LogFormat,
-    LogFormatError,
-    LogRecord,
-    detect_format,
-    parse_ts,
-    read_log,
-)
+from simulators.logfile import LogFormatError, LogRecord, detect_format, parse_ts, read_log
 
 HELP = "replay a CSV / JSON-lines event log into the events topic"
 
@@ -559,8 +552,9 @@ def _shift_request(retime: str | None, wanted: float) -> str:
             else "without --retime the times are not shifted")
 
 
-def _retime_argument(log: Path, fmt: LogFormat, shift: float) -> str:
-    """``--retime T`` that gives exactly ``shift`` again (``""`` for no shift or none found)."""
+def _retime_argument(log: Path, fmt: Any, shift: float) -> str:
+    """``--retime T`` that gives exactly ``shift`` again (``""`` for no shift or none found);
+    ``fmt`` is the log's :data:`simulators.logfile.LogFormat`."""
     if not shift:
         return "no --retime"
     first = next(iter(read_log(log, fmt)), None)
