@@ -21,15 +21,9 @@ name                                       type       meaning
 ``stream_dp_events_total{result}``         counter    events consumed; ``result`` ∈ accepted,
                                                       dead_lettered, late
 ``stream_dp_dead_letters_total{reason}``   counter    messages written to the dead-letter topic
-``stream_dp_ticks_released_total``         counter    shard-ticks released by this worker: one per
-                                                      (tick, shard), so a tick of an 8-shard
-                                                      deployment counts 8
-``stream_dp_build_info{version,python}``   gauge      always 1; the labels name the running build
+``stream_dp_ticks_released_total``         counter    ticks released by this worker (all its streams)
 ``stream_dp_releases_total``               counter    (stream, tick) values published
-``stream_dp_tick_latency_seconds``         histogram  tick end (event time) → release published;
-                                                      with ``schedule = markers`` (replays of old
-                                                      logs) from when the release stage had all
-                                                      of the tick's partials (wall clock)
+``stream_dp_tick_latency_seconds``         histogram  tick end (event time) → release published
 ``stream_dp_checkpoint_seconds``           histogram  time to write one checkpoint
 ``stream_dp_consumer_lag_messages``        gauge      input messages behind the log end, summed over
                                                       the worker's assigned partitions
@@ -59,6 +53,11 @@ name                                       type       meaning
                                                       same non-Kafka error 3 commits in a row);
                                                       the worker stops
 =========================================  =========  ===============================================
+
+Also ``stream_dp_build_info{version,python}`` (gauge, always 1: the running build). The ticks
+counter counts shard-ticks: one per (tick, shard) released, so a tick of an 8-shard deployment
+counts 8. With ``schedule = markers`` (replays of old logs, whose ticks ended long ago) the tick
+latency runs from when the release stage had all of the tick's partials (wall clock).
 """
 
 from __future__ import annotations
@@ -76,10 +75,6 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.process_collector import ProcessCollector
-
-# No ``*_created`` series: they double every counter's series and carry nothing an operator uses
-# (process start time is ``process_start_time_seconds``). Process-wide, set before any metric.
-disable_created_metrics()  # type: ignore[no-untyped-call]
 
 #: Metrics that are raw event counts: exported only with ``Metrics(event_counts=True)``.
 EVENT_COUNT_METRICS: Final = (
@@ -103,6 +98,10 @@ DURATION_BUCKETS: Final = (
 
 #: Longest accepted dead-letter reason label; longer or unexpected text becomes ``other``.
 _MAX_REASON_LEN: Final = 40
+
+# No ``*_created`` series: they double every counter's series and carry nothing an operator uses
+# (process start time is ``process_start_time_seconds``). Process-wide, set before any metric.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 def _reason_label(reason: str) -> str:
