@@ -33,10 +33,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import NoReturn
 
-__all__ = [
-    "COMMANDS", "LIBRARY_COMMANDS", "CommandTable", "OneLineParser", "build_parser",
-    "installed_version", "main",
-]
+__all__ = ["COMMANDS", "LIBRARY_COMMANDS", "CommandTable", "OneLineParser", "build_parser", "main"]
 
 #: subcommand -> (module, one-line help)
 CommandTable = Mapping[str, tuple[str, str]]
