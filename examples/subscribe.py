@@ -51,7 +51,10 @@ async def main(prefix: str, ticks: int, from_beginning: bool) -> None:
             batch = await consumer.getmany(timeout_ms=500)
             for tp, msgs in batch.items():
                 for msg in msgs:
-                    r = decode_count(msg.value)
+                    try:
+                        r = decode_count(msg.value)
+                    except ValueError as exc:  # e.g. the tables of a binary-attribute domain
+                        raise SystemExit(f"{os.path.basename(__file__)}: {exc}") from None
                     first = r.tick if first is None else first
                     if ticks and r.tick >= first + ticks:
                         passed.add(tp.partition)

@@ -140,6 +140,30 @@ class Accountant:
             total = total + other.total
         return total
 
+    def budget_units(self) -> tuple[tuple[str, int], ...]:
+        """How many per-stream budgets each unit spends, as ``(unit, multiplier)`` pairs:
+        ``(("stream", 1), ("event", h))``. A reader of ``dp.counts.v1`` (whose ``privacy`` is
+        the per-stream budget) multiplies by these to show the guarantee next to it; a coarser
+        unit (all of one person's events) would append a pair.
+
+        >>> Accountant(PureDP(1.0), nodes_touched=3).budget_units()
+        (('stream', 1), ('event', 3))
+        """
+        return (("stream", 1), ("event", self.nodes_touched))
+
+    def headline(self) -> str:
+        """The guarantee in one line, total first (the number to quote), then how it is made.
+
+        >>> Accountant(PureDP(1.0), nodes_touched=3).headline()
+        'ε = 3 per event (ε = 1 per stream × 3 streams each event feeds)'
+        """
+        sym, per, total = (("ε", self.per_node.epsilon, self.total.value)
+                           if isinstance(self.per_node, PureDP)
+                           else ("ρ", self.per_node.rho, self.total.value))
+        h = self.nodes_touched
+        feeds = "1 stream each event feeds" if h == 1 else f"{h} streams each event feeds"
+        return (f"{sym} = {_fmt(total)} per event ({sym} = {_fmt(per)} per stream × {feeds})")
+
     def summary(self, delta: float = DEFAULT_DELTA) -> list[str]:
         """Human-readable lines for ``stream-dp plan`` (``delta`` for the zCDP → (ε, δ) line)."""
         h = self.nodes_touched

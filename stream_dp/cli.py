@@ -84,6 +84,8 @@ def build_parser(
         description=description,
         epilog=f"Run '{prog} COMMAND --help' for a command's options and examples.",
     )
+    parser.add_argument("--version", action="version", version=f"{prog} {installed_version()}",
+                        help="print the installed version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name, (_, help_line) in table.items():
         if name == selected:
@@ -98,6 +100,18 @@ def build_parser(
         else:
             sub.add_parser(name, help=help_line)
     return parser
+
+
+def installed_version() -> str:
+    """The installed distribution's version (``stream-dp --version``), else ``__version__``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("stream-dp")
+    except PackageNotFoundError:  # pragma: no cover - a source tree without install
+        from stream_dp import __version__
+
+        return __version__
 
 
 def _console_script() -> object | None:

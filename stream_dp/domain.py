@@ -153,6 +153,25 @@ def check_text(value: str, what: str) -> str:
     return value
 
 
+def _parent_cycle(names: Sequence[str], parent: Sequence[int]) -> list[str]:
+    """The names along the first cycle of the ``parent`` links (first name repeated at the
+    end), or ``[]`` when every chain ends at a root (-1). O(n)."""
+    state = [0] * len(parent)  # 0 unseen, 1 on the current walk, 2 reaches a root
+    for start in range(len(parent)):
+        walk: list[int] = []
+        node = start
+        while node >= 0 and state[node] == 0:
+            state[node] = 1
+            walk.append(node)
+            node = parent[node]
+        if node >= 0 and state[node] == 1:  # came back to this walk: a cycle
+            loop = walk[walk.index(node):]
+            return [names[i] for i in (*loop, node)]
+        for i in walk:
+            state[i] = 2
+    return []
+
+
 @dataclass(frozen=True, eq=False)
 class Domain:
     """The declared streams of one service (see the module docstring for the kinds).
@@ -394,14 +413,33 @@ class Domain:
                     par = [pos[p] if p else -1 for p in parents]
                 except KeyError as e:
                     raise ValueError(f"hierarchy: unknown parent {e.args[0]!r}") from None
+                cycle = _parent_cycle(streams, par)
+                if cycle:
+                    raise ValueError(
+                        f"hierarchy: the parents form a cycle ({' -> '.join(cycle)}); every "
+                        "chain of parents must end at a root: give one stream the parent ''"
+                    )
                 dom = cls.from_parent(streams, par, name=name)
         elif kind == "grid":
             attrs = section.get("attributes")
             if not isinstance(attrs, Mapping):
                 raise ValueError("grid: [attributes] must be a table {attribute = [categories]}")
             dom = cls.grid(attrs, name=name)
+        elif kind is None:
+            raise ValueError(
+                "no kind: a domain file declares its streams with kind = \"flat\", "
+                "\"hierarchy\", \"grid\" or \"binary\" and their names (see "
+                "docs/configuration.md)"
+            )
+        elif kind == "binary":
+            raise ValueError(
+                "kind = \"binary\" declares yes/no attributes, not streams: it is read by the "
+                "worker and 'stream-dp marginals' (stream_dp.attributes.BinaryDomain.from_file)"
+            )
         else:
-            raise ValueError(f"kind must be one of {', '.join(_KINDS)}; got {kind!r}")
+            raise ValueError(
+                f"kind must be one of {', '.join(_KINDS)}, binary; got {kind!r}"
+            )
         for i, c in enumerate(section.get("constraints", [])):
             if not isinstance(c, Mapping) or "matrix" not in c or "rows" not in c:
                 raise ValueError(f"constraints[{i}] must be a table with 'matrix' and 'rows'")

@@ -73,10 +73,30 @@ class HistogramRelease:
         return {n.stream: n.value for n in self.nodes}
 
 
+#: What a message of another schema is and how to read it (for the error of a decoder that
+#: was handed one: a binary-attribute deployment publishes tables on the counts topic).
+OTHER_SCHEMAS: dict[str, str] = {
+    "dp.counts.v1": "one stream's release: decode_count, or 'stream-dp tail counts'",
+    "dp.histograms.v1": "a consistent histogram: decode_histogram, or 'stream-dp tail histograms'",
+    "dp.tables.v1": (
+        "a noisy table of a binary-attribute domain (kind = \"binary\"), whose releases are "
+        "tables, not per-stream counts: read them with 'stream-dp tail tables', or the "
+        "consistent tables with 'stream-dp tail marginals'"
+    ),
+    "dp.marginals.v1": (
+        "the consistent tables of a binary-attribute domain (kind = \"binary\"): read them with "
+        "'stream-dp tail marginals' (--query A,B answers), in code with "
+        "stream_dp.attributes.query.model_from_marginals"
+    ),
+}
+
+
 def _obj(raw: bytes | str | Mapping[str, Any], schema: str) -> Mapping[str, Any]:
     obj = raw if isinstance(raw, Mapping) else json.loads(raw)
-    if not isinstance(obj, Mapping) or obj.get("schema") != schema:
-        raise ValueError(f"not a {schema} message")
+    got = obj.get("schema") if isinstance(obj, Mapping) else None
+    if got != schema:
+        hint = OTHER_SCHEMAS.get(got) if isinstance(got, str) else None
+        raise ValueError(f"not a {schema} message" + (f": a {got} message is {hint}" if hint else ""))
     return obj
 
 

@@ -32,8 +32,8 @@ The data directory defaults to $STREAM_DP_BROKER_DIR, else $XDG_DATA_HOME/stream
 the earlier topics and records (start says so); a fresh run wants a fresh --data-dir.
 Durability: a development broker keeps every record in memory and rewrites its whole data
 file on each write; killed with kill -9 (or a machine crash) it can lose records it had
-acknowledged. Use Apache Kafka or Redpanda where data matters. The default port 9092 matches the worker's default
-STREAM_DP_BOOTSTRAP=127.0.0.1:9092.
+acknowledged. Use Apache Kafka or Redpanda where data matters. The default port 9092 matches
+the worker's default STREAM_DP_BOOTSTRAP=127.0.0.1:9092.
 
 examples:
   stream-dp broker start                       # background, 127.0.0.1:9092

@@ -367,6 +367,14 @@ class Demo:
         finally:
             await producer.stop()
 
+    def _budget_headline(self, settings: Any) -> str:
+        """The guarantee per event (h × the per-stream ε), as the worker accounts it."""
+        from agents.config.domain import load_domain
+        from stream_dp.accounting import Accountant
+
+        domain = load_domain(self.data_dir / "domain.toml")
+        return Accountant.for_domain(domain, settings.privacy, cap=settings.cap).headline()
+
     async def _watch(self, settings: Any, board: Board, stop: asyncio.Event) -> None:
         from aiokafka import AIOKafkaConsumer
 
@@ -378,9 +386,10 @@ class Demo:
         )
         await consumer.start()
         attributes = self.args.scenario == "attributes"
-        header = (f"stream-dp demo · ε = {self.args.epsilon:g} per event per stream · "
-                  f"p = {self.args.p:g} · tick {self.args.tick_seconds:g} s")
-        if attributes:
+        if not attributes:
+            header = (f"stream-dp demo · {self._budget_headline(settings)} · "
+                      f"p = {self.args.p:g} · tick {self.args.tick_seconds:g} s")
+        else:
             from agents.commands.tail import format_marginals
 
             header = (f"stream-dp demo · {self.args.attributes} yes/no attributes · ε = "

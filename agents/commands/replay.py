@@ -118,15 +118,15 @@ rest is sent, each record exactly once. --restart starts over (a new replay of t
 
 Schedule: a historical log is replayed into a deployment with schedule = "markers" (what
 'stream-dp simulate --settings-out' writes). Replay writes close markers after the events (and
-every --marker-every seconds of event time, at positions fixed by the log), signed with a key derived from the noise key, so ticks close where the
-log says, whatever the speed, and the worker can be started before or after the replay. The final
-marker closes every tick up to the one containing --until TIME, which is required with markers:
-the end of the release is public and fixed in advance, never the last event's time (removing the
-last event must not change how many ticks are released). --until must not lie in the future: a
-worker refuses a final marker whose ticks' deadline + close_grace_s has not passed on its clock.
-A clock-schedule deployment (live) judges each event by its record's timestamp and dead-letters
-markers: use --no-close-markers; an old log then arrives late, unless retimed (--retime now
---speed 1).
+every --marker-every seconds of event time, at positions fixed by the log), signed with a key
+derived from the noise key, so ticks close where the log says, whatever the speed, and the
+worker can be started before or after the replay. The final marker closes every tick up to the
+one containing --until TIME, which is required with markers: the end of the release is public
+and fixed in advance, never the last event's time (removing the last event must not change how
+many ticks are released). --until must not lie in the future: a worker refuses a final marker
+whose ticks' deadline + close_grace_s has not passed on its clock. A clock-schedule deployment
+(live) judges each event by its record's timestamp and dead-letters markers: use
+--no-close-markers; an old log then arrives late, unless retimed (--retime now --speed 1).
 
 Noise key: required (--key-file, $STREAM_DP_KEY_FILE or $STREAM_DP_KEY, as the worker reads it):
 it signs the close markers and identifies the key in the replay history. A key file readable by
@@ -276,6 +276,9 @@ _KEY_NOTES = {
             "with the same identity (app id, events and schedule topics) and settings "
             "reproduces the original releases bit for bit and spends no new privacy budget; "
             "any other deployment draws fresh noise and spends it again.",
+    "same_elsewhere": "same noise key and the very same log as an earlier replay, but into "
+                      "another deployment: this one draws its own noise, so these releases are "
+                      "new and the privacy budget for these events is spent AGAIN.",
     "different": "WARNING: these events were replayed before under another noise key: the "
                  "releases will differ from the original ones and the privacy budget for these "
                  "events is spent AGAIN.",
@@ -352,11 +355,26 @@ async def _async_run(args: argparse.Namespace) -> int:
         verdict = history.lookup(fingerprint, Content(digest, previous.time_offset),
                                  Deployment(ANY, previous.topic))
         out.result["key"] = verdict.key
-        out.say(f"{log}: already replayed completely ({previous.records_acked} records into "
-                f"{previous.topic}, {previous.updated}). Nothing to do; --restart replays it "
-                "again.")
-        if not verdict.refused:
-            out.say(_KEY_NOTES[verdict.key])
+        shift = previous.time_offset
+        wanted = _retime_offset(log, fmt, args.retime) if args.retime is not None else 0.0
+        if wanted != shift:
+            # another shift ('--retime now' always asks for one): --restart would be refused
+            out.say(f"{log}: already replayed completely ({previous.records_acked} records into "
+                    f"{previous.topic}, {previous.updated}, {_shift_text(shift, 'unshifted')}). Nothing "
+                    "sent: "
+                    f"{_shift_request(args.retime, wanted)}, and this key replays this log "
+                    f"only {_shift_text(shift, 'unshifted')} (another shift puts "
+                    "other counts into the same ticks: refused, --restart too). A new shift "
+                    "needs another key and a fresh deployment.")
+        else:
+            out.say(f"{log}: already replayed completely ({previous.records_acked} records into "
+                    f"{previous.topic}, {previous.updated}). Nothing to do; --restart replays "
+                    "it again.")
+            if shift:
+                out.say(f"Event times were shifted by {shift:+.3f} s (--retime): the same log "
+                        "with the same shift reproduces these releases under this key.")
+            elif not verdict.refused:
+                out.say(_KEY_NOTES[verdict.key])
         return out.finish("already_complete", 0, records=previous.records_acked, sent=0)
     resume = previous is not None and not args.restart and not previous.complete
     if resume:
@@ -414,6 +432,18 @@ async def _async_run(args: argparse.Namespace) -> int:
         # of these events were published before (say so; the content check is the guard)
         verdict = dataclasses.replace(verdict, key="different")
     out.result["key"] = verdict.key
+    if verdict.refused and verdict.previous is not None \
+            and verdict.previous.get("log_sha256") == digest:
+        # the very file under another --retime shift: two equal hash prefixes explain nothing
+        before = float(verdict.previous.get("time_offset", 0.0))
+        again = _retime_argument(log, fmt, before)
+        print(f"stream-dp replay: REFUSED: this noise key already replayed this very log "
+              f"{_shift_text(before, 'unshifted')} (recorded in {history.path}); this run "
+              f"{_shift_text(offset, 'unshifted')} would put other counts into the same ticks "
+              "and publish the exact difference. Replay it "
+              + (f"with the earlier shift ({again}) " if again else "as before ")
+              + "or use another key (fresh noise, new budget).", file=sys.stderr)
+        return out.finish("log_differs", EXIT_LOG_DIFFERS, budget="refused")
     if verdict.refused:
         assert verdict.previous is not None
         print(f"stream-dp replay: REFUSED: this noise key already replayed another log "
@@ -426,8 +456,18 @@ async def _async_run(args: argparse.Namespace) -> int:
               "noise, new budget).", file=sys.stderr)
         return out.finish("log_differs", EXIT_LOG_DIFFERS, budget="refused")
     budget = {"same": "no_new_budget", "different": "spent_again", "new": "spent"}[verdict.key]
+    if verdict.key == "same" and not verdict.here:
+        # the same content went under this key only into other deployments: this one draws
+        # its own noise (its identity and nonce key it), so these releases are new
+        budget = "spent_again"
     out.result["budget"] = budget
-    out.say(_KEY_NOTES[verdict.key])
+    elsewhere = budget == "spent_again" and verdict.key == "same"
+    if verdict.key == "same" and offset and not elsewhere:
+        out.say(f"same noise key, same log and same --retime shift ({offset:+.3f} s) as an "
+                "earlier replay: a fresh deployment with the same identity and settings "
+                "reproduces that replay's releases bit for bit and spends no new privacy budget.")
+    else:
+        out.say(_KEY_NOTES["same_elsewhere" if elsewhere else verdict.key])
     if resume:
         assert previous is not None
         state = previous
@@ -448,7 +488,7 @@ async def _async_run(args: argparse.Namespace) -> int:
             key_fingerprint=fingerprint, scan_from=await end_offsets(bootstrap, topic),
             started=_now_iso(), time_offset=offset,
         )
-        if state.time_offset:
+        if state.time_offset and verdict.key != "same":
             out.say(f"retimed by {state.time_offset:+.3f} s: these are NEW releases (other "
                     "ticks), not a reproduction of the original run.")
         state.save(spath)
@@ -529,12 +569,18 @@ async def _async_run(args: argparse.Namespace) -> int:
                 f"containing {args.until} (a deployment with schedule = \"markers\" releases "
                 "every tick up to it).")
         if state.max_ts is not None and until is not None and state.max_ts > until:
-            out.say(f"note: events after --until {args.until} were sent too; their ticks stay "
-                    "open (not released) until a later final marker closes them.")
+            # the final marker closes the whole tick containing --until: its later events are
+            # released with it; only ticks after that one stay open
+            out.say(f"note: events after --until {args.until} were sent too: those in the "
+                    "tick containing it are released with that tick; those in later ticks "
+                    "stay open (not released) until a later final marker closes them.")
     if state.time_offset:
         out.say(f"Event times were shifted by {state.time_offset:+.3f} s (--retime): only the "
                 "same log with the same shift reproduces these releases under this key; another "
                 "shift ('now' always gives another) is refused as another log.")
+    elif verdict.key == "same" and not verdict.here:
+        out.say("Same log, same key, another deployment: these are new releases; the budget "
+                "for these events is spent again.")
     elif verdict.key == "same":
         out.say("Same log, same key: a fresh deployment with the same identity (app id, events "
                 "and schedule topics) and settings publishes the very releases of the earlier "
@@ -550,6 +596,33 @@ async def _async_run(args: argparse.Namespace) -> int:
     return out.finish("replayed", 0, records=state.records_acked, sent=report.sent,
                       skipped=report.skipped, final_marker=final_marker(),
                       retimed=bool(state.time_offset))
+
+def _shift_text(shift: float, none: str = "") -> str:
+    """``retimed +3.000 s`` for a ``--retime`` shift, ``none`` for no shift."""
+    return f"retimed {shift:+.3f} s" if shift else none
+
+
+def _shift_request(retime: str | None, wanted: float) -> str:
+    if retime == "now":
+        return f"--retime now asks for a new shift ({wanted:+.3f} s; 'now' always gives a new one)"
+    return (f"--retime {retime} asks for the shift {wanted:+.3f} s" if retime is not None
+            else "without --retime the times are not shifted")
+
+
+def _retime_argument(log: Path, fmt: Any, shift: float) -> str:
+    """``--retime T`` that gives exactly ``shift`` again (``""`` for no shift or none found);
+    ``fmt`` is the log's :data:`simulators.logfile.LogFormat`."""
+    if not shift:
+        return "no --retime"
+    first = next(iter(read_log(log, fmt)), None)
+    if first is None:
+        return ""
+    for digits in (3, 6, 9):
+        text = f"{first.event.ts + shift:.{digits}f}"
+        if _retime_offset(log, fmt, text) == shift:
+            return f"--retime {text}"
+    return ""
+
 
 def run(args: argparse.Namespace) -> int:
     try:

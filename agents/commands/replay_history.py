@@ -108,7 +108,9 @@ class Verdict:
     """The outcome of :meth:`ReplayHistory.check_and_record`.
 
     ``key``: ``new`` (nothing replayed under this key yet, nor this content under another),
-    ``same`` (this very content replayed under this key before: bit-identical, no new budget),
+    ``same`` (this very content replayed under this key before; ``here``: into this deployment,
+    so a deployment with the same identity reproduces it bit for bit at no new budget — else it
+    went only to other deployments, and this one draws fresh noise: the budget is spent again),
     ``different`` (first content of this key, but this content was replayed under another key:
     new releases, the budget is spent again). ``refused``: this key already published another
     content into this deployment (``previous`` is that record: digest, shift, the paths it was
@@ -118,6 +120,7 @@ class Verdict:
     key: str
     refused: bool = False
     previous: dict[str, Any] | None = None
+    here: bool = True
 
 
 class ReplayHistory:
@@ -272,7 +275,8 @@ def _verdict(data: dict[str, Any], fingerprint: str, content: Content,
         return Verdict("same" if any(content.same_as(e) for e in mine) else "new", refused=True,
                        previous=dict(other))
     if any(content.same_as(e) for e in mine):
-        return Verdict("same")
+        return Verdict("same", here=any(content.same_as(e) and _went_to(e, deployment)
+                                        for e in mine))
     elsewhere = any(content.same_as(e) for fp, entries in data["keys"].items()
                     if not hmac.compare_digest(fp, fingerprint) for e in entries)
     return Verdict("different" if elsewhere else "new")

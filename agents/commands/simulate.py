@@ -30,7 +30,12 @@ async def produce(
 ) -> _sim.Produced:
     """Send ``records`` to the events topic with the service's idempotent producer."""
     from agents.commands._replay_send import send_events
-    from agents.kafka.clients import bootstrap_from, default_topic
+    from agents.kafka.clients import (
+        bootstrap_from,
+        connection_problem,
+        default_topic,
+        is_kafka_error,
+    )
 
     topic = args.topic or default_topic("events")
     loop = asyncio.get_running_loop()
@@ -49,10 +54,17 @@ async def produce(
         print(f"stream-dp simulate: {last[1]:,} events sent to {topic} in "
               f"{now - started:.0f} s (event time {ts} UTC)", file=sys.stderr, flush=True)
 
-    report = await send_events(
-        records, bootstrap=bootstrap_from(args.bootstrap), topic=topic, speed=args.speed,
-        stop=stop, on_progress=progress,
-    )
+    bootstrap = bootstrap_from(args.bootstrap)
+    try:
+        report = await send_events(
+            records, bootstrap=bootstrap, topic=topic, speed=args.speed,
+            stop=stop, on_progress=progress,
+        )
+    except Exception as exc:
+        if not is_kafka_error(exc):
+            raise
+        # the client's text lists socket tuples; the simulator prints this one line instead
+        raise RuntimeError(connection_problem(exc, bootstrap)) from None
     return _sim.Produced(report.sent, report.interrupted, report.seconds, topic)
 
 

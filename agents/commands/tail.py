@@ -11,10 +11,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import sys
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 from agents.kafka.clients import (
     TopicMissingError,
@@ -27,13 +28,14 @@ from agents.kafka.clients import (
     topic_partitions,
 )
 
-HELP = "subscribe to released counts or consistent histograms"
+HELP = "subscribe to released counts or consistent histograms (or read the dead letters)"
 
 DESCRIPTION = """\
 Print released DP counts (default) or consistent histograms as they are published.
 
   counts       dp.counts.v1: one line per (stream, tick) with the noisy decayed count, its
-               analytic standard error, strategy, decay p and privacy parameters
+               analytic standard error, strategy, decay p and the stream's privacy budget
+               (one event feeds h streams and spends h times it: stream-dp plan)
   histograms   dp.histograms.v1: per reconciled tick, every node's consistent value, the noisy
                release it came from and its standard error, as an indented tree
   compact      the compact records (dp.counts.block.v1, one per shard and tick; deployments
@@ -49,6 +51,10 @@ Print released DP counts (default) or consistent histograms as they are publishe
                consistent tables of each tick; with --query A,B,... (attribute names or
                indices, up to 8; repeatable) the answer to each query instead, computed from
                the consistent tables (junction tree; docs/guide.md section 7)
+  dlq          the dead-letter topic (dp.events.dlq, operators only: it holds rejected raw
+               events): one line per rejected record with its reason, where it came from
+               (topic:partition@offset) and the detail; --json prints each record as stored,
+               its raw bytes included. Nothing is added to what the topic holds.
 
 Where to start: live (default: only messages published from now on), --from-beginning (the
 whole retained topic) or --from-tick N (from the beginning, showing ticks >= N).
@@ -63,7 +69,8 @@ deployment). Exit status 0 in all three cases.
 
 The broker comes from --bootstrap, else $STREAM_DP_BOOTSTRAP (the worker's variable), else
 127.0.0.1:9092; topic names from --topic or $STREAM_DP_COUNTS_TOPIC / $STREAM_DP_HISTOGRAMS_TOPIC
-/ $STREAM_DP_COMPACT_TOPIC.
+/ $STREAM_DP_COMPACT_TOPIC / $STREAM_DP_DLQ_TOPIC. Read from the beginning (--from-beginning,
+--from-tick), releases are printed in tick order across the topic's partitions.
 
 Examples:
   stream-dp tail                                   # live counts, as a table
@@ -75,20 +82,23 @@ Examples:
   stream-dp tail compact --topic dp.counts.compact --prefix www/ --from-beginning --to-end
   stream-dp tail compact-histograms --prefix www/ --json     # topic from $STREAM_DP_COMPACT_TOPIC
   stream-dp tail marginals --query milk,bread --query 3,7,9 --json
+  stream-dp tail dlq --from-beginning --to-end --json | jq -r .reason | sort | uniq -c
 """
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "what", nargs="?",
-        choices=("counts", "histograms", "compact", "compact-histograms", "tables", "marginals"),
+        choices=("counts", "histograms", "compact", "compact-histograms", "tables", "marginals",
+                 "dlq"),
         default="counts",
         help="which output to follow (default: counts)",
     )
     add_bootstrap_argument(parser)
     parser.add_argument("--topic", help="topic name (default from the environment or contract)")
     parser.add_argument("--json", action="store_true", help="print each message as one JSON line")
-    parser.add_argument("--prefix", default="", help="only streams/nodes starting with PREFIX")
+    parser.add_argument("--prefix", default="",
+                        help="only streams/nodes starting with PREFIX (dlq: reasons)")
     parser.add_argument(
         "--query", action="append", default=[], metavar="A,B,...",
         help="marginals: answer this query (attribute names or indices, comma-separated; "
@@ -137,8 +147,20 @@ def _num(x: Any, fmt: str = ".3f") -> str:
 
 COUNTS_HEADER = (
     f"{'TICK':>7}  {'TICK END (UTC)':19}  {'STREAM':30}  {'VALUE':>12}  {'±STDERR':>9}  "
-    f"{'STRATEGY':11}  {'p':>6}  PRIVACY"
+    f"{'STRATEGY':11}  {'p':>6}  PER STREAM"
 )
+
+
+DLQ_HEADER = f"{'REASON':18}  {'FROM (topic:partition@offset)':40}  DETAIL"
+
+
+def format_dead_letter(msg: dict[str, Any]) -> str:
+    """One row for a ``dp.events.dlq`` record: reason, origin, detail (as stored, one line).
+
+    The raw bytes are left out of the table (``--json`` prints the record as stored)."""
+    origin = f"{msg.get('topic', '?')}:{msg.get('partition', '?')}@{msg.get('offset', '?')}"
+    detail = " ".join(str(msg.get("detail", "")).split())
+    return f"{msg.get('reason', '?')!s:18}  {origin:40}  {detail}"
 
 
 def format_count_row(msg: dict[str, Any]) -> str:
@@ -249,14 +271,22 @@ def _depth(name: str) -> int:
     return name.count("/") + (0 if name in ("all", "total") else 1)
 
 
+def _count(n: Any, noun: str) -> str:
+    """``1 iteration``, ``3 iterations``, ``? iterations`` (not a count)."""
+    if isinstance(n, int) and not isinstance(n, bool):
+        return f"{n} {noun}" + ("" if n == 1 else "s")
+    return f"? {noun}s"
+
+
 def format_histogram(msg: dict[str, Any], prefix: str = "") -> str:
     """A block for a ``dp.histograms.v1`` message: a header line and one indented node per line."""
     diag = msg.get("diagnostics") or {}
     nodes = [n for n in msg.get("nodes") or () if str(n.get("stream", "")).startswith(prefix)]
     lines = [
-        f"tick {msg.get('tick', '?')} (ends {_iso(msg.get('tick_end'))} UTC): {len(nodes)} nodes, "
+        f"tick {msg.get('tick', '?')} (ends {_iso(msg.get('tick_end'))} UTC): {_count(len(nodes), 'node')}, "
         f"{'consistent' if msg.get('consistent') else 'NOT consistent'}, "
-        f"{diag.get('iterations', '?')} iterations, residual {_num(diag.get('residual'), '.2e')}, "
+        f"{_count(diag.get('iterations'), 'iteration')}, residual "
+        f"{_num(diag.get('residual'), '.2e')}, "
         f"{_num(diag.get('seconds'), '.4f')} s"
     ]
     for node in nodes:
@@ -275,7 +305,8 @@ class QueryError(ValueError):
 
 
 class NoAttributeTables(RuntimeError):
-    """``tail tables`` / ``tail marginals`` on a deployment without binary attributes."""
+    """``tail tables`` / ``tail marginals`` on a deployment without binary attributes, or
+    ``tail counts`` / ``tail histograms`` on one with them."""
 
 
 class _Printer:
@@ -286,6 +317,15 @@ class _Printer:
         self.header_done = False
 
     def wants(self, msg: dict[str, Any]) -> bool:
+        if self.args.what in ("counts", "histograms") and msg.get("schema") in (
+                "dp.tables.v1", "dp.marginals.v1"):
+            raise NoAttributeTables(
+                f"this topic holds {msg.get('schema')} messages, not {self.args.what}: the "
+                "deployment's domain has binary attributes (kind = \"binary\"), whose releases "
+                "are tables; read them with: stream-dp tail tables (noisy) or stream-dp tail "
+                "marginals (consistent; --query A,B answers)")
+        if self.args.what == "dlq":  # --prefix: reasons starting with it
+            return str(msg.get("reason", "")).startswith(self.args.prefix)
         if self.args.from_tick is not None:
             tick = msg.get("tick")
             if not isinstance(tick, int) or tick < self.args.from_tick:
@@ -349,6 +389,11 @@ class _Printer:
                 print(COUNTS_HEADER, file=self.out)
                 self.header_done = True
             print(format_count_row(msg), file=self.out)
+        elif self.args.what == "dlq":
+            if not self.header_done:
+                print(DLQ_HEADER, file=self.out)
+                self.header_done = True
+            print(format_dead_letter(msg), file=self.out)
         elif self.args.what == "tables":
             if not self.header_done:
                 print(CELLS_LEGEND, file=self.out)
@@ -486,11 +531,28 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
 
         print(f"stream-dp tail: following {topic} ({len(tps)} partition{'s' if len(tps) != 1 else ''}) {where}; "
               "Ctrl-C stops", file=sys.stderr, flush=True)
+        # what was published before we started is printed in tick order across partitions
+        # (each partition is in tick order; a plain read printed them one after another)
+        merge = (TickMerge(await consumer.end_offsets(tps))
+                 if where != "live" and args.what in TICK_ORDERED else None)
         last_message = loop.time()
         while not printer.done and not (stop is not None and stop.is_set()):
             if await at_end():
                 break
             batch = await consumer.getmany(timeout_ms=200, max_records=500)
+            if merge is not None:
+                positions = {tp: await consumer.position(tp) for tp in tps}
+                for value in merge.add(batch, positions):
+                    printer.show(value)
+                    if printer.done:
+                        break
+                if merge.caught_up:
+                    merge = None
+                if batch:
+                    last_message = loop.time()
+                elif args.timeout is not None and loop.time() - last_message >= args.timeout:
+                    break
+                continue
             records = sorted(
                 (m for msgs in batch.values() for m in msgs), key=lambda m: (m.timestamp, m.offset)
             )
@@ -511,9 +573,71 @@ async def tail(args: argparse.Namespace, out: TextIO, stop: asyncio.Event | None
                 last_message = loop.time()
             elif args.timeout is not None and loop.time() - last_message >= args.timeout:
                 break
+        if merge is not None and not (stop is not None and stop.is_set()):
+            for value in merge.flush():  # --to-end, --timeout: what was read, in tick order
+                if printer.done:
+                    break
+                printer.show(value)
     finally:
         await consumer.stop()
     return 0
+
+
+#: what ``tail`` prints in tick order when it reads what was published before it started
+TICK_ORDERED: Final = ("counts", "histograms", "tables", "marginals")
+
+
+class TickMerge:
+    """Orders the records of several partitions by tick while ``tail`` catches up.
+
+    Records wait until every partition not yet read to its end (as it was at start, ``ends``)
+    has delivered a tick at least as late: a partition's records come in tick order, so nothing
+    earlier can still arrive. Then they are released sorted by (tick, partition, offset). Once
+    every partition has reached its starting end, everything held is released and
+    :attr:`caught_up` turns true (from then on records are printed as they come).
+    """
+
+    def __init__(self, ends: dict[Any, int]) -> None:
+        self.ends = dict(ends)
+        self.held: list[tuple[float, int, int, bytes]] = []
+        self.last_tick: dict[Any, float] = {}
+        self.caught_up = False
+
+    def add(self, batch: dict[Any, list[Any]], positions: dict[Any, int]) -> list[bytes]:
+        """Hold ``batch``'s records; return those now in order (``positions``: each
+        partition's next offset)."""
+        for tp, msgs in batch.items():
+            for m in msgs:
+                if m.value is None:
+                    continue
+                tick = _tick_of(m.value)
+                self.held.append((tick, tp.partition, m.offset, m.value))
+                self.last_tick[tp] = max(self.last_tick.get(tp, -math.inf), tick)
+        open_ = [tp for tp, end in self.ends.items() if positions.get(tp, 0) < end]
+        if not open_:
+            self.caught_up = True
+            return self.flush()
+        watermark = min(self.last_tick.get(tp, -math.inf) for tp in open_)
+        ready = [h for h in self.held if h[0] < watermark]
+        if not ready:
+            return []
+        self.held = [h for h in self.held if h[0] >= watermark]
+        return [h[3] for h in sorted(ready)]
+
+    def flush(self) -> list[bytes]:
+        """Everything held, in tick order."""
+        out = [h[3] for h in sorted(self.held)]
+        self.held = []
+        return out
+
+
+def _tick_of(value: bytes) -> float:
+    """A JSON release's ``tick`` (``-inf`` if it has none: printed first, as it comes)."""
+    try:
+        tick = json.loads(value).get("tick")
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return -math.inf
+    return float(tick) if isinstance(tick, int) and not isinstance(tick, bool) else -math.inf
 
 
 async def _read_manifests(consumer_class: Any, args: argparse.Namespace, topic: str,
@@ -537,6 +661,10 @@ def run(args: argparse.Namespace) -> int:
     if args.from_tick is not None and not 0 <= args.from_tick < 2**62:
         print(f"stream-dp tail: --from-tick must be an integer in [0, 2**62), got "
               f"{args.from_tick}", file=sys.stderr)
+        return 2
+    if args.what == "dlq" and args.from_tick is not None:
+        print("stream-dp tail: dead letters have no tick: use --from-beginning with dlq",
+              file=sys.stderr)
         return 2
     if args.query and args.what != "marginals":
         print("stream-dp tail: --query needs 'marginals' (stream-dp tail marginals --query A,B)",

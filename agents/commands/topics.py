@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agents.kafka.clients import start_client
+from agents.kafka.clients import bootstrap_argument, start_client
 
 HELP = "create the service's topics with explicit partitions"
 
@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("create", "list"), help="what to do")
     parser.add_argument("--config", type=Path, default=None,
                         help="settings TOML file (default: $STREAM_DP_CONFIG)")
-    parser.add_argument("--bootstrap", default=None,
+    parser.add_argument("--bootstrap", default=None, type=bootstrap_argument,
                         help="Kafka bootstrap servers (default: settings / STREAM_DP_BOOTSTRAP)")
     parser.add_argument("--partitions", type=int, default=None,
                         help="partitions of the events, counts and partials topics and shards "

@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from agents.kafka.clients import bootstrap_argument
+
 HELP = "run a production worker (broker and settings from env)"
 
 DESCRIPTION = """\
@@ -72,7 +74,8 @@ log = logging.getLogger("agents.worker")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=None,
                         help="settings TOML file (default: $STREAM_DP_CONFIG)")
-    parser.add_argument("--bootstrap", default=None, help="overrides STREAM_DP_BOOTSTRAP")
+    parser.add_argument("--bootstrap", default=None, type=bootstrap_argument,
+                        help="overrides STREAM_DP_BOOTSTRAP")
     parser.add_argument("--worker-id", default=None, help="overrides STREAM_DP_WORKER_ID")
     parser.add_argument("--web-host", default=None, help="overrides STREAM_DP_WEB_HOST")
     parser.add_argument("--web-port", type=int, default=None,
@@ -146,7 +149,7 @@ async def serve(
         # first: a port in use stops the worker before any pipeline process or client starts
         from agents.worker.web import WebServer, make_app
 
-        app = make_app(metrics, ready, settings=settings, dashboard=dashboard)
+        app = make_app(metrics, ready, settings=settings, dashboard=dashboard, domain=domain)
         try:
             server = await WebServer(app, settings.web_host, settings.web_port).start()
         except OSError as exc:

@@ -415,6 +415,11 @@ class Settings:
                      "leader_topic"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string")
+        from agents.config.values import bootstrap_problem
+
+        problem = bootstrap_problem(self.bootstrap)
+        if problem:
+            raise ValueError(f"bootstrap: {problem}")
         for name in ("events_partitions", "shards", "counts_partitions",
                      "histograms_partitions", "dlq_partitions", "replication_factor",
                      "partials_retention_s", "max_message_bytes", "reconcile_every",

@@ -15,6 +15,30 @@ def env_var(name: str) -> str:
     return "STREAM_DP_" + name.upper()
 
 
+def bootstrap_problem(value: str) -> str | None:
+    """Why ``value`` is not a comma-separated list of ``host[:port]`` broker addresses (``[v6]``
+    in brackets), or ``None``. Checked before any client sees it: the client's own error is
+    ``invalid literal for int() with base 10``."""
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
+            return f"{value!r} has an empty address (write host:port[,host:port...])"
+        host, port = item, ""
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            if rest and not rest.startswith(":"):
+                return f"{item!r} is not [IPv6-address]:port"
+            port = rest[1:]
+        elif item.count(":") == 1:
+            host, port = item.split(":")
+        if not host:
+            return f"{item!r} has no host (write host:port, e.g. 127.0.0.1:9092)"
+        if (port or item.endswith(":")) and not (port.isdigit() and 0 < int(port) < 65536):
+            return (f"{item!r} has port {port!r}, not a number in 1..65535 "
+                    "(write host:port, e.g. 127.0.0.1:9092)")
+    return None
+
+
 def _check_int(name: str, value: object, lo: int, hi: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ValueError(f"{name} must be an integer in [{lo}, {hi}], got {value!r}")

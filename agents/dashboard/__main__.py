@@ -18,13 +18,19 @@ import signal
 
 from aiohttp import web
 
-from agents.dashboard.app import DEFAULT_HISTORY, DashboardConfig, make_dashboard_app
-from agents.kafka.clients import bootstrap_from, default_topic
+from agents.dashboard.app import (
+    DEFAULT_HISTORY,
+    DashboardConfig,
+    budget_units,
+    make_dashboard_app,
+)
+from agents.kafka.clients import bootstrap_argument, bootstrap_from, default_topic
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agents.dashboard", description=__doc__)
-    parser.add_argument("--bootstrap", help="Kafka bootstrap servers (default $STREAM_DP_BOOTSTRAP)")
+    parser.add_argument("--bootstrap", type=bootstrap_argument,
+                        help="Kafka bootstrap servers (default $STREAM_DP_BOOTSTRAP)")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     parser.add_argument("--history", type=int, default=DEFAULT_HISTORY, help="ticks kept per stream")
@@ -37,7 +43,20 @@ def main(argv: list[str] | None = None) -> int:
                         default=os.environ.get("STREAM_DP_HISTOGRAMS_JSON", "1") == "0",
                         help="read histograms from <compact-topic>.histograms (default: when "
                              "$STREAM_DP_HISTOGRAMS_JSON is 0)")
+    parser.add_argument("--domain", default=os.environ.get("STREAM_DP_DOMAIN_FILE") or None,
+                        metavar="FILE",
+                        help="the deployment's domain file (default $STREAM_DP_DOMAIN_FILE): "
+                             "charts then show the budget per event, not only per stream")
     args = parser.parse_args(argv)
+    units: tuple[tuple[str, int], ...] = ()
+    if args.domain:
+        from agents.config.domain import load_domain
+
+        try:
+            domain = load_domain(args.domain)
+        except ValueError as exc:
+            parser.exit(2, f"{parser.prog}: error: {exc}\n")
+        units = budget_units(domain)
     if args.compact_histograms and not args.compact_topic:
         parser.error("--compact-histograms needs --compact-topic")
     config = DashboardConfig(
@@ -49,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         shards=max(1, args.shards),
         histogram_blocks_topic=(f"{args.compact_topic}.histograms" if args.compact_histograms
                                 else ""),
+        budget_units=units,
     )
 
     from agents.kafka.fetch_backoff import install_from_env

@@ -13,7 +13,8 @@ Routes (relative to the mount point, ``/dashboard/`` in the worker):
 * ``GET /`` — the page; ``GET /static/...`` — its assets;
 * ``GET /events[?prefix=P]`` — SSE: ``snapshot`` (everything held, once), then ``counts`` (a
   batch of ``[stream, tick, tick_end, value, stderr]`` rows) and ``histogram`` (a
-  ``dp.histograms.v1`` message) as they arrive, and ``status`` (consumer state); only streams
+  ``dp.histograms.v1`` message) as they arrive, ``meta`` (the strategy, p, privacy, cap and
+  horizon of the newest streams, before their first rows) and ``status`` (consumer state); only streams
   starting with ``P`` when given;
 * ``GET /api/snapshot[?prefix=P][&limit=N[&after=S]]`` — the same snapshot as JSON (for
   scripts and tests); histogram nodes filtered by the prefix too; with ``limit`` one page of at
@@ -101,6 +102,12 @@ class DashboardState:
     error: str = ""
     messages: int = 0
     started: float = field(default_factory=time.time)
+    #: ``[unit, multiplier]`` pairs: a record's budget × multiplier = the budget per unit
+    #: (:meth:`stream_dp.accounting.Accountant.budget_units`; per stream only when unknown)
+    budget_units: list[list[Any]] = field(default_factory=lambda: [["stream", 1]])
+    #: the newest series' meta (:meth:`_note_meta`); changed since the last ``meta`` event
+    meta: dict[str, Any] = field(default_factory=dict)
+    meta_changed: bool = False
 
     def add_counts(self, messages: list[dict[str, Any]]) -> list[list[Any]]:
         """Store ``dp.counts.v1`` messages (and ``dp.tables.v1`` records, one series per table
@@ -119,11 +126,19 @@ class DashboardState:
             s = self.series.get(stream)
             if s is None:
                 meta = {k: msg.get(k) for k in ("strategy", "p", "privacy", "cap", "horizon")}
+                self._note_meta(meta)
                 s = self.series[stream] = StreamSeries(meta, deque(maxlen=self._new_stream_cap()))
             s.add(tick, row)
             rows.append([stream, *row])
         self.messages += len(messages)
         return rows
+
+    def _note_meta(self, meta: dict[str, Any]) -> None:
+        """Keep the newest series' ``meta`` (strategy, p, privacy, …): live rows carry none, so
+        browsers label new charts with it (sent as a ``meta`` event when it changes)."""
+        if meta != self.meta:
+            self.meta = dict(meta)
+            self.meta_changed = True
 
     def add_columns(self, streams: Sequence[str], tick: int, tick_end: float,
                     values: list[float], stderr: list[float], meta: dict[str, Any],
@@ -139,6 +154,7 @@ class DashboardState:
             row = [tick, tick_end, value, err]
             s = series.get(stream)
             if s is None:
+                self._note_meta(meta)
                 s = series[stream] = StreamSeries(dict(meta),
                                                   deque(maxlen=self._new_stream_cap()))
             s.add(tick, row)
@@ -177,6 +193,8 @@ class DashboardState:
             "histogram": hist,
             "marginals": self.marginals,
             "status": self.status(),
+            "budget_units": self.budget_units,
+            "meta": self.meta,
         }
         if limit is not None:
             out["next"] = page[-1] if len(names) > len(page) else None
@@ -213,6 +231,19 @@ def _table_cells(rec: dict[str, Any]) -> list[dict[str, Any]]:
         return []
 
 
+def budget_units(domain: Any) -> tuple[tuple[str, int], ...]:
+    """What the charts multiply a record's budget by: per stream and per event for a stream
+    domain (one event feeds h streams); a binary-attribute domain's records already carry the
+    whole run's budget per event."""
+    if getattr(domain, "kind", "") == "binary":
+        return (("event, whole run", 1),)
+    from stream_dp.accounting import Accountant
+    from stream_dp.budget import PureDP
+
+    # the multipliers depend on the domain only (h), not on the budget
+    return Accountant.for_domain(domain, PureDP(1.0)).budget_units()
+
+
 def _security_of(settings: Any) -> Any:
     from agents.config.security import KafkaSecurity
 
@@ -236,6 +267,9 @@ class DashboardConfig:
     shards: int = 1
     #: read the compact histogram chunks of this topic instead of ``histograms_topic`` ("": JSON)
     histogram_blocks_topic: str = ""
+    #: ``(unit, multiplier)`` pairs the charts show the budget for (:func:`budget_units`);
+    #: empty: the records' own (per-stream) budget only
+    budget_units: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.bootstrap:
@@ -341,12 +375,14 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
                             state.histogram = msg
                             state.messages += 1
                             state.broadcast("histogram", msg)
+                rows = state.add_counts(counts) if counts else []
+                if state.meta_changed:  # before the rows of the streams it labels
+                    state.meta_changed = False
+                    state.broadcast("meta", state.meta)
                 if compact_rows:
                     state.broadcast("counts", compact_rows)
-                if counts:
-                    rows = state.add_counts(counts)
-                    if rows:
-                        state.broadcast("counts", rows)
+                if rows:
+                    state.broadcast("counts", rows)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # broker gone, etc.: show it and retry
@@ -553,11 +589,12 @@ async def _events(request: web.Request) -> web.StreamResponse:
 
 
 def make_dashboard_app(
-    settings: Any = None, *, config: DashboardConfig | None = None
+    settings: Any = None, *, config: DashboardConfig | None = None, domain: Any = None
 ) -> web.Application:
     """The dashboard sub-application.
 
-    ``settings``: an ``agents.config.settings.Settings`` (broker and topic names); or pass ``config``
+    ``settings``: an ``agents.config.settings.Settings`` (broker and topic names) and, when given, its
+    loaded ``domain`` (the charts then show the budget per event too); or pass ``config``
     directly (standalone use, tests). With neither, settings are loaded from the environment.
     """
     if config is None:
@@ -566,9 +603,15 @@ def make_dashboard_app(
 
             settings = Settings.load()
         config = DashboardConfig.from_settings(settings)
+        if domain is not None:
+            from dataclasses import replace
+
+            config = replace(config, budget_units=budget_units(domain))
     app = web.Application()
     app[CONFIG_KEY] = config
     app[STATE_KEY] = DashboardState(history=config.history)
+    if config.budget_units:
+        app[STATE_KEY].budget_units = [[u, k] for u, k in config.budget_units]
     app.router.add_get("/", _index)
     app.router.add_get("/events", _events)
     app.router.add_get("/api/snapshot", _snapshot)

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import logging
 import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,6 +31,8 @@ TOPIC_DEFAULTS: dict[str, tuple[str, str]] = {
     "marginals": ("STREAM_DP_HISTOGRAMS_TOPIC", "dp.histograms.v1"),
     # no contract name: compact output is off unless the deployment sets compact_topic
     "compact": ("STREAM_DP_COMPACT_TOPIC", ""),
+    # operators only: rejected raw events (docs/privacy.md, "Operator data")
+    "dlq": ("STREAM_DP_DLQ_TOPIC", "dp.events.dlq"),
 }
 
 
@@ -40,13 +43,32 @@ def default_topic(kind: str) -> str:
 
 
 def bootstrap_from(value: str | None) -> str:
-    """``--bootstrap`` if given, else ``STREAM_DP_BOOTSTRAP``, else ``127.0.0.1:9092``."""
-    return value or os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+    """``--bootstrap`` if given, else ``STREAM_DP_BOOTSTRAP``, else ``127.0.0.1:9092``.
+
+    A malformed address ends the command with one line naming where it came from, status 2."""
+    from agents.config.values import bootstrap_problem
+
+    where, chosen = ("--bootstrap", value) if value else (BOOTSTRAP_ENV, os.environ.get(BOOTSTRAP_ENV))
+    problem = bootstrap_problem(chosen) if chosen else None
+    if problem:
+        print(f"stream-dp: error: {where}: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    return chosen or DEFAULT_BOOTSTRAP
+
+
+def bootstrap_argument(text: str) -> str:
+    from agents.config.values import bootstrap_problem
+
+    problem = bootstrap_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def add_bootstrap_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bootstrap",
+        type=bootstrap_argument,
         metavar="HOST:PORT[,...]",
         help=f"Kafka bootstrap servers (default: ${BOOTSTRAP_ENV} or {DEFAULT_BOOTSTRAP})",
     )

@@ -443,8 +443,13 @@ class ReleaseStage(_Stage):
         self.last_commit[p] = time.monotonic()
         gathered_at = {t: self._gathered.pop((p, t)) for (q, t) in list(self._gathered)
                        if q == p and t < state.next_tick}  # older ones: released before a rebalance
+        # a markers replay's ticks end in the log's past (2024: 10^8 s ago), and their closing
+        # time is the marker's event time: latency from the moment this stage had the tick's
+        # partials (wall clock) instead
+        markers = getattr(self.s, "schedule", "clock") == "markers"
         for rel in releases:
-            m.tick_released(now - rel.tick_end, len(rel.streams))
+            start = gathered_at.get(rel.tick, wall0) if markers else rel.tick_end
+            m.tick_released(now - start, len(rel.streams))
             self.w.stats["shard_ticks_released"] += 1
             self.w.latencies.append(now - rel.closed_at)
             gathered = gathered_at.get(rel.tick, wall0)

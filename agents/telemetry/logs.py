@@ -188,9 +188,27 @@ class PlainFormatter(logging.Formatter):
         text = super().format(record)
         extras = {k: v for k, v in record.__dict__.items()
                   if k not in _STANDARD_ATTRS and not k.startswith("_")}
+        lines = [(k, v) for k, v in extras.items() if _is_lines(v)]
         if extras:
-            text += " " + " ".join(f"{k}={v}" for k, v in extras.items())
+            text += " " + " ".join(f"{k}={_plain_value(v)}" for k, v in extras.items()
+                                   if not _is_lines(v))
+            text = text.rstrip()
+        # a list of text lines (the privacy summary): one indented line each, not a Python list
+        for k, v in lines:
+            text += f"\n  {k}:" + "".join(f"\n    {line}" for line in v)
         return text
+
+
+def _is_lines(value: Any) -> bool:
+    return isinstance(value, list | tuple) and bool(value) and all(
+        isinstance(x, str) for x in value)
+
+
+def _plain_value(value: Any) -> str:
+    """``a=1,b=2`` for a mapping (no Python braces and quotes); ``str`` otherwise."""
+    if isinstance(value, dict):
+        return ",".join(f"{k}={_plain_value(v)}" for k, v in value.items())
+    return str(value)
 
 
 class RateLimitFilter(logging.Filter):

@@ -64,6 +64,11 @@ name                                       type       meaning
                                                       same non-Kafka error 3 commits in a row);
                                                       the worker stops
 =========================================  =========  ===============================================
+
+Also ``stream_dp_build_info{version,python}`` (gauge, always 1: the running build). The ticks
+counter counts shard-ticks: one per (tick, shard) released, so a tick of an 8-shard deployment
+counts 8. With ``schedule = markers`` (replays of old logs, whose ticks ended long ago) the tick
+latency runs from when the release stage had all of the tick's partials (wall clock).
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
+    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.process_collector import ProcessCollector
@@ -105,6 +112,10 @@ DURATION_BUCKETS: Final = (
 
 #: Longest accepted dead-letter reason label; longer or unexpected text becomes ``other``.
 _MAX_REASON_LEN: Final = 40
+
+# No ``*_created`` series: they double every counter's series and carry nothing an operator uses
+# (process start time is ``process_start_time_seconds``). Process-wide, set before any metric.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 def _reason_label(reason: str) -> str:
@@ -150,14 +161,20 @@ class Metrics:
             registry=raw,
         )
         self.ticks_released = Counter(
-            "stream_dp_ticks_released", "Ticks released by this worker.", registry=r
+            "stream_dp_ticks_released",
+            "Shard-ticks released by this worker: one per (tick, shard) it released.",
+            registry=r,
+        )
+        Info("stream_dp_build", "The running build (value always 1).", registry=r).info(
+            build_labels()
         )
         self.releases = Counter(
             "stream_dp_releases", "(stream, tick) values published by this worker.", registry=r
         )
         self.tick_latency = Histogram(
             "stream_dp_tick_latency_seconds",
-            "Seconds from a tick's end (event time) to its release being published.",
+            "Seconds from a tick's end (event time; with schedule=markers from when all its "
+            "partials were received, wall clock) to its release being published.",
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -324,6 +341,15 @@ class Metrics:
 
     #: Content type of :meth:`exposition`.
     CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
+
+
+def build_labels() -> dict[str, str]:
+    """The ``stream_dp_build_info`` labels: package version and Python ``major.minor.micro``."""
+    import platform
+
+    from stream_dp.cli import installed_version
+
+    return {"version": installed_version(), "python": platform.python_version()}
 
 
 def _nonneg(n: int, name: str) -> int:

@@ -70,7 +70,7 @@ async def _root(request: web.Request) -> web.StreamResponse:
     raise web.HTTPFound("/dashboard/")
 
 
-def load_dashboard(settings: Any) -> web.Application | None:
+def load_dashboard(settings: Any, domain: Any = None) -> web.Application | None:
     """The dashboard sub-application, or ``None`` when ``agents.dashboard`` is absent.
 
     A dashboard that fails to load is logged and skipped: health, readiness and metrics (what
@@ -89,7 +89,7 @@ def load_dashboard(settings: Any) -> web.Application | None:
         log.warning("agents.dashboard has no make_dashboard_app; dashboard not mounted")
         return None
     try:
-        app = factory(settings)
+        app = factory(settings) if domain is None else factory(settings, domain=domain)
     except Exception:
         log.exception("dashboard failed to start; serving health and metrics only")
         return None
@@ -105,15 +105,17 @@ def make_app(
     *,
     settings: Any = None,
     dashboard: bool = True,
+    domain: Any = None,
 ) -> web.Application:
-    """The aiohttp application; the dashboard is mounted at ``/dashboard/`` when available."""
+    """The aiohttp application; the dashboard is mounted at ``/dashboard/`` when available
+    (``domain``: the loaded domain, for the budget per event its charts show)."""
     app = web.Application()
     app[METRICS_KEY] = metrics
     app[READY_KEY] = ready
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
-    sub = load_dashboard(settings) if dashboard else None
+    sub = load_dashboard(settings, domain) if dashboard else None
     if sub is not None:
         app.add_subapp("/dashboard/", sub)
         app.router.add_get("/", _root)

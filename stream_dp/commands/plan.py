@@ -15,13 +15,14 @@ HELP = "compare strategies' exact error for (p, horizon, privacy)"
 DESCRIPTION = """\
 Print, for every registered strategy, its exact L1 sensitivity (per event of size --cap, grid
 slack included), the expected RMSE of one release (root of the mean per-release MSE over ticks
-1..horizon, analytic, no simulation) and its MSE ratio to the best strategy and to the factorisation lower bound ("x bound"); then the strategy
-that `--strategy auto` would pick: the lowest error among strategies whose error stays bounded
-past the horizon (others are marked). ε is per event and per stream (pure differential privacy).
-The column "range/tick" is the strategy's numeric range (Mechanism.max_count()): the largest
-count per stream and tick, in value units, that it releases forever — at least 10^6 × cap for
-every strategy at ε = 1 / ρ = 0.5 (docs/accuracy.md, "Numeric range"); --max-events-per-tick N
-restricts the pick to strategies whose range covers cap × N.
+1..horizon, analytic, no simulation) and its MSE ratio to the best strategy and to the
+factorisation lower bound ("x bound"); then the strategy that `--strategy auto` would pick: the
+lowest error among strategies whose error stays bounded past the horizon (others are marked). ε
+is per event and per stream (pure differential privacy). The column "range/tick" is the
+strategy's numeric range (Mechanism.max_count()): the largest count per stream and tick, in
+value units, that it releases forever — at least 10^6 × cap for every strategy at ε = 1 / ρ =
+0.5 (docs/accuracy.md, "Numeric range"); --max-events-per-tick N restricts the pick to
+strategies whose range covers cap × N.
 
 examples:
   stream-dp plan --p 0.9 --epsilon 1 --horizon 32767

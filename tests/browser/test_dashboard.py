@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import math
+import re
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -121,12 +122,31 @@ async def dashboard(kafka_broker: str, unique_name: str) -> AsyncIterator[tuple[
 
     counts, hists = f"{unique_name}-counts", f"{unique_name}-hist"
     await _create_topics(kafka_broker, [counts, hists])
-    app = make_dashboard_app(config=DashboardConfig(kafka_broker, counts, hists))
-    runner = web.AppRunner(app, handle_signals=False)
+    failed: list[str] = []
+
+    @web.middleware
+    async def record_failures(request: web.Request, handler: Any) -> web.StreamResponse:
+        # every request a browser makes must answer: Chromium asks the origin for
+        # /favicon.ico unless the page declares an icon (a 404 on every load: issue 32)
+        try:
+            resp: web.StreamResponse = await handler(request)
+        except web.HTTPException as exc:
+            if exc.status >= 400:
+                failed.append(f"{exc.status} {request.path}")
+            raise
+        if resp.status >= 400:
+            failed.append(f"{resp.status} {request.path}")
+        return resp
+
+    # mounted as a worker mounts it: under /dashboard/ of an app that owns the origin's root
+    root = web.Application(middlewares=[record_failures])
+    root.add_subapp("/dashboard/", make_dashboard_app(
+        config=DashboardConfig(kafka_broker, counts, hists)))
+    runner = web.AppRunner(root, handle_signals=False)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    url = f"http://127.0.0.1:{port}/"
+    url = f"http://127.0.0.1:{port}/dashboard/"
     try:
         async with ClientSession() as http:
             for _ in range(200):  # until the consumer sits at the topics' ends
@@ -139,6 +159,7 @@ async def dashboard(kafka_broker: str, unique_name: str) -> AsyncIterator[tuple[
         yield url, counts, hists
     finally:
         await runner.cleanup()
+    assert failed == [], failed
 
 
 async def _publish(bootstrap: str, counts_topic: str, hist_topic: str, fake: FakeRelease,
@@ -184,7 +205,10 @@ async def test_dashboard_chart_updates_with_new_ticks(
         band_after = await chart.locator("polygon.band").get_attribute("points")
         assert band_after is not None and band_before is not None
         assert len(band_after.split()) == 40  # ±stderr band: 20 upper + 20 lower vertices
-        assert "tick 20" in (await chart.locator(".latest").inner_text())
+        latest = await chart.locator(".latest").inner_text()
+        assert "tick 20" in latest
+        # no domain known: the records' budget, labelled as what it is (per stream)
+        assert latest.endswith(f"ε={EPS:g} per stream"), latest
 
         await page.wait_for_function(
             "document.getElementById('histogram').dataset.tick === '20'"
@@ -210,6 +234,7 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
 
     from aiohttp import ClientSession
 
+    from agents.config.domain import load_domain
     from agents.config.settings import Settings
     from agents.kafka.embedded_broker import free_port
     from agents.kafka.topics import ensure_topics
@@ -273,6 +298,11 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
             await page.wait_for_function(f"Number({last}) >= {first_tick + 5}",
                                          timeout=120_000)
             assert await chart.locator("path.line").get_attribute("d") != first_path
+            # the budget per event, not only the per-stream ε (issue 32 item 7)
+            h = load_domain(tmp_path / "domain.toml").touches
+            assert h > 1
+            latest = await chart.locator(".latest").inner_text()
+            assert latest.endswith(f"ε={s.epsilon:g} per stream · ε={h * s.epsilon:g} per event"), latest
             points = int(await chart.get_attribute("data-points") or 0)
             assert points >= 6
             await page.wait_for_function(
@@ -282,6 +312,16 @@ async def test_worker_serves_the_dashboard_and_it_follows_replayed_ticks(
             await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
             assert errors == []
         assert replay is not None and await replay.wait() == 0
+        # a markers replay of a 2024 log: latency from each tick's close, not from its end in
+        # 2024 (10^8 s; issue 32 item 10)
+        async with ClientSession() as http, http.get(
+                f"http://127.0.0.1:{s.web_port}/metrics") as resp:
+            metrics = await resp.text()
+        count = float(re.search(r"^stream_dp_tick_latency_seconds_count (\S+)$", metrics,
+                                re.M).group(1))  # type: ignore[union-attr]
+        total = float(re.search(r"^stream_dp_tick_latency_seconds_sum (\S+)$", metrics,
+                                re.M).group(1))  # type: ignore[union-attr]
+        assert count > 0 and total / count < 60, (count, total)
     finally:
         if replay is not None and replay.returncode is None:
             replay.kill()
@@ -402,6 +442,28 @@ async def test_attribute_domain_shows_clusters_and_tables(
         assert shown.replace("−", "-") in {f"{first['cells'][0]:.1f}", f"{first['cells'][0]:.2f}",
                                            f"{first['cells'][0]:.3f}"}
         assert "epoch" in await page.locator("#hist-meta").inner_text()
+        # issue 32 item 8: the preselected charts are cells of the tables still released (not
+        # an earlier epoch's), their names shown whole, and the status counts the messages
+        epochs = {json.loads(v)["epoch"] for v in records}
+        assert len(epochs) >= 2, epochs  # the tables changed at least once
+        await page.wait_for_function("document.querySelectorAll('.chart').length > 0")
+        charts = page.locator(".chart")
+        for i in range(await charts.count()):
+            assert await charts.nth(i).get_attribute("data-last-tick") == "6"
+            title = charts.nth(i).locator(".title b")
+            assert await title.evaluate("b => b.scrollWidth <= b.clientWidth"), (
+                await title.inner_text())
+        status = await page.locator("#status").inner_text()
+        got = re.search(r"(\d+) messages", status)
+        assert got and int(got.group(1)) >= len(records), status
+        # opened after the releases (as a user opens the demo's URL): it said "0 messages"
+        await page.reload()
+        await page.wait_for_function("document.getElementById('histogram').dataset.tick === '6'")
+        await page.wait_for_function(
+            "/[1-9]\\d* messages/.test(document.getElementById('status').textContent)")
+        status = await page.locator("#status").inner_text()
+        got = re.search(r"(\d+) messages", status)
+        assert got and int(got.group(1)) >= len(records), status
         # every table cell became a series named by its attribute values; tick one to chart it
         box = page.locator(f'#stream-list input[data-stream="{label}"]')
         await box.check()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -228,6 +229,13 @@ def test_worker_serves_releases_histograms_health_and_stops_on_sigterm(
         assert 'stream_dp_dead_letters_total{reason="malformed_json"} 1.0' in metrics
         assert "stream_dp_ready 1.0" in metrics
         assert "stream_dp_reconcile_leader 1.0" in metrics
+        # issue 32 item 10: the build is named, counters have no ``_created`` twins, and the
+        # ticks counter says what it counts
+        version = cli("--version", env=env).stdout.split()[-1]
+        assert re.search(rf'^stream_dp_build_info\{{.*version="{re.escape(version)}".*\}} 1\.0$',
+                         metrics, re.M), metrics
+        assert "_created" not in metrics
+        assert "# HELP stream_dp_ticks_released_total Shard-ticks" in metrics
         if processes != "0":
             children = _children(proc.pid)
             assert len(children) == int(processes), children
@@ -277,3 +285,35 @@ def test_worker_bad_settings_exit_2(tmp_path: Path) -> None:
     proc = cli("worker", env=env)
     assert proc.returncode == 2
     assert "p must be in (0, 1]" in proc.stderr
+
+
+def test_plain_logs_print_the_privacy_summary_as_lines(
+    tmp_path: Path, kafka_broker: str, unique_name: str
+) -> None:
+    """`stream-dp worker --plain-logs` printed the start-up privacy accounting as a Python
+    list (``privacy=['privacy model: …', …]``); one indented line each (issue 32 item 13)."""
+    env = _worker_env(tmp_path, kafka_broker, unique_name, free_port())
+    assert cli("topics", "create", env=env).returncode == 0
+    log_path = tmp_path / "plain.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([*CLI, "worker", "--plain-logs"], env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while "worker started" not in log_path.read_text():
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log_path.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    lines = log_path.read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "worker started" in line)
+    assert "privacy=" not in lines[at] and "['" not in lines[at], lines[at]
+    assert lines[at + 1] == "  privacy:", lines[at:at + 3]
+    summary = [line.strip() for line in lines[at + 2:] if line.startswith("    ")]
+    assert summary[0] == "privacy model:           pure ε-DP, event level", summary
+    assert any(line.startswith("total per event:") for line in summary), summary

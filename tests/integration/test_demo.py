@@ -78,6 +78,13 @@ def test_demo_with_duration_shows_releases_and_exits_cleanly(tmp_path: Path) -> 
     except AssertionError as exc:
         raise AssertionError(f"{exc}{worker_problems(data)}") from None
     assert processes_mentioning(str(data)) == []
+    # the headline is the guarantee per event: h × the per-stream ε (issue 32 item 7)
+    from stream_dp.domain import Domain
+
+    h = Domain.from_file(data / "domain.toml").touches
+    assert h > 1
+    headline = f"ε = {h:g} per event (ε = 1 per stream × {h} streams each event feeds)"
+    assert headline in proc.stdout, proc.stdout[:2000]
     worker_pid = int(re.search(r"worker\s+pid (\d+)", proc.stdout).group(1))  # type: ignore[union-attr]
     assert not Path(f"/proc/{worker_pid}").exists() or "Z" in Path(
         f"/proc/{worker_pid}/status").read_text().split("State:")[1][:5]

@@ -180,8 +180,8 @@ def test_resume_skips_records_delivered_after_the_last_checkpoint(
 def test_key_fingerprint_same_key_reproduces_other_key_warns(
     kafka_broker: str, unique_name: str, tmp_path: Path
 ) -> None:
-    """Each replay goes to a fresh topic (a fresh deployment): the same key says the releases
-    are reproduced, another key that the budget is spent again. Into a topic an earlier replay
+    """Each replay goes to a fresh topic (a fresh deployment, its own noise): the same key and
+    log say the budget is spent again there, another key likewise, with a warning. Into a topic an earlier replay
     closed already (its final marker ends the partitions), replay refuses, exit 2, one line:
     a markers worker would dead-letter every event (tick_closed) and release nothing new, while
     replay used to say "bit for bit" or "spent AGAIN" (issue #24)."""
@@ -210,9 +210,12 @@ def test_key_fingerprint_same_key_reproduces_other_key_warns(
     assert len(lines) == 1 and "Traceback" not in again.stderr, again.stderr
     assert f"{topics[0]} already holds the final close marker" in lines[0]
     assert "signed with this key" in lines[0] and "nothing was sent" in lines[0]
+    # the same log under the same key into another deployment (another events topic: its own
+    # noise): said to be new releases, the budget spent again (it said "bit for bit" before)
     same = replay(topics[1])
     assert same.returncode == 0 and "same noise key" in same.stderr
-    assert "bit for bit" in same.stderr
+    assert "another deployment" in same.stderr and "spent AGAIN" in same.stderr
+    assert "bit for bit" not in same.stderr.split("another deployment")[0]
     other = replay(topics[2], "--key-file", str(key_file))
     assert other.returncode == 0 and "WARNING" in other.stderr and "spent AGAIN" in other.stderr
     assert KEY_A not in first.stderr + same.stderr + other.stdout + other.stderr
@@ -430,7 +433,7 @@ def test_the_guard_follows_the_content_not_the_file_name(
 ) -> None:
     """#23 item 7: a changed log under another name, a prefix then the full log under another
     name: refused with exit 3 and nothing sent; the very same log under another name: allowed
-    (a bit-identical replay, no new budget). Each allowed replay goes to a fresh topic (a fresh
+    (into another deployment: its own noise, the budget spent again). Each allowed replay goes to a fresh topic (a fresh
     deployment): a topic an earlier replay closed is refused on its own (exit 2, issue #24)."""
     for suffix in ("", "-copy", "-c"):
         create_topic(kafka_broker, unique_name + suffix, partitions=2)
@@ -454,10 +457,11 @@ def test_the_guard_follows_the_content_not_the_file_name(
     sent = len(read_events(kafka_broker, unique_name))
     assert sent == 200
 
-    # the same bytes under another name and folder: the same releases, no new budget
+    # the same bytes under another name and folder, into another deployment: allowed, and said
+    # to spend the budget again (that deployment draws its own noise)
     copy = write(tmp_path / "b" / "renamed.csv", rows)
     rc, status, _ = replay(copy, KEY_A, "-copy")
-    assert (rc, status["key"], status["budget"]) == (0, "same", "no_new_budget")
+    assert (rc, status["key"], status["budget"]) == (0, "same", "spent_again")
     assert len(read_events(kafka_broker, unique_name + "-copy")) == 200
 
     # one event removed, under a third name: the difference would be published exactly
@@ -541,6 +545,12 @@ def test_one_key_replays_one_log_per_deployment(
     assert [[d["topic"] for d in e["deployments"]] for e in entries] == [
         [first_topic], [second_topic]]
     assert len({d["cluster"] for e in entries for d in e["deployments"]}) == 1
+    # the same log into a third deployment, which draws its own noise: the budget is spent
+    # again, and said so (it said "no_new_budget" before the history knew deployments)
+    create_topic(kafka_broker, f"{first_topic}-third", partitions=2)
+    rc, status, err = replay(original, f"{first_topic}-third")
+    assert (rc, status["key"], status["budget"]) == (0, "same", "spent_again"), err
+    assert "spent AGAIN" in err
 
 
 def test_no_key_open_key_file_or_no_public_end_sends_nothing(

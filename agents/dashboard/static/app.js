@@ -17,6 +17,8 @@
     source: null,
     messages: 0,
     lastTick: null,
+    budgetUnits: [["stream", 1]],  // [unit, multiplier of a record's budget] (snapshot)
+    meta: {},               // strategy, p, privacy, … of the newest streams (live rows carry none)
   };
 
   const $ = (id) => document.getElementById(id);
@@ -44,7 +46,7 @@
   function addPoint(name, row, meta) {
     let s = state.series.get(name);
     if (!s) {
-      s = { meta: meta || {}, points: [] };
+      s = { meta: meta || state.meta, points: [] };
       state.series.set(name, s);
       listDirty = true;
     }
@@ -62,7 +64,13 @@
 
   function autoSelect() {
     if (state.userSelected) return;
-    const names = [...state.series.keys()].sort((a, b) => a.length - b.length || (a < b ? -1 : 1));
+    // only series still being released: a binary-attribute deployment re-decides its tables
+    // every epoch, and the cells of an earlier epoch's tables stop at that epoch's last tick
+    const fresh = [...state.series.entries()].filter(([, s]) => {
+      const pts = s.points;
+      return pts.length && state.lastTick !== null && pts[pts.length - 1][0] >= state.lastTick - 1;
+    }).map(([name]) => name);
+    const names = fresh.sort((a, b) => a.length - b.length || (a < b ? -1 : 1));
     const want = names.slice(0, 4);
     if (want.join("\n") !== state.selected.join("\n")) {
       state.selected = want;
@@ -146,6 +154,18 @@
     $("no-data").style.display = state.series.size ? "none" : "";
   }
 
+  // a record's privacy is its stream's budget; one event feeds several streams, so the
+  // guarantee per event is that times the multiplier the server sends (budget_units)
+  function budgetLabel(privacy) {
+    if (!privacy) return "";
+    const pure = privacy.model === "pure";
+    const v = Number(pure ? privacy.epsilon : privacy.rho);
+    if (!isFinite(v)) return "";
+    const sym = pure ? "ε" : "ρ";
+    return state.budgetUnits
+      .map(([unit, k]) => `${sym}=${Number((k * v).toPrecision(6))} per ${unit}`).join(" · ");
+  }
+
   function drawChart(card, s) {
     const svg = card.querySelector("svg");
     svg.textContent = "";
@@ -156,7 +176,7 @@
     if (!pts.length) { latest.textContent = "no releases yet"; return; }
     const last = pts[pts.length - 1];
     const meta = s.meta || {};
-    const priv = meta.privacy ? (meta.privacy.model === "pure" ? `ε=${meta.privacy.epsilon}` : `ρ=${meta.privacy.rho}`) : "";
+    const priv = budgetLabel(meta.privacy);
     latest.textContent = `tick ${last[0]}: ${fmt(last[2])} ± ${fmt(last[3])}  ${meta.strategy || ""} ${priv}`;
 
     const W = 400, H = 170, L = 44, R = 6, T = 8, B = 18;
@@ -255,7 +275,7 @@
     const nodes = (h.nodes || []).filter((n) => String(n.stream).startsWith(state.prefix));
     const diag = h.diagnostics || {};
     $("hist-meta").textContent = `tick ${h.tick} · ${h.consistent ? "consistent" : "not consistent"} · ` +
-      `${diag.iterations ?? "?"} iterations · residual ${diag.residual !== undefined ? Number(diag.residual).toExponential(1) : "?"}`;
+      `${diag.iterations ?? "?"} iteration${diag.iterations === 1 ? "" : "s"} · residual ${diag.residual !== undefined ? Number(diag.residual).toExponential(1) : "?"}`;
     box.dataset.tick = String(h.tick);
     const max = Math.max(1e-9, ...nodes.map((n) => Math.max(n.value, n.noisy)));
     const isGrid = nodes.some((n) => String(n.stream).includes("|"));
@@ -333,6 +353,9 @@
       }
       if (snap.histogram) state.histogram = snap.histogram;
       if (snap.marginals) state.marginals = snap.marginals;
+      if (Array.isArray(snap.budget_units) && snap.budget_units.length) state.budgetUnits = snap.budget_units;
+      if (snap.meta) state.meta = snap.meta;
+      if (snap.status && Number.isFinite(snap.status.messages)) state.messages = snap.status.messages;
       applyStatus(snap.status);
       listDirty = chartsDirty = histDirty = true;
       schedule();
@@ -359,6 +382,7 @@
       renderStatus("live", "live");
       schedule();
     });
+    src.addEventListener("meta", (ev) => { state.meta = JSON.parse(ev.data); });
     src.addEventListener("status", (ev) => applyStatus(JSON.parse(ev.data)));
   }
 
