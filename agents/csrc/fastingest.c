@@ -314,7 +314,9 @@ static int bucket_add(PyObject *bucket, PyObject *nodes, long long u, PyObject *
  * looks keys up in the dict otherwise. Python 3.14 dropped the version tag: there the index
  * refuses to be built (NotImplementedError) and the dict lookup is used. */
 
-#if PY_VERSION_HEX < 0x030E0000
+/* SDP_NO_DICT_VERSION (a -D flag) builds the 3.14 behaviour on an older Python: the test of the
+ * fallback (tests/unit/test_fastingest_build.py) has no 3.14 interpreter to run on. */
+#if PY_VERSION_HEX < 0x030E0000 && !defined(SDP_NO_DICT_VERSION)
 #define SDP_HAVE_DICT_VERSION 1
 static uint64_t dict_version(PyObject *d) {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -403,10 +405,27 @@ typedef struct {
 
 static PyTypeObject KeyIndexType;
 
+/* CPython's keyed hash of a buffer, the one hash(bytes) gives. Public from 3.14
+ * (Py_HashBuffer); before, _Py_HashBytes, exported by libpython in every version but declared
+ * by a public header only up to 3.12 (3.13 moved it to the internal pycore_pyhash.h). Without a
+ * prototype C assumes it returns int: on 3.13 the 64-bit hash came back cut to 32 bits and
+ * sign-extended, so the slot tag (its upper half) stopped filtering. Declared here with its
+ * exact signature; the build uses -Werror=implicit-function-declaration (setup.py) so a missing
+ * declaration can never compile again, and tests/unit/test_key_index.py checks that the hash
+ * equals hash(bytes) to all 64 bits. */
+#if PY_VERSION_HEX >= 0x030E0000
+#define SDP_HASH_BYTES(p, n) Py_HashBuffer((p), (n))
+#else
+#if PY_VERSION_HEX >= 0x030D0000
+PyAPI_FUNC(Py_hash_t) _Py_HashBytes(const void *, Py_ssize_t);
+#endif
+#define SDP_HASH_BYTES(p, n) _Py_HashBytes((p), (n))
+#endif
+
 static inline uint64_t ki_hash(const char *p, Py_ssize_t n) {
     /* CPython's keyed SipHash of the bytes (PYTHONHASHSEED): the keys of records are chosen by
      * writers, and a keyed hash keeps them from aiming at one probe sequence */
-    return (uint64_t)_Py_HashBytes(p, n);
+    return (uint64_t)SDP_HASH_BYTES(p, n);
 }
 
 static inline int ki_equal(const KeyIndex *ix, const KEntry *e, const char *p, Py_ssize_t n) {
@@ -1370,7 +1389,19 @@ static PyObject *fi_dict_columns(PyObject *mod, PyObject *arg) {
     return Py_BuildValue("NN", kb, vb);
 }
 
+static PyObject *fi_key_hash(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "key_hash() takes bytes");
+        return NULL;
+    }
+    return PyLong_FromLongLong((long long)(int64_t)ki_hash(PyBytes_AS_STRING(arg),
+                                                          PyBytes_GET_SIZE(arg)));
+}
+
 static PyMethodDef module_methods[] = {
+    {"key_hash", fi_key_hash, METH_O,
+     "key_hash(data) -> int: the key index's hash of the bytes (equal to hash(data))."},
     {"blake2b", fi_blake2b, METH_VARARGS,
      "blake2b(key, data, digest_size=16) -> bytes: keyed BLAKE2b (the vendored C code)."},
     {"set_record_factory", fi_set_record_factory, METH_O,
