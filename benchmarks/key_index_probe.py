@@ -11,7 +11,12 @@ undeclared keys and the worst undeclared keys, next to what the pure path spends
 record with an undeclared key (``IngestState.process_batch``: the scanner hands such a
 record to the pure path, which dead-letters it).
 
-Usage: python benchmarks/key_index_probe.py [--keys N] [--candidates M] [--reps R]
+``--probes P`` keys per timed set (default 1000: they stay in the caches between repetitions;
+100000 and more spread over the index's ~56 MB at 10^6 keys, so every lookup misses the caches,
+as a worker's lookups do). ``key_hash`` says which build ran (``agents.ingest._fastingest.key_hash``
+must equal ``hash(bytes)``; a build that cuts it to 32 bits, issue 38, says so).
+
+Usage: python benchmarks/key_index_probe.py [--keys N] [--candidates M] [--reps R] [--probes P]
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,6 +54,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=200_000)
     ap.add_argument("--candidates", type=int, default=2_000_000)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--probes", type=int, default=1000)
     a = ap.parse_args()
     leaves = [f"r{i % 97}/s{i}" for i in range(a.keys)]
     router = Router(Domain.from_paths(leaves), 1)
@@ -73,12 +80,15 @@ def main() -> None:
             dist[j] = run + 1
     cands = [f"zz/{n}".encode() for n in range(a.candidates)]
     scored = sorted(cands, key=lambda c: dist[hash(c) & mask], reverse=True)
-    worst = scored[:1000]
-    rnd = cands[:1000]
-    dec = [k.encode() for k in list(declared)[:1000]]
+    worst = scored[:a.probes]
+    rnd = cands[:a.probes]
+    dec = [k.encode() for k in list(declared)[:a.probes]]
+    full = all(_fastingest.key_hash(k) == hash(k) for k in rnd[:100])
+    print(f"Python {sys.version.split()[0]}, key_hash "
+          f"{'= hash(bytes), 64 bits' if full else '!= hash(bytes): cut to 32 bits'}")
     probes = {"declared": dec, "random undeclared": rnd, "worst undeclared": worst}
     print(f"keys {len(declared)}, slots {size}, longest run {max(dist) - 1}, "
-          f"mean probe (worst 1000 of {a.candidates}) "
+          f"mean probe (worst {len(worst)} of {a.candidates}) "
           f"{sum(dist[hash(c) & mask] for c in worst) / len(worst):.1f} slots, "
           f"(random) {sum(dist[hash(c) & mask] for c in rnd) / len(rnd):.2f} slots")
     for name, keys in probes.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +19,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--stress", type=int, default=0, metavar="N",
         help="stress mode: run every test marked 'crash' or 'stress' N times (tests marked "
              "'stress' run only in this mode); keep the logs of failures with --basetemp DIR")
+
+
+#: Opt-out of the check below, for platforms without a C compiler (docs: README, "Development")
+ALLOW_PURE_ENV = "STREAM_DP_TEST_ALLOW_PURE"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Fail the run when the compiled ingest path is missing: ``pip install`` goes on without it
+    (it is optional) and the tests comparing it with the pure path would only be skipped, so a
+    build broken by a compiler or a Python version would pass unnoticed (issue 38)."""
+    if os.environ.get(ALLOW_PURE_ENV, "") not in ("", "0"):
+        return
+    from agents.ingest.records import FAST_PATH_STATUS, _fastingest
+
+    if _fastingest is None:
+        raise pytest.UsageError(
+            f"{FAST_PATH_STATUS}; the compiled-vs-pure tests need it: rebuild with "
+            f"`pip install -v -e .` to see the compiler's error, or set {ALLOW_PURE_ENV}=1 "
+            "where no C compiler is expected")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

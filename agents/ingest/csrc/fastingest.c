@@ -1,4 +1,4 @@
-/* agents._fastingest: the compiled fast path of the ingest hot loop (agents.ingest).
+/* agents.ingest._fastingest: the compiled fast path of the ingest hot loop (agents.ingest).
  *
  * ``Scanner.scan`` walks a batch of records and handles, a record at a time, exactly the
  * records that the pure-Python fast path of ``IngestState.process_batch`` accepts without any
@@ -314,7 +314,9 @@ static int bucket_add(PyObject *bucket, PyObject *nodes, long long u, PyObject *
  * looks keys up in the dict otherwise. Python 3.14 dropped the version tag: there the index
  * refuses to be built (NotImplementedError) and the dict lookup is used. */
 
-#if PY_VERSION_HEX < 0x030E0000
+/* SDP_NO_DICT_VERSION (a -D flag) builds the 3.14 behaviour on an older Python: the test of the
+ * fallback (tests/unit/test_fastingest_build.py) has no 3.14 interpreter to run on. */
+#if PY_VERSION_HEX < 0x030E0000 && !defined(SDP_NO_DICT_VERSION)
 #define SDP_HAVE_DICT_VERSION 1
 static uint64_t dict_version(PyObject *d) {
 #if PY_VERSION_HEX >= 0x030C0000
@@ -403,10 +405,27 @@ typedef struct {
 
 static PyTypeObject KeyIndexType;
 
+/* CPython's keyed hash of a buffer, the one hash(bytes) gives. Public from 3.14
+ * (Py_HashBuffer); before, _Py_HashBytes, exported by libpython in every version but declared
+ * by a public header only up to 3.12 (3.13 moved it to the internal pycore_pyhash.h). Without a
+ * prototype C assumes it returns int: on 3.13 the 64-bit hash came back cut to 32 bits and
+ * sign-extended, so the slot tag (its upper half) stopped filtering. Declared here with its
+ * exact signature; the build uses -Werror=implicit-function-declaration (setup.py) so a missing
+ * declaration can never compile again, and tests/unit/test_key_index.py checks that the hash
+ * equals hash(bytes) to all 64 bits. */
+#if PY_VERSION_HEX >= 0x030E0000
+#define SDP_HASH_BYTES(p, n) Py_HashBuffer((p), (n))
+#else
+#if PY_VERSION_HEX >= 0x030D0000
+PyAPI_FUNC(Py_hash_t) _Py_HashBytes(const void *, Py_ssize_t);
+#endif
+#define SDP_HASH_BYTES(p, n) _Py_HashBytes((p), (n))
+#endif
+
 static inline uint64_t ki_hash(const char *p, Py_ssize_t n) {
     /* CPython's keyed SipHash of the bytes (PYTHONHASHSEED): the keys of records are chosen by
      * writers, and a keyed hash keeps them from aiming at one probe sequence */
-    return (uint64_t)_Py_HashBytes(p, n);
+    return (uint64_t)SDP_HASH_BYTES(p, n);
 }
 
 static inline int ki_equal(const KeyIndex *ix, const KEntry *e, const char *p, Py_ssize_t n) {
@@ -586,7 +605,7 @@ PyDoc_STRVAR(KeyIndex_doc,
 
 static PyTypeObject KeyIndexType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "agents._fastingest.KeyIndex",
+    .tp_name = "agents.ingest._fastingest.KeyIndex",
     .tp_basicsize = sizeof(KeyIndex),
     .tp_dealloc = (destructor)KeyIndex_dealloc,
     .tp_as_sequence = &KeyIndex_as_sequence,
@@ -1000,7 +1019,7 @@ PyDoc_STRVAR(Scanner_doc,
 
 static PyTypeObject ScannerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "agents._fastingest.Scanner",
+    .tp_name = "agents.ingest._fastingest.Scanner",
     .tp_basicsize = sizeof(Scanner),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = Scanner_doc,
@@ -1239,7 +1258,7 @@ PyDoc_STRVAR(RecordBlock_doc,
 
 static PyTypeObject RecordBlockType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "agents._fastingest.RecordBlock",
+    .tp_name = "agents.ingest._fastingest.RecordBlock",
     .tp_basicsize = sizeof(RecordBlock),
     .tp_dealloc = (destructor)RecordBlock_dealloc,
     .tp_as_sequence = &RecordBlock_as_sequence,
@@ -1370,7 +1389,19 @@ static PyObject *fi_dict_columns(PyObject *mod, PyObject *arg) {
     return Py_BuildValue("NN", kb, vb);
 }
 
+static PyObject *fi_key_hash(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "key_hash() takes bytes");
+        return NULL;
+    }
+    return PyLong_FromLongLong((long long)(int64_t)ki_hash(PyBytes_AS_STRING(arg),
+                                                          PyBytes_GET_SIZE(arg)));
+}
+
 static PyMethodDef module_methods[] = {
+    {"key_hash", fi_key_hash, METH_O,
+     "key_hash(data) -> int: the key index's hash of the bytes (equal to hash(data))."},
     {"blake2b", fi_blake2b, METH_VARARGS,
      "blake2b(key, data, digest_size=16) -> bytes: keyed BLAKE2b (the vendored C code)."},
     {"set_record_factory", fi_set_record_factory, METH_O,
@@ -1385,7 +1416,7 @@ static PyMethodDef module_methods[] = {
 };
 
 static struct PyModuleDef moduledef = {
-    PyModuleDef_HEAD_INIT, "agents._fastingest",
+    PyModuleDef_HEAD_INIT, "agents.ingest._fastingest",
     "The compiled fast path of the ingest hot loop (see agents.ingest).", -1, module_methods,
 };
 

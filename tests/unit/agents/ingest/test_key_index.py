@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,23 @@ def test_the_index_answers_as_the_dict(keys: list[str], probes: list[bytes],
         assert ix.get(raw) is _as_dict_answers(d, raw)
     assert len(ix) == sum(1 for k in d if type(k) is str and _strict(
         k.encode("utf-8", "surrogatepass")) is not None)
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=80))
+def test_the_key_hash_is_pythons_hash_of_the_bytes(data: bytes) -> None:
+    """The index hashes a record's key bytes with CPython's keyed hash, ``hash(bytes)``, to all
+    64 bits (issue 38: on Python 3.13 the hash function had no prototype in the C file, so
+    the compiler took its result for an ``int`` and the hash came back cut to 32 bits)."""
+    assert fast.key_hash(data) == hash(data)
+
+
+def test_the_slot_tags_are_spread() -> None:
+    """The slot tag is the hash's upper 32 bits: it filters a probe only if those bits vary from
+    key to key. The hash cut to 32 bits and sign-extended gave two tags, 0 and 0xffffffff."""
+    assert sys.hash_info.width == 64
+    tags = {(fast.key_hash(f"r{i}/m{i % 7}".encode()) >> 32) & 0xFFFFFFFF for i in range(256)}
+    assert len(tags) > 250  # 256 keys in 2^32 tags: a collision or two at most, by chance
 
 
 def test_many_keys_long_probe_sequences_and_misses() -> None:
