@@ -15,6 +15,7 @@ themselves).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from stream_dp import cli as _library_cli
@@ -41,9 +42,15 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``stream-dp`` console script."""
-    from agents.commands._client import quiet_client_logs
+    try:
+        from agents.commands._client import quiet_client_logs
 
-    quiet_client_logs()  # connection problems are reported by the commands, in one line
+        quiet_client_logs()  # connection problems are reported by the commands, in one line
+    except KeyboardInterrupt:  # Ctrl-C while the client library is still loading
+        print("stream-dp: interrupted", file=sys.stderr)
+        if argv is None:  # this process's entry point (see stream_dp.cli._exit_interrupted)
+            _library_cli._exit_interrupted()
+        return _library_cli.EXIT_INTERRUPTED
     return _library_cli.main(argv, COMMANDS)
 
 
