@@ -51,7 +51,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv is None:  # this process's entry point (see stream_dp.cli._exit_interrupted)
             _library_cli._exit_interrupted()
         return _library_cli.EXIT_INTERRUPTED
+    problem = _environment_problem()
+    if problem is not None:
+        print(f"stream-dp: error: {problem}", file=sys.stderr)
+        return 2
     return _library_cli.main(argv, COMMANDS)
+
+
+def _environment_problem() -> str | None:
+    """Why the ``STREAM_DP_*`` variables cannot be used (a name that is no setting), or None.
+
+    Checked for every command, before anything runs: the tools read the same variables as the
+    worker (security settings, topics, the key), and a misspelt one would be ignored."""
+    import dataclasses
+    import os
+
+    from agents.config_env import check_environment
+    from agents.config_settings import Settings
+    from agents.config_values import env_var
+
+    try:
+        check_environment(os.environ, (env_var(f.name) for f in dataclasses.fields(Settings)))
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.config_env import check_environment, did_you_mean
 from agents.config_values import _check_float, _check_int, _coerce, _read_toml, env_var
 from stream_dp.budget import ZCDP, Privacy, PureDP
 
@@ -495,6 +496,8 @@ class Settings:
         ``env`` defaults to ``os.environ``. Raises ``ValueError`` naming the offending setting.
         """
         environ: Mapping[str, str] = os.environ if env is None else env
+        # a misspelt variable would otherwise leave its setting at the default, unnoticed
+        check_environment(environ, (env_var(f.name) for f in dataclasses.fields(cls)))
         values: dict[str, Any] = {}
         path = toml_path if toml_path is not None else environ.get("STREAM_DP_CONFIG") or None
         base: Path | None = None
@@ -504,7 +507,8 @@ class Settings:
             known = {f.name: f for f in dataclasses.fields(cls)}
             for key, raw in data.items():
                 if key not in known:
-                    raise ValueError(f"unknown setting {key!r} in {path}")
+                    raise ValueError(f"unknown setting {key!r} in {path}"
+                                     f"{did_you_mean(key, known)}")
                 values[key] = _coerce(key, known[key].type, raw)
         for f in dataclasses.fields(cls):
             var = env_var(f.name)
