@@ -55,8 +55,10 @@ strategy's numeric range, topics missing or with other partition counts, the web
 another worker with the same app_id and worker_id: on this host at start-up, on another
 host once the broker gives this worker's group membership to it), 3 refused: the
 events differ from the ones already released under this deployment's closing points, 4 refused:
-a checkpoint failed authentication or was written under another configuration (change the
-configuration only with a new epoch, docs/operations.md).
+a setting bound into the deployment differs from the one it was created with (checked before
+anything starts; the line names each, e.g. "epsilon: 1 (stored) vs 2 (configured)"), or a
+checkpoint failed authentication or was written under another configuration. Bound settings
+never change on a deployment: start a new one (stream-dp deployment new; docs/runbooks.md).
 
 examples:
   STREAM_DP_BOOTSTRAP=kafka-0:9092 STREAM_DP_KEY_FILE=/run/secrets/dp-key \\
@@ -442,10 +444,13 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
     return settings, key
 
 
-async def check_broker(settings: Any) -> None:
+async def check_broker(settings: Any, key: bytes | None = None) -> None:
     """Connect once and check that the topics the pipeline reads exist with the partition
-    counts of the settings. Raises aiokafka's connection error (no broker) or
-    :class:`StartupProblem` (topics), each reported in one line by :func:`run`."""
+    counts of the settings, and (with the noise ``key``) that the deployment was created with
+    these settings (:mod:`agents.deployment_settings`). Raises aiokafka's connection error (no
+    broker), :class:`StartupProblem` (topics) or
+    :class:`agents.deployment_settings.SettingsChanged`, each reported in one line by
+    :func:`run`."""
     from aiokafka import AIOKafkaConsumer
 
     from agents.commands._client import start_client
@@ -477,6 +482,13 @@ async def check_broker(settings: Any) -> None:
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
+    if key is not None:
+        from agents.config import load_domain
+        from agents.deployment_settings import check_deployment_settings
+
+        digest = str(load_domain(settings.domain_file).digest())
+        await check_deployment_settings(
+            settings, digest, key, KafkaSecurity.from_settings(settings).client_kwargs())
 
 
 class WorkerIdTaken(RuntimeError):
@@ -535,11 +547,16 @@ def run(args: argparse.Namespace) -> int:
     except WorkerIdTaken as exc:
         print(f"stream-dp worker: {exc}", file=sys.stderr)
         return 2
+    from agents.deployment_settings import SettingsChanged
+
     try:
-        asyncio.run(check_broker(settings))
+        asyncio.run(check_broker(settings, key))
     except StartupProblem as exc:
         print(f"stream-dp worker: {exc}", file=sys.stderr)
         return 2
+    except SettingsChanged as exc:  # before anything starts or is announced
+        print(f"stream-dp worker: {exc}", file=sys.stderr)
+        return 4
     except Exception as exc:
         from agents.commands._client import connection_problem, is_kafka_error
 
