@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("agents.commands.worker", "run a production worker (broker and settings from env)"),
     "broker": ("agents.commands.broker", "start or stop the embedded development broker"),
     "topics": ("agents.commands.topics", "create the service's topics with explicit partitions"),
+    "deployment": ("agents.commands.deployment", "start a new deployment: new app id, topics and key"),
     "tail": ("agents.commands.tail", "subscribe to released counts or consistent histograms"),
     "replay": ("agents.commands.replay", "replay a CSV / JSON-lines event log into the events topic"),
     "simulate": ("agents.commands.simulate", "generate deterministic synthetic event logs or live traffic"),
