@@ -48,7 +48,7 @@ time, Kafka record timestamp). With schedule = "markers" ticks close at the clos
 fresh one of the same deployment, follows them and refuses a log that differs from the one
 released (exit status 3).
 
-Exit status: 0 stopped by a signal, 1 a part failed (also: no broker at the bootstrap address,
+Exit status: 0 stopped by a signal (also while still starting: one line), 1 a part failed (also: no broker at the bootstrap address,
 a count beyond the strategy's numeric range), 2 bad settings (also: origin more than
 max_backlog_ticks ticks in the past on the clock schedule, cap x max_events_per_tick beyond the
 strategy's numeric range, topics missing or with other partition counts, the web port in use,
@@ -337,10 +337,10 @@ def _report_failure(name: str, exc: BaseException) -> int:
 
 _REFUSED_HINT = (
     "The broker holds checkpoints of another deployment under these topic names (another noise "
-    "key, epoch or setting). A development broker keeps its data between runs: start a fresh "
+    "key or setting). A development broker keeps its data between runs: start a fresh "
     "one (stream-dp broker stop; stream-dp broker start --data-dir NEW_DIR) or use a new "
-    "app_id and topics; in production change settings only with a new epoch "
-    "(docs/runbooks.md)"
+    "app_id and topics; in production change settings or keys only with a new deployment "
+    "(stream-dp deployment new; docs/runbooks.md)"
 )
 
 
@@ -535,6 +535,31 @@ def claim_worker_id(settings: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    # SIGTERM / SIGINT before _main installs the graceful handler (start-up checks, connecting):
+    # a stop like any other, exit 0, never the default action's silent death (status 143)
+    previous = {sig: signal.signal(sig, _stop_during_startup)
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _run(args)
+    except _StoppedDuringStartup:
+        print("stream-dp worker: stopped by a signal before it started", file=sys.stderr)
+        return 0
+    except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C during shutdown
+        return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _StoppedDuringStartup(BaseException):
+    """SIGTERM or SIGINT before the worker's own handler is installed."""
+
+
+def _stop_during_startup(signum: int, frame: object) -> None:
+    raise _StoppedDuringStartup
+
+
+def _run(args: argparse.Namespace) -> int:
     from agents.logs import configure_logging, register_secret
 
     try:
@@ -580,7 +605,5 @@ def run(args: argparse.Namespace) -> int:
     except StartupProblem as exc:  # e.g. the web port is taken
         log.error("cannot start: %s", exc)
         return 2
-    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
-        return 130
     finally:
         claim.close()

@@ -147,3 +147,54 @@ def test_a_full_disk_is_one_line(argv: list[str], tmp_path: Path) -> None:
 def test_simulate_format_it_cannot_tell_is_bad_usage(tmp_path: Path) -> None:
     proc = run_cli("simulate", "restaurant", "--out", "events.log", cwd=tmp_path)
     assert_one_line(proc, 2, "cannot tell the format", "--format")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_worker_stopped_during_start_up_exits_0_in_one_line(
+        tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGTERM while the worker still connects (a broker that accepts and never answers): a stop
+    like any other, exit 0 with one line — it used to die of the signal (status -15) when the
+    signal came before the worker's own handler was installed (guide §1 run again)."""
+    import socket
+
+    from tests.unit.test_operations_cli import KEY
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    domain = tmp_path / "domain.toml"
+    domain.write_text('name = "d"\nkind = "flat"\nstreams = ["a", "b"]\n')
+    env = _env(STREAM_DP_BOOTSTRAP=f"127.0.0.1:{silent.getsockname()[1]}", STREAM_DP_KEY=KEY,
+               STREAM_DP_ORIGIN="0", STREAM_DP_DOMAIN_FILE=str(domain),
+               STREAM_DP_SCHEDULE="markers")
+    try:
+        proc = subprocess.Popen([*CLI, "worker"], env=env, cwd=tmp_path, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not _connected(silent) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()
+        time.sleep(0.5)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        silent.close()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert proc.returncode == 0, (proc.returncode, err[-3000:])
+    assert lines == ["stream-dp worker: stopped by a signal before it started"], err[-3000:]
+
+
+def _connected(server: object) -> bool:
+    """True once a client connected to the listening ``server`` socket (waits up to 0.2 s)."""
+    import select
+    import socket
+
+    assert isinstance(server, socket.socket)
+    ready, _, _ = select.select([server], [], [], 0.2)
+    if ready:
+        conn, _ = server.accept()
+        _KEEP.append(conn)  # keep it open and silent
+        return True
+    return False
+
+
+_KEEP: list[object] = []
