@@ -88,21 +88,35 @@ def _one_line(err: str) -> str:
 
 
 def test_broker_gone_is_one_line_exit_1_and_resumable(tmp_path: Path) -> None:
+    """The broker freezes (SIGSTOP: connections stay open, nothing is answered — the hang of
+    the issue), the replay gives up in one line, the broker thaws and the same command
+    completes the log with every event exactly once.
+
+    Frozen, not stopped and restarted: under load, one run of the stop-and-restart variant
+    missed 3 consecutive records (one produce request) that the replay had checkpointed as
+    acknowledged, i.e. the development broker acknowledged them and did not keep them across its
+    SIGTERM stop (its exact cause inside noida-db is not established; docs/operations.md,
+    "durability limits"). No producer can repair a lost acknowledged record, and it is not what
+    this test is about."""
     broker = EmbeddedBroker(data_dir=tmp_path / "broker")
     broker.start()
+    assert broker.proc is not None
     try:
         create_topic(broker.bootstrap, TOPIC)
         log = _log(tmp_path)
         child = _start_replay(log, broker.bootstrap)
         _wait_progress(log, child, 300)
-        broker.stop()
-        rc, err, _ = _finish(child, 90)
+        os.killpg(broker.proc.pid, signal.SIGSTOP)
+        try:
+            rc, err, _ = _finish(child, 90)
+        finally:
+            os.killpg(broker.proc.pid, signal.SIGCONT)
         line = _one_line(err)
         assert rc == 1, err
         assert line.startswith("stream-dp replay: the broker at "), line
         assert "acknowledged nothing for 5 s" in line and "run the same command" in line, line
 
-        broker.start()
+        time.sleep(2.0)  # the thawed broker answers what it had received before the freeze
         again = stream_dp("replay", str(log), "--bootstrap", broker.bootstrap, "--topic", TOPIC,
                           "--until", UNTIL, check=True)
         assert "resuming" in again.stderr
