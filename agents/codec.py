@@ -21,7 +21,7 @@ Rejection reasons (the ``reason`` of ``dp.events.dlq``):
 | ``before_origin`` | ``ts`` before the start of tick 1 |
 | ``future`` | ``ts`` more than ``max_future_skew_s`` ahead of the record's Kafka timestamp |
 | ``too_old`` | record timestamp more than ``max_event_age_s`` after ``ts`` (if enabled) |
-| ``no_timestamp`` | the record has no Kafka timestamp (clock schedule) |
+| ``no_timestamp`` | the record has no Kafka timestamp (-1, or none in message format v0; clock schedule) |
 | ``late`` | the record's timestamp is at or after its tick's deadline (tick end + lateness) |
 | ``tick_closed`` | the event's tick closed before the record's offset (its release is out) |
 | ``value_not_integer`` | a fractional ``value`` with the ``naive-int`` strategy (whole numbers only) |

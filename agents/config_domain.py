@@ -51,7 +51,12 @@ def _load_domain(path: str | os.PathLike[str]) -> Any:
 
 def check_attribute_settings(settings: Settings, domain: Any) -> None:
     """Refuse settings a binary-attribute domain cannot run under (``ValueError``): it needs
-    pure DP, one release shard and no compact topic; every event counts 1 (cap 1)."""
+    pure DP, one release shard and no compact topic; every event counts 1 (cap 1).
+
+    Also checks the numeric range of the mechanism its table banks really run (at ε_t, not ε;
+    :func:`stream_dp.attributes.live.check_live_range`) against ``max_events_per_tick``, the
+    bound every table cell's count is clipped to. ``naive-int`` is accepted: every cell count
+    is a whole number of events, which is all it needs (``auto`` picks it at the defaults)."""
     if getattr(domain, "kind", "") != "binary":
         return
     problems = []
@@ -61,8 +66,16 @@ def check_attribute_settings(settings: Settings, domain: Any) -> None:
         problems.append("shards = 1 (its tables are small: one shard releases them all)")
     if settings.compact_topic:
         problems.append("no compact_topic (its tables are published as dp.tables.v1 records)")
-    if settings.strategy == "naive-int":
-        problems.append("a strategy other than naive-int")
     if problems:
         raise ValueError(f"a binary-attribute domain ({domain.name!r}) needs "
                          + "; ".join(problems))
+    from agents.release import attribute_config
+    from stream_dp.attributes.live import check_live_range
+
+    try:
+        check_live_range(attribute_config(settings, domain))
+    except ValueError as exc:
+        raise ValueError(
+            f"binary-attribute domain {domain.name!r} (max_events_per_tick = "
+            f"{settings.max_events_per_tick}, attribute_bootstrap_fraction = "
+            f"{settings.attribute_bootstrap_fraction:g}): {exc}") from None

@@ -28,8 +28,9 @@ OTHER_VARIABLES: dict[str, tuple[str, str]] = {
     "STREAM_DP_BROKER_DIR": ("`stream-dp broker`", "data folder of the embedded development "
                              "broker (default `$XDG_DATA_HOME/stream-dp/broker`)"),
     "STREAM_DP_REPLAY_HISTORY": ("replay", "the replay history file (per key, every log content "
-                                 "replayed; default `$XDG_STATE_HOME/stream-dp/"
-                                 "replay-history.json`); `--history-file` overrides it"),
+                                 "replayed and the deployments it went to; default "
+                                 "`$XDG_STATE_HOME/stream-dp/replay-history.json`); "
+                                 "`--history-file` overrides it"),
     "STREAM_DP_PURE_INGEST": ("worker", "1: ingest on the pure-Python path instead of the "
                               "compiled extension (identical results, slower; for diagnosis)"),
 }

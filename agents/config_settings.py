@@ -275,10 +275,14 @@ class Settings:
         "Declared maximum number of events one released stream receives in one tick (all "
         "events partitions together), at most 2^29. Each stream's count in a tick is clipped to "
         "cap × this before it is released (clipping never raises the sensitivity; clipped "
-        "stream-ticks are counted in the metric stream_dp_clipped_total), so a burst can never "
+        "stream-ticks are counted in the operator-only metric stream_dp_clipped_total, exported "
+        "with metrics_event_counts = 1), so a burst can never "
         "stop or change the releases except through the noisy value. The worker refuses at "
         "start-up a configuration in which cap × this exceeds the strategy's numeric range "
-        "(docs/accuracy.md, 'Numeric range').",
+        "(docs/accuracy.md, 'Numeric range'). Binary-attribute domains: each table cell's "
+        "count in a tick is clipped to this, and the range checked is that of the tables' "
+        "counters at their per-table budget, for every epoch (docs/guide.md, 'High-dimensional "
+        "binary attributes').",
     )
     leader_topic: str = _s(
         "",
@@ -374,9 +378,11 @@ class Settings:
     )
     metrics_event_counts: int = _s(
         0,
-        "1 exports the raw event counters (`stream_dp_events_total`, "
-        "`stream_dp_dead_letters_total`, `stream_dp_consumer_lag_messages`) on /metrics. They are "
-        "exact counts without noise: operator data, never for publication (docs/privacy.md). 0 "
+        "1 exports the operator-only metrics that move with raw counts "
+        "(`stream_dp_events_total`, `stream_dp_dead_letters_total`, "
+        "`stream_dp_consumer_lag_messages`, `stream_dp_clipped_total`, "
+        "`stream_dp_ingest_checkpoint_seconds`) on /metrics. They are exact counts without noise "
+        "(or a raw threshold bit): operator data, never for publication (docs/privacy.md). 0 "
         "(default) keeps them off the endpoint.",
     )
     max_memory_mb: int = _s(

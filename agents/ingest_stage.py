@@ -44,9 +44,12 @@ class IngestStage(_Stage):
 
     async def start(self) -> None:
         from agents.fetch_backoff import pace
-        from agents.topics import check_events_topic
+        from agents.topics import check_events_topic, check_internal_topics
 
         await check_events_topic(self.s.bootstrap, self.s)
+        # every entry point (stream-dp worker checks before it starts, too): a retention on the
+        # schedule or checkpoint topics would lose the nonce, the closing points or the state
+        await check_internal_topics(self.s.bootstrap, self.s)
         log.info("%s", FAST_PATH_STATUS)  # compiled ingest fast path, or why not
         await super().start()
         pace(self.consumer, INGEST_IDLE_GROWTH)
@@ -335,7 +338,7 @@ class IngestStage(_Stage):
             await self._recover(p, exc)
             return
         m = self.w.metrics
-        m.checkpoint_written(time.monotonic() - t0)
+        m.ingest_checkpoint_written(time.monotonic() - t0)
         if out.accepted:
             m.event_accepted(out.accepted)
         if out.late:
@@ -348,9 +351,13 @@ class IngestStage(_Stage):
             m.event_dead_lettered(reason, n)
         closed = sum(1 for _, rej, _, _ in out.dead_letters if rej.reason == "tick_closed")
         if closed:
-            # counted as late in the metrics, but never silent: on a markers deployment this is
-            # a log replayed again into the same topic (rate-limited like every warning)
             self.w.stats["tick_closed"] += closed
+        if closed and s.metrics_event_counts:
+            # whether a record reached its partition after its tick closed is a raw fact of the
+            # data (one late event more or less decides it), like the event counters: the line is
+            # operator-only (metrics_event_counts); by default the dead letters themselves (the
+            # dead-letter topic, `stream-dp tail dlq`) say it, and replay refuses a second copy
+            # of a replayed log up front (rate-limited like every warning)
             log.warning("ingest partition %d: %d events for ticks already closed (next open tick "
                         "%d) went to %s as tick_closed (%d so far): %s", p, closed,
                         state.next_tick, s.dlq_topic, self.w.stats["tick_closed"],

@@ -496,6 +496,11 @@ class IngestState:
                 value = r.value
                 rts_ms = getattr(r, "timestamp", -1)
                 rtype = getattr(r, "timestamp_type", 0)
+                if rts_ms is None or rtype is None:
+                    # a message-format v0 record (aiokafka: timestamp and type None): no Kafka
+                    # timestamp, like -1; the compiled path hands such records over to here
+                    rts_ms = -1
+                    rtype = 0 if rtype is None else rtype
                 headers = getattr(r, "headers", ())
                 if headers and _is_marker(headers):
                     # A close marker belongs to the range it closes: digest it, then close after it.

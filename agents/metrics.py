@@ -2,12 +2,19 @@
 
 Conventions (Prometheus naming guide): base units (seconds, messages), ``_total`` counters, and
 **no per-stream labels** — labels only take values from small fixed sets (``result``, ``reason``).
-Raw per-stream counts are never exported (DESIGN.md §2.6). The **event counters**
-(``stream_dp_events_total``, ``stream_dp_dead_letters_total``, ``stream_dp_consumer_lag_messages``)
-are exact totals of events without noise, i.e. raw counts: with one declared stream, the accepted
-total *is* that stream's count. They are operator data, never for publication, and the worker
-exports them only when ``metrics_event_counts = 1`` (``Metrics(event_counts=...)``); otherwise they
-are kept on a private registry that no endpoint renders.
+Raw per-stream counts are never exported (DESIGN.md §2.6). The **operator-only counters**
+(:data:`EVENT_COUNT_METRICS`: ``stream_dp_events_total``, ``stream_dp_dead_letters_total``,
+``stream_dp_consumer_lag_messages``, ``stream_dp_clipped_total`` and
+``stream_dp_ingest_checkpoint_seconds``) move with raw counts: the first three are exact totals of
+events without noise (with one declared stream, the accepted total *is* that stream's count);
+``stream_dp_clipped_total`` moves exactly when one stream's raw count in one tick reaches
+``cap × max_events_per_tick`` (one event more or less decides it); and the number of ingest
+checkpoints follows the arrival of records (a quiet partition writes none). They are operator
+data, never for publication, and the worker exports them only when ``metrics_event_counts = 1``
+(``Metrics(event_counts=...)``); otherwise they are kept on a private registry that no endpoint
+renders. Every exported series follows the public schedule and the noisy releases only
+(``tests/integration/test_metrics_neighbours.py`` compares the whole exposition of two runs on
+neighbouring logs).
 
 Each :class:`Metrics` owns its own :class:`~prometheus_client.CollectorRegistry`, so several
 workers (or tests) in one process never collide; :meth:`Metrics.exposition` renders it for
@@ -24,7 +31,10 @@ name                                       type       meaning
 ``stream_dp_ticks_released_total``         counter    ticks released by this worker (all its streams)
 ``stream_dp_releases_total``               counter    (stream, tick) values published
 ``stream_dp_tick_latency_seconds``         histogram  tick end (event time) → release published
-``stream_dp_checkpoint_seconds``           histogram  time to write one checkpoint
+``stream_dp_checkpoint_seconds``           histogram  time to write one release checkpoint (one per
+                                                      release commit: follows the schedule)
+``stream_dp_ingest_checkpoint_seconds``    histogram  time to write one ingest checkpoint (operator
+                                                      only: written when records arrive)
 ``stream_dp_consumer_lag_messages``        gauge      input messages behind the log end, summed over
                                                       the worker's assigned partitions
 ``stream_dp_ready``                        gauge      1 when state is restored and not rebalancing
@@ -43,7 +53,8 @@ name                                       type       meaning
                                                       the topic's limit), unsolvable; the agent
                                                       skips the tick and goes on (no restart loop)
 ``stream_dp_clipped_total``                counter    (stream, tick)s clipped to
-                                                      cap × max_events_per_tick (releases go on)
+                                                      cap × max_events_per_tick (releases go on;
+                                                      operator only: a raw threshold bit)
 ``stream_dp_release_errors_total{reason}`` counter    fatal release errors; ``reason`` ∈ overflow
                                                       (counts beyond the strategy's numeric range),
                                                       checkpoint_refused (tampered / other key /
@@ -69,11 +80,14 @@ from prometheus_client import (
 )
 from prometheus_client.process_collector import ProcessCollector
 
-#: Metrics that are raw event counts: exported only with ``Metrics(event_counts=True)``.
+#: Metrics that move with raw counts (operator only): exported only with
+#: ``Metrics(event_counts=True)``, i.e. ``metrics_event_counts = 1``.
 EVENT_COUNT_METRICS: Final = (
     "stream_dp_events_total",
     "stream_dp_dead_letters_total",
     "stream_dp_consumer_lag_messages",
+    "stream_dp_clipped_total",
+    "stream_dp_ingest_checkpoint_seconds",
 )
 
 #: The ``result`` label's values of ``stream_dp_events_total``.
@@ -149,9 +163,17 @@ class Metrics:
         )
         self.checkpoint_seconds = Histogram(
             "stream_dp_checkpoint_seconds",
-            "Seconds to write one checkpoint (state and input offsets).",
+            "Seconds to write one release checkpoint (state and input offsets).",
             buckets=DURATION_BUCKETS,
             registry=r,
+        )
+        # ingest commits happen when records arrive: their number is an arrival count
+        self.ingest_checkpoint_seconds = Histogram(
+            "stream_dp_ingest_checkpoint_seconds",
+            "Seconds to write one ingest checkpoint (operator only: one per commit of arrived "
+            "records).",
+            buckets=DURATION_BUCKETS,
+            registry=raw,
         )
         self.consumer_lag = Gauge(
             "stream_dp_consumer_lag_messages",
@@ -204,8 +226,8 @@ class Metrics:
         self.clipped = Counter(
             "stream_dp_clipped",
             "(stream, tick)s whose count reached the clip cap × max_events_per_tick (operator "
-            "only; the release goes on with the clipped count). No per-stream labels.",
-            registry=r,
+            "only: a raw threshold bit; the release goes on with the clipped count).",
+            registry=raw,
         )
         self.release_errors = Counter(
             "stream_dp_release_errors",
@@ -244,8 +266,12 @@ class Metrics:
         self.tick_latency.observe(max(0.0, float(latency_seconds)))
 
     def checkpoint_written(self, seconds: float) -> None:
-        """One checkpoint written in ``seconds``."""
+        """One release checkpoint written in ``seconds``."""
         self.checkpoint_seconds.observe(max(0.0, float(seconds)))
+
+    def ingest_checkpoint_written(self, seconds: float) -> None:
+        """One ingest checkpoint written in ``seconds`` (operator only, see the module note)."""
+        self.ingest_checkpoint_seconds.observe(max(0.0, float(seconds)))
 
     def stream_clipped(self, n: int = 1) -> None:
         """``n`` (stream, tick)s clipped to ``cap × max_events_per_tick``."""

@@ -32,7 +32,8 @@ log = logging.getLogger("agents.pipeline_processes")
 
 #: methods of :class:`agents.metrics.Metrics` the pipeline calls (relayed to the parent)
 _RELAYED = frozenset({"event_accepted", "stream_clipped", "event_dead_lettered", "event_late", "tick_released",
-                      "checkpoint_written", "release_error", "set_consumer_lag", "set_ready"})
+                      "checkpoint_written", "ingest_checkpoint_written",
+                      "release_error", "set_consumer_lag", "set_ready"})
 
 
 class RelayMetrics:

@@ -473,7 +473,28 @@ def attribute_config(settings: Settings, domain: Any) -> Any:
         epoch_ticks=int(settings.attribute_epoch_ticks),
         bootstrap_fraction=float(settings.attribute_bootstrap_fraction),
         max_cluster=int(settings.attribute_max_cluster), strategy=settings.strategy,
+        max_cell_count=int(settings.max_events_per_tick),
     )
+
+
+def attribute_accounting(settings: Settings, domain: Any) -> dict[str, Any]:
+    """What the worker logs at start-up for a binary-attribute deployment: the ε one event
+    spends, exactly (the largest ``ε₀ + K·ε_t`` over every table count an epoch can have, as
+    its full decimal expansion; ``ε₀`` is 0 with one attribute, where no bootstrap runs), the
+    bound each table cell is clipped to and the first epoch's bank strategy."""
+    from stream_dp.attributes.live import check_live_range
+    from stream_dp.attributes.release import max_tables, worst_spent
+    from stream_dp.exact_budget import exact_decimal
+
+    c = attribute_config(settings, domain)
+    eps0 = c.bootstrap_epsilon
+    return {
+        "model": "pure", "epsilon_per_event": c.epsilon, "bootstrap_per_event": eps0,
+        "spent_per_event_exact": exact_decimal(worst_spent(c.epsilon, c.m, eps0)),
+        "tables_per_epoch_max": max_tables(c.m), "attributes": c.m,
+        "structure_epoch_ticks": c.epoch_ticks, "cell_clip_events_per_tick": c.max_cell_count,
+        "first_epoch_strategy": check_live_range(c),
+    }
 
 
 def attribute_description(settings: Settings, domain: Any, nonce: str = "") -> str:

@@ -15,6 +15,12 @@ The events topic is created with ``message.timestamp.type=LogAppendTime`` (setti
 ``events_timestamp_type``): every record then carries the broker's clock as its timestamp, which no
 producer can set, and the clock schedule reads it as the event's arrival (:mod:`agents.ticks`).
 
+The internal topics that hold state are checked at every start
+(:func:`check_internal_topics`): the schedule topic (the deployment nonce, every closing point)
+must keep ``cleanup.policy=delete``, ``retention.ms=-1``, ``retention.bytes=-1``, the checkpoint
+topics ``cleanup.policy=compact``; a retention given later, or a cluster default applied to a
+topic made by hand, is refused (exit status 2) before it can lose them.
+
 Partition counts are explicit (broker auto-create defaults differ); :func:`ensure_topics` creates
 missing topics and raises ``ValueError`` if an existing one has a different partition count,
 because ingest checkpoints and shard assignment are tied to them.
@@ -36,8 +42,12 @@ __all__ = [
     "PARTIALS",
     "RELEASE_CHECKPOINTS",
     "SCHEDULE",
+    "TopicConfigMismatch",
     "TopicSpec",
+    "check_internal_topics",
     "ensure_topics",
+    "internal_topic_problem",
+    "internal_topic_roles",
     "topic_specs",
 ]
 
@@ -239,3 +249,86 @@ async def check_events_topic(bootstrap: str, settings: Settings) -> None:
             f"the events topic {settings.events_topic!r} has message.timestamp.type={found}, "
             f"the settings say events_timestamp_type = {want}: set the topic's config "
             f"(kafka-configs --alter --add-config message.timestamp.type={want}) or the setting")
+
+
+#: What the internal topics that hold state must keep, per role: ``(config, required value,
+#: why)``. The schedule topic holds the deployment nonce and every closing point (the noise and
+#: the reproduction of a replay depend on them), the checkpoint topics the authenticated state:
+#: a retention, compaction of the schedule, or time-based deletion of a checkpoint topic loses
+#: them for good (issue #32).
+_KEEPS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "schedule": (
+        ("cleanup.policy", "delete", "it holds the deployment nonce and every closing point, "
+         "several per key, which compaction would drop"),
+        ("retention.ms", "-1", "it holds the deployment nonce and every closing point, which "
+         "must never expire"),
+        ("retention.bytes", "-1", "it holds the deployment nonce and every closing point, "
+         "which a size limit would delete"),
+    ),
+    "checkpoints": (
+        ("cleanup.policy", "compact", "it holds the stage's state, which time- or size-based "
+         "deletion would lose"),
+    ),
+}
+
+
+def internal_topic_roles(settings: Settings) -> list[tuple[str, str]]:
+    """``(topic, role)`` of the internal topics whose settings :func:`check_internal_topics`
+    checks (role: ``schedule`` or ``checkpoints``)."""
+    return [(settings.schedule_topic, "schedule"),
+            (settings.ingest_checkpoints_topic, "checkpoints"),
+            (settings.release_checkpoints_topic, "checkpoints")]
+
+
+def internal_topic_problem(topic: str, role: str, configs: dict[str, str]) -> str | None:
+    """The one-line refusal for ``topic`` (``role`` as in :func:`internal_topic_roles`) with
+    broker configs ``configs`` (name → value as DescribeConfigs reports them), or ``None``."""
+    for name, want, why in _KEEPS[role]:
+        found = configs.get(name)
+        if found is None:
+            return (f"the broker does not report {name} of the {role} topic {topic!r}, so "
+                    f"the worker cannot check it ({why}): it must be {name}={want}")
+        if found.strip().lower().replace(" ", "") != want:
+            return (f"the {role} topic {topic!r} has {name}={found}, but {why}: set it back "
+                    f"(kafka-configs --alter --entity-type topics --entity-name {topic} "
+                    f"--add-config {name}={want}); if records are gone already, the deployment "
+                    "cannot be continued: start a new one (new app_id and topics)")
+    return None
+
+
+async def check_internal_topics(bootstrap: str, settings: Settings,
+                                timeout_s: float = 30.0) -> None:
+    """Refuse internal topics whose broker-side settings would lose what they hold (a
+    retention on the schedule topic, a checkpoint topic that is not compacted only): one
+    DescribeConfigs request for all of them. Raises :class:`TopicConfigMismatch` (exit
+    status 2) naming the topic, the setting and the fix."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from agents.security import KafkaSecurity
+
+    roles = internal_topic_roles(settings)
+    names = sorted({name for keeps in _KEEPS.values() for name, _, _ in keeps})
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
+                                request_timeout_ms=int(timeout_s * 1000),
+                                **KafkaSecurity.from_settings(settings).client_kwargs())
+    await admin.start()
+    try:
+        responses = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, configs=dict.fromkeys(names))
+             for topic, _ in dict(roles).items()])
+    finally:
+        await admin.close()
+    found: dict[str, dict[str, str]] = {}
+    for resp in responses:
+        for res in resp.resources:
+            if res[0] == 3:  # UNKNOWN_TOPIC_OR_PARTITION
+                raise TopicConfigMismatch(
+                    f"topic {res[3]!r} does not exist; create the topics first (stream-dp "
+                    "topics create)")
+            found.setdefault(res[3], {}).update(
+                {str(e[0]): str(e[1]) for e in res[4] if e[1] is not None})
+    for topic, role in roles:
+        problem = internal_topic_problem(topic, role, found.get(topic, {}))
+        if problem is not None:
+            raise TopicConfigMismatch(problem)

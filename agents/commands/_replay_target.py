@@ -1,13 +1,20 @@
 """What ``stream-dp replay`` finds in the events topic before it sends anything.
 
 A markers deployment closes its ticks at the close markers a replay writes; the final one
-closes every tick up to the one containing ``--until``. A topic whose partitions already end
-with such a final marker has been replayed into before: a worker reading it dead-letters every
+closes every tick up to the one containing ``--until``. A topic whose partitions already hold
+such a final marker has been replayed into before: a worker reading it dead-letters every
 event of the closed ticks (``tick_closed``: their releases are out) and ignores markers that
 close nothing, so a second copy of a log releases nothing new — and the events of a copy that
-fall after the earlier ``--until`` would be counted twice. Replay looks at the last record of
-every partition (one fetch each) and refuses such a target up front (issue #24: replay used to
-say "budget spent again" while the worker ignored every event).
+fall after the earlier ``--until`` would be counted twice. Replay looks at the last
+:data:`TAIL_RECORDS` records of every partition and refuses such a target up front (issue #24:
+replay used to say "budget spent again" while the worker ignored every event); records a writer
+appends after the genuine final marker do not hide it (issue #32).
+
+Only a marker that verifies under this replay's key may refuse (DESIGN.md §2 rule 7): any writer
+of the events topic can append a record that looks like a final marker, and the worker
+dead-letters it (``forged_marker``) — it must not stop a genuine replay either (issue #32). A
+final marker that does not verify (another key's, or a forgery: the two look the same) decides
+nothing; replay only says, in a note, that it found one.
 """
 
 from __future__ import annotations
@@ -19,28 +26,55 @@ from dataclasses import dataclass
 
 from agents.codec import CLOSE_HEADER, CLOSE_SCHEMA, parse_close_marker
 
-__all__ = ["EarlierFinal", "earlier_final_marker", "refusal"]
+__all__ = ["EarlierFinal", "cluster_id", "earlier_final_marker", "refusal", "unverified_note"]
+
+
+async def cluster_id(bootstrap: str) -> str:
+    """The Kafka cluster's id as its brokers report it (Metadata), ``""`` if they report none:
+    the same cluster whatever address reaches it. Part of the deployment a replay goes to in
+    the replay history (:class:`agents.replay_history.Deployment`)."""
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    from agents.security import client_kwargs
+
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, **client_kwargs())
+    try:
+        await client.bootstrap()
+        node = client.get_random_node()
+        if node is None:
+            return ""
+        response = await client.send(node, MetadataRequest([]))
+    finally:
+        await client.close()
+    return str(getattr(response, "cluster_id", None) or "")
 
 
 @dataclass(frozen=True)
 class EarlierFinal:
-    """The latest final close marker found at the end of a partition of the events topic."""
+    """The latest final close marker found near the end of a partition of the events topic."""
 
     #: the marker's time (Unix seconds): ticks up to the one containing it are closed
     time: float
     #: True if its MAC verifies under this replay's key (the same deployment key)
     authentic: bool
-    #: how many partitions end with a final marker
+    #: how many partitions hold such a final marker near their end
     partitions: int
+
+
+#: how many records at the end of each partition are looked at for a final close marker: a
+#: genuine one followed by a few later records (any writer can append them) still refuses
+TAIL_RECORDS = 1000
 
 
 async def earlier_final_marker(bootstrap: str, topic: str, mac_key: bytes,
                                timeout_s: float = 10.0) -> EarlierFinal | None:
-    """The latest final close marker that ends a partition of ``topic``, or ``None`` (an empty
-    topic, or partitions that end with anything else). ``mac_key`` is this replay's marker key
-    (:func:`agents.codec.marker_key`); a marker that does not verify under it is reported with
-    ``authentic=False`` (written under another noise key). Reads one record per partition;
-    ``timeout_s`` bounds the whole look (seconds)."""
+    """The latest final close marker among the last :data:`TAIL_RECORDS` records of each
+    partition of ``topic``, or ``None`` (an empty topic, or none there). ``mac_key`` is this
+    replay's marker key (:func:`agents.codec.marker_key`): a marker that verifies under it wins
+    over any that does not (``authentic=False``: another noise key's, or a forgery; it decides
+    nothing, see :func:`refusal`). Records after a genuine final marker (a writer's, forged or
+    not) do not hide it. ``timeout_s`` bounds the whole look (seconds)."""
     from aiokafka import AIOKafkaConsumer
 
     from agents.commands._client import start_client, topic_partitions
@@ -49,38 +83,42 @@ async def earlier_final_marker(bootstrap: str, topic: str, mac_key: bytes,
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
                                 group_id=None, **client_kwargs())
     await start_client(consumer)
-    found: list[tuple[float, bool]] = []
+    found: list[tuple[float, bool, int]] = []
     try:
         tps = await topic_partitions(consumer, topic)
         ends = await consumer.end_offsets(tps)
-        todo = {tp: int(ends[tp]) - 1 for tp in tps if int(ends.get(tp, 0)) > 0}
+        starts = await consumer.beginning_offsets(tps)
+        todo = {tp: int(ends[tp]) for tp in tps
+                if int(ends.get(tp, 0)) > int(starts.get(tp, 0))}
         if not todo:
             return None
         consumer.assign(list(todo))
-        for tp, last in todo.items():
-            consumer.seek(tp, last)
+        for tp, end in todo.items():
+            consumer.seek(tp, max(int(starts.get(tp, 0)), end - TAIL_RECORDS))
         deadline = time.monotonic() + timeout_s
         while todo and time.monotonic() < deadline:
             batch = await consumer.getmany(timeout_ms=500)
             for tp, records in batch.items():
+                stop = todo.get(tp)
                 for r in records:
-                    if r.offset != todo.get(tp):
+                    if stop is None or r.offset >= stop:
                         continue
-                    del todo[tp]
                     got = _final(r.value, dict(r.headers or ()), mac_key, topic, tp.partition)
                     if got is not None:
-                        found.append(got)
-            # a partition whose last offset is a transaction marker yields no record: stop
-            # waiting for it once everything fetched is past it
+                        found.append((*got, tp.partition))
+            # done with a partition once everything fetched is past its end (the last offset
+            # may be a transaction marker, which yields no record)
             for tp in list(todo):
-                if await consumer.position(tp) > todo[tp]:
+                if await consumer.position(tp) >= todo[tp]:
                     del todo[tp]
     finally:
         await consumer.stop()
-    if not found:
-        return None
-    latest = max(t for t, _ in found)
-    return EarlierFinal(latest, any(a for t, a in found if t == latest), len(found))
+    # an authentic final marker decides; an unverifiable one is only reported (it may be forged)
+    for authentic in (True, False):
+        mine = [(t, p) for t, a, p in found if a is authentic]
+        if mine:
+            return EarlierFinal(max(t for t, _ in mine), authentic, len({p for _, p in mine}))
+    return None
 
 
 def _final(value: bytes | None, headers: dict[str, bytes], mac_key: bytes, topic: str,
@@ -112,21 +150,33 @@ def _final(value: bytes | None, headers: dict[str, bytes], mac_key: bytes, topic
 def refusal(found: EarlierFinal, topic: str, first_event: float) -> str | None:
     """The one-line reason to refuse replaying a log whose first event is at ``first_event``
     (Unix seconds, after any --retime shift) into ``topic``, or ``None`` if its events lie
-    after the earlier final marker."""
+    after the earlier final marker, or if that marker does not verify under this replay's key
+    (it may be forged: it decides nothing, see :func:`unverified_note`)."""
+    if first_event > found.time or not found.authentic:
+        return None
+    return (f"{topic} already holds the final close marker of an earlier replay "
+            f"({_when(found.time)}, signed with this key): a markers deployment reading it has "
+            "closed those ticks, so it would dead-letter these events (tick_closed) and release "
+            "nothing new. To reproduce the releases replay into a fresh deployment (new "
+            "app_id and topics; same key and settings: bit-identical, no new budget); "
+            "nothing was sent")
+
+
+def unverified_note(found: EarlierFinal, topic: str, first_event: float) -> str | None:
+    """A one-line note (never a refusal) when ``topic`` ends with a final close marker that does
+    not verify under this replay's key and would close this log's first event, else ``None``.
+    Such a record is another key's marker or a forgery, and the two look the same."""
+    if found.authentic or first_event > found.time:
+        return None
+    return (f"note: {topic} holds a record that looks like a final close marker "
+            f"({_when(found.time)}) but does not verify under this key: a forgery, which the "
+            "worker dead-letters (forged_marker), or another noise key's marker. It decides "
+            "nothing; the replay goes on. If the deployment reading this topic runs with "
+            "another key, its worker dead-letters this replay's markers too: replay with that "
+            "deployment's key")
+
+
+def _when(t: float) -> str:
     from datetime import UTC, datetime
 
-    if first_event > found.time:
-        return None
-    when = datetime.fromtimestamp(found.time, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    where = f"{topic} already ends with the final close marker of an earlier replay ({when}"
-    if found.authentic:
-        return (f"{where}, signed with this key): a markers deployment reading it has closed "
-                "those ticks, so it would dead-letter these events (tick_closed) and release "
-                "nothing new. To reproduce the releases replay into a fresh deployment (new "
-                "app_id and topics; same key and settings: bit-identical, no new budget); "
-                "nothing was sent")
-    return (f"{where}, signed with another noise key, or by a writer without this one): if "
-            "the deployment reading it runs with another key, its worker would dead-letter this "
-            "replay's markers "
-            "(forged_marker) and these events (tick_closed); nothing was sent. Replay with "
-            "that deployment's key, or into a fresh deployment (new app_id and topics)")
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -19,10 +19,12 @@ before the worker reads it. The event time travels in the value, where the worke
 sent it consults the replay history (:mod:`agents.replay_history`), kept per key check value
 (HMAC-SHA256 of a fixed label under the noise key; never the key, never printed) and per log
 *content* (SHA-256 of the whole file, and the ``--retime`` shift), wherever the file lies and
-whatever it is called: the same key on the very same content reproduces the releases bit for bit
-at no new privacy budget; the same key on any other content (edited, extended, a prefix, a
-renamed copy of another log) would publish the exact difference, so replay refuses (exit status
-3, ``"status": "log_differs"``); another key is said to spend the budget again.
+whatever it is called, and per **deployment** (the cluster's id and the events topic): the same
+key on the very same content reproduces the releases bit for bit at no new privacy budget; the
+same key on any other content (edited, extended, a prefix, a renamed copy of another log) into a
+deployment that already got one would publish the exact difference, so replay refuses (exit
+status 3, ``"status": "log_differs"``); into another deployment (its own noise) it goes on;
+another key is said to spend the budget again.
 
 **Close markers.** After the events (and, in between, a progress marker before the first record
 whose event time reaches the next multiple of ``--marker-every`` seconds: positions fixed by the
@@ -84,7 +86,7 @@ from agents.commands._replay_state import key_fingerprint as key_fingerprint
 from agents.commands._replay_state import load_key_for_fingerprint as load_key_for_fingerprint
 from agents.commands._replay_state import log_digest as log_digest
 from agents.commands._replay_state import state_path as state_path
-from agents.replay_history import Content, ReplayHistory
+from agents.replay_history import ANY, Content, Deployment, ReplayHistory
 from simulators.logfile import LogFormatError, LogRecord, detect_format, parse_ts, read_log
 
 HELP = "replay a CSV / JSON-lines event log into the events topic"
@@ -137,10 +139,12 @@ the original releases bit for bit and spends no new privacy budget; any other de
 fresh noise and spends the budget again. With a different key the releases differ and the budget for
 these events is spent again (replay says so). The replay history (--history-file, one file for
 every log, whatever its name or folder) lists, per key, the SHA-256 of every log content (and
---retime shift) replayed under it: the same key on any other content (any changed byte, records
-added or removed, a prefix, a renamed copy of another log, another --retime shift) is refused
-with exit status 3, because the difference of the two releases would reveal the changed events.
-Publish a changed log under another key (fresh noise, new budget). The whole log is read and
+--retime shift) replayed under it and the deployments it went to (the cluster's id, whatever
+address reaches it, and the events topic): the same key on any other content (any changed byte,
+records added or removed, a prefix, a renamed copy of another log, another --retime shift) into
+the same deployment is refused with exit status 3, because the difference of the two releases
+would reveal the changed events. Publish a changed log into another deployment (new app id and
+topics: its own noise and budget) or under another key. The whole log is read and
 checked before anything is sent.
 
 If the broker goes away mid-run (nothing acknowledged for --broker-timeout seconds, default 30)
@@ -149,8 +153,8 @@ even wait for outstanding acknowledgements), exit status 130. Either way what wa
 is recorded in the state file: run the same command again to resume.
 
 Exit status: 0 done (or nothing to do), 1 error (also: the broker went away), 2 bad usage, log
-or key (no key, too open a key
-file, --until missing or in the future, a topic whose partitions end with the final close marker
+or key (no key, too open a key file, --until missing or in the future, a topic whose partitions
+hold the final close marker
 of an earlier replay: its deployment has closed those ticks and would ignore the copy), 3 log
 differs from one replayed before under the same key (refused), 130 interrupted (run again to
 resume). --json prints one JSON object with the outcome on stdout, its only output there (notes
@@ -214,7 +218,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--history-file", metavar="FILE",
-        help="replay history: per noise key, every log content replayed under it (default: "
+        help="replay history: per noise key, every log content replayed under it and the "
+        "deployments (cluster, events topic) it went to (default: "
         "$STREAM_DP_REPLAY_HISTORY, else $XDG_STATE_HOME/stream-dp/replay-history.json, else "
         "~/.local/state/stream-dp/replay-history.json); share it between every machine that "
         "replays with the same key",
@@ -246,13 +251,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+async def _deployment(bootstrap: str, topic: str, history: ReplayHistory, fingerprint: str,
+                      content: Content, previous: ReplayState | None) -> Deployment:
+    """The deployment this replay goes to, as the replay history tells deployments apart: the
+    cluster's id (whatever address reaches it) and the events topic. If the cluster cannot be
+    reached and the key already replayed another log into this topic name on any cluster, the
+    cluster is taken as that one (:data:`ANY`): the refusal comes first, without a broker, and
+    never lets a second log into the same deployment. Otherwise the connection error goes on
+    to the caller (nothing can be sent)."""
+    from agents.commands._client import is_kafka_error
+    from agents.commands._replay_target import cluster_id
+
+    anywhere = Deployment(ANY, topic)
+    conflict = history.lookup(fingerprint, content, anywhere).refused or any(
+        hmac.compare_digest(fp, fingerprint) and c != content for fp, c in _imported(previous))
+    try:
+        return Deployment(await cluster_id(bootstrap), topic)
+    except Exception as exc:
+        if conflict and is_kafka_error(exc):
+            return anywhere
+        raise
+
+
 def _say(out: TextIO, text: str) -> None:
     print(text, file=out, flush=True)
 
 
 _KEY_NOTES = {
-    "new": "first replay under this noise key: the log's SHA-256 is recorded in the replay "
-           "history, and this key may from now on replay only this very log.",
+    "new": "first replay of this log under this noise key: its SHA-256 is recorded in the "
+           "replay history, and this key may from now on replay only this very log into this "
+           "deployment (this events topic on this cluster; another deployment has its own "
+           "noise).",
     "same": "same noise key and the very same log as an earlier replay: a fresh deployment "
             "with the same identity (app id, events and schedule topics) and settings "
             "reproduces the original releases bit for bit and spends no new privacy budget; "
@@ -330,7 +359,8 @@ async def _async_run(args: argparse.Namespace) -> int:
     previous = ReplayState.load(spath)
     if previous is not None and previous.complete and not args.restart \
             and previous.log_sha256 == digest:
-        verdict = history.lookup(fingerprint, Content(digest, previous.time_offset))
+        verdict = history.lookup(fingerprint, Content(digest, previous.time_offset),
+                                 Deployment(ANY, previous.topic))
         out.result["key"] = verdict.key
         out.say(f"{log}: already replayed completely ({previous.records_acked} records into "
                 f"{previous.topic}, {previous.updated}). Nothing to do; --restart replays it "
@@ -356,19 +386,29 @@ async def _async_run(args: argparse.Namespace) -> int:
         return out.finish("error", 2, error=str(exc), records=0)
     offset = previous.time_offset if resume and previous is not None \
         else _retime_offset(log, fmt, args.retime)
-    # another log under this key (in the history, or in an earlier version's state file) is
-    # refused with exit 3 below: that refusal comes first
-    other_log = history.lookup(fingerprint, Content(digest, offset)).refused or any(
+    # another log under this key into this deployment (in the history, or in an earlier
+    # version's state file) is refused with exit 3 below: that refusal comes first
+    deployment = await _deployment(bootstrap, topic, history, fingerprint,
+                                   Content(digest, offset), previous)
+    other_log = history.lookup(fingerprint, Content(digest, offset), deployment).refused or any(
         hmac.compare_digest(fp, fingerprint) and c != Content(digest, offset)
         for fp, c in _imported(previous))
     if mac_key is not None and not resume and not other_log:
         # a topic a final marker closed already: the worker would ignore this copy (issue #24)
-        from agents.commands._replay_target import earlier_final_marker, refusal
+        from agents.commands._replay_target import (
+            earlier_final_marker,
+            refusal,
+            unverified_note,
+        )
 
         first = next(iter(read_log(log, fmt)), None)
         earlier = await earlier_final_marker(bootstrap, topic, mac_key)
         why = None if earlier is None or first is None else refusal(
             earlier, topic, first.event.ts + offset)
+        note = None if earlier is None or first is None else unverified_note(
+            earlier, topic, first.event.ts + offset)
+        if note is not None:  # a marker this key does not verify decides nothing (rule 7)
+            print(f"stream-dp replay: {note}", file=sys.stderr)
         if why is not None:
             print(f"stream-dp replay: {why}", file=sys.stderr)
             return out.finish("error", 2, error="topic closed by an earlier replay")
@@ -376,7 +416,8 @@ async def _async_run(args: argparse.Namespace) -> int:
     where = str(log.resolve())
     verdict = history.check_and_record(
         fingerprint, content, log=where,
-        target={"bootstrap": bootstrap, "topic": topic}, imported=_imported(previous))
+        target={"bootstrap": bootstrap, "topic": topic}, deployment=deployment,
+        imported=_imported(previous))
     if verdict.key == "new" and previous is not None and previous.key_fingerprint \
             and not hmac.compare_digest(previous.key_fingerprint, fingerprint):
         # a first content under this key, but this path was replayed under another key: most
@@ -386,11 +427,13 @@ async def _async_run(args: argparse.Namespace) -> int:
     if verdict.refused:
         assert verdict.previous is not None
         print(f"stream-dp replay: REFUSED: this noise key already replayed another log "
+              f"into this deployment (events topic {topic} on this cluster) "
               f"({_describe(verdict.previous)}; recorded in {history.path}); {log} "
               f"(SHA-256 {digest[:16]}…" + (f", retimed {offset:+.3f} s" if offset else "")
               + ") differs from it, whatever the file names. Releasing it with the same key "
-              "would publish the exact difference. Replay the very same log, or use another key "
-              "(fresh noise, new budget).", file=sys.stderr)
+              "would publish the exact difference. Replay the very same log, or into another "
+              "deployment (new app_id and topics: its own noise), or use another key (fresh "
+              "noise, new budget).", file=sys.stderr)
         return out.finish("log_differs", EXIT_LOG_DIFFERS, budget="refused")
     budget = {"same": "no_new_budget", "different": "spent_again", "new": "spent"}[verdict.key]
     out.result["budget"] = budget
@@ -488,10 +531,11 @@ async def _async_run(args: argparse.Namespace) -> int:
             # the log changed while it was being sent: what reached the topic may be neither
             # content, so both are bound to this key (which then refuses every other replay)
             history.add(fingerprint, Content(after, offset), log=where,
-                        target={"bootstrap": bootstrap, "topic": topic})
+                        target={"bootstrap": bootstrap, "topic": topic}, deployment=deployment)
             print(f"stream-dp replay: WARNING: {log} changed while it was being replayed (SHA-256 "
                   f"{digest[:16]}… before, {after[:16]}… after): both are recorded in "
-                  f"{history.path} under this key, which now refuses every further replay. Never "
+                  f"{history.path} under this key for this deployment, which now refuses every "
+                  "further replay into it. Never "
                   "write to a log that is being replayed.", file=sys.stderr)
     bar.close()
     if report.interrupted:

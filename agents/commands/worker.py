@@ -51,7 +51,8 @@ released (exit status 3).
 Exit status: 0 stopped by a signal (also while still starting: one line), 1 a part failed (also: no broker at the bootstrap address,
 a count beyond the strategy's numeric range), 2 bad settings (also: origin more than
 max_backlog_ticks ticks in the past on the clock schedule, cap x max_events_per_tick beyond the
-strategy's numeric range, topics missing or with other partition counts, the web port in use,
+strategy's numeric range, topics missing or with other partition counts, a schedule or
+checkpoint topic with a retention that would lose its records, the web port in use,
 another worker with the same app_id and worker_id: on this host at start-up, on another
 host once the broker gives this worker's group membership to it), 3 refused: the
 events differ from the ones already released under this deployment's closing points, 4 refused:
@@ -160,8 +161,10 @@ async def serve(
         from agents.pipeline_processes import PipelineGroup
         from agents.release import build_mechanism
 
-        # fail fast on bad settings here, not in every child
-        build_mechanism(settings)
+        # fail fast on bad settings here, not in every child; a binary-attribute domain runs
+        # its table banks only, whose range check_attribute_settings checks
+        if getattr(domain, "kind", "") != "binary":
+            build_mechanism(settings)
         check_attribute_settings(settings, domain)
         group = PipelineGroup(settings, int(settings.pipeline_processes), metrics, on_release,
                               json_lines=json_logs)
@@ -219,11 +222,9 @@ async def serve(
     from stream_dp.accounting import Accountant
 
     if getattr(domain, "kind", "") == "binary":
-        accounting: Any = {
-            "model": "pure", "epsilon_per_event": float(settings.epsilon),
-            "bootstrap_per_event": float(settings.epsilon * settings.attribute_bootstrap_fraction),
-            "attributes": domain.m, "structure_epoch_ticks": settings.attribute_epoch_ticks,
-        }
+        from agents.release import attribute_accounting
+
+        accounting: Any = attribute_accounting(settings, domain)
     else:
         accounting = Accountant.for_domain(domain, settings.privacy, cap=settings.cap).summary()
     log.info("worker started", extra={"worker_id": settings.worker_id, "domain": domain.name,
@@ -436,19 +437,21 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
     check_memory(settings, len(domain.names))
     from agents.config import check_attribute_settings
 
-    check_attribute_settings(settings, domain)
-    from agents.release import build_mechanism
+    check_attribute_settings(settings, domain)  # binary: the table banks' range, at ε_t
+    if getattr(domain, "kind", "") != "binary":
+        from agents.release import build_mechanism
 
-    build_mechanism(settings)  # refuses a numeric range that cap × max_events_per_tick exceeds
+        build_mechanism(settings)  # refuses a numeric range that cap × max_events_per_tick exceeds
     key: bytes = settings.noise_key()
     return settings, key
 
 
 async def check_broker(settings: Any, key: bytes | None = None) -> None:
     """Connect once and check that the topics the pipeline reads exist with the partition
-    counts of the settings, and (with the noise ``key``) that the deployment was created with
-    these settings (:mod:`agents.deployment_settings`). Raises aiokafka's connection error (no
-    broker), :class:`StartupProblem` (topics) or
+    counts of the settings, that the internal topics keep what they hold
+    (:func:`agents.topics.check_internal_topics`), and (with the noise ``key``) that the
+    deployment was created with these settings (:mod:`agents.deployment_settings`). Raises
+    aiokafka's connection error (no broker), :class:`StartupProblem` (topics) or
     :class:`agents.deployment_settings.SettingsChanged`, each reported in one line by
     :func:`run`."""
     from aiokafka import AIOKafkaConsumer
@@ -482,6 +485,12 @@ async def check_broker(settings: Any, key: bytes | None = None) -> None:
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
+    from agents.topics import TopicConfigMismatch, check_internal_topics
+
+    try:  # a retention on the schedule or checkpoint topics would lose them: before anything
+        await check_internal_topics(settings.bootstrap, settings)
+    except TopicConfigMismatch as exc:
+        raise StartupProblem(str(exc)) from None
     if key is not None:
         from agents.config import load_domain
         from agents.deployment_settings import check_deployment_settings

@@ -49,18 +49,26 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stream_dp.attributes.consistency import make_consistent
-from stream_dp.attributes.dependence import BootstrapStats, PairSketch, measure_bootstrap
+from stream_dp.attributes.dependence import (
+    BootstrapStats,
+    PairSketch,
+    check_bootstrap_scales,
+    measure_bootstrap,
+)
 from stream_dp.attributes.model import JunctionTreeModel
 from stream_dp.attributes.release import (
     MAX_EPOCH_TICKS,
     BudgetSplit,
     MarginalRelease,
     auto_bridge_size,
+    bank_mechanism,
+    max_tables,
     split_budget,
 )
 from stream_dp.attributes.structure import Structure, choose_structure
 
-__all__ = ["LiveConfig", "LiveMarginals", "LiveTick", "initial_structure", "patterns_to_bits"]
+__all__ = ["LiveConfig", "LiveMarginals", "LiveTick", "check_live_range", "initial_structure",
+           "patterns_to_bits"]
 
 Float64Array = NDArray[np.float64]
 _MAGIC = b"SDPLIVE1"
@@ -104,6 +112,12 @@ class LiveConfig:
     bootstrap_fraction: float = 0.2
     max_cluster: int = 4
     strategy: str = "auto"
+    #: Public bound on one table cell's events in one tick (e.g. the service's
+    #: ``max_events_per_tick``): counts above it are clipped, and every epoch's bank runs a
+    #: strategy whose numeric range covers it. ``None``: each bank's own range. Not part of
+    #: :meth:`describe` (it never changes a release below the bound; the bank's mechanism,
+    #: which it may change, is bound into its checkpoint and noise by itself).
+    max_cell_count: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.m, bool) or not isinstance(self.m, int) or not 1 <= self.m <= 64:
@@ -123,6 +137,11 @@ class LiveConfig:
         if isinstance(self.max_cluster, bool) or not isinstance(self.max_cluster, int) \
                 or not 1 <= self.max_cluster <= 8:
             raise ValueError(f"max_cluster must be an integer in [1, 8], got {self.max_cluster!r}")
+        if self.max_cell_count is not None and (
+                isinstance(self.max_cell_count, bool) or not isinstance(self.max_cell_count, int)
+                or self.max_cell_count < 1):
+            raise ValueError(
+                f"max_cell_count must be an integer >= 1 or None, got {self.max_cell_count!r}")
 
     @property
     def bootstrap_epsilon(self) -> float:
@@ -188,6 +207,33 @@ def _spanning_variance(table: tuple[int, ...], old: tuple[tuple[int, ...], ...],
     return best
 
 
+def check_live_range(config: LiveConfig) -> str:
+    """Build the mechanism the first epoch's bank runs and return its name; ``ValueError``
+    (one line) if a bank of any epoch could not cover ``config.max_cell_count``.
+
+    Later epochs measure other numbers of tables K (1 … :func:`max_tables`), hence run at
+    other ``ε_t``. ``auto`` picks per epoch among the strategies whose range covers the bound
+    (``naive`` and the Fenwick strategies cover 2**29 at every ε_t, so one always does); a
+    named strategy is also built at the largest and the smallest ``ε_t`` an epoch can have
+    (every registered strategy's range is monotone in ε: ``tests/unit/test_attributes_range.py``).
+    Every bootstrap an epoch's end may measure must also have a noise scale its sampler
+    accepts (:func:`~stream_dp.attributes.dependence.check_bootstrap_scales`).
+    """
+    c = config
+    check_bootstrap_scales(c.m, c.bootstrap_epsilon)  # an epoch's end must not fail either
+    horizon = min(c.epoch_ticks, MAX_EPOCH_TICKS)
+    first = len(initial_structure(c.m, c.max_cluster).tables)
+    fixed = c.strategy == "auto" or c.bootstrap_epsilon == 0  # (no bootstrap: S_0 for good)
+    counts = [first] if fixed else sorted({first, 1, max_tables(c.m)})
+    name = ""
+    for k in counts:
+        split = split_budget(c.epsilon, k, c.bootstrap_epsilon)
+        mech = bank_mechanism(c.p, horizon, split.per_table, c.strategy, c.max_cell_count)
+        if k == first:
+            name = mech.name
+    return name
+
+
 class LiveMarginals:
     """The live release (module doc). ``key`` is the noise secret, ``description`` a canonical
     text of the deployment (keys every noise draw together with the epoch and structure)."""
@@ -218,7 +264,7 @@ class LiveMarginals:
         self.release = MarginalRelease(
             self.structure.tables, c.p, min(c.epoch_ticks, MAX_EPOCH_TICKS), self.split.per_table,
             self._key, f"{self.description}/epoch={self.epoch}/structure={self.structure.describe()}",
-            c.strategy,
+            c.strategy, c.max_cell_count,
         )
 
     @property
@@ -331,9 +377,10 @@ class LiveMarginals:
         """Release the next tick, whose events are ``counts[r]`` events with attribute pattern
         ``patterns[r]`` (bit ``i`` = attribute ``i``; whole, non-negative counts).
 
-        ``cell_clip``: every table cell's count in this tick is clipped to it (events; e.g.
-        the service's ``max_events_per_tick``) before it is measured — 1-Lipschitz, so the
-        sensitivity is unchanged and no burst can leave the strategy's numeric range."""
+        Every table cell's count in this tick is clipped to the bank's bound (the config's
+        ``max_cell_count``, else the bank's numeric range) before it is measured — 1-Lipschitz,
+        so the sensitivity is unchanged and no burst can leave the strategy's numeric range.
+        ``cell_clip`` (events) clips further, if smaller."""
         pats = np.asarray(patterns, dtype=np.uint64).reshape(-1)
         w = np.asarray(counts, dtype=np.float64).reshape(-1)
         if pats.shape != w.shape:
@@ -352,7 +399,7 @@ class LiveMarginals:
                             minlength=self.release.n_cells).astype(np.float64, copy=False)
         if cell_clip is not None:
             np.minimum(cells, float(cell_clip), out=cells)
-        self.release.bank.step(cells)
+        self.release.step_counts(cells)
         if self.config.bootstrap_epsilon > 0:
             self.stats.add(bits, w)
         self.tick += 1

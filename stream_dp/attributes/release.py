@@ -8,7 +8,9 @@
 3. **Tables** (budget ``ε − ε₀``, split equally over the ``K`` measured tables, ``ε_t`` each):
    every cell of every table is a stream of a :class:`~stream_dp.counters.CounterBank` at
    ``PureDP(ε_t)``, cap 1, decay ``p``; its per-tick count is the number of the tick's events in
-   that cell. A bank is ``ε_t``-DP for a unit change of one stream's count in one tick.
+   that cell, clipped to a public bound (:class:`MarginalRelease`; 1-Lipschitz, so one event
+   still moves one cell per table by at most 1, and no burst leaves the bank's numeric range).
+   A bank is ``ε_t``-DP for a unit change of one stream's count in one tick.
 4. **Answers** (free): GLS consistency (:mod:`stream_dp.attributes.consistency`) and the
    junction-tree estimator (:mod:`stream_dp.attributes.model`).
 
@@ -18,8 +20,10 @@ sensitivity Δ₀ in L1 (scale ``Δ₀/(ε₀ − ε_h)`` → ``ε₀ − ε_h``
 in the one tick the event's own timestamp selects, one cell of each of the ``K`` measured tables
 by 1 (``K`` streams, each ``ε_t``-DP → ``K·ε_t``). Basic composition (the structure is chosen
 adaptively from the bootstrap's output, which adaptive composition allows) gives
-``ε₀ + K·ε_t ≤ ε``. No parallel composition across attribute groups is used: every event lies in
-every table. Releasing every tick costs nothing more (the decayed counters' guarantee covers all
+``ε₀ + K·ε_t ≤ ε``, checked in exact rational arithmetic on the floats the samplers receive
+(:func:`split_budget`, :func:`~stream_dp.attributes.dependence.bootstrap_budgets`; every scale
+is rounded up, so each measurement spends at most its float budget). No parallel composition
+across attribute groups is used: every event lies in every table. Releasing every tick costs nothing more (the decayed counters' guarantee covers all
 ticks), and everything after step 3 is post-processing.
 
 **Re-deciding the structure** (the live service, :mod:`stream_dp.attributes.live`): bootstrap
@@ -35,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,15 +49,21 @@ from stream_dp.attributes.dependence import PairSketch, measure_bootstrap
 from stream_dp.attributes.model import JunctionTreeModel
 from stream_dp.attributes.structure import Structure, choose_structure
 from stream_dp.attributes.tables import cell_index
+from stream_dp.exact_budget import exact_decimal, lower_until
+from stream_dp.mechanism import Mechanism
 
 __all__ = [
     "BudgetSplit",
     "MarginalRelease",
     "OfflineResult",
     "auto_bridge_size",
+    "bank_mechanism",
+    "cell_bound",
     "decayed_total_estimate",
+    "max_tables",
     "run_offline",
     "split_budget",
+    "worst_spent",
 ]
 
 Float64Array = NDArray[np.float64]
@@ -70,7 +81,10 @@ _CHUNK_EVENTS = 1 << 17
 
 @dataclass(frozen=True)
 class BudgetSplit:
-    """ε per event: ``bootstrap`` once, ``per_table`` for each of ``n_tables`` tables."""
+    """ε per event: ``bootstrap`` once, ``per_table`` for each of ``n_tables`` tables.
+
+    The floats are the budgets the measurements are calibrated to (each spends at most its
+    budget exactly: noise scales are rounded up); :attr:`spent_exact` is their exact sum."""
 
     epsilon: float
     bootstrap: float
@@ -80,18 +94,31 @@ class BudgetSplit:
     bootstrap_method: str = "none"
 
     @property
+    def spent_exact(self) -> Fraction:
+        """Total ε per event in exact rational arithmetic: ``bootstrap + n_tables · per_table``
+        (≤ ``epsilon`` exactly, :func:`split_budget`)."""
+        return Fraction(self.bootstrap) + self.n_tables * Fraction(self.per_table)
+
+    @property
     def spent(self) -> float:
-        """Total ε per event: ``bootstrap + n_tables · per_table`` (≤ ``epsilon``)."""
-        return self.bootstrap + self.n_tables * self.per_table
+        """:attr:`spent_exact` rounded to the nearest float (≤ ``epsilon``: rounding is
+        monotone and ``epsilon`` is a float)."""
+        return float(self.spent_exact)
+
+    @property
+    def spent_text(self) -> str:
+        """:attr:`spent_exact` as its exact decimal expansion."""
+        return exact_decimal(self.spent_exact)
 
     def lines(self) -> list[str]:
-        """Human-readable accounting."""
+        """Human-readable accounting (the total as its exact decimal expansion)."""
         return [
             f"bootstrap ({self.bootstrap_method}): L1 sensitivity {self.bootstrap_sensitivity:g} "
             f"per event, ε₀ = {self.bootstrap:.6g}",
             f"tables: {self.n_tables} measured tables, one cell each per event, "
             f"ε_t = {self.per_table:.6g} each, {self.n_tables * self.per_table:.6g} together",
-            f"total per event: {self.spent:.6g} ≤ ε = {self.epsilon:.6g} (pure DP, all ticks)",
+            f"total per event: {self.spent_text} ≤ ε = {self.epsilon!r} (exactly: the float "
+            f"{self.epsilon!r} is {exact_decimal(Fraction(self.epsilon))}; pure DP, all ticks)",
         ]
 
 
@@ -102,25 +129,89 @@ def split_budget(
     bootstrap_sensitivity: float = 0.0,
     bootstrap_method: str = "none",
 ) -> BudgetSplit:
-    """The split with ``ε_t = (ε − bootstrap)/n_tables``, rounded down so the sum stays ≤ ε."""
+    """The split with ``ε_t = (ε − bootstrap)/n_tables`` rounded to a float, then lowered ulp
+    by ulp until ``bootstrap + n_tables·ε_t ≤ ε`` holds in exact rational arithmetic (a float
+    check passed ε = 1.1, three tables, for an exact sum 1.1e-16 above the float 1.1)."""
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
     if n_tables < 1:
         raise ValueError("at least one table must be measured")
     if not 0 <= bootstrap < epsilon:
         raise ValueError(f"bootstrap budget must be in [0, ε), got {bootstrap!r}")
-    per = (epsilon - bootstrap) / n_tables
-    while bootstrap + n_tables * per > epsilon:
-        per = math.nextafter(per, 0.0)
+    room = Fraction(epsilon) - Fraction(bootstrap)
+    per = lower_until((epsilon - bootstrap) / n_tables, lambda x: n_tables * Fraction(x) <= room)
     return BudgetSplit(epsilon, bootstrap, per, n_tables, bootstrap_sensitivity, bootstrap_method)
+
+
+def max_tables(m: int) -> int:
+    """The most tables a structure over ``m`` attributes can measure (``2m − 1``: at most one
+    table per cluster and one per bridge, and a forest over ``m`` attributes has fewer than
+    ``m`` edges)."""
+    return max(1, 2 * m - 1)
+
+
+def worst_spent(epsilon: float, m: int, bootstrap: float) -> Fraction:
+    """The largest exact ε per event over every table count an epoch can have
+    (``1 … max_tables(m)``): what one event can spend, whatever structure is chosen."""
+    return max(split_budget(epsilon, k, bootstrap).spent_exact for k in range(1, max_tables(m) + 1))
+
+
+def bank_mechanism(
+    p: float,
+    horizon: int,
+    epsilon_per_table: float,
+    strategy: str = "auto",
+    max_cell_count: float | None = None,
+) -> Mechanism:
+    """The mechanism of every cell of a :class:`MarginalRelease`: ``strategy`` at
+    ``PureDP(epsilon_per_table)``, cap 1, whole-number counts (``auto`` may pick ``naive-int``).
+
+    ``max_cell_count`` (events per cell and tick, public): ``auto`` picks among the strategies
+    whose numeric range covers it, and any strategy whose range does not is refused with a
+    one-line ``ValueError`` (:func:`stream_dp.planner.check_range`). Without it ``auto`` is the
+    unrestricted pick (what the cells ran before the bound existed)."""
+    from stream_dp.budget import PureDP
+    from stream_dp.planner import check_range, pick
+    from stream_dp.strategies import make_mechanism
+    from stream_dp.strategies.registry import check_arguments
+
+    privacy = PureDP(epsilon_per_table)
+    if strategy == "auto" and max_cell_count is not None:
+        p, horizon, _, _ = check_arguments(p, horizon, privacy, 1.0)
+        strategy = pick(p, horizon, privacy, cap=1.0, integer_counts=True,
+                        max_tick_count=max_cell_count)
+    mech = make_mechanism(strategy, p, horizon, privacy, 1.0, integer_counts=True)
+    if max_cell_count is not None:
+        check_range(mech, max_cell_count,
+                    what=f"a table cell's count per tick (up to {_count(max_cell_count)} events)")
+    return mech
+
+
+def _count(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def cell_bound(mechanism: Mechanism, max_cell_count: float | None) -> float:
+    """Every cell's count in a tick is clipped to this (events): ``max_cell_count`` when given,
+    else the largest whole count in the mechanism's numeric range (a public function of the
+    parameters); ``inf`` when the range is unbounded."""
+    if max_cell_count is not None:
+        return float(max_cell_count)
+    limit = mechanism.max_count()
+    return float(math.floor(limit)) if math.isfinite(limit) else math.inf
 
 
 class MarginalRelease:
     """Decayed DP counts of every cell of the measured ``tables``, tick after tick.
 
-    One :class:`~stream_dp.counters.CounterBank` at ``PureDP(epsilon_per_table)``, cap 1, decay
-    ``p`` (per tick), ``horizon`` ticks per epoch; stream names
+    One :class:`~stream_dp.counters.CounterBank` of :func:`bank_mechanism` (``epsilon_per_table``,
+    cap 1, decay ``p`` per tick, ``horizon`` ticks per epoch); stream names
     ``"{description}/table={attrs}/cell={c}"`` so no two tables or runs share noise.
+
+    Every cell's count in a tick is clipped to :attr:`clip` (:func:`cell_bound`) before it is
+    measured: one event still changes one cell per table by at most 1 (clipping is
+    1-Lipschitz), and no burst can leave the mechanism's numeric range, so whether a tick is
+    released never depends on the counts.
     """
 
     def __init__(
@@ -132,10 +223,9 @@ class MarginalRelease:
         key: bytes,
         description: str,
         strategy: str = "auto",
+        max_cell_count: float | None = None,
     ) -> None:
-        from stream_dp.budget import PureDP
         from stream_dp.counters import CounterBank
-        from stream_dp.strategies import make_mechanism
 
         self.tables = tuple(tuple(int(a) for a in t) for t in tables)
         sizes = [1 << len(t) for t in self.tables]
@@ -145,9 +235,9 @@ class MarginalRelease:
             for t in self.tables
             for c in range(1 << len(t))
         ]
-        mech = make_mechanism(
-            strategy, p, horizon, PureDP(epsilon_per_table), 1.0, integer_counts=True
-        )
+        mech = bank_mechanism(p, horizon, epsilon_per_table, strategy, max_cell_count)
+        #: largest count of one cell in one tick that is measured as it is (events)
+        self.clip = cell_bound(mech, max_cell_count)
         self.bank = CounterBank(mech, names, key)
 
     @property
@@ -163,8 +253,12 @@ class MarginalRelease:
 
     def step_ids(self, ids: NDArray[np.int64]) -> None:
         """Release one tick whose events have the bank positions ``ids`` (``(n, K)``)."""
-        counts = np.bincount(ids.reshape(-1), minlength=self.n_cells).astype(np.float64)
-        self.bank.step(counts)
+        self.step_counts(np.bincount(ids.reshape(-1), minlength=self.n_cells))
+
+    def step_counts(self, counts: NDArray[np.float64] | NDArray[np.int64]) -> None:
+        """Release one tick whose cells hold ``counts`` events (clipped to :attr:`clip`)."""
+        cells = np.minimum(np.asarray(counts, dtype=np.float64), self.clip)
+        self.bank.step(cells)
 
     def step(self, bits: NDArray[np.uint8]) -> None:
         """Release one tick whose events are the rows of the 0/1 matrix ``bits``."""
@@ -265,6 +359,7 @@ def run_offline(
     last_tick: int | None = None,
     strategy: str = "auto",
     progress: Callable[[str], None] | None = None,
+    max_cell_count: float | None = None,
 ) -> OfflineResult:
     """Bootstrap, choose the structure, release ticks ``1 … max(ticks)``; the model at the end.
 
@@ -272,7 +367,9 @@ def run_offline(
     ``epsilon`` per event for the whole run; ``p`` decay per tick; ``key`` the noise secret;
     ``description`` a canonical text of the run (keys the noise); ``last_tick`` the public last
     tick to release (default: the last event's tick, which then is *not* protected: removing the
-    last event can change it).
+    last event can change it); ``max_cell_count`` the public bound on one cell's events in one
+    tick (:class:`MarginalRelease`: counts above it are clipped, ``auto`` picks a strategy whose
+    range covers it; default: the picked strategy's own numeric range).
     """
     n, m = bits.shape
     if n == 0 or ticks.shape != (n,):
@@ -325,6 +422,7 @@ def run_offline(
         key,
         f"{description}/structure={structure.describe()}",
         strategy,
+        max_cell_count,
     )
     order = np.argsort(ticks, kind="stable")
     sorted_bits = bits[order]

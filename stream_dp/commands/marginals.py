@@ -31,7 +31,7 @@ over the whole log, noisy counts from which every pair's 2×2 table follows: the
 each attribute's 1s and each pair's co-occurrences, an event with k > K ones counted with weights
 K/k and C(K,2)/C(k,2), so one event moves them by at most 1 + K + C(K,2) in L1 (or the C(M,2)
 pair tables themselves, sensitivity C(M,2), when that is smaller). K (--max-ones, default auto)
-covers 98% of the events, read from a noisy histogram of ones per event (5% of the bootstrap
+covers 90% of the events, read from a noisy histogram of ones per event (5% of the bootstrap
 budget, sensitivity 1). From it
 alone (post-processing) a Chow–Liu spanning forest over the attributes is cut into clusters of at
 most --max-cluster attributes (one joint table each) joined by bridge tables: a bridge's two
@@ -39,8 +39,15 @@ attributes plus the attributes of their clusters most dependent on them, up to -
 (auto: as many as the bootstrap's noisy total supports). The rest of ε is split equally over
 those K tables; every cell of every table is a decayed DP counter (stream_dp.counters.CounterBank,
 --strategy, default auto). One event touches one cell of every table, so the costs add:
-ε₀ + K·ε_t ≤ ε (printed on stderr). At the last tick the tables are made consistent (GLS) and
-every query is answered by the junction-tree (maximum-entropy) estimator.
+ε₀ + K·ε_t ≤ ε, checked in exact rational arithmetic (the exact total is printed on stderr
+and written with --report). At the last tick the tables are made consistent (GLS) and every
+query is answered by the junction-tree (maximum-entropy) estimator.
+
+Bursts: every cell's count in one tick is clipped to --max-events-per-tick N (default auto: the
+largest count the counters' strategy holds exactly, a public function of ε, --decay and
+--last-tick), so no burst can stop the run; with a number N, auto picks a strategy whose numeric
+range covers N (exit 2 if a named --strategy does not). Clipping never raises what one event
+can change (one cell per table, by at most 1).
 
 Input:
   EVENTS.jsonl   one event a line: {"ts": <unix seconds>, "attrs": "<M characters 0/1>"};
@@ -59,7 +66,10 @@ last event change the "tick" field and the counters' epoch length).
 The noise key is read from --key-file (hex or raw, ≥ 32 bytes after decoding, mode 0600: a key
 file readable by group or others is refused); without it a fresh random key is used (said on
 stderr) and the run cannot be reproduced. The noise also depends on the log's
-digest, so the same key never reuses noise for a different log. Progress goes to stderr.
+digest, so the same key never reuses noise for a different log. Progress goes to stderr; it
+names public figures only (the released ticks 1..--last-tick, never the number of events or
+the last event's tick: terminal logs get shared) unless --verbose is given. A numeric
+--max-events-per-tick is part of what keys the noise (other bounds, other noise).
 Exit status 2 with a one-line message for invalid input.
 
 examples:
@@ -181,9 +191,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"refuse logs spanning more ticks (default {DEFAULT_MAX_TICKS})",
     )
     parser.add_argument(
+        "--max-events-per-tick",
+        default="auto",
+        metavar="N",
+        help="public bound on one table cell's events in one tick: larger counts are clipped "
+        "to it, and auto picks a strategy whose numeric range covers it (default auto: the "
+        "range of the strategy picked without a bound)",
+    )
+    parser.add_argument(
         "--report",
         metavar="FILE",
-        help="also write structure, budget split and standard errors (JSON)",
+        help="also write structure, budget split (exact total included) and standard errors "
+        "(JSON)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also print raw figures of the log on stderr (its number of events and lines, "
+        "the last event's tick): not private, keep such output to yourself",
     )
 
 
@@ -351,6 +376,13 @@ def _check_args(args: argparse.Namespace) -> None:
         raise InputError(f"--max-ones must be auto or ≥ 2, got {args.max_ones}")
     if not 1 <= args.max_ticks <= 1 << 40:
         raise InputError(f"--max-ticks must be in 1..2**40, got {args.max_ticks}")
+    if args.max_events_per_tick == "auto":
+        args.max_events_per_tick = None
+    elif isinstance(args.max_events_per_tick, str):
+        args.max_events_per_tick = _typed(args.max_events_per_tick, "--max-events-per-tick", int)
+    if args.max_events_per_tick is not None and not 1 <= args.max_events_per_tick <= 1 << 50:
+        raise InputError(
+            f"--max-events-per-tick must be auto or in 1..2**50, got {args.max_events_per_tick}")
 
 
 def _key(args: argparse.Namespace) -> bytes:
@@ -382,11 +414,14 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     def say(msg: str) -> None:
         print(f"stream-dp marginals: [{time.monotonic() - started:6.1f} s] {msg}", file=sys.stderr)
 
+    verbose = bool(getattr(args, "verbose", False))
     limit = args.max_ticks if args.last_tick is None else args.last_tick
     bits, ticks, digest = read_events(
-        args.events, m, args.origin, args.tick_seconds, limit, progress=say
+        args.events, m, args.origin, args.tick_seconds, limit, progress=say if verbose else None
     )
-    say(f"{bits.shape[0]} events, ticks 1..{int(ticks.max())}")
+    if verbose:  # raw statistics of the log: only when asked for
+        say(f"{bits.shape[0]} events, the last in tick {int(ticks.max())}")
+    say(f"releasing ticks 1..{args.last_tick}")
     description = (
         f"marginals/v1/m={m}/epsilon={float(args.epsilon)!r}/p={float(args.decay)!r}"
         f"/tick={args.tick_seconds}/origin={args.origin}"
@@ -394,6 +429,12 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         f"/max_ones={args.max_ones or 'auto'}/bridge_size={args.bridge_size or 'auto'}"
         f"/strategy={args.strategy}/log=sha256:{digest}"
     )
+    bound = getattr(args, "max_events_per_tick", None)
+    if bound is not None:
+        # another clip bound, other noise: two runs that differ only in their clipping must
+        # not share noise (the difference of their releases would be exact); the default
+        # keeps the description, and so the noise, of earlier versions
+        description += f"/max_events_per_tick={bound}"
     try:
         result = run_offline(
             bits,
@@ -409,6 +450,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             last_tick=args.last_tick,
             strategy=args.strategy,
             progress=say,
+            max_cell_count=bound,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
@@ -428,7 +470,10 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
             "per_table": result.split.per_table,
             "n_tables": result.split.n_tables,
             "spent": result.split.spent,
+            "spent_exact": result.split.spent_text,
         },
+        "cell_clip_events_per_tick": (result.release.clip if math.isfinite(result.release.clip)
+                                      else None),
         "strategy": result.release.bank.mechanism.name,
         "cell_stderr": math.sqrt(result.release.cell_variance()),
         "estimated_total": model.total,
@@ -455,7 +500,8 @@ def run(args: argparse.Namespace) -> int:
     b = report["budget"]
     print(
         f"stream-dp marginals: tick {doc['tick']}: {len(doc['answers'])} answers written to "
-        f"{args.out}; {b['n_tables']} tables, ε spent {b['spent']:.6g} of {b['epsilon']:.6g}",
+        f"{args.out}; {b['n_tables']} tables, ε spent {b['spent_exact']} (exact) of "
+        f"{b['epsilon']!r}",
         file=sys.stderr,
     )
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
@@ -42,6 +43,13 @@ bound (no strategy that adds i.i.d. noise to linear measurements can beat it, se
 stream_dp/lower_bound.py) and how far the pick is above it; then the accountant's summary: the
 budget per stream, the streams one event feeds (1, or the domain's count with --domain) and the
 total per event.
+
+A binary-attribute domain (kind = "binary") spends --epsilon per event for the whole run, split
+between each structure epoch's bootstrap (--attribute-bootstrap-fraction of ε, default 0.2; none
+with one attribute) and the epoch's K tables (ε_t each; K depends on the data, at most 2m − 1):
+the summary then prints ε₀, ε_t of the first epoch's tables and of every K, and the largest
+exact total ε₀ + K·ε_t over every K, as its full decimal expansion (≤ ε in exact arithmetic).
+The strategy table above is for --epsilon per stream; the tables' counters run at ε_t.
 """
 
 
@@ -93,14 +101,106 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="domain TOML: account for the nodes one event feeds (default: one stream)",
     )
     parser.add_argument(
+        "--attribute-bootstrap-fraction",
+        type=float,
+        default=0.2,
+        metavar="F",
+        help="binary-attribute domains: share of ε for each epoch's bootstrap, in [0, 1) "
+        "(default 0.2, as the setting attribute_bootstrap_fraction)",
+    )
+    parser.add_argument(
+        "--attribute-max-cluster",
+        type=int,
+        default=4,
+        metavar="G",
+        help="binary-attribute domains: attributes per joint table, 1..8 (default 4, as the "
+        "setting attribute_max_cluster; sets the first epoch's table count)",
+    )
+    parser.add_argument(
         "--format", choices=("table", "json"), default="table", help="output format (default table)"
     )
+
+
+def binary_domain(path: str | None) -> Any:
+    """The :class:`~stream_dp.attributes.BinaryDomain` of a ``kind = "binary"`` domain file,
+    else ``None`` (other files, unreadable ones included, are left to :class:`Domain`)."""
+    import tomllib
+
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            doc = tomllib.load(fh)
+    except (OSError, ValueError):  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+    section = doc.get("domain", doc)
+    if not (isinstance(section, dict) and section.get("kind") == "binary"):
+        return None
+    from stream_dp.attributes.domain import BinaryDomain
+
+    return BinaryDomain.from_file(path)
+
+
+def attribute_accounting(args: argparse.Namespace, domain: Any, privacy: Privacy
+                         ) -> dict[str, Any]:
+    """The exact ε split of a binary-attribute deployment (pure DP only)."""
+    from fractions import Fraction
+
+    from stream_dp.attributes.live import initial_structure
+    from stream_dp.attributes.release import max_tables, split_budget, worst_spent
+    from stream_dp.exact_budget import exact_decimal
+
+    if not isinstance(privacy, PureDP):
+        raise ValueError("a binary-attribute domain runs pure ε-DP: give --privacy pure "
+                         "--epsilon E")
+    fraction = float(args.attribute_bootstrap_fraction)
+    if not 0.0 <= fraction < 1.0:
+        raise ValueError(f"--attribute-bootstrap-fraction must be in [0, 1), got {fraction!r}")
+    group = int(args.attribute_max_cluster)
+    if not 1 <= group <= 8:
+        raise ValueError(f"--attribute-max-cluster must be in 1..8, got {group}")
+    eps, m = privacy.epsilon, int(domain.m)
+    eps0 = fraction * eps if m > 1 else 0.0
+    first = len(initial_structure(m, group).tables)
+    counts = [first] if eps0 == 0 else list(range(1, max_tables(m) + 1))
+    per = {k: split_budget(eps, k, eps0).per_table for k in counts}
+    total = worst_spent(eps, m, eps0) if eps0 > 0 else split_budget(eps, first, 0.0).spent_exact
+    return {
+        "model": "pure", "attributes": m, "epsilon": eps, "bootstrap": eps0,
+        "first_epoch_tables": first, "max_tables": counts[-1],
+        "per_table": {str(k): v for k, v in per.items()},
+        "spent_exact": exact_decimal(total), "spent": float(total),
+        "epsilon_exact": exact_decimal(Fraction(eps)),
+    }
+
+
+def attribute_lines(acc: dict[str, Any]) -> list[str]:
+    """The text form of :func:`attribute_accounting`."""
+    per = acc["per_table"]
+    first = str(acc["first_epoch_tables"])
+    lines = [
+        "privacy model:           pure ε-DP, event level, for the whole run "
+        f"(binary attributes, m = {acc['attributes']})",
+        f"bootstrap per epoch:     ε₀ = {acc['bootstrap']!r}"
+        + (" (one attribute: no bootstrap, the first tables for good)"
+           if acc["bootstrap"] == 0 else ""),
+        f"tables:                  first epoch {first} tables, ε_t = {per[first]!r} each; "
+        f"later epochs 1..{acc['max_tables']} tables (from the data), ε_t = "
+        f"{per[str(acc['max_tables'])]!r} .. {per['1']!r}"
+        if acc["bootstrap"] > 0 else
+        f"tables:                  {first} tables, ε_t = {per[first]!r} each",
+        f"total per event:         ε = {acc['spent_exact']} (exact, the largest over every "
+        "table count)",
+        f"                         ≤ ε = {acc['epsilon']!r} (the float, exactly "
+        f"{acc['epsilon_exact']})",
+    ]
+    return lines
 
 
 def accountant_from_args(args: argparse.Namespace, privacy: Privacy) -> Accountant:
     """The accountant for the options: per-stream budget × nodes one event feeds (``--domain``)."""
     domain_file = getattr(args, "domain", None)
-    if domain_file is None:
+    if domain_file is None or binary_domain(domain_file) is not None:
         return Accountant(privacy, nodes_touched=1, cap=args.cap)
     from stream_dp.domain import Domain
 
@@ -244,6 +344,8 @@ def run(args: argparse.Namespace) -> int:
         privacy = privacy_from_args(args)
         accountant = accountant_from_args(args, privacy)
         accountant.summary(args.delta)
+        binary = binary_domain(getattr(args, "domain", None))
+        attributes = None if binary is None else attribute_accounting(args, binary, privacy)
     except ValueError as exc:
         print(f"stream-dp plan: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
@@ -257,8 +359,11 @@ def run(args: argparse.Namespace) -> int:
             "pick": chosen,
             "lower_bound": lower_bound_row(args, privacy),
             "lower_bound_applies_to": [r["strategy"] for r in table if not r["integer_only"]],
-            "accounting": accountant.summary(args.delta),
+            "accounting": (accountant.summary(args.delta) if attributes is None
+                           else attribute_lines(attributes)),
         }
+        if attributes is not None:
+            doc["attributes"] = attributes
         if isinstance(privacy, ZCDP):
             doc["implied_approx_dp"] = {
                 "epsilon": privacy.to_approx_dp(args.delta),
@@ -300,6 +405,7 @@ def run(args: argparse.Namespace) -> int:
     for line in COLUMNS:
         print(line)
     print()
-    for line in accountant.summary(args.delta):
+    for line in (accountant.summary(args.delta) if attributes is None
+                 else attribute_lines(attributes)):
         print(line)
     return 0

@@ -562,3 +562,78 @@ def test_two_workers_sharing_a_worker_id_across_hosts_one_stops_with_exit_2(
     if second == "later":  # Kafka's rule: the newer member keeps the membership
         assert loser == 0 and "a member of another process holds" in line, line
     assert workers[1 - loser].returncode == 0  # the survivor stopped by our SIGTERM only
+
+
+async def _alter(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
+    """What an operator does with kafka-configs --alter (AlterConfigs: the topic's whole set)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                  configs=configs)])
+    finally:
+        await admin.close()
+
+
+async def _create_bare(bootstrap: str, topic: str, partitions: int) -> None:
+    """A topic made by hand without the service's configs (the cluster's defaults apply)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        await admin.close()
+
+
+@pytest.mark.parametrize("case", ["schedule_retention", "schedule_by_hand",
+                                  "checkpoints_delete"])
+def test_internal_topics_that_would_lose_their_records_are_refused_in_one_line(
+        case: str, tmp_path: Path, kafka_broker: str, unique_name: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #32: the schedule topic holds the deployment nonce and the closing points, the
+    checkpoint topics the state; an operator who later gives one a retention (or a cluster
+    default that applies one, to a topic made by hand) loses them. The worker reads their
+    configs at start-up (DescribeConfigs) and refuses: exit 2, one line naming the topic, the
+    setting and the fix, before anything starts."""
+    env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
+    if case == "schedule_by_hand":
+        topic, setting = env["STREAM_DP_SCHEDULE_TOPIC"], "retention.ms="
+        asyncio.run(_create_bare(kafka_broker, topic, int(env["STREAM_DP_EVENTS_PARTITIONS"])))
+    assert cli("topics", "create", env=env).returncode == 0
+    if case == "schedule_retention":
+        topic, setting = env["STREAM_DP_SCHEDULE_TOPIC"], "retention.ms=604800000"
+        asyncio.run(_alter(kafka_broker, topic, {"retention.ms": "604800000"}))
+    elif case == "checkpoints_delete":
+        topic, setting = env["STREAM_DP_INGEST_CHECKPOINTS_TOPIC"], "cleanup.policy=compact,delete"
+        asyncio.run(_alter(kafka_broker, topic, {"cleanup.policy": "compact,delete"}))
+    proc = cli("worker", env=env)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = _lines(proc.stderr)
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    line = lines[0]
+    assert line.startswith("stream-dp worker: the ") and f"topic {topic!r} has {setting}" in line
+    fix = "retention.ms=-1" if setting.startswith("retention") else "cleanup.policy=compact"
+    assert f"--entity-name {topic} --add-config {fix}" in line, line
+    if case == "schedule_retention":
+        # every entry point refuses, not only the CLI's check: the in-process worker too
+        from agents.config import Settings
+        from agents.pipeline import Worker
+        from agents.topics import TopicConfigMismatch
+
+        monkeypatch.setenv("STREAM_DP_KEY", env["STREAM_DP_KEY"])
+        settings = Settings.load(env={k: v for k, v in env.items()
+                                      if k.startswith("STREAM_DP_")})
+        with pytest.raises(TopicConfigMismatch, match=r"retention\.ms=604800000"):
+            asyncio.run(asyncio.wait_for(Worker(settings).run(asyncio.Event()), 60))
+        # set back as the line says: the worker starts
+        asyncio.run(_alter(kafka_broker, topic, {"retention.ms": "-1"}))
+        started = _start_worker(env, tmp_path / "ok.log")
+        try:
+            _wait_log(started, tmp_path / "ok.log", "ingest: assigned partitions")
+        finally:
+            _stop(started, tmp_path / "ok.log")

@@ -29,7 +29,8 @@ async def test_a_record_too_large_stops_the_worker_and_commits_nothing(
     await admin.start()
     try:  # the release checkpoints topic made by hand, too small for one checkpoint chunk
         await admin.create_topics([NewTopic(s.release_checkpoints_topic, s.shards, 1,
-                                            topic_configs={"max.message.bytes": "300"})])
+                                            topic_configs={"max.message.bytes": "300",
+                                                           "cleanup.policy": "compact"})])
     finally:
         await admin.close()
     await ps.create_topics(s)  # the others, as usual

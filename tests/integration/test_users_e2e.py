@@ -262,7 +262,8 @@ def test_a_second_copy_of_a_replayed_log_is_refused_or_dead_lettered_never_silen
     no release, no dead letter and no log line. Now `replay` refuses that target up front (exit
     2, one line: the topic ends with an earlier final marker), and a copy that reaches the
     topic anyway (another producer) goes to the dead-letter topic as `tick_closed`, counted in
-    a rate-limited warning that names why; the releases do not change."""
+    a rate-limited warning that names why (an operator-only line, with metrics_event_counts = 1);
+    the releases do not change."""
     from tests.integration._users import close_markers
     from tests.integration.pipeline_support import event_bytes, produce_raw, read_topic
 
@@ -282,7 +283,7 @@ def test_a_second_copy_of_a_replayed_log_is_refused_or_dead_lettered_never_silen
                           "--restart")
         assert again.returncode == 2, again.stdout + again.stderr
         lines = [x for x in again.stderr.splitlines() if x.strip()]
-        assert len(lines) == 1 and "already ends with the final close marker" in lines[0]
+        assert len(lines) == 1 and "already holds the final close marker" in lines[0]
         assert "tick_closed" in lines[0] and "fresh deployment" in lines[0]
         assert len(asyncio.run(read_topic(s.bootstrap, s.events_topic))) == sent  # nothing sent
 
@@ -295,7 +296,9 @@ def test_a_second_copy_of_a_replayed_log_is_refused_or_dead_lettered_never_silen
     assert len(finals) == s.events_partitions
     asyncio.run(produce_raw(s, [*copies, *((None, m.value, m.partition, list(m.headers))
                                            for m in finals)]))
-    with _worker(s, tmp_path) as proc:
+    # the warning line is operator-only (it moves with one late record): shown with
+    # metrics_event_counts = 1, like the event counters
+    with _worker(s.replace(metrics_event_counts=1), tmp_path) as proc:
         worker_log = tmp_path / f"{s.app_id}.log"
         deadline = time.monotonic() + 90
         while True:
@@ -313,3 +316,49 @@ def test_a_second_copy_of_a_replayed_log_is_refused_or_dead_lettered_never_silen
     assert "replayed again into this markers deployment" in warnings[0]
     assert f"went to {s.dlq_topic} as tick_closed" in warnings[0]
     assert {k: v[0] for k, v in after.items()} == {k: v[0] for k, v in first.items()}
+
+
+def test_a_forged_final_marker_does_not_stop_a_genuine_replay(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Issue #32: a writer of a markers deployment's events topic appends, before the genuine
+    replay, one record per partition that looks like a final close marker closing the whole
+    log: one signed with another noise key (a real marker of another deployment), one with a
+    MAC of zeros. The worker dead-letters both (`forged_marker`); `stream-dp replay` used to
+    refuse the genuine replay up front (exit 2, nothing sent, no tick ever released). A marker
+    that does not verify under the replay's key decides nothing (DESIGN.md §2 rule 7): the
+    replay goes on (exit 0, one note), every tick is released, and the only dead letters are
+    the two forgeries."""
+    from agents.codec import CLOSE_HEADER, close_marker, marker_key
+    from tests.integration.pipeline_support import produce_raw, read_topic
+
+    log = tmp_path / "web.csv"
+    stream_dp("simulate", "searchlogs", "--seed", "5", "--ticks", str(TICKS), "--tick-seconds",
+              "2", "--rate", "10", "--out", str(log), "--domain-out", str(tmp_path / "domain.toml"),
+              "--settings-out", str(tmp_path / "stream-dp.toml"), check=True)
+    n = len(Domain.from_file(tmp_path / "domain.toml").names)
+    s = _settings(kafka_broker, tmp_path, unique_name, KEY_1, epsilon=1.0)
+    asyncio.run(ensure_topics(s.bootstrap, s))
+    closes_all = float(UNTIL)  # at least as late as every event of the log
+    _, other = close_marker(closes_all, True, mac_key=marker_key(bytes.fromhex(KEY_2)),
+                            topic=s.events_topic, partition=0)
+    _, genuine_shape = close_marker(closes_all, True, mac_key=marker_key(b"x" * 32),
+                                    topic=s.events_topic, partition=1)
+    doc = json.loads(genuine_shape)
+    zeros = json.dumps({**doc, "mac": "0" * len(doc["mac"])}).encode()
+    header = [(CLOSE_HEADER, b"1")]
+    asyncio.run(produce_raw(s, [(None, other, 0, header), (None, zeros, 1, header)]))
+
+    with _worker(s, tmp_path) as proc:
+        replayed = stream_dp("replay", str(log), "--bootstrap", s.bootstrap, "--topic",
+                             s.events_topic, "--key-file", s.key_file, "--until", UNTIL)
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        assert "already holds the final close marker" not in replayed.stderr
+        notes = [x for x in replayed.stderr.splitlines() if "does not verify" in x]
+        assert len(notes) == 1 and "decides nothing" in notes[0], replayed.stderr
+        assert "first replay" in replayed.stderr
+        got = asyncio.run(wait_for_ticks(s, n, TICKS, timeout_s=120, poll_s=0.5))
+        assert proc.poll() is None, (tmp_path / f"{s.app_id}.log").read_text()[-3000:]
+        dead = asyncio.run(read_topic(s.bootstrap, s.dlq_topic))
+    assert sum(1 for (_, t) in got if t <= TICKS) == n * TICKS
+    assert sorted(json.loads(d.value)["reason"] for d in dead) == ["forged_marker"] * 2

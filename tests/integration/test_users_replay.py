@@ -6,6 +6,7 @@ own replay history (tests/conftest.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -200,14 +201,14 @@ def test_key_fingerprint_same_key_reproduces_other_key_warns(
     first = replay(topics[0])
     assert first.returncode == 0 and "first replay" in first.stderr
     assert "WARNING" not in first.stderr
-    for extra, signed in (((), "signed with this key"),
-                          (("--key-file", str(key_file)), "signed with another noise key")):
-        again = replay(topics[0], *extra)  # the same topic: its ticks are closed
-        assert again.returncode == 2, again.stdout + again.stderr
-        lines = [x for x in again.stderr.splitlines() if x.strip()]
-        assert len(lines) == 1 and "Traceback" not in again.stderr, again.stderr
-        assert f"{topics[0]} already ends with the final close marker" in lines[0]
-        assert signed in lines[0] and "nothing was sent" in lines[0]
+    # the same topic under the same key: its ticks are closed (another key's final marker
+    # looks like a forgery and decides nothing: test_users_e2e.py, issue #32)
+    again = replay(topics[0])
+    assert again.returncode == 2, again.stdout + again.stderr
+    lines = [x for x in again.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in again.stderr, again.stderr
+    assert f"{topics[0]} already holds the final close marker" in lines[0]
+    assert "signed with this key" in lines[0] and "nothing was sent" in lines[0]
     same = replay(topics[1])
     assert same.returncode == 0 and "same noise key" in same.stderr
     assert "bit for bit" in same.stderr
@@ -232,6 +233,56 @@ def test_key_fingerprint_same_key_reproduces_other_key_warns(
         assert not isinstance(parse_close_marker(m.value, mac_key=marker_key(key),
                                                  topic=topic + "x", partition=m.partition),
                               tuple)
+
+
+def test_records_appended_after_the_final_marker_do_not_hide_it(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Issue #32: replay looked only at the last record of each partition, so any writer of
+    the events topic who appended one record (a forged marker, an event) after a genuine final
+    marker made a second copy of the log go in (the worker dead-letters it, tick_closed, and
+    events after the earlier --until would count twice). Replay now looks at the partitions'
+    last records: the genuine marker still refuses (exit 2, one line, nothing sent), and the
+    forged one decides nothing."""
+    import asyncio
+
+    from agents.codec import CLOSE_HEADER, CLOSE_SCHEMA
+
+    create_topic(kafka_broker, unique_name, partitions=2)
+    log = tmp_path / "small.csv"
+    log.write_text("ts,key\n1704067200,item1\n1704067201,item2\n", encoding="utf-8")
+
+    def replay() -> subprocess.CompletedProcess[str]:
+        return stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                         "--restart", "--until", "2024-01-01T00:00:30Z")
+
+    assert replay().returncode == 0
+    forged = json.dumps({"schema": CLOSE_SCHEMA, "time": 1704067230.0, "final": True,
+                         "mac": "0" * 64}).encode()
+
+    async def append() -> None:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker)
+        await producer.start()
+        try:
+            for p in (0, 1):
+                await producer.send_and_wait(unique_name, forged, partition=p,
+                                             headers=[(CLOSE_HEADER, b"1")])
+                await producer.send_and_wait(
+                    unique_name, b'{"key": "item3", "ts": 1704067202}', partition=p)
+        finally:
+            await producer.stop()
+
+    asyncio.run(append())
+    before = len(read_all(kafka_broker, unique_name))
+    again = replay()
+    assert again.returncode == 2, again.stdout + again.stderr
+    lines = [x for x in again.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in again.stderr, again.stderr
+    assert f"{unique_name} already holds the final close marker" in lines[0]
+    assert "signed with this key" in lines[0] and "nothing was sent" in lines[0]
+    assert len(read_all(kafka_broker, unique_name)) == before
 
 
 def test_changed_log_under_the_same_key_is_refused_whole_log_checked(
@@ -266,13 +317,13 @@ def test_changed_log_under_the_same_key_is_refused_whole_log_checked(
         assert "REFUSED" in proc.stderr and "differs" in proc.stderr
         assert len(read_events(kafka_broker, unique_name)) == sent  # nothing sent
         # another key into a fresh topic (a fresh deployment): fresh noise, the budget is spent
-        # again, said out loud (a key is bound to one log for good: KEY_B on a second changed
-        # log would be refused too). Into this topic, which key A's final marker closed, replay
-        # refuses (exit 2: that deployment's worker would ignore it; issue #24).
+        # again, said out loud (a key is bound to one log per deployment: KEY_B on a second
+        # changed log into that topic would be refused too). Into this topic, which key A's
+        # final marker closed, replay
+        # would go on: a final marker another key signed decides nothing (it may be forged;
+        # issue #32), only one this key verifies refuses (issue #24).
         fresh = [*args[:5], unique_name + "-" + change, *args[6:]]
         create_topic(kafka_broker, fresh[5], partitions=1)
-        closed = stream_dp(*args, env={"STREAM_DP_KEY": fresh_key})
-        assert closed.returncode == 2 and "signed with another noise key" in closed.stderr
         other = stream_dp(*fresh, env={"STREAM_DP_KEY": fresh_key}, check=True)
         status = json.loads(other.stdout)
         assert status["key"] == "different" and status["budget"] == "spent_again"
@@ -430,6 +481,65 @@ def test_the_guard_follows_the_content_not_the_file_name(
     text = history.path.read_text()
     assert KEY_A not in text and KEY_C not in text
     assert str(copy.resolve()) in text and str(changed.resolve()) not in text
+
+
+def test_one_key_replays_one_log_per_deployment(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Issue #32: the replay history bound a key to one log for good, across deployments,
+    although the noise is bound to the deployment. Now it is keyed by (key, deployment: the
+    cluster's id and the events topic): into the deployment that got a log, a renamed and
+    edited, a prefix, an extended and a prefixed log are refused (exit 3, nothing sent), also
+    when the cluster is reached by another address; another log goes into another deployment
+    (exit 0, a first content there), which then refuses the first log in turn."""
+    first_topic, second_topic = unique_name, unique_name + "-second"
+    for topic in (first_topic, second_topic):
+        create_topic(kafka_broker, topic, partitions=1)
+    rows = [f"{1704067200 + i * 0.5:.1f},item{i % 5}" for i in range(60)]
+
+    def write(path: Path, lines: list[str]) -> Path:
+        path.write_text("ts,key\n" + "\n".join(lines) + "\n", encoding="utf-8")
+        return path
+
+    def replay(log: Path, topic: str, bootstrap: str = kafka_broker
+               ) -> tuple[int, dict[str, object], str]:
+        proc = stream_dp("replay", str(log), "--bootstrap", bootstrap, "--topic", topic,
+                         "--until", UNTIL, "--json", "--no-progress", "--restart")
+        return proc.returncode, json.loads(proc.stdout), proc.stderr
+
+    original = write(tmp_path / "sales.csv", rows)
+    rc, status, _ = replay(original, first_topic)
+    assert (rc, status["key"], status["budget"]) == (0, "new", "spent")
+    changed = {
+        "renamed+edited": write(tmp_path / "renamed.csv",
+                                [*rows[:30], rows[30].replace("item", "itex"), *rows[31:]]),
+        "prefix": write(tmp_path / "day1.csv", rows[:40]),
+        "extended": write(tmp_path / "week.csv", [*rows, "1704067300.0,item1"]),
+        "prefixed": write(tmp_path / "earlier.csv", ["1704067100.0,item1", *rows]),
+    }
+    port = kafka_broker.rsplit(":", 1)[1]
+    from agents.commands._replay_target import cluster_id
+
+    # the broker reached by another address reports the same cluster (not a fallback)
+    assert asyncio.run(cluster_id(f"localhost:{port}")) == asyncio.run(cluster_id(kafka_broker))
+    for name, log in changed.items():
+        for bootstrap in (kafka_broker, f"localhost:{port}"):  # one cluster, two addresses
+            rc, status, err = replay(log, first_topic, bootstrap)
+            assert rc == 3 and status["status"] == "log_differs", (name, bootstrap, err)
+            assert "REFUSED" in err and "into this deployment" in err
+    assert len(read_events(kafka_broker, first_topic)) == len(rows)  # nothing more sent
+
+    # another deployment (its own events topic, so its own noise): another log goes in
+    rc, status, err = replay(changed["extended"], second_topic)
+    assert (rc, status["key"], status["budget"]) == (0, "new", "spent"), err
+    assert len(read_events(kafka_broker, second_topic)) == len(rows) + 1
+    # and that deployment now refuses the first log
+    rc, status, err = replay(original, second_topic)
+    assert rc == 3 and status["status"] == "log_differs" and str(changed["extended"]) in err
+    entries = ReplayHistory().entries(key_fingerprint(bytes.fromhex(KEY_A)))
+    assert [[d["topic"] for d in e["deployments"]] for e in entries] == [
+        [first_topic], [second_topic]]
+    assert len({d["cluster"] for e in entries for d in e["deployments"]}) == 1
 
 
 def test_no_key_open_key_file_or_no_public_end_sends_nothing(

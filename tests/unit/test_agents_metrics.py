@@ -111,14 +111,22 @@ def test_raw_event_counters_are_off_the_endpoint_unless_asked_for() -> None:
     hidden.event_accepted(7)
     hidden.event_dead_lettered("unknown_key", 2)
     hidden.set_consumer_lag(5)
+    hidden.stream_clipped(3)  # a raw threshold bit (issue #32)
+    hidden.ingest_checkpoint_written(0.01)  # one per commit of arrived records
     text = hidden.exposition().decode()
     for name in EVENT_COUNT_METRICS:
         assert name.removesuffix("_total") not in text, name
     assert "stream_dp_ready" in text
     assert hidden.private_registry.get_sample_value(
         "stream_dp_events_total", {"result": "accepted"}) == 7
+    assert hidden.private_registry.get_sample_value("stream_dp_clipped_total") == 3
     shown = Metrics(process=False, event_counts=True)
     shown.event_accepted(7)
-    assert 'stream_dp_events_total{result="accepted"} 7.0' in shown.exposition().decode()
+    shown.stream_clipped(3)
+    shown.ingest_checkpoint_written(0.01)
+    text = shown.exposition().decode()
+    assert 'stream_dp_events_total{result="accepted"} 7.0' in text
+    assert "stream_dp_clipped_total 3.0" in text
+    assert "stream_dp_ingest_checkpoint_seconds_count 1.0" in text
     settings = Settings.load(env={"STREAM_DP_ORIGIN": "1"})
     assert settings.metrics_event_counts == 0 and settings.web_host == "127.0.0.1"

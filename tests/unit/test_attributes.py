@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +14,17 @@ from stream_dp.attributes import BinaryDomain, JunctionTreeModel, choose_structu
 from stream_dp.attributes.consistency import constraint_blocks, make_consistent
 from stream_dp.attributes.dependence import (
     WEIGHT_GRID,
+    bootstrap_budgets,
+    cooccurrence_scale,
     cooccurrence_sensitivity,
     cooccurrence_vector,
+    histogram_scale,
     measure_bootstrap,
     measure_cooccurrence,
     measure_pairs,
     pair_sensitivity,
     pair_vector,
+    pairs_scale,
 )
 from stream_dp.attributes.release import MarginalRelease, run_offline, split_budget
 from stream_dp.attributes.structure import Structure
@@ -250,14 +255,27 @@ def test_accounting_from_first_principles(m: int, max_ones: int | None) -> None:
     assert split.bootstrap_sensitivity == sketch.sensitivity == want
     if max_ones is None:
         assert sketch.histogram_epsilon > 0
-    eps_boot = split.bootstrap - sketch.histogram_epsilon
+    eps_h, eps_boot = bootstrap_budgets(split.bootstrap, max_ones is None)  # as measured
+    assert eps_h == sketch.histogram_epsilon
     full_b = boot(bits, *boot_args)
     full_h = ones_histogram(bits)
     full_t = _run_vectors(bits, ticks, tables)
     extra = np.ones((1, m), dtype=np.uint8)
     neighbours = [(np.delete(bits, i, 0), np.delete(ticks, i)) for i in range(n)]
     neighbours.append((np.vstack([bits, extra]), np.append(ticks, 3)))
-    worst = 0.0
+    # exact ε per unit change at the scales the samplers really receive (Fraction: no slack)
+    if sketch.method == "cooc":
+        per_boot = 1 / (Fraction(WEIGHT_GRID) * Fraction(cooccurrence_scale(k, eps_boot)))
+    else:
+        per_boot = 1 / Fraction(pairs_scale(m, eps_boot))
+    per_hist = 1 / Fraction(histogram_scale(sketch.histogram_epsilon)) if max_ones is None \
+        else Fraction(0)
+    if mech.name == "naive-int":
+        per_cell = Fraction(mech.cap) / Fraction(mech.scale_units)  # type: ignore[attr-defined]
+        assert per_cell <= Fraction(split.per_table)
+    else:
+        per_cell = Fraction(split.per_table)
+    worst = Fraction(0)
     for nb_bits, nb_ticks in neighbours:
         d_boot = float(np.abs(boot(nb_bits, *boot_args) - full_b).sum())
         assert d_boot <= want + 1e-12
@@ -271,12 +289,12 @@ def test_accounting_from_first_principles(m: int, max_ones: int | None) -> None:
         assert changed.size == 1
         per_table = np.add.reduceat(diff[changed[0]], res.release.offsets[:-1])
         assert per_table.tolist() == [1.0] * len(tables)
-        loss = sketch.histogram_epsilon * d_hist  # histogram: scale 1/ε_h
-        loss += eps_boot * d_boot / want  # bootstrap: scale Δ₀/(ε₀ − ε_h)
-        loss += split.per_table * float(diff.sum())  # tables: ε_t per unit change
+        loss = per_hist * Fraction(d_hist)  # histogram: scale ≥ 1/ε_h
+        loss += per_boot * Fraction(d_boot)  # bootstrap: scale ≥ Δ₀/(ε₀ − ε_h)
+        loss += per_cell * Fraction(float(diff.sum()))  # tables: ≤ ε_t per unit change
         worst = max(worst, loss)
-    assert worst <= eps + 1e-12
-    assert split.spent <= eps
+    assert worst <= Fraction(eps)
+    assert split.spent_exact <= Fraction(eps)
 
 
 def test_max_ones_follows_the_histogram() -> None:
@@ -297,6 +315,7 @@ def test_max_ones_follows_the_histogram() -> None:
 def test_split_budget_never_exceeds_epsilon() -> None:
     for eps, k, b in [(1.0, 7, 0.2), (0.3, 13, 0.1), (1e-3, 3, 1e-4), (2.0, 1, 0.0)]:
         s = split_budget(eps, k, b, 37.0, "cooc")
+        assert s.spent_exact == Fraction(b) + k * Fraction(s.per_table) <= Fraction(eps)
         assert s.spent <= eps and s.per_table > 0
         assert s.spent == pytest.approx(eps, rel=1e-12)
 

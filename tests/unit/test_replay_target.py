@@ -4,7 +4,7 @@ a final close marker of an earlier replay under this key or another, and the one
 from __future__ import annotations
 
 from agents.codec import close_marker, marker_key
-from agents.commands._replay_target import EarlierFinal, _final, refusal
+from agents.commands._replay_target import EarlierFinal, _final, refusal, unverified_note
 
 MINE = marker_key(b"m" * 32)
 OTHER = marker_key(b"o" * 32)
@@ -36,11 +36,18 @@ def test_the_refusal_is_one_line_and_only_for_events_the_marker_closed() -> None
     mine = EarlierFinal(T, True, 2)
     why = refusal(mine, "ev", T - 30)
     assert why is not None and "\n" not in why
-    assert "ev already ends with the final close marker" in why and "2024-01-01T00:00:30Z" in why
+    assert "ev already holds the final close marker" in why and "2024-01-01T00:00:30Z" in why
     assert "signed with this key" in why and "tick_closed" in why and "nothing was sent" in why
-    other = refusal(EarlierFinal(T, False, 1), "ev", T)
-    assert other is not None and "another noise key" in other and "forged_marker" in other
     assert refusal(mine, "ev", T + 0.001) is None  # a log after the earlier end
+    # a final marker this key does not verify (another key's, or forged): never a refusal,
+    # only a one-line note (issue #32)
+    unverified = EarlierFinal(T, False, 1)
+    assert refusal(unverified, "ev", T) is None
+    note = unverified_note(unverified, "ev", T)
+    assert note is not None and "\n" not in note and "decides nothing" in note
+    assert "forged_marker" in note and "another noise key" in note
+    assert unverified_note(mine, "ev", T) is None
+    assert unverified_note(unverified, "ev", T + 0.001) is None
 
 
 def test_adv_a_hostile_writers_future_final_marker_does_not_block_every_replay() -> None:
@@ -48,7 +55,7 @@ def test_adv_a_hostile_writers_future_final_marker_does_not_block_every_replay()
     unverifiable "final" marker body. With a time far in the future it made every replay into
     the topic refuse (every log's first event lies before it), blaming another noise key. No
     replay writes a final marker in the future (--until in the future is refused), so such a
-    marker is ignored; one in the past still refuses, and the line says it may be forged."""
+    marker is ignored; one in the past is only noted (issue #32: it decides nothing)."""
     import json
     import time
 
@@ -60,5 +67,4 @@ def test_adv_a_hostile_writers_future_final_marker_does_not_block_every_replay()
     assert _final(future, headers, MINE, "ev", 1) is None
     past = json.dumps({"schema": CLOSE_SCHEMA, "final": True, "time": T}).encode()
     assert _final(past, headers, MINE, "ev", 1) == (T, False)
-    why = refusal(EarlierFinal(T, False, 1), "ev", T)
-    assert why is not None and "without this one" in why
+    assert refusal(EarlierFinal(T, False, 1), "ev", T) is None

@@ -38,6 +38,7 @@ from numpy.typing import NDArray
 from scipy.linalg import solve_triangular
 from scipy.signal import lfilter
 
+from stream_dp.exact_budget import raise_until
 from stream_dp.noise import discrete_gaussian_variance, discrete_laplace_variance
 
 __all__ = ["COEFF_BITS", "MAX_BLOCK", "LsPlan", "best_plan", "block_part", "block_terms",
@@ -151,8 +152,10 @@ def noise_scales(model: Model, budget: float, shares: tuple[float, ...], slack_u
         norm = max(Fraction(1), sum((Fraction(a) for a in shares), Fraction(0)))
         for ell, share in enumerate(shares):
             allowed = Fraction(budget) * Fraction(share) / norm
-            while raw[ell] < math.inf and spent(changes[ell], raw[ell]) > allowed:
-                raw[ell] = math.nextafter(raw[ell], math.inf)
+            def fits(s: float, c: float = changes[ell], a: Fraction = allowed) -> bool:
+                return spent(c, s) <= a
+
+            raw[ell] = raise_until(raw[ell], fits)
     scales: list[float] = []
     variances: list[float] = []
     for ell, s in enumerate(raw):

@@ -2,8 +2,8 @@
 
 When every event's value is a whole number and the cap is a whole number, each tick's count
 ``D_t`` is an integer and one event changes it by at most ``cap`` whole units. Then the two-sided
-geometric (discrete Laplace) mechanism on the integers, scale ``cap/ε``, is ε-DP with **no
-rounding slack** and a smaller variance than Laplace noise of the same scale:
+geometric (discrete Laplace) mechanism on the integers, scale ``cap/ε`` (the float quotient,
+raised by one ulp when it rounded below ``cap/ε``), is ε-DP with **no rounding slack** and a smaller variance than Laplace noise of the same scale:
 ``2q/(1 − q)²`` with ``q = e^(−ε/cap)`` instead of ``2(cap/ε)²`` — about 8 % less at ε = 1,
 cap = 1 (paper 001: the optimal mechanism for one counting query). Releases are otherwise those of
 ``naive``: ``s_t = p·s_{t−1} + D_t + Z_t``.
@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from stream_dp.budget import Privacy
+from stream_dp.exact_budget import scale_at_least
 from stream_dp.mechanism import BoundNoise, Float64Array, State
 from stream_dp.noise.laplace import MIN_SCALE
 from stream_dp.strategies._common import check_cap, check_noise_scale, discrete_laplace_variance
@@ -45,8 +46,10 @@ class NaiveIntegerMechanism(NaiveMechanism):
         super().__init__(p, horizon, privacy, c)
         self.grid = 1.0
         self._sensitivity = self.cap  # integer counts: no rounding, so no slack
+        # fl(cap/ε) can lie half an ulp below cap/ε (one event would spend ε·(1 + 1e-16)):
+        # raised by an ulp exactly when it does, so the exact loss cap/scale stays ≤ ε
         self.scale_units = check_noise_scale(
-            self.cap / self.epsilon, MIN_SCALE, f"epsilon = {self.epsilon!r}"
+            scale_at_least(self.cap, self.epsilon), MIN_SCALE, f"epsilon = {self.epsilon!r}"
         )
         self.measurement_variance = discrete_laplace_variance(self.scale_units)
 

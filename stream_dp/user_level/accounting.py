@@ -1,0 +1,290 @@
+"""What one person's bounded contribution costs: :func:`stream_factor` per released stream and
+:class:`UserAccountant` for a whole release, per period and over a year.
+
+**Per stream.** A stream's mechanism spends its per-event budget (ε or ρ) on one event of size
+``cap`` in one tick. A person contributes at most ``n`` events to one stream in one period (``n``
+from :class:`~stream_dp.user_level.bounds.UserBounds`), ``b`` ticks apart or, with ``b = 0``,
+several in one tick. :func:`stream_factor` is the multiple of the per-event budget that covers
+every such pattern:
+
+* pure DP: ``n`` — each event moves the measurements by at most the largest column L1 norm, so
+  ``n`` events by at most ``n`` times it (group privacy); exact for the strategies whose every
+  tick's column has the largest norm (naive, the trees), an upper bound otherwise;
+* zCDP, ``b = 0``: ``n²`` — exact (all ``n`` events in the tick of the largest column);
+* zCDP, Toeplitz strategies (``sqrt``; ``blt`` with ``p < 1``) whose coefficients are
+  non-negative and non-increasing (checked): the autocorrelation ``G(d) = Σ_k c_k c_{k+d}`` of the
+  coefficients (of the infinite stream: a finite horizon only drops non-negative terms) is
+  non-increasing in ``d``, so spacing the events exactly ``b`` apart makes every pairwise distance
+  as small as any pattern allows: ``Σ_{a,a'<n} G(|a−a'|·b) / G(0)`` — exact;
+* zCDP otherwise (trees, ``blt`` at ``p = 1`` with its column scales): ``n²``, the triangle
+  inequality's bound, reported as not exact.
+
+**Whole release.** An event feeds ``h`` nodes, one in each *layer* (a hierarchy's depth, a grid's
+total / one category per attribute / the cell). In one layer the nodes have disjoint leaves, so
+a person's ``N = min(K, L·k)`` counted events split over them, each node taking at most its own
+bound; the per-node loss is convex and superadditive in the count (``n``, ``n²``, or the Toeplitz
+sum, whose increments grow), so a layer costs at most ``⌊N/c⌋·φ(c) + φ(N mod c)`` per-event
+budgets for its largest node bound ``c`` — and the release as a whole the sum over its layers.
+
+**A year** of ``Y`` periods: pure DP adds (``Y`` × the period's total, group privacy over the
+year). Under zCDP the periods share one mechanism, so cross-period terms appear: for the Toeplitz
+strategies they are bounded through ``G`` at the smallest distance two periods' events can have;
+otherwise the bound treats the year's ``Y·N`` events as one group (``(Y·N)²``), said as such.
+
+>>> from stream_dp.budget import ZCDP, PureDP
+>>> from stream_dp.strategies import make_mechanism
+>>> stream_factor(make_mechanism("tree", 0.99, 1023, PureDP(1.0)), events=5, min_sep=1).value
+5.0
+>>> f = stream_factor(make_mechanism("sqrt", 0.9, 1023, ZCDP(0.5)), events=5, min_sep=10)  # ≪ 5²
+>>> f.exact, round(f.value, 3)
+(True, 5.654)
+>>> stream_factor(make_mechanism("sqrt", 0.9, 1023, ZCDP(0.5)), events=5, min_sep=0).value
+25.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from stream_dp.accounting import Accountant
+from stream_dp.budget import ZCDP, Privacy, PureDP
+from stream_dp.domain import Domain
+from stream_dp.user_level.bounds import UserBounds
+
+__all__ = ["UserAccountant", "UserFactor", "layer_leaves", "stream_factor", "year_periods"]
+
+Float64Array = NDArray[np.float64]
+
+#: seconds in a (365-day) year, for the yearly figure
+YEAR_SECONDS = 365 * 86_400
+
+
+@dataclass(frozen=True)
+class UserFactor:
+    """A multiple of the per-event budget that covers one person's bounded contribution."""
+
+    value: float
+    exact: bool
+    method: str
+
+
+def _toeplitz_autocorrelation(mech: object) -> Callable[[int], float] | None:
+    """``d ↦ G(d)`` for a Toeplitz mechanism with non-negative, non-increasing coefficients
+    (infinite stream), or None."""
+    name = getattr(mech, "name", "")
+    if name == "sqrt":
+        c = np.asarray(getattr(mech, "coefficients", None), dtype=np.float64)
+        if (c < 0).any() or (np.diff(c) > 0).any():
+            return None
+
+        def sqrt_g(d: int) -> float:
+            return float(c[: max(c.size - d, 0)] @ c[d:]) if d < c.size else 0.0
+        return sqrt_g
+    if name == "blt" and getattr(mech, "scales", None) is None:
+        theta = np.asarray(getattr(mech, "theta", None), dtype=np.float64)
+        w = np.asarray(getattr(mech, "w", None), dtype=np.float64)
+        if (theta < 0).any() or (theta >= 1).any() or (w < 0).any() or float(w.sum()) > 1.0:
+            return None  # c_1 = Σw ≤ c_0 = 1 and geometric tails: non-negative, non-increasing
+        cross = np.outer(w, w) / (1.0 - np.outer(theta, theta))
+
+        def blt_g(d: int) -> float:
+            c_d = 1.0 if d == 0 else float(w @ theta ** (d - 1))
+            return c_d + float((cross * (theta ** d)[None, :]).sum())
+        return blt_g
+    return None
+
+
+def _spaced_sum(g: Callable[[int], float], events: int, min_sep: int) -> float:
+    """``Σ_{a,a'<n} G(|a−a'|·b) / G(0)`` with ``n = events``, ``b = min_sep``."""
+    g0 = g(0)
+    total = events * g0 + 2.0 * sum((events - d) * g(d * min_sep) for d in range(1, events))
+    return total / g0
+
+
+def stream_factor(mech: object, events: int, min_sep: int) -> UserFactor:
+    """The per-person multiple of ``mech``'s per-event budget for ``events`` events (≥ 1) on
+    one stream in one period, ``min_sep`` (≥ 0) ticks apart (see the module docstring)."""
+    if isinstance(events, bool) or not isinstance(events, int) or events < 1:
+        raise ValueError(f"events must be an integer >= 1, got {events!r}")
+    if isinstance(min_sep, bool) or not isinstance(min_sep, int) or min_sep < 0:
+        raise ValueError(f"min_sep must be an integer >= 0, got {min_sep!r}")
+    privacy = getattr(mech, "privacy", None)
+    if not isinstance(privacy, (PureDP, ZCDP)):
+        raise ValueError("mech must be a configured mechanism with a privacy budget")
+    if events == 1:
+        return UserFactor(1.0, True, "one event")
+    if isinstance(privacy, PureDP):
+        return UserFactor(float(events), getattr(mech, "name", "") in _EQUAL_COLUMNS,
+                          "group privacy: n × the largest column L1 norm")
+    if min_sep == 0:
+        return UserFactor(float(events) ** 2, True, "n events in one tick: n²")
+    g = _toeplitz_autocorrelation(mech)
+    if g is not None:
+        return UserFactor(_spaced_sum(g, events, min_sep), True,
+                          "Toeplitz: events exactly b apart (non-increasing autocorrelation)")
+    return UserFactor(float(events) ** 2, False, "bound: n² (triangle inequality)")
+
+
+#: pure-DP strategies whose every tick's column has the same L1 norm (n × is exact)
+_EQUAL_COLUMNS = frozenset({"naive", "naive-int", "tree", "binary-tree"})
+
+
+def year_periods(period_ticks: int, tick_seconds: float) -> int:
+    """Periods in a year of ``tick_seconds``-second ticks (at least 1; 1 for ``period_ticks = 0``,
+    a period that never ends)."""
+    if period_ticks == 0:
+        return 1
+    return max(1, math.ceil(YEAR_SECONDS / (period_ticks * tick_seconds)))
+
+
+def _layer_cost(phi: Callable[[int], UserFactor], total: int, cap: int) -> tuple[float, bool]:
+    """``⌊N/c⌋·φ(c) + φ(N mod c)`` and whether every φ used is exact."""
+    c = min(cap, total)
+    full, rest = divmod(total, c)
+    f = phi(c)
+    value, exact = full * f.value, f.exact
+    if rest:
+        r = phi(rest)
+        value += r.value
+        exact = exact and r.exact
+    return value, exact
+
+
+@dataclass(frozen=True)
+class UserAccountant:
+    """User-level accounting of one release: ``event`` (per-node budget, h, cap), ``bounds``,
+    ``layer_leaves`` (per layer, the most leaves one node of that layer has below it; a flat
+    domain: ``(1,)``), ``mech`` (the per-stream mechanism, for the factors) and the tick length
+    in seconds (for the yearly figure)."""
+
+    event: Accountant
+    bounds: UserBounds
+    layer_leaves: tuple[int, ...]
+    mech: object
+    tick_seconds: float
+
+    def __post_init__(self) -> None:
+        if len(self.layer_leaves) != self.event.nodes_touched:
+            raise ValueError(f"layer_leaves must have one entry per node an event feeds "
+                             f"({self.event.nodes_touched}), got {len(self.layer_leaves)}")
+        if not (math.isfinite(self.tick_seconds) and self.tick_seconds > 0):
+            raise ValueError(f"tick_seconds must be a finite number > 0, got {self.tick_seconds!r}")
+
+    def _phi(self, n: int) -> UserFactor:
+        return stream_factor(self.mech, n, self.bounds.min_separation_ticks)
+
+    @property
+    def per_stream(self) -> UserFactor:
+        """The factor of one released leaf stream per person per period."""
+        return self._phi(self.bounds.per_leaf_events)
+
+    @property
+    def events_per_period(self) -> int:
+        """``N``: the most events of one person counted in one period (over all leaves)."""
+        return self.bounds.per_node_events(max(self.layer_leaves))
+
+    def period_factor(self) -> tuple[float, bool]:
+        """The release's total per person per period as a multiple of the per-node budget."""
+        total, exact = 0.0, True
+        for leaves in self.layer_leaves:
+            value, ok = _layer_cost(self._phi, self.events_per_period,
+                                    self.bounds.per_node_events(leaves))
+            total, exact = total + value, exact and ok
+        return total, exact
+
+    def year_factor(self) -> tuple[float, bool]:
+        """The release's total per person over a year, as a multiple of the per-node budget."""
+        y = year_periods(self.bounds.period_ticks, self.tick_seconds)
+        period, exact = self.period_factor()
+        if y == 1 or isinstance(self.event.per_node, PureDP):
+            return y * period, exact
+        g = _toeplitz_autocorrelation(self.mech)
+        n, t, b = self.events_per_period, self.bounds.period_ticks, self.bounds.min_separation_ticks
+        if g is None:
+            return float(self.event.nodes_touched * (y * n) ** 2), False
+        # cross terms of two periods d apart: n² pairs at distance ≥ max(b, (d−1)·T + 1), per layer
+        cross = sum((y - d) * g(max(b, (d - 1) * t + 1)) for d in range(1, y))
+        return y * period + 2.0 * self.event.nodes_touched * n * n * cross / g(0), False
+
+    def _scaled(self, factor: float) -> Privacy:
+        per = self.event.per_node
+        return PureDP(per.value * factor) if isinstance(per, PureDP) else ZCDP(per.value * factor)
+
+    def summary(self) -> list[str]:
+        """Human-readable lines for ``stream-dp plan`` and the worker's start-up log."""
+        b = self.bounds
+        sym = "ε" if isinstance(self.event.per_node, PureDP) else "ρ"
+        period = (f"{b.period_ticks} ticks ({_duration(b.period_ticks * self.tick_seconds)})"
+                  if b.period_ticks else "the whole epoch")
+        stream = self.per_stream
+        total, exact = self.period_factor()
+        year, year_exact = self.year_factor()
+        knobs = [f"K = {b.max_events} events"]
+        if b.max_streams:
+            knobs.append(f"L = {b.max_streams} streams")
+        if b.max_events_per_stream:
+            knobs.append(f"k = {b.max_events_per_stream} per stream")
+        if b.min_separation_ticks:
+            knobs.append(f"b = {b.min_separation_ticks} ticks apart")
+        bound = "" if exact else " (an upper bound)"
+        return [
+            "unit of privacy:         one person",
+            f"period:                  {period}",
+            f"bounds per period:       {', '.join(knobs)}",
+            f"per released stream:     {sym} = {_fmt(self._scaled(stream.value).value)} per person "
+            f"per period ({stream.method}){'' if stream.exact else ', an upper bound'}",
+            f"total per person:        {sym} = {_fmt(self._scaled(total).value)} per period{bound}",
+            f"over a year:             {sym} = {_fmt(self._scaled(year).value)} "
+            f"({year_periods(b.period_ticks, self.tick_seconds)} periods"
+            f"{'' if year_exact else ', an upper bound'})",
+        ]
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86_400.0), ("hours", 3_600.0), ("minutes", 60.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
+
+
+def layer_leaves(domain: Domain) -> tuple[int, ...]:
+    """Per layer of nodes one event feeds (``domain.touches`` of them), the most leaves one node
+    of the layer has below it: a hierarchy by depth from the root, a grid's total, one layer per
+    attribute, and its cells; a flat domain ``(1,)``."""
+    if domain.kind == "flat":
+        return (1,)
+    if domain.kind == "grid":
+        sizes = [len(c) for _, c in domain.attributes]
+        cells = math.prod(sizes)
+        return (cells, *(cells // s for s in sizes), 1)
+    parent = np.asarray(domain.parent)
+    n = parent.size
+    depth = np.zeros(n, dtype=np.int64)
+    order = []  # nodes in an order where every parent comes before its children
+    children: list[list[int]] = [[] for _ in range(n)]
+    for v in range(n):
+        if parent[v] >= 0:
+            children[int(parent[v])].append(v)
+    stack = [v for v in range(n) if parent[v] < 0]
+    while stack:
+        v = stack.pop()
+        order.append(v)
+        for c in children[v]:
+            depth[c] = depth[v] + 1
+            stack.append(c)
+    leaves = np.zeros(n, dtype=np.int64)
+    for v in reversed(order):
+        leaves[v] = 1 if not children[v] else sum(int(leaves[c]) for c in children[v])
+    out = [0] * (int(depth.max()) + 1)
+    for v in range(n):
+        out[int(depth[v])] = max(out[int(depth[v])], int(leaves[v]))
+    return tuple(out)

@@ -1,0 +1,113 @@
+"""Contribution bounding in log order (:class:`Bounder`): which of a person's events count.
+
+The rule (DESIGN.md §2.8, docs/design/user-level.md §1): records arrive in log order; an event
+of person ``u`` at tick ``t`` on leaf ``s`` is **counted** iff, among ``u``'s events counted
+before it in the same period, fewer than K are counted, ``s`` is already one of ``u``'s counted
+leaves or fewer than L leaves are (L > 0), fewer than k are counted on ``s``, and (b > 0) ``t``
+is at least ``b`` after the largest tick counted for ``u`` so far (in any period). Nothing but
+``u``'s own earlier events is consulted, so removing every event of one person changes no
+other person's decisions — the property the tests check by brute force.
+
+The caller decides eligibility first (a record that is dead-lettered never reaches the bounder
+and never consumes a budget). Persons are opaque hashable keys: the service passes a keyed hash
+of the identifier, never the identifier.
+
+State per person: one small record per open period plus the largest counted tick. Periods
+whose ticks are all closed are dropped with :meth:`Bounder.forget_before` (O(persons) at a
+period boundary, not per tick; an event of a forgotten period can no longer arrive because its
+ticks are closed).
+
+>>> from stream_dp.user_level.bounds import UserBounds
+>>> b = Bounder(UserBounds(max_events=2, period_ticks=10))
+>>> [b.admit("ann", tick, leaf=0) for tick in (1, 1, 2, 11)]
+[True, True, False, True]
+>>> b.admit("bob", 2, leaf=0)
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+from stream_dp.user_level.bounds import UserBounds
+
+__all__ = ["Bounder", "keep_mask"]
+
+
+@dataclass
+class _Period:
+    """What one person has counted in one period."""
+
+    count: int = 0
+    #: counted events per leaf, only kept when a per-leaf or distinct-leaf bound applies
+    per_leaf: dict[int, int] = field(default_factory=dict)
+
+
+@dataclass
+class _Person:
+    periods: dict[int, _Period] = field(default_factory=dict)
+    #: the largest tick counted for this person (any period); 0 = none yet
+    last_tick: int = 0
+
+
+class Bounder:
+    """Log-order contribution bounding for many persons under one :class:`UserBounds`."""
+
+    def __init__(self, bounds: UserBounds) -> None:
+        self.bounds = bounds
+        self._people: dict[Hashable, _Person] = {}
+        self._track_leaves = bool(bounds.max_streams) or bounds.per_leaf_events < bounds.max_events
+
+    def __len__(self) -> int:
+        """Persons with state (an event counted in a period not yet forgotten)."""
+        return len(self._people)
+
+    def admit(self, person: Hashable, tick: int, leaf: int) -> bool:
+        """Whether ``person``'s next event in log order, at ``tick`` (≥ 1) on ``leaf``, counts;
+        records it if so. O(1)."""
+        b = self.bounds
+        state = self._people.get(person)
+        if state is None:
+            state = self._people[person] = _Person()
+        sep = b.min_separation_ticks
+        if sep and state.last_tick and tick < state.last_tick + sep:
+            return False
+        period = b.period_of(tick)
+        slot = state.periods.get(period)
+        if slot is None:
+            slot = state.periods[period] = _Period()
+        if slot.count >= b.max_events:
+            return False
+        if self._track_leaves:
+            on_leaf = slot.per_leaf.get(leaf)
+            if on_leaf is None:
+                if b.max_streams and len(slot.per_leaf) >= b.max_streams:
+                    return False
+                on_leaf = 0
+            if on_leaf >= b.per_leaf_events:
+                return False
+            slot.per_leaf[leaf] = on_leaf + 1
+        slot.count += 1
+        if tick > state.last_tick:
+            state.last_tick = tick
+        return True
+
+    def forget_before(self, period: int) -> None:
+        """Drop every person's state of periods ``< period`` (all their ticks closed); a person
+        left with no open period and no spacing to keep is dropped whole."""
+        keep_spacing = self.bounds.min_separation_ticks > 0
+        gone = []
+        for person, state in self._people.items():
+            for p in [p for p in state.periods if p < period]:
+                del state.periods[p]
+            if not state.periods and not keep_spacing:
+                gone.append(person)
+        for person in gone:
+            del self._people[person]
+
+
+def keep_mask(events: list[tuple[Hashable, int, int]], bounds: UserBounds) -> list[bool]:
+    """For ``(person, tick, leaf)`` events in log order: which ones count (the batch form)."""
+    bounder = Bounder(bounds)
+    return [bounder.admit(person, tick, leaf) for person, tick, leaf in events]

@@ -1,0 +1,380 @@
+"""User-level bounding and sensitivity (issue #34, library step): against independent oracles.
+
+* the bounding rule against a re-implementation that rescans every earlier decision, and the
+  neighbouring-person property: removing every event of one person changes no other decision;
+* the spaced-sum dynamic program and the closed forms against brute force over every pattern,
+  on random matrices and on the measurement matrices of the shipped strategies.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stream_dp.budget import ZCDP, PureDP
+from stream_dp.strategies import make_mechanism
+from stream_dp.strategies.blt import _oracle as blt_oracle
+from stream_dp.strategies.fenwick import _oracle as fenwick_oracle
+from stream_dp.strategies.sqrt import _oracle as sqrt_oracle
+from stream_dp.strategies.tree import _oracle as tree_oracle
+from stream_dp.user_level import (
+    Bounder,
+    UserBounds,
+    brute_force_norm_sq,
+    gram_upper_bound_sq,
+    keep_mask,
+    max_spaced_sum,
+    pure_factor,
+    toeplitz_spaced_norm_sq,
+    zcdp_factor,
+)
+
+# --- the bounding rule ------------------------------------------------------------------------
+
+
+def _oracle_mask(events: list[tuple[str, int, int]], b: UserBounds) -> list[bool]:
+    """The rule as written in the docs, by rescanning the person's earlier counted events."""
+    counted: list[tuple[str, int, int]] = []
+    out = []
+    for person, tick, leaf in events:
+        mine = [(t, s) for u, t, s in counted if u == person]
+        period = 0 if b.period_ticks == 0 else (tick - 1) // b.period_ticks
+        same = [(t, s) for t, s in mine
+                if (0 if b.period_ticks == 0 else (t - 1) // b.period_ticks) == period]
+        leaves = {s for _, s in same}
+        k = b.max_events_per_stream or b.max_events
+        ok = (len(same) < b.max_events
+              and (b.max_streams == 0 or leaf in leaves or len(leaves) < b.max_streams)
+              and sum(1 for _, s in same if s == leaf) < k
+              and (b.min_separation_ticks == 0 or not mine
+                   or tick >= max(t for t, _ in mine) + b.min_separation_ticks))
+        if ok:
+            counted.append((person, tick, leaf))
+        out.append(ok)
+    return out
+
+
+_bounds = st.builds(
+    UserBounds,
+    max_events=st.integers(1, 4),
+    period_ticks=st.integers(0, 5),
+    max_streams=st.integers(0, 3),
+    max_events_per_stream=st.integers(0, 3),
+    min_separation_ticks=st.integers(0, 3),
+)
+_events = st.lists(st.tuples(st.sampled_from("abc"), st.integers(1, 12), st.integers(0, 3)),
+                   max_size=40)
+
+
+@given(_bounds, _events)
+def test_bounder_follows_the_rule(bounds: UserBounds, events: list[tuple[str, int, int]]) -> None:
+    assert keep_mask(events, bounds) == _oracle_mask(events, bounds)
+
+
+@given(_bounds, _events, st.sampled_from("abc"))
+def test_removing_one_person_changes_no_other_decision(
+        bounds: UserBounds, events: list[tuple[str, int, int]], gone: str) -> None:
+    full = keep_mask(events, bounds)
+    rest = [e for e in events if e[0] != gone]
+    assert keep_mask(rest, bounds) == [k for e, k in zip(events, full, strict=True)
+                                       if e[0] != gone]
+
+
+@given(_bounds, _events)
+def test_counted_events_respect_every_bound(
+        bounds: UserBounds, events: list[tuple[str, int, int]]) -> None:
+    kept = [e for e, k in zip(events, keep_mask(events, bounds), strict=True) if k]
+    for person in "abc":
+        mine = [(t, s) for u, t, s in kept if u == person]
+        ticks = [t for t, _ in mine]
+        if bounds.min_separation_ticks:
+            assert all(b - a >= bounds.min_separation_ticks for a, b in itertools.pairwise(ticks))
+        by_period: dict[int, list[int]] = {}
+        for t, s in mine:
+            by_period.setdefault(bounds.period_of(t), []).append(s)
+        for leaves in by_period.values():
+            assert len(leaves) <= bounds.max_events
+            assert all(leaves.count(s) <= bounds.per_leaf_events for s in leaves)
+            if bounds.max_streams:
+                assert len(set(leaves)) <= bounds.max_streams
+            for below in (1, 2, 4):
+                # any node above `below` of the leaves gets at most per_node_events(below)
+                for group in itertools.combinations(sorted(set(leaves)), min(below,
+                                                                             len(set(leaves)))):
+                    got = sum(1 for s in leaves if s in group)
+                    assert got <= bounds.per_node_events(below)
+
+
+def test_a_flooding_person_costs_only_their_own_budget() -> None:
+    b = Bounder(UserBounds(max_events=3, period_ticks=10))
+    assert [b.admit("flood", 1, 0) for _ in range(10_000)].count(True) == 3
+    assert b.admit("other", 1, 0)
+    assert len(b) == 2
+
+
+def test_forgetting_closed_periods_keeps_open_ones() -> None:
+    b = Bounder(UserBounds(max_events=1, period_ticks=10))
+    assert b.admit("a", 5, 0) and b.admit("a", 15, 0)
+    b.forget_before(1)
+    assert not b.admit("a", 16, 0)  # period 1 still remembered
+    assert len(b) == 1
+    b.forget_before(2)
+    assert len(b) == 0
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2", 1 << 32])
+def test_bounds_reject_bad_values(bad: object) -> None:
+    with pytest.raises(ValueError, match="max_events must be an integer"):
+        UserBounds(max_events=bad, period_ticks=1)  # type: ignore[arg-type]
+
+
+# --- sensitivity ------------------------------------------------------------------------------
+
+
+def _brute_spaced_sum(v: np.ndarray, count: int, sep: int) -> float:
+    n, best = v.size, 0.0
+    for k in range(1, count + 1):
+        picks = (itertools.combinations_with_replacement(range(n), k) if sep == 0
+                 else itertools.combinations(range(n), k))
+        for pick in picks:
+            if sep and any(b - a < sep for a, b in itertools.pairwise(pick)):
+                continue
+            best = max(best, float(sum(v[i] for i in pick)))
+    return best
+
+
+@given(st.lists(st.floats(-5, 5), min_size=1, max_size=9), st.integers(1, 4), st.integers(0, 4))
+def test_spaced_sum_matches_brute_force(values: list[float], count: int, sep: int) -> None:
+    v = np.array(values)
+    assert max_spaced_sum(v, count, sep) == pytest.approx(_brute_spaced_sum(v, count, sep),
+                                                          rel=1e-12, abs=1e-12)
+
+
+def _strategy_matrices() -> list[tuple[str, np.ndarray]]:
+    n = 12
+    out = []
+    for name, oracle, privacy in (
+            ("fenwick-opt", fenwick_oracle, PureDP(1.0)),
+            ("tree", tree_oracle, PureDP(1.0)),
+            ("sqrt", sqrt_oracle, ZCDP(0.5)),
+            ("blt", blt_oracle, ZCDP(0.5)),
+    ):
+        for p in (0.9, 1.0):
+            mech = make_mechanism(name, p, 15, privacy)
+            big_l, _, var = oracle.dense(mech, n)
+            out.append((f"{name}-p{p}", big_l / np.sqrt(var)[:, None]))
+    return out
+
+
+_MATRICES = _strategy_matrices()
+
+
+@pytest.mark.parametrize(("label", "m"), _MATRICES, ids=[label for label, _ in _MATRICES])
+@pytest.mark.parametrize(("count", "sep"), [(1, 1), (2, 0), (2, 1), (3, 2), (3, 4)])
+def test_factors_against_brute_force_on_shipped_strategies(
+        label: str, m: np.ndarray, count: int, sep: int) -> None:
+    assert (m >= -1e-15).all(), label  # every shipped strategy measures with M >= 0
+    exact_sq = brute_force_norm_sq(m, count, sep)
+    single = float((m * m).sum(axis=0).max())
+    # zCDP: the bound never underestimates, and is exact when all events may share one tick
+    bound = gram_upper_bound_sq(m, count, sep)
+    assert bound >= exact_sq * (1 - 1e-12)
+    if sep == 0:
+        assert bound == pytest.approx(exact_sq, rel=1e-12)
+    assert zcdp_factor(m, count, sep) == pytest.approx(bound / single, rel=1e-12)
+    # pure DP: the column-norm program is exact for M >= 0
+    norms = m.sum(axis=0)
+    brute_l1 = max(
+        float(m[:, list(pick)].sum(axis=1).sum())
+        for k in range(1, count + 1)
+        for pick in (itertools.combinations_with_replacement(range(m.shape[1]), k) if sep == 0
+                     else itertools.combinations(range(m.shape[1]), k))
+        if not sep or all(b - a >= sep for a, b in itertools.pairwise(pick)))
+    assert pure_factor(m, count, sep) == pytest.approx(brute_l1 / float(norms.max()), rel=1e-12)
+
+
+@pytest.mark.parametrize("p", [0.5, 0.9, 0.99, 1.0])
+@pytest.mark.parametrize(("count", "sep"), [(1, 1), (2, 0), (2, 1), (3, 2), (4, 3)])
+def test_toeplitz_closed_form_is_the_worst_pattern(p: float, count: int, sep: int) -> None:
+    """Square-root coefficients of the decayed prefix sum (non-negative, non-increasing): the
+    closed form equals the brute-force maximum over every spaced pattern."""
+    n = 11
+    c = np.array([float(np.prod([(2 * i - 1) / (2 * i) for i in range(1, k + 1)])) * p ** k
+                  for k in range(n)])
+    lag = np.subtract.outer(np.arange(n), np.arange(n))
+    big_c = np.where(lag >= 0, c[np.clip(lag, 0, None)], 0.0)
+    assert toeplitz_spaced_norm_sq(c, count, sep) == pytest.approx(
+        brute_force_norm_sq(big_c, count, sep), rel=1e-12)
+
+
+def test_toeplitz_closed_form_refuses_increasing_coefficients() -> None:
+    with pytest.raises(ValueError, match="non-increasing"):
+        toeplitz_spaced_norm_sq(np.array([1.0, 2.0]), 2, 1)
+
+
+# --- per-stream factors and the accountant ------------------------------------------------------
+
+from stream_dp.accounting import Accountant  # noqa: E402
+from stream_dp.domain import Domain  # noqa: E402
+from stream_dp.strategies.naive import _oracle as naive_oracle  # noqa: E402
+from stream_dp.user_level.accounting import (  # noqa: E402
+    UserAccountant,
+    layer_leaves,
+    stream_factor,
+    year_periods,
+)
+
+
+def _normalised(oracle: object, mech: object, n: int) -> np.ndarray:
+    big_l, _, var = oracle.dense(mech, n)  # type: ignore[attr-defined]
+    return big_l / np.sqrt(var)[:, None]
+
+
+def _brute_l1(m: np.ndarray, count: int, sep: int) -> float:
+    best = 0.0
+    for pick in (itertools.combinations_with_replacement(range(m.shape[1]), count) if sep == 0
+                 else itertools.combinations(range(m.shape[1]), count)):
+        if sep and any(b - a < sep for a, b in itertools.pairwise(pick)):
+            continue
+        best = max(best, float(np.abs(m[:, list(pick)].sum(axis=1)).sum()))
+    return best
+
+
+@pytest.mark.parametrize(("name", "oracle", "exact"), [
+    ("naive", naive_oracle, True), ("tree", tree_oracle, True), ("fenwick-opt", fenwick_oracle,
+                                                                 False)])
+@pytest.mark.parametrize(("count", "sep"), [(2, 0), (3, 1), (3, 3)])
+def test_pure_stream_factor_against_brute_force(name: str, oracle: object, exact: bool,
+                                                count: int, sep: int) -> None:
+    mech = make_mechanism(name, 0.95, 15, PureDP(1.0))
+    m = _normalised(oracle, mech, 15)
+    ratio = _brute_l1(m, count, sep) / float(np.abs(m).sum(axis=0).max())
+    f = stream_factor(mech, count, sep)
+    assert f.exact is exact
+    assert f.value >= ratio * (1 - 1e-12)
+    if exact:
+        assert f.value == pytest.approx(ratio, rel=1e-12)
+
+
+@pytest.mark.parametrize(("name", "p"), [("sqrt", 0.5), ("sqrt", 0.9), ("blt", 0.5),
+                                         ("blt", 0.9)])
+@pytest.mark.parametrize(("count", "sep"), [(2, 0), (2, 1), (3, 2), (4, 5)])
+def test_zcdp_toeplitz_factor_against_brute_force(name: str, p: float, count: int,
+                                                  sep: int) -> None:
+    """The closed form is the infinite stream's; the brute force over every pattern in a long
+    enough window reaches it up to the coefficients' tail beyond the window."""
+    mech = make_mechanism(name, p, 15, ZCDP(0.5))
+    f = stream_factor(mech, count, sep)
+    assert f.exact
+    n = 40
+    oracle = sqrt_oracle if name == "sqrt" else blt_oracle
+    m = _normalised(oracle, mech, n)
+    # the window's first column, full length: the largest column norm of the infinite stream
+    brute = brute_force_norm_sq(m, count, sep) / float((m[:, 0] ** 2).sum())
+    assert f.value >= brute * (1 - 1e-12)
+    assert f.value == pytest.approx(brute, rel=1e-6)
+
+
+@pytest.mark.parametrize(("name", "oracle", "p"), [("tree", tree_oracle, 0.95),
+                                                   ("blt", blt_oracle, 1.0)])
+@pytest.mark.parametrize(("count", "sep"), [(2, 1), (3, 2)])
+def test_zcdp_bound_where_no_closed_form(name: str, oracle: object, p: float, count: int,
+                                         sep: int) -> None:
+    mech = make_mechanism(name, p, 15, ZCDP(0.5))
+    f = stream_factor(mech, count, sep)
+    assert not f.exact and f.value == count ** 2
+    m = _normalised(oracle, mech, 15)
+    assert f.value >= brute_force_norm_sq(m, count, sep) / float((m * m).sum(axis=0).max())
+
+
+def test_layer_leaves_of_each_domain_kind() -> None:
+    d = Domain.from_paths(["eu/fr/paris", "eu/fr/lyon", "eu/de/berlin", "us/ny"])
+    assert layer_leaves(d) == (4, 3, 2, 1) and len(layer_leaves(d)) == d.touches
+    g = Domain.grid({"a": ["x", "y"], "b": ["1", "2", "3"]})
+    assert layer_leaves(g) == (6, 3, 2, 1) and len(layer_leaves(g)) == g.touches
+    assert layer_leaves(Domain.flat(["a", "b"])) == (1,)
+
+
+def _brute_total(domain: Domain, bounds: UserBounds, phi: object) -> float:
+    """max over every multiset of a person's counted leaves (respecting K, L, k) of
+    Σ_nodes φ(events on the node)."""
+    leaves = [name for name in domain.names
+              if name not in {domain.names[int(q)] for q in domain.parent if q >= 0}]
+    best = 0.0
+    for total in range(1, bounds.max_events + 1):
+        for pick in itertools.combinations_with_replacement(leaves, total):
+            if bounds.max_streams and len(set(pick)) > bounds.max_streams:
+                continue
+            if any(pick.count(s) > bounds.per_leaf_events for s in set(pick)):
+                continue
+            per_node: dict[int, int] = {}
+            for s in pick:
+                for v in domain.nodes_for_event(s):
+                    per_node[int(v)] = per_node.get(int(v), 0) + 1
+            best = max(best, sum(phi(c) for c in per_node.values()))  # type: ignore[operator]
+    return best
+
+
+@pytest.mark.parametrize("bounds", [
+    UserBounds(max_events=4, period_ticks=10),
+    UserBounds(max_events=4, period_ticks=10, max_events_per_stream=1),
+    UserBounds(max_events=5, period_ticks=10, max_streams=2, max_events_per_stream=2),
+    UserBounds(max_events=3, period_ticks=10, min_separation_ticks=2),
+])
+@pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)])
+def test_period_total_against_brute_force_over_allocations(bounds: UserBounds,
+                                                           privacy: object) -> None:
+    domain = Domain.from_paths(["a/x", "a/y", "a/z", "b/u", "b/v"])
+    mech = make_mechanism("sqrt" if isinstance(privacy, ZCDP) else "tree", 0.9, 15,
+                          privacy)  # type: ignore[arg-type]
+    acc = UserAccountant(Accountant.for_domain(domain, privacy), bounds,  # type: ignore[arg-type]
+                         layer_leaves(domain), mech, tick_seconds=60.0)
+    total, exact = acc.period_factor()
+    brute = _brute_total(domain, bounds,
+                         lambda c: stream_factor(mech, c, bounds.min_separation_ticks).value)
+    assert total >= brute * (1 - 1e-12)
+    assert exact
+    assert total == pytest.approx(brute, rel=1e-12)
+
+
+def test_year_figures() -> None:
+    assert year_periods(1440, 60.0) == 365 and year_periods(0, 60.0) == 1
+    domain = Domain.flat(["a", "b"])
+    b = UserBounds(max_events=10, period_ticks=1440)
+    pure = UserAccountant(Accountant.for_domain(domain, PureDP(0.1)), b, (1,),
+                          make_mechanism("tree", 0.99, 1023, PureDP(0.1)), 60.0)
+    assert pure.year_factor() == (365 * 10.0, True)
+    lines = pure.summary()
+    assert any("ε = 1 per person per period" in line for line in lines), lines
+    assert any("ε = 365 (365 periods)" in line for line in lines), lines
+
+
+def test_zcdp_year_bound_covers_every_multi_period_pattern() -> None:
+    """Three periods of 4 ticks, two events each, one tick apart: the year's bound is at least
+    the brute-force maximum over every such pattern (dense Toeplitz of the sqrt coefficients)."""
+    mech = make_mechanism("sqrt", 0.9, 15, ZCDP(0.5))
+    b = UserBounds(max_events=2, period_ticks=4, min_separation_ticks=1)
+    acc = UserAccountant(Accountant.for_domain(Domain.flat(["a"]), ZCDP(0.5)), b, (1,), mech,
+                         tick_seconds=YEAR_SECONDS_FOR_THREE_PERIODS)
+    assert year_periods(4, acc.tick_seconds) == 3
+    c = np.asarray(mech.coefficients)  # type: ignore[attr-defined]
+    n = 12 + c.size
+    lag = np.subtract.outer(np.arange(n), np.arange(n))
+    big_c = np.where(lag >= 0, np.concatenate([c, np.zeros(n)])[np.clip(lag, 0, None)], 0.0)
+    best = 0.0
+    per_period = [list(itertools.combinations(range(4 * q, 4 * q + 4), 2)) for q in range(3)]
+    for a, bb, cc in itertools.product(*per_period):
+        x = np.zeros(n)
+        x[list(a + bb + cc)] = 1.0
+        y = big_c @ x
+        best = max(best, float(y @ y))
+    year, exact = acc.year_factor()
+    assert not exact
+    assert year >= best / float(c @ c) * (1 - 1e-12)
+
+
+YEAR_SECONDS_FOR_THREE_PERIODS = 365 * 86_400 / 12
