@@ -82,7 +82,7 @@ def _one_line(err: str) -> str:
     """The one line about the outcome (after the notes printed before anything is sent)."""
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err and "Unclosed" not in err, err[-3000:]
-    assert lines[0].startswith("first replay under this noise key"), err[-3000:]
+    assert lines[0].startswith("first replay "), err[-3000:]  # the note before sending
     assert len(lines) == 2, err[-3000:]
     return lines[1]
 
