@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from agents.processes import terminate_group, wait_group_gone
+from stream_dp.cli import EXIT_INTERRUPTED
 
 HELP = "run broker, worker, reconciler and simulator; show live releases"
 
@@ -37,6 +38,10 @@ terminal: every stream's released value ± its analytic standard error, and the 
 It runs until Ctrl-C / SIGTERM, or for --duration seconds, then stops the simulator, the worker
 (which leaves its consumer groups) and the broker, and removes the temporary data directory
 (keep it with --data-dir). No process is left behind. The dashboard URL is printed at start.
+
+Exit status: 0 stopped by Ctrl-C / SIGTERM or at the end of --duration, 1 a part failed (or a
+data directory that cannot be written), 2 bad usage, 130 interrupted while still starting
+(everything started so far is stopped first).
 
 --scenario attributes feeds events with --attributes M yes/no attributes instead (clusters of
 dependent attributes, docs/guide.md section 7): the worker chooses which marginal tables to
@@ -625,11 +630,19 @@ def run(args: argparse.Namespace) -> int:
     demo = Demo(args, sys.stdout)
     # SIGTERM before the live loop installs its handlers must still clean up.
     previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    live = False
     try:
         settings, traffic = demo.start()
+        live = True
         return asyncio.run(demo.live(settings, traffic))
     except KeyboardInterrupt:
-        return 0
+        if live:  # stopping the live demo is its normal end
+            return 0
+        # interrupted while starting: what was started is stopped below, then the shell learns
+        # that the demo did not run (the convention of every command: docs/operations.md)
+        print("stream-dp demo: interrupted while starting; stopping what was started",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     except RuntimeError as exc:
         print(f"stream-dp demo: {exc}", file=sys.stderr)
         return 1
