@@ -33,6 +33,11 @@ OTHER_VARIABLES: dict[str, tuple[str, str]] = {
                                  "`--history-file` overrides it"),
     "STREAM_DP_PURE_INGEST": ("worker", "1: ingest on the pure-Python path instead of the "
                               "compiled extension (identical results, slower; for diagnosis)"),
+    "STREAM_DP_TEST_PYTHONS": ("`scripts/test`", "the Python versions to test (default: every "
+                               "supported one; README, \"Development\")"),
+    "STREAM_DP_TEST_ALLOW_PURE": ("`scripts/test`, the test suite", "1: do not fail the test run "
+                                  "when the compiled ingest path did not build (platforms "
+                                  "without a C compiler)"),
 }
 
 

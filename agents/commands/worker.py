@@ -50,15 +50,15 @@ time, Kafka record timestamp). With schedule = "markers" ticks close at the clos
 fresh one of the same deployment, follows them and refuses a log that differs from the one
 released (exit status 3).
 
-Exit status: 0 stopped by a signal (also while still starting: one line), 1 a part failed (also: no broker at the bootstrap address,
-a count beyond the strategy's numeric range), 2 bad settings (also: origin more than
-max_backlog_ticks ticks in the past on the clock schedule, cap x max_events_per_tick beyond the
-strategy's numeric range, topics missing or with other partition counts, a schedule or
-checkpoint topic with a retention that would lose its records, the web port in use,
-another worker with the same app_id and worker_id: on this host at start-up, on another
-host once the broker gives this worker's group membership to it), 3 refused: the
-events differ from the ones already released under this deployment's closing points, 4 refused:
-a setting bound into the deployment differs from the one it was created with (checked before
+Exit status: 0 stopped by a signal (also while still starting: one line), 1 a part failed (also:
+no broker at the bootstrap address, a count beyond the strategy's numeric range), 2 bad settings
+(also: origin more than max_backlog_ticks ticks in the past on the clock schedule, cap x
+max_events_per_tick beyond the strategy's numeric range, topics missing or with other partition
+counts, a schedule or checkpoint topic with a retention that would lose its records, the web
+port in use, another worker with the same app_id and worker_id: on this host at start-up, on
+another host once the broker gives this worker's group membership to it), 3 refused: the events
+differ from the ones already released under this deployment's closing points, 4 refused: a
+setting bound into the deployment differs from the one it was created with (checked before
 anything starts; the line names each, e.g. "epsilon: 1 (stored) vs 2 (configured)"), or a
 checkpoint failed authentication or was written under another configuration. Bound settings
 never change on a deployment: start a new one (stream-dp deployment new; docs/runbooks.md).
