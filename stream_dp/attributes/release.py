@@ -372,14 +372,18 @@ def run_offline(
     range covers it; default: the picked strategy's own numeric range).
     """
     n, m = bits.shape
-    if n == 0 or ticks.shape != (n,):
-        raise ValueError("give at least one event and one tick per event")
-    if int(ticks.min()) < 1:
+    if ticks.shape != (n,):
+        raise ValueError("give one tick per event")
+    if n == 0 and last_tick is None:
+        # with a public last tick an empty log is released like any other (zero counts plus
+        # noise): refusing it would tell an empty log from a log of one event
+        raise ValueError("give at least one event, or the last tick to release")
+    if n and int(ticks.min()) < 1:
         raise ValueError("ticks must be ≥ 1")
     if not 0 <= bootstrap_fraction < 1:
         raise ValueError(f"bootstrap fraction must be in [0, 1), got {bootstrap_fraction!r}")
     say = progress or (lambda _msg: None)
-    last = int(ticks.max())
+    last = int(ticks.max()) if n else 1
     if last_tick is not None:
         if last_tick < last:
             raise ValueError(

@@ -252,8 +252,8 @@ def read_events(
             _parse_line(line, lineno, path, m, origin, tick_seconds, max_ticks, rows, ticks)
             if progress is not None and lineno % 1_000_000 == 0:
                 progress(f"read {lineno} lines")
-    if not ticks:
-        raise InputError(f"--events: {path!r} holds no events")
+    # an empty log is released like any other (the ticks to release are public): refusing it
+    # made the exit status tell an empty log from a log of one event
     bits = (np.frombuffer(bytes(rows), dtype=np.uint8) - np.uint8(48)).reshape(len(ticks), m)
     return bits, np.frombuffer(ticks, dtype=np.int64).copy(), hasher.hexdigest()
 
@@ -420,7 +420,7 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         args.events, m, args.origin, args.tick_seconds, limit, progress=say if verbose else None
     )
     if verbose:  # raw statistics of the log: only when asked for
-        say(f"{bits.shape[0]} events, the last in tick {int(ticks.max())}")
+        say(f"{bits.shape[0]} events, the last in tick {int(ticks.max()) if ticks.size else '-'}")
     say(f"releasing ticks 1..{args.last_tick}")
     description = (
         f"marginals/v1/m={m}/epsilon={float(args.epsilon)!r}/p={float(args.decay)!r}"

@@ -159,3 +159,25 @@ def test_marginals_runs_with_other_bounds_do_not_share_noise(tmp_path: Path) -> 
         assert got.returncode == 0, got.stderr
         out.append((tmp_path / "a.json").read_text())
     assert out[0] == out[2] != out[1]
+
+
+def test_an_empty_log_is_released_like_a_log_of_one_event(tmp_path: Path) -> None:
+    """Neighbouring logs: no event, and one event. With the ticks to release public
+    (--last-tick), both are released (exit 0, ticks 1..8, the same kind of line); the empty
+    log used to exit 2 ("holds no events"), so the exit status told a count of 0 from 1."""
+    (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)
+    (tmp_path / "q.json").write_text("[[0, 1]]")
+    seen = []
+    for rows in ([], [(12.0, "11")]):
+        _log(tmp_path / "ev.jsonl", rows)
+        got = _marginals(tmp_path)
+        assert got.returncode == 0, got.stderr
+        answers = json.loads((tmp_path / "a.json").read_text())
+        assert answers["tick"] == 8 and len(answers["answers"]) == 1
+        last = got.stderr.splitlines()[-1]
+        assert last.startswith("stream-dp marginals: tick 8: 1 answers written to ")
+        seen.append(np.asarray(answers["answers"][0]))
+    # ε = 4000: the noise is ~1e-3, so the released cells show the one event, decayed 0.9^6
+    np.testing.assert_allclose(seen[0], 0.0, atol=0.05)
+    np.testing.assert_allclose(seen[1], [0, 0, 0, 0.9**6], atol=0.05)
