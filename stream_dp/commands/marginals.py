@@ -52,7 +52,8 @@ can change (one cell per table, by at most 1).
 Input:
   EVENTS.jsonl   one event a line: {"ts": <unix seconds>, "attrs": "<M characters 0/1>"};
                  character i = attribute i. Tick n covers [O + (n-1)S, O + nS); every tick from
-                 1 to --last-tick T is released (an event after tick T is an error).
+                 1 to --last-tick T is released (an event after tick T is an error). Numbers
+                 are read exactly, with at most 400 digits around the decimal point.
   QUERIES.json   a list of queries, each a list of distinct 0-based attribute indices (1..8).
 Output:
   ANSWERS.json   {"tick": T, "answers": [[c_0, ..., c_{2^α-1}], ...]}: decayed counts
@@ -108,7 +109,22 @@ def _number(text: str, option: str) -> int | Decimal:
         raise InputError(f"{option} must be a number, got {text!r}") from None
     if not value.is_finite():
         raise InputError(f"{option} must be a finite number, got {text!r}")
+    if not _plausible(value):
+        raise InputError(f"{option} must be a number of at most {MAX_EXPONENT} digits around the "
+                         f"decimal point, got {text!r}")
     return value
+
+
+#: Largest decimal exponent (either side) of a number read exactly: ``1E+999999999`` is a few
+#: bytes of JSON, but its exact value is a billion-digit integer (minutes of CPU, a hang).
+MAX_EXPONENT = 400
+
+
+def _plausible(value: Decimal) -> bool:
+    """Whether ``value`` can be turned into an exact fraction quickly (module limits)."""
+    exponent = value.as_tuple().exponent
+    return isinstance(exponent, int) and abs(exponent) <= MAX_EXPONENT \
+        and abs(value.adjusted()) <= MAX_EXPONENT
 
 
 def _typed(text: str, option: str, kind: type[int] | type[float]) -> Any:
@@ -281,6 +297,9 @@ def _parse_line(
     ts, attrs = ev["ts"], ev["attrs"]
     if isinstance(ts, bool) or not isinstance(ts, (int, Decimal)):
         raise InputError(f"{path}:{lineno}: ts must be a finite number (unix seconds)")
+    if isinstance(ts, Decimal) and not _plausible(ts):
+        raise InputError(f"{path}:{lineno}: ts must be unix seconds written with at most "
+                         f"{MAX_EXPONENT} digits around the decimal point")
     if not isinstance(attrs, str):
         raise InputError(f"{path}:{lineno}: attrs must be a string of {m} characters 0/1")
     if len(attrs) != m:

@@ -181,3 +181,30 @@ def test_an_empty_log_is_released_like_a_log_of_one_event(tmp_path: Path) -> Non
     # ε = 4000: the noise is ~1e-3, so the released cells show the one event, decayed 0.9^6
     np.testing.assert_allclose(seen[0], 0.0, atol=0.05)
     np.testing.assert_allclose(seen[1], [0, 0, 0, 0.9**6], atol=0.05)
+
+
+@pytest.mark.parametrize("ts", ["1E+999999999", "1E-999999999"])
+def test_a_timestamp_with_a_huge_exponent_is_refused_at_once(tmp_path: Path, ts: str) -> None:
+    """Ten bytes of JSON whose exact value has a billion digits: the command read it exactly
+    (Fraction of the Decimal) and hung for minutes; now exit 2, one line naming the line."""
+    (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)
+    (tmp_path / "q.json").write_text("[[0]]")
+    (tmp_path / "ev.jsonl").write_text('{"ts": 12, "attrs": "01"}\n{"ts": ' + ts
+                                       + ', "attrs": "10"}\n')
+    args = ["marginals", "--events", str(tmp_path / "ev.jsonl"), "--attributes", "2",
+            "--epsilon", "1", "--decay", "0.9", "--tick-seconds", "10", "--origin", "0",
+            "--last-tick", "8", "--queries", str(tmp_path / "q.json"),
+            "--out", str(tmp_path / "a.json"), "--key-file", str(tmp_path / "key")]
+    got = subprocess.run([sys.executable, "-m", "agents.cli", *args], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"})
+    assert got.returncode == 2, got.stderr
+    assert got.stderr.count("\n") == 1 and "ev.jsonl:2: ts must be unix seconds" in got.stderr
+    other = [ts if a == "0" and args[i - 1] == "--origin" else a for i, a in enumerate(args)]
+    (tmp_path / "ev.jsonl").write_text('{"ts": 12, "attrs": "01"}\n')
+    bad_origin = subprocess.run([sys.executable, "-m", "agents.cli", *other], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=60,
+                                env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"})
+    assert bad_origin.returncode == 2 and "--origin must be a number of at most" in \
+        bad_origin.stderr
