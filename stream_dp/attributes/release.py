@@ -45,7 +45,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stream_dp.attributes.consistency import make_consistent
-from stream_dp.attributes.dependence import PairSketch, measure_bootstrap
+from stream_dp.attributes.dependence import PairSketch, check_bootstrap_scales, measure_bootstrap
 from stream_dp.attributes.model import JunctionTreeModel
 from stream_dp.attributes.structure import Structure, choose_structure
 from stream_dp.attributes.tables import cell_index
@@ -393,6 +393,11 @@ def run_offline(
     sketch: PairSketch | None = None
     eps0 = bootstrap_fraction * epsilon if m > 1 else 0.0
     if eps0 > 0:
+        if max_ones is None:
+            # which bootstrap runs depends on the noisy histogram: check every one it may
+            # choose first, so whether the run fails never depends on that draw (as the live
+            # service does at start-up)
+            check_bootstrap_scales(m, eps0)
         sketch = measure_bootstrap(bits, eps0, key, description, max_ones)
         excess = sketch.excess()
         structure = choose_structure(excess, max_cluster=max_cluster, bridge_size=2)

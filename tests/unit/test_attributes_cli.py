@@ -208,3 +208,21 @@ def test_a_timestamp_with_a_huge_exponent_is_refused_at_once(tmp_path: Path, ts:
                                 env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"})
     assert bad_origin.returncode == 2 and "--origin must be a number of at most" in \
         bad_origin.stderr
+
+
+def test_a_bootstrap_budget_that_underflows_is_refused_in_one_line(tmp_path: Path) -> None:
+    """ε = 5·10⁻³²⁴ (the smallest float) with a bootstrap share of 0.999: 5 % of ε₀ is 0 and
+    the histogram's scale was 1/0 — a ZeroDivisionError traceback, exit 1. Now exit 2 and one
+    line naming the bootstrap budget."""
+    (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)
+    (tmp_path / "q.json").write_text("[[0, 1]]")
+    _log(tmp_path / "ev.jsonl", [(12.0, "11")])
+    got = _cli("marginals", "--events", str(tmp_path / "ev.jsonl"), "--attributes", "2",
+               "--epsilon", "5e-324", "--bootstrap-fraction", "0.999", "--decay", "0.9",
+               "--tick-seconds", "10", "--origin", "0", "--last-tick", "8",
+               "--queries", str(tmp_path / "q.json"), "--out", str(tmp_path / "a.json"),
+               "--key-file", str(tmp_path / "key"), cwd=tmp_path)
+    assert got.returncode == 2, got.stderr
+    last = got.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in got.stderr and "bootstrap budget" in last
