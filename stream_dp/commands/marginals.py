@@ -68,8 +68,9 @@ The noise key is read from --key-file (hex or raw, ≥ 32 bytes after decoding, 
 file readable by group or others is refused); without it a fresh random key is used (said on
 stderr) and the run cannot be reproduced. The noise also depends on the log's
 digest, so the same key never reuses noise for a different log. Progress goes to stderr; it
-names public figures only (the released ticks 1..--last-tick, never the number of events or
-the last event's tick: terminal logs get shared) unless --verbose is given. A numeric
+names public figures only (the released ticks 1..--last-tick, never the number of events,
+the last event's tick or the time taken, which grows with the events: terminal logs get
+shared) unless --verbose is given. A numeric
 --max-events-per-tick is part of what keys the noise (other bounds, other noise).
 Exit status 2 with a one-line message for invalid input.
 
@@ -430,10 +431,14 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     key = _key(args)
     started = time.monotonic()
 
-    def say(msg: str) -> None:
-        print(f"stream-dp marginals: [{time.monotonic() - started:6.1f} s] {msg}", file=sys.stderr)
-
     verbose = bool(getattr(args, "verbose", False))
+
+    def say(msg: str) -> None:
+        # the elapsed time grows with the log's number of events (reading it, measuring the
+        # bootstrap, the cells of every tick): a raw figure, printed only with --verbose
+        stamp = f"[{time.monotonic() - started:6.1f} s] " if verbose else ""
+        print(f"stream-dp marginals: {stamp}{msg}", file=sys.stderr)
+
     limit = args.max_ticks if args.last_tick is None else args.last_tick
     bits, ticks, digest = read_events(
         args.events, m, args.origin, args.tick_seconds, limit, progress=say if verbose else None

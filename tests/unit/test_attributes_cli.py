@@ -226,3 +226,23 @@ def test_a_bootstrap_budget_that_underflows_is_refused_in_one_line(tmp_path: Pat
     assert got.returncode == 2, got.stderr
     last = got.stderr.strip().splitlines()[-1]
     assert "Traceback" not in got.stderr and "bootstrap budget" in last
+
+
+def test_marginals_prints_no_elapsed_time_without_verbose(tmp_path: Path) -> None:
+    """The '[  12.3 s]' stamp on every progress line grows with the log's number of events
+    (reading it, the bootstrap, every tick's cells): a raw figure on the terminal. Without
+    --verbose no line carries it; with --verbose every progress line does."""
+    import re
+
+    (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)
+    (tmp_path / "q.json").write_text("[[0]]")
+    _log(tmp_path / "ev.jsonl", [(1.0 + i / 100, "01") for i in range(500)])
+    stamp = re.compile(r"\[\s*\d+\.\d s\]")
+    quiet = _marginals(tmp_path)
+    assert quiet.returncode == 0, quiet.stderr
+    assert not stamp.search(quiet.stderr), quiet.stderr
+    loud = _marginals(tmp_path, "--verbose")
+    assert loud.returncode == 0, loud.stderr
+    progress = [x for x in loud.stderr.splitlines() if "releasing ticks" in x or "structure:" in x]
+    assert len(progress) == 2 and all(stamp.search(x) for x in progress)
