@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import signal
 import sys
@@ -12,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from simulators.atomic import atomic_text
 from simulators.base import DEFAULT_START, Simulator, TimeAxis
 from simulators.census import ATTRIBUTES, CensusHouseholds
 from simulators.logfile import Event, LogRecord, detect_format, write_log
@@ -177,6 +179,12 @@ def build_simulator(args: argparse.Namespace) -> Simulator:
     return CensusHouseholds(axis, args.seed, k=k, rate=rate)
 
 
+def _write(path: str | Path, text: str) -> None:
+    """``path`` gets ``text`` whole, or is left as it was (see :mod:`simulators.atomic`)."""
+    with atomic_text(path) as fh:
+        fh.write(text)
+
+
 def _run_attributes(args: argparse.Namespace, produce: Producer | None) -> int:
     """``stream-dp simulate attributes``: a JSON-lines log (for ``stream-dp marginals`` or
     ``stream-dp replay``), the matching binary domain and settings, or events to Kafka."""
@@ -209,7 +217,7 @@ def _run_attributes(args: argparse.Namespace, produce: Producer | None) -> int:
         return 2
     info = sys.stderr
     if args.domain_out:
-        Path(args.domain_out).write_text(attribute_domain_toml(gen.m), encoding="utf-8")
+        _write(args.domain_out, attribute_domain_toml(gen.m))
         print(f"binary domain ({gen.m} attributes a0..a{gen.m - 1}) written to {args.domain_out}",
               file=info)
     if args.settings_out:
@@ -221,20 +229,15 @@ def _run_attributes(args: argparse.Namespace, produce: Producer | None) -> int:
                     settings_path.resolve().parent))
             except ValueError:
                 ref = str(Path(args.domain_out).resolve())
-        settings_path.write_text(attribute_settings_toml(gen.start, tick_seconds, ref),
-                                 encoding="utf-8")
+        _write(settings_path, attribute_settings_toml(gen.start, tick_seconds, ref))
         print(f"worker settings written to {args.settings_out} (origin {gen.start:.3f}, "
               f"tick {tick_seconds:g} s)", file=info)
     if args.out:
-        out = sys.stdout if args.out == "-" else open(args.out, "w", encoding="utf-8")  # noqa: SIM115
-        try:
-            n = 0
+        n = 0
+        with contextlib.nullcontext(sys.stdout) if args.out == "-" else atomic_text(args.out) as out:
             for line in gen.lines():
                 out.write(line + "\n")
                 n += 1
-        finally:
-            if out is not sys.stdout:
-                out.close()
         print(f"{gen.describe()}: {n} events written to {args.out} (origin {gen.start:.3f})",
               file=info)
     if args.to_topic:
@@ -301,6 +304,7 @@ def run(args: argparse.Namespace, produce: Producer | None = None) -> int:
               "--settings-out", file=sys.stderr)
         return 2
     try:
+        fmt = detect_format(args.out if args.out not in (None, "-") else "x.csv", args.format)
         sim = build_simulator(args)
     except ValueError as exc:
         print(f"stream-dp simulate: {exc}", file=sys.stderr)
@@ -308,7 +312,7 @@ def run(args: argparse.Namespace, produce: Producer | None = None) -> int:
     info = sys.stderr
     domain = sim.domain()
     if args.domain_out:
-        Path(args.domain_out).write_text(domain.to_toml(), encoding="utf-8")
+        _write(args.domain_out, domain.to_toml())
         print(f"domain ({len(sim.keys)} event keys) written to {args.domain_out}", file=info)
     if args.settings_out:
         settings_path = Path(args.settings_out)
@@ -320,15 +324,14 @@ def run(args: argparse.Namespace, produce: Producer | None = None) -> int:
                 )
             except ValueError:
                 domain_ref = str(Path(args.domain_out).resolve())
-        settings_path.write_text(domain.settings_toml(sim.axis.start, domain_ref), encoding="utf-8")
+        _write(settings_path, domain.settings_toml(sim.axis.start, domain_ref))
         print(f"worker settings written to {args.settings_out} "
               f"(origin {sim.axis.start:.3f}, tick {sim.axis.tick_seconds:g} s)", file=info)
     if args.out:
-        fmt = detect_format(args.out if args.out != "-" else "x.csv", args.format)
         if args.out == "-":
             n = write_log(sim.events(), sys.stdout, fmt)
         else:
-            with open(args.out, "w", encoding="utf-8", newline="") as fh:
+            with atomic_text(args.out, newline="") as fh:
                 n = write_log(sim.events(), fh, fmt)
         print(f"{sim.describe()}: {n} events written to {args.out}", file=info)
     if args.to_topic:

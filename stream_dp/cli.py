@@ -18,6 +18,14 @@ A reader that goes away (``stream-dp plan ... | head``) ends the command quietly
 141 (as SIGPIPE would); a command whose dependencies are not installed (the Kafka client of the
 ``service`` extra) says which extra to install, in one line, exit status 1.
 
+Ctrl-C (SIGINT) that interrupts a command before it finished its work prints one line,
+``stream-dp COMMAND: interrupted``, and exits with status 130, wherever it lands (also while
+the command's modules are still being imported); commands that clean up first (``replay``,
+``demo``) do so, then say the same. A file that cannot be written (a read-only or full disk, no
+permission) is one line naming the path and the fix, exit status 1. Commands whose normal end
+is a stop signal (``worker``, a live ``demo``, ``broker start --foreground``, ``tail``) exit
+with their own documented status (0) instead.
+
 ``python -m stream_dp.cli plan ...`` runs the library's commands with only the base install.
 For any other subcommand it hands over to the installed ``stream-dp`` console script (whichever
 package provides it), so older invocations keep working.
@@ -26,6 +34,8 @@ package provides it), so older invocations keep working.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
 import os
 import sys
@@ -33,7 +43,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import NoReturn
 
-__all__ = ["COMMANDS", "LIBRARY_COMMANDS", "CommandTable", "OneLineParser", "build_parser", "main"]
+__all__ = ["COMMANDS", "EXIT_INTERRUPTED", "LIBRARY_COMMANDS", "CommandTable", "OneLineParser", "build_parser", "main"]
 
 #: subcommand -> (module, one-line help)
 CommandTable = Mapping[str, tuple[str, str]]
@@ -183,12 +193,64 @@ def main(argv: Sequence[str] | None = None, commands: CommandTable | None = None
         # raise again
         _silence_stdout()
         return 141
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGINT) before the command finished its work, also while it was still
+        # importing: one line, the shell's status for an interrupted command, no traceback
+        print(f"stream-dp {name}: interrupted", file=sys.stderr)
+        if argv is None:  # this process's entry point
+            _exit_interrupted()
+        return EXIT_INTERRUPTED
+    except OSError as exc:
+        if exc.errno not in _FILE_ERRNOS:
+            raise
+        print(f"stream-dp {name}: {file_problem(exc)}", file=sys.stderr)
+        return 1
     except ModuleNotFoundError as exc:
         missing = (exc.name or "?").split(".")[0]
         print(f"stream-dp {name}: missing dependency {missing!r}: this command needs "
               "the service extra: pip install 'stream-dp[service]'", file=sys.stderr)
         return 1
     return code
+
+
+#: exit status of a command interrupted by Ctrl-C / SIGINT before it finished (128 + SIGINT)
+EXIT_INTERRUPTED = 130
+
+#: errors of the file system that the user fixes by choosing another place or freeing space
+_FILE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                          errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EFBIG})
+
+
+def file_problem(exc: OSError) -> str:
+    """One line for a file-system error: what failed, on which path, and what to do."""
+    where = f" {exc.filename!r}" if exc.filename is not None else ""
+    if exc.filename2 is not None:
+        where += f" -> {exc.filename2!r}"
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = "free some space or write to another disk"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = "choose a writable place (e.g. another --data-dir or --out)"
+    else:
+        fix = "check the path"
+    return f"cannot write{where}: {reason}; {fix}"
+
+
+def _exit_interrupted() -> NoReturn:
+    """End the process with status 130 now.
+
+    CPython 3.11 remembers, in a process-wide flag that nothing resets, that a KeyboardInterrupt
+    once left code run by ``PyRun_*`` (which some extension modules' imports use); at exit it
+    then kills the process with SIGINT (status -2 to a parent) although the interrupt was
+    handled here and 130 returned. Seen with Ctrl-C 0.3 s into ``stream-dp plan``. Exit
+    handlers still run first; buffered output is flushed."""
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed or broken stream
+            stream.flush()
+    os._exit(EXIT_INTERRUPTED)
 
 
 def _silence_stdout() -> None:

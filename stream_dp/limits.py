@@ -155,8 +155,8 @@ def check_parameters(
             or not 1 <= horizon <= HORIZON_MAX
         ):
             raise ValueError(
-                f"{label} must be an integer in [1, {HORIZON_MAX}] (2**24 - 1; ticks per epoch, "
-                f"streams roll into a new epoch after it), got {horizon!r}"
+                f"{label} must be an integer in [1, {HORIZON_MAX}] (2**24 - 1; ticks per horizon period, "
+                f"streams roll over into the next horizon period after it), got {horizon!r}"
             )
     if epsilon is not None:
         _check_range(
@@ -233,7 +233,7 @@ def check_memory(
             f"{est.total_bytes / mib:.0f} MiB (strategy {strategy}: tables "
             f"{est.tables_bytes / mib:.0f} MiB, {est.per_stream_bytes} bytes per stream), above "
             f"the {setting} of {limit_bytes / mib:.0f} MiB: use a shorter horizon (streams roll "
-            "into a new epoch after it), fewer streams per worker, or raise the limit"
+            "over into the next horizon period after it), fewer streams per worker, or raise the limit"
         )
     return est
 

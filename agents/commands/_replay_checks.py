@@ -41,6 +41,9 @@ def validate_args(args: argparse.Namespace) -> None:
     if not (math.isfinite(args.marker_every) and 0 <= args.marker_every <= 1e9):
         raise ValueError(f"--marker-every must be a number of seconds in [0, 1e9], got "
                          f"{args.marker_every}")
+    if not (math.isfinite(args.broker_timeout) and 0 < args.broker_timeout <= 86_400):
+        raise ValueError(f"--broker-timeout must be a number of seconds in (0, 86400], got "
+                         f"{args.broker_timeout}")
     if not 1 <= args.chunk <= 10_000_000:
         raise ValueError(f"--chunk must be an integer in [1, 10000000] (records per "
                          f"checkpoint), got {args.chunk}")

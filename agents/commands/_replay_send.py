@@ -33,6 +33,22 @@ class SendReport:
     seconds: float
 
 
+class BrokerLost(RuntimeError):
+    """The broker acknowledged nothing for ``ack_timeout`` seconds while sends were pending.
+
+    What was acknowledged before is checkpointed; a later run resumes after it (records sent but
+    not acknowledged are found again by their run header, never sent twice)."""
+
+
+class _Stopped(Exception):
+    """``stop`` was set while waiting for the broker."""
+
+
+#: seconds a stopped (interrupted) replay still waits for the acknowledgement of what it sent,
+#: so that a later run need not look for it; a broker that has gone away is not waited for longer
+STOP_GRACE_S = 5.0
+
+
 def encode_event(event: Event) -> bytes:
     """The ``dp.events.v1`` message value (compact JSON)."""
     return json.dumps(event.to_message(), separators=(",", ":")).encode()
@@ -55,6 +71,7 @@ async def send_events(
     mac_key: bytes | None = None,
     clock: Callable[[], float] = time.time,
     marker_every: float = 10.0,
+    ack_timeout: float = 30.0,
 ) -> SendReport:
     """Produce ``records`` to ``topic`` with an idempotent producer, in order.
 
@@ -70,6 +87,11 @@ async def send_events(
     a final one at ``final_marker()`` (skipped if it returns None). Each
     marker is authenticated with ``mac_key`` (:func:`agents.kafka.codec.marker_key` of the deployment's
     noise key; required with ``markers``) for its topic and partition.
+
+    Every wait for the broker is bounded: with sends outstanding and nothing acknowledged for
+    ``ack_timeout`` seconds (the broker stopped or became unreachable; the client would retry
+    for ever) :class:`BrokerLost` is raised, and ``stop`` ends any wait at once (the report is
+    then ``interrupted``; what is acknowledged within :data:`STOP_GRACE_S` is checkpointed).
     """
     from aiokafka import AIOKafkaProducer
 
@@ -92,9 +114,45 @@ async def send_events(
         max_batch_size=262_144,
         request_timeout_ms=30_000,
     )
+    if not ack_timeout > 0:
+        raise ValueError(f"ack_timeout must be > 0 seconds, got {ack_timeout}")
     await start_client(producer)
-    partitions = sorted(await producer.partitions_for(topic)) if markers else []
     loop = asyncio.get_running_loop()
+    stopping = False  # set once stop was seen: the waits then ignore it and use STOP_GRACE_S
+
+    async def bounded(aw: Any, what: str) -> Any:
+        """``await aw``, unless ``stop`` is set first (:class:`_Stopped`) or the broker answers
+        nothing for ``ack_timeout`` s (:class:`BrokerLost`)."""
+        task = asyncio.ensure_future(aw)
+        waiters: set[asyncio.Future[Any]] = {task}
+        stopper = None
+        if stop is not None and not stopping:
+            stopper = asyncio.ensure_future(stop.wait())
+            waiters.add(stopper)
+        limit = min(ack_timeout, STOP_GRACE_S) if stopping else ack_timeout
+        try:
+            done, _ = await asyncio.wait(waiters, timeout=limit,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if stopper is not None:
+                stopper.cancel()
+        if task in done:
+            return task.result()
+        if task is not aw:  # our own wrapper of a coroutine: end it (a delivery future
+            task.cancel()   # belongs to the producer, which settles it)
+        if stopper is not None and stopper in done:
+            raise _Stopped
+        raise BrokerLost(
+            f"the broker at {bootstrap} acknowledged nothing for {limit:.0f} s while {what} "
+            "(it stopped or is unreachable); everything acknowledged before is recorded: start "
+            "the broker again and run the same command to resume")
+
+    try:
+        partitions = (sorted(await bounded(producer.partitions_for(topic), "reading partitions"))
+                      if markers else [])
+    except BaseException:
+        await _stop_producer(producer)
+        raise
     t_start = loop.time()
     pending: list[tuple[LogRecord, asyncio.Future[Any]]] = []
     offsets: dict[int, int] = {}
@@ -110,14 +168,14 @@ async def send_events(
         assert mac_key is not None
         for part in partitions:
             headers, value = close_marker(at, final, mac_key=mac_key, topic=topic, partition=part)
-            pending.append((None, await producer.send(  # type: ignore[arg-type]
-                topic, value=value, partition=part, headers=headers)))
+            pending.append((None, await bounded(producer.send(  # type: ignore[arg-type]
+                topic, value=value, partition=part, headers=headers), "sending")))
 
     async def settle(last: LogRecord | None) -> None:
         """Await every outstanding send; everything processed up to ``last`` is then done."""
         nonlocal sent, last_checkpoint, checkpointed
         for _record, fut in pending:
-            meta = await fut
+            meta = await bounded(fut, "waiting for acknowledgements")
             offsets[meta.partition] = max(offsets.get(meta.partition, -1), meta.offset)
         sent += sum(1 for record, _ in pending if record is not None)  # events, not markers
         pending.clear()
@@ -165,12 +223,12 @@ async def send_events(
                             interrupted = True
                             break
             headers = [] if run_id is None else [(HEADER, f"{run_id}:{record.number}".encode())]
-            fut = await producer.send(
+            fut = await bounded(producer.send(
                 topic,
                 value=encode_event(event),
                 key=event.partition_key.encode(),
                 headers=headers,
-            )
+            ), "sending")
             pending.append((record, fut))
             processed = record
             if len(pending) >= chunk or loop.time() - last_checkpoint > 0.5:
@@ -181,13 +239,31 @@ async def send_events(
             final_at = final_marker()
             if final_at is not None:
                 await mark(final_at, True)
-        await settle(processed)
+        if interrupted:
+            stopping = True
+            with contextlib.suppress(BrokerLost):  # see below
+                await settle(processed)
+        else:
+            await settle(processed)
+    except _Stopped:
+        interrupted = stopping = True
+        # what the broker acknowledges within STOP_GRACE_S is recorded; the rest is found again
+        # by its run header when the same command runs again
+        with contextlib.suppress(BrokerLost):
+            await settle(processed)
     except LogFormatError:
         await settle(processed)  # what came before the bad line is delivered and recorded
         raise
     finally:
-        await producer.stop()
+        await _stop_producer(producer)
     return SendReport(sent, skipped, interrupted, loop.time() - t_start)
+
+
+async def _stop_producer(producer: Any) -> None:
+    """Stop ``producer``, waiting at most :data:`STOP_GRACE_S`: with the broker gone its flush
+    would retry for ever, and everything that matters is already checkpointed."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(producer.stop(), timeout=STOP_GRACE_S)
 
 
 async def find_unacknowledged(

@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,11 @@ deployments use Apache Kafka or Redpanda (see deploy/).
 its process id, host and port in DATA_DIR/broker.pid; with --foreground it stays attached and
 stops the broker on Ctrl-C / SIGTERM. 'stop' sends SIGTERM (then SIGKILL after --timeout
 seconds) to the broker's process group and removes the pid file. 'status' prints the state and
-exits 0 if the broker runs, 3 if it does not.
+exits 0 if the broker runs, 3 if it does not (and names the broker of another data directory,
+pid and folder, that holds --port, if one does). A start that fails half-way (the port held by
+another broker, which it names; a pid file it cannot write; Ctrl-C) stops what it started:
+exit status 1 (130 for Ctrl-C), nothing left running. 'stop' and 'status' find a broker of the
+data directory by its command line even when its pid file is missing.
 
 The data directory defaults to $STREAM_DP_BROKER_DIR, else $XDG_DATA_HOME/stream-dp/broker
 (~/.local/share/stream-dp/broker). It is kept by 'stop': a broker started again on it has
@@ -91,6 +96,65 @@ def _is_broker_process(pid: int) -> bool:
     return b"noida-db" in cmdline
 
 
+@dataclass(frozen=True)
+class RunningBroker:
+    """A development broker process found on this host: its process group leader's ``pid``,
+    Kafka ``port`` and data directory (from its command line)."""
+
+    pid: int
+    port: int | None
+    data_dir: Path | None
+
+
+def find_brokers() -> list[RunningBroker]:
+    """Every noida-db broker process group on this host (Linux /proc; elsewhere none).
+
+    Found by command line, not by pid file, so that a broker whose pid file is missing (a
+    start that failed half-way in an older version, a deleted file) is still found."""
+    found: dict[int, RunningBroker] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = [a.decode("utf-8", "replace")
+                    for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
+            pgid = os.getpgid(int(entry.name))
+        except (OSError, ProcessLookupError):
+            continue
+        if "start" not in argv or not any(Path(a).name == "noida-db" for a in argv[:2]):
+            continue
+        if pgid in found:
+            continue
+        port = _option(argv, "--kafka-port")
+        data = _option(argv, "--data-dir")
+        found[pgid] = RunningBroker(
+            pid=pgid, port=int(port) if port and port.isdigit() else None,
+            data_dir=Path(data).resolve() if data else None)
+    return sorted(found.values(), key=lambda b: b.pid)
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _holder(port: int, data_dir: Path) -> str:
+    """Who holds ``port``: another data directory's broker (pid, dir) or another program."""
+    for broker in find_brokers():
+        if broker.port == port and broker.data_dir != data_dir:
+            return (f"the development broker of another data directory holds it (pid "
+                    f"{broker.pid}, data {broker.data_dir}); stop it with: stream-dp broker stop "
+                    f"--data-dir {broker.data_dir}, or use --port")
+    return "another program holds it; stop it or use --port"
+
+
 def _listening(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
@@ -106,18 +170,30 @@ def _start(args: argparse.Namespace, data_dir: Path) -> int:
     if info and _is_broker_process(info["pid"]):
         print(f"broker already running: pid {info['pid']} on {info['host']}:{info['port']}")
         return 0 if not args.foreground else 1
+    orphan = next((b for b in find_brokers() if b.data_dir == data_dir), None)
+    if orphan is not None:  # running without (a valid) pid file: adopt it
+        _write_pid_file(data_dir, orphan.pid, args.host, orphan.port or args.port)
+        print(f"broker already running: pid {orphan.pid} on {args.host}:{orphan.port}")
+        return 0 if not args.foreground else 1
     if _listening(args.host, args.port):
-        print(f"port {args.host}:{args.port} is already in use", file=sys.stderr)
+        print(f"stream-dp broker: port {args.host}:{args.port} is already in use: "
+              f"{_holder(args.port, data_dir)}", file=sys.stderr)
         return 1
     reused = (data_dir / "kafka.json").is_file()
     broker = EmbeddedBroker(port=args.port, data_dir=data_dir, host=args.host)
-    broker.start(timeout=args.timeout)
-    proc = broker.proc
-    assert proc is not None
     pid_path = data_dir / PID_FILE
-    pid_path.write_text(
-        json.dumps({"pid": proc.pid, "host": args.host, "port": args.port}), encoding="utf-8"
-    )
+    try:
+        broker.start(timeout=args.timeout)
+        proc = broker.proc
+        assert proc is not None
+        _write_pid_file(data_dir, proc.pid, args.host, args.port)
+    except BaseException:
+        # a start that fails half-way (pid file not writable, Ctrl-C, a broker that exits)
+        # must not leave a broker running that 'broker stop' cannot find
+        broker.stop(timeout=args.timeout)
+        with contextlib.suppress(OSError):
+            pid_path.unlink()
+        raise
     print(f"broker running on {broker.bootstrap} (pid {proc.pid}, data {data_dir})")
     print(f"  export STREAM_DP_BOOTSTRAP={broker.bootstrap}")
     if reused:
@@ -152,14 +228,23 @@ def _start(args: argparse.Namespace, data_dir: Path) -> int:
     return 0
 
 
+def _write_pid_file(data_dir: Path, pid: int, host: str, port: int) -> None:
+    (data_dir / PID_FILE).write_text(json.dumps({"pid": pid, "host": host, "port": port}),
+                                     encoding="utf-8")
+
+
 def stop_broker(data_dir: Path, timeout: float = 30.0) -> bool:
-    """Stop the broker recorded in ``data_dir``; ``True`` if one was running."""
+    """Stop the broker of ``data_dir`` (by its pid file, else found by its command line);
+    ``True`` if one was running."""
     info = read_pid_file(data_dir)
     pid_path = data_dir / PID_FILE
     if not info or not _is_broker_process(info["pid"]):
         with contextlib.suppress(FileNotFoundError):
             pid_path.unlink()
-        return False
+        orphan = next((b for b in find_brokers() if b.data_dir == data_dir.resolve()), None)
+        if orphan is None:
+            return False
+        info = {"pid": orphan.pid}
     pid = info["pid"]
     # The broker leads its own process group (EmbeddedBroker starts it in a new session).
     with contextlib.suppress(ProcessLookupError):
@@ -225,5 +310,13 @@ def run(args: argparse.Namespace) -> int:
         state = "running" if up else "starting (port not yet open)"
         print(f"broker {state}: pid {info['pid']} on {info['host']}:{info['port']} ({data_dir})")
         return 0
-    print(f"no broker running for {data_dir}")
+    orphan = next((b for b in find_brokers() if b.data_dir == data_dir), None)
+    if orphan is not None:
+        print(f"broker running without its pid file: pid {orphan.pid} on port {orphan.port} "
+              f"({data_dir})")
+        return 0
+    other = ""
+    if _listening(args.host, args.port):
+        other = f"; port {args.host}:{args.port} is in use: {_holder(args.port, data_dir)}"
+    print(f"no broker running for {data_dir}{other}")
     return 3

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 
 from agents.commands._demo_traffic import AttributeTraffic, Traffic
 from agents.kafka.processes import terminate_group, wait_group_gone
+from stream_dp.cli import EXIT_INTERRUPTED
 
 HELP = "run broker, worker, reconciler and simulator; show live releases"
 
@@ -35,7 +36,12 @@ terminal: every stream's released value ± its analytic standard error, and the 
 
 It runs until Ctrl-C / SIGTERM, or for --duration seconds, then stops the simulator, the worker
 (which leaves its consumer groups) and the broker, and removes the temporary data directory
-(keep it with --data-dir). No process is left behind. The dashboard URL is printed at start.
+(keep it with --data-dir; a later demo in the same folder keeps its key and starts afresh, since
+a demo's ticks are bound to its start time). No process is left behind. The dashboard URL is printed at start.
+
+Exit status: 0 stopped by Ctrl-C / SIGTERM or at the end of --duration, 1 a part failed (or a
+data directory that cannot be written), 2 bad usage, 130 interrupted while still starting
+(everything started so far is stopped first).
 
 --scenario attributes feeds events with --attributes M yes/no attributes instead (clusters of
 dependent attributes, docs/guide.md section 7): the worker chooses which marginal tables to
@@ -257,11 +263,29 @@ class Demo:
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         return path, origin, traffic
 
+    def _start_afresh(self, broker_dir: Path) -> None:
+        """An earlier demo's broker data in this folder cannot be continued: its deployment is
+        bound to the earlier run's start time (origin), so the worker would refuse it (exit 4).
+        Remove it, unless a broker still runs on it (another demo: refuse in one line)."""
+        if not broker_dir.is_dir() or not any(broker_dir.iterdir()):
+            return
+        from agents.commands.broker import find_brokers
+
+        running = [b for b in find_brokers() if b.data_dir == broker_dir.resolve()]
+        if running:
+            raise RuntimeError(
+                f"a broker (pid {running[0].pid}) runs on {broker_dir}: another demo uses "
+                f"{self.data_dir}; stop it, or give this one another --data-dir")
+        shutil.rmtree(broker_dir)
+        self.say(f"starting afresh: removed the earlier demo's broker data in {broker_dir} (a "
+                 "demo's ticks are bound to its start time; an earlier run cannot go on)")
+
     def start(self) -> tuple[Any, Traffic]:
         from agents.config.settings import Settings
         from agents.kafka.embedded_broker import EmbeddedBroker, free_port
 
         a = self.args
+        self._start_afresh(self.data_dir / "broker")
         self.say("starting the embedded broker (noida-db) …")
         self.broker = EmbeddedBroker(port=a.broker_port or None,
                                      data_dir=self.data_dir / "broker")
@@ -535,11 +559,19 @@ def run(args: argparse.Namespace) -> int:
     demo = Demo(args, sys.stdout)
     # SIGTERM before the live loop installs its handlers must still clean up.
     previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    live = False
     try:
         settings, traffic = demo.start()
+        live = True
         return asyncio.run(demo.live(settings, traffic))
     except KeyboardInterrupt:
-        return 0
+        if live:  # stopping the live demo is its normal end
+            return 0
+        # interrupted while starting: what was started is stopped below, then the shell learns
+        # that the demo did not run (the convention of every command: docs/operations.md)
+        print("stream-dp demo: interrupted while starting; stopping what was started",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
     except RuntimeError as exc:
         print(f"stream-dp demo: {exc}", file=sys.stderr)
         return 1

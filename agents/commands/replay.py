@@ -53,6 +53,7 @@ import asyncio
 import dataclasses
 import hmac
 import json
+import os
 import signal
 import sys
 import uuid
@@ -62,6 +63,7 @@ from typing import Any, TextIO
 from agents.commands._progress import ProgressBar
 from agents.commands._replay_checks import _check_log, validate_args
 from agents.commands._replay_send import (
+    BrokerLost,
     _retime_offset,
     _shifted,
     end_offsets,
@@ -148,8 +150,14 @@ would reveal the changed events. Publish a changed log into another deployment (
 topics: its own noise and budget) or under another key. The whole log is read and
 checked before anything is sent.
 
-Exit status: 0 done (or nothing to do), 1 error, 2 bad usage, log or key (no key, too open a key
-file, --until missing or in the future, a topic whose partitions hold the final close marker
+If the broker goes away mid-run (nothing acknowledged for --broker-timeout seconds, default 30)
+replay stops with one line and exit status 1; Ctrl-C stops it at once (a second Ctrl-C does not
+even wait for outstanding acknowledgements), exit status 130. Either way what was acknowledged
+is recorded in the state file: run the same command again to resume.
+
+Exit status: 0 done (or nothing to do), 1 error (also: the broker went away), 2 bad usage, log
+or key (no key, too open a key file, --until missing or in the future, a topic whose partitions
+hold the final close marker
 of an earlier replay: its deployment has closed those ticks and would ignore the copy), 3 log
 differs from one replayed before under the same key (refused), 130 interrupted (run again to
 resume). --json prints one JSON object with the outcome on stdout, its only output there (notes
@@ -224,6 +232,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="records per acknowledged checkpoint of the state file (default 2000)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--broker-timeout", type=float, default=30.0, metavar="SECONDS",
+        help="give up (exit status 1, resumable) when the broker acknowledges nothing for this "
+        "long while records are outstanding (default 30)",
+    )
     parser.add_argument(
         "--until", metavar="TIME",
         help="the final close marker closes every tick up to the one containing TIME (Unix s or "
@@ -518,8 +531,18 @@ async def _async_run(args: argparse.Namespace) -> int:
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():  # a second Ctrl-C: do not wait for the acknowledgements
+            bar.close()
+            print(f"stream-dp replay: interrupted; progress up to record {state.records_acked} "
+                  f"is recorded in {spath}: run the same command again to resume",
+                  file=sys.stderr, flush=True)
+            os._exit(EXIT_INTERRUPTED)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     records = read_log(log, fmt, start_offset=state.byte_offset, start_number=state.records_acked)
     if state.time_offset:
         records = _shifted(records, state.time_offset)
@@ -528,8 +551,13 @@ async def _async_run(args: argparse.Namespace) -> int:
             records, bootstrap=bootstrap, topic=topic, speed=speed, run_id=state.run_id,
             skip=skip, chunk=args.chunk, on_checkpoint=checkpoint, on_progress=progress,
             stop=stop, markers=markers, final_marker=final_marker, mac_key=mac_key,
-            marker_every=args.marker_every,
+            marker_every=args.marker_every, ack_timeout=args.broker_timeout,
         )
+    except BrokerLost as exc:
+        bar.close()
+        print(f"stream-dp replay: {exc} (progress: record {state.records_acked}, in {spath})",
+              file=sys.stderr)
+        return out.finish("error", 1, error=str(exc), records=state.records_acked)
     except LogFormatError as exc:
         bar.close()
         print(f"stream-dp replay: {exc}; records before it were sent and recorded in {spath}",

@@ -50,16 +50,18 @@ time, Kafka record timestamp). With schedule = "markers" ticks close at the clos
 fresh one of the same deployment, follows them and refuses a log that differs from the one
 released (exit status 3).
 
-Exit status: 0 stopped by a signal, 1 a part failed (also: no broker at the bootstrap address,
-a count beyond the strategy's numeric range), 2 bad settings (also: origin more than
-max_backlog_ticks ticks in the past on the clock schedule, cap x max_events_per_tick beyond the
-strategy's numeric range, topics missing or with other partition counts, a schedule or
-checkpoint topic with a retention that would lose its records, the web port in use,
-another worker with the same app_id and worker_id: on this host at start-up, on another
-host once the broker gives this worker's group membership to it), 3 refused: the
-events differ from the ones already released under this deployment's closing points, 4 refused:
-a checkpoint failed authentication or was written under another configuration (change the
-configuration only with a new epoch, docs/operations.md).
+Exit status: 0 stopped by a signal (also while still starting: one line), 1 a part failed (also:
+no broker at the bootstrap address, a count beyond the strategy's numeric range), 2 bad settings
+(also: origin more than max_backlog_ticks ticks in the past on the clock schedule, cap x
+max_events_per_tick beyond the strategy's numeric range, topics missing or with other partition
+counts, a schedule or checkpoint topic with a retention that would lose its records, the web
+port in use, another worker with the same app_id and worker_id: on this host at start-up, on
+another host once the broker gives this worker's group membership to it), 3 refused: the events
+differ from the ones already released under this deployment's closing points, 4 refused: a
+setting bound into the deployment differs from the one it was created with (checked before
+anything starts; the line names each, e.g. "epsilon: 1 (stored) vs 2 (configured)"), or a
+checkpoint failed authentication or was written under another configuration. Bound settings
+never change on a deployment: start a new one (stream-dp deployment new; docs/runbooks.md).
 
 examples:
   STREAM_DP_BOOTSTRAP=kafka-0:9092 STREAM_DP_KEY_FILE=/run/secrets/dp-key \\
@@ -335,10 +337,10 @@ def _report_failure(name: str, exc: BaseException) -> int:
 
 _REFUSED_HINT = (
     "The broker holds checkpoints of another deployment under these topic names (another noise "
-    "key, epoch or setting). A development broker keeps its data between runs: start a fresh "
+    "key or setting). A development broker keeps its data between runs: start a fresh "
     "one (stream-dp broker stop; stream-dp broker start --data-dir NEW_DIR) or use a new "
-    "app_id and topics; in production change settings only with a new epoch "
-    "(docs/runbooks.md)"
+    "app_id and topics; in production change settings or keys only with a new deployment "
+    "(stream-dp deployment new; docs/runbooks.md)"
 )
 
 
@@ -444,11 +446,14 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
     return settings, key
 
 
-async def check_broker(settings: Any) -> None:
+async def check_broker(settings: Any, key: bytes | None = None) -> None:
     """Connect once and check that the topics the pipeline reads exist with the partition
-    counts of the settings, and that the internal topics keep what they hold
-    (:func:`agents.kafka.topics.check_internal_topics`). Raises aiokafka's connection error (no
-    broker) or :class:`StartupProblem` (topics), each reported in one line by :func:`run`."""
+    counts of the settings, that the internal topics keep what they hold
+    (:func:`agents.kafka.topics.check_internal_topics`), and (with the noise ``key``) that the
+    deployment was created with these settings (:mod:`agents.kafka.deployment_settings`). Raises
+    aiokafka's connection error (no broker), :class:`StartupProblem` (topics) or
+    :class:`agents.kafka.deployment_settings.SettingsChanged`, each reported in one line by
+    :func:`run`."""
     from aiokafka import AIOKafkaConsumer
 
     from agents.config.security import KafkaSecurity
@@ -486,6 +491,13 @@ async def check_broker(settings: Any) -> None:
         await check_internal_topics(settings.bootstrap, settings)
     except TopicConfigMismatch as exc:
         raise StartupProblem(str(exc)) from None
+    if key is not None:
+        from agents.config.domain import load_domain
+        from agents.kafka.deployment_settings import check_deployment_settings
+
+        digest = str(load_domain(settings.domain_file).digest())
+        await check_deployment_settings(
+            settings, digest, key, KafkaSecurity.from_settings(settings).client_kwargs())
 
 
 class WorkerIdTaken(RuntimeError):
@@ -532,6 +544,31 @@ def claim_worker_id(settings: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    # SIGTERM / SIGINT before _main installs the graceful handler (start-up checks, connecting):
+    # a stop like any other, exit 0, never the default action's silent death (status 143)
+    previous = {sig: signal.signal(sig, _stop_during_startup)
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _run(args)
+    except _StoppedDuringStartup:
+        print("stream-dp worker: stopped by a signal before it started", file=sys.stderr)
+        return 0
+    except KeyboardInterrupt:  # pragma: no cover - a second Ctrl-C during shutdown
+        return 130
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class _StoppedDuringStartup(BaseException):
+    """SIGTERM or SIGINT before the worker's own handler is installed."""
+
+
+def _stop_during_startup(signum: int, frame: object) -> None:
+    raise _StoppedDuringStartup
+
+
+def _run(args: argparse.Namespace) -> int:
     from agents.telemetry.logs import configure_logging, register_secret
 
     try:
@@ -544,11 +581,16 @@ def run(args: argparse.Namespace) -> int:
     except WorkerIdTaken as exc:
         print(f"stream-dp worker: {exc}", file=sys.stderr)
         return 2
+    from agents.kafka.deployment_settings import SettingsChanged
+
     try:
-        asyncio.run(check_broker(settings))
+        asyncio.run(check_broker(settings, key))
     except StartupProblem as exc:
         print(f"stream-dp worker: {exc}", file=sys.stderr)
         return 2
+    except SettingsChanged as exc:  # before anything starts or is announced
+        print(f"stream-dp worker: {exc}", file=sys.stderr)
+        return 4
     except Exception as exc:
         from agents.kafka.clients import connection_problem, is_kafka_error
 
@@ -572,7 +614,5 @@ def run(args: argparse.Namespace) -> int:
     except StartupProblem as exc:  # e.g. the web port is taken
         log.error("cannot start: %s", exc)
         return 2
-    except KeyboardInterrupt:  # a second Ctrl-C during shutdown
-        return 130
     finally:
         claim.close()

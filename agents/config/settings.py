@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.config.env import check_environment, did_you_mean
 from agents.config.values import _check_float, _check_int, _coerce, _read_toml, env_var
 from stream_dp.budget import ZCDP, Privacy, PureDP
 
@@ -249,7 +250,8 @@ class Settings:
     )
     p: float = _s(0.95, "Decay per tick, in [1e-6, 1]; 1 = plain running count.")
     horizon: int = _s(
-        4095, "Ticks per epoch of the strategy (2^m - 1); streams roll into a new epoch after it."
+        4095, "Ticks the strategy plans its noise for (2^m - 1); a stream rolls over into the "
+        "strategy's next horizon period after it (nothing to do; docs/runbooks.md)."
     )
     privacy_model: str = _s("pure", "Privacy model: `pure` (epsilon) or `zcdp` (rho).")
     epsilon: float = _s(
@@ -262,11 +264,11 @@ class Settings:
     )
     epoch: int = _s(
         0,
-        "Configuration epoch of the deployment. Noise and checkpoints are bound to it: a worker "
-        "refuses checkpoints of another epoch or configuration. Changing epsilon, rho, strategy, "
-        "p, horizon, cap or the domain of a running deployment means a new epoch: fresh state, "
-        "fresh noise and its own privacy budget (docs/operations.md, 'Changing the "
-        "configuration').",
+        "A label bound into the deployment's identity, like every setting that decides what a "
+        "tick contains (epsilon, rho, strategy, p, horizon, cap, the schedule, the domain): "
+        "changing any of them on a running deployment is refused (exit status 4, naming the "
+        "setting). To change them start a new deployment, with its own app id, topics, key "
+        "and privacy budget: `stream-dp deployment new` (docs/runbooks.md).",
     )
     max_events_per_tick: int = _s(
         10_000,
@@ -506,6 +508,8 @@ class Settings:
         ``env`` defaults to ``os.environ``. Raises ``ValueError`` naming the offending setting.
         """
         environ: Mapping[str, str] = os.environ if env is None else env
+        # a misspelt variable would otherwise leave its setting at the default, unnoticed
+        check_environment(environ, (env_var(f.name) for f in dataclasses.fields(cls)))
         values: dict[str, Any] = {}
         path = toml_path if toml_path is not None else environ.get("STREAM_DP_CONFIG") or None
         base: Path | None = None
@@ -515,7 +519,8 @@ class Settings:
             known = {f.name: f for f in dataclasses.fields(cls)}
             for key, raw in data.items():
                 if key not in known:
-                    raise ValueError(f"unknown setting {key!r} in {path}")
+                    raise ValueError(f"unknown setting {key!r} in {path}"
+                                     f"{did_you_mean(key, known)}")
                 values[key] = _coerce(key, known[key].type, raw)
         for f in dataclasses.fields(cls):
             var = env_var(f.name)

@@ -371,7 +371,8 @@ class Partial:
             raise TypeError("a partial is a JSON object")
         if d.get("v") != 2:
             raise ValueError("a partial of an older version (float sums): this release needs "
-                             "a new epoch (docs/operations.md, 'Changing the configuration')")
+                             "a new deployment (stream-dp deployment new; docs/operations.md, "
+                             "'Changing the configuration')")
         idx, counts = _checked_column(d["idx"]), _checked_column(d["counts"])
         if len(idx) != len(counts):
             raise ValueError("a partial whose idx and counts differ in length")

@@ -91,8 +91,9 @@ class ScheduleEntry:
         if d.get("v") == 1:
             raise ScheduleMismatch(
                 "the schedule topic holds closing points of an older version (unkeyed "
-                "digests, which a forger can match): start a new epoch with its own "
-                "schedule_topic (docs/operations.md, 'Changing the configuration')")
+                "digests, which a forger can match): start a new deployment with its "
+                "own schedule_topic (stream-dp deployment new; docs/operations.md, 'Changing the "
+                "configuration')")
         if d.get("v") != 2:
             raise ValueError("schedule entry of an unknown version")
         mac = d.pop("mac", None)

@@ -195,6 +195,7 @@ class IngestStage(_Stage):
         was released before), ingest starts where the first persisted range starts, so every
         decision is made again exactly as it was.
         """
+        from agents.kafka.deployment_settings import SETTINGS_KEY
         from agents.kafka.nonce import NONCE_KEY
 
         # from the offset the checkpoint names (restore time independent of the deployment's
@@ -203,8 +204,8 @@ class IngestStage(_Stage):
                                  start=state.schedule_from if from_checkpoint else 0)
         entries = []
         for r in records:
-            if r.key == NONCE_KEY:
-                continue  # the deployment nonce (partition 0), not a closing point
+            if r.key in (NONCE_KEY, SETTINGS_KEY):
+                continue  # the deployment nonce or settings (partition 0), not closing points
             try:
                 entries.append(ScheduleEntry.decode(r.value, state.entry_key))
             except ScheduleMismatch as exc:

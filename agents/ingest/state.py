@@ -128,8 +128,8 @@ class IngestState(RecordProcessing):
                     f"events partition {self.partition}: the schedule topic holds closing points "
                     f"made under schedule {e.schedule}, the settings say {self.schedule_id}; "
                     "releasing under another schedule with the same key would reuse noise on "
-                    "differently bucketed data. Start a new epoch (or key) with its own "
-                    "schedule_topic."
+                    "differently bucketed data. Start a new deployment (stream-dp "
+                    "deployment new), with its own schedule_topic."
                 )
         unique: list[ScheduleEntry] = []
         for e in mine:  # the same point written twice (e.g. a retried transaction) counts once
@@ -206,8 +206,8 @@ class IngestState(RecordProcessing):
                     f"[{want.start_offset}, {want.close_offset}) (ticks {want.first}..{want.through})"
                     " differ from the ones released under this key and schedule (digest "
                     f"{entry_digest} over [{self.range_start}, {c.offset}) vs {want.digest}). "
-                    "A changed log must not be released with the same noise: start a new epoch "
-                    "or use another key."
+                    "A changed log must not be released with the same noise: start a new "
+                    "deployment (stream-dp deployment new)."
                 )
             rule, decided = want.rule, want.decided_at
         else:
@@ -369,7 +369,8 @@ class IngestState(RecordProcessing):
         if d.get("v") not in (5, 6) or d.get("partition") != self.partition:
             raise ValueError(
                 "ingest checkpoint of another version or partition (checkpoints written before "
-                "exact integer sums (v5) cannot be resumed: start a new epoch)"
+                "exact integer sums (v5) cannot be resumed: start a new deployment, stream-dp "
+                "deployment new)"
             )
         if (d["v"] == 6) != bool(d.get("unsent")):
             raise ValueError("ingest checkpoint: version 6 and a list of closed ticks to hand "

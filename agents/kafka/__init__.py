@@ -7,7 +7,8 @@ transactional producer that refuses a failed record (:mod:`~agents.kafka.checked
 produce requests with one copy (:mod:`~agents.kafka.produce_encoding`), chunked checkpoints in
 compacted topics (the format in :mod:`~agents.kafka.checkpoints`, reading them back in
 :mod:`~agents.kafka.checkpoint_reader`), the shard manifests (:mod:`~agents.kafka.manifests`),
-the deployment nonce kept on the schedule topic (:mod:`~agents.kafka.nonce`), the wire formats of
+the deployment nonce and the settings it was created with, kept on the schedule topic
+(:mod:`~agents.kafka.nonce`, :mod:`~agents.kafka.deployment_settings`), the wire formats of
 every topic (:mod:`~agents.kafka.codec`, with the JSON Schemas in ``agents/schemas/``), the
 exactly-once machinery both pipeline stages share (:mod:`~agents.kafka.stage`: group consumer,
 transactional producers, restore, fencing, liveness), all a stage sees of the process that runs

@@ -87,18 +87,28 @@ class EmbeddedBroker:
             start_new_session=True,
         )
         log.close()
+        try:
+            self._wait_listening(timeout)
+        except BaseException:  # also Ctrl-C: never leave a broker that nobody knows of
+            self.stop()
+            raise
+        return self
+
+    def _wait_listening(self, timeout: float) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                # the launcher exited; its server (same process group) may live on, holding the
+                # port with nobody knowing its pid: start() stops the whole group
                 raise RuntimeError(
                     f"embedded broker exited with {self.proc.returncode}; see {self.log_path}"
                 )
             with contextlib.suppress(OSError), socket.create_connection(
                 (self.host, self.port), timeout=0.5
             ):
-                return self
+                return
             time.sleep(0.1)
-        self.stop()
         raise RuntimeError(f"embedded broker did not listen on {self.bootstrap} in {timeout} s")
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -326,7 +326,8 @@ class _Stage:
                 f"the log: it has consumed {tp.topic} up to offset {offset}, but the partition "
                 f"ends at {end}. The broker lost records it had acknowledged (a development "
                 "broker killed with kill -9 can: docs/operations.md); the state cannot be "
-                "continued. Start a new epoch (new topics), or restore the broker's data")
+                "continued. Start a new deployment (stream-dp deployment new), or restore "
+                    "the broker's data")
 
     async def _try_restore(self, tp: Any) -> None:
         """Restore ``tp``; on failure log it and leave it to :meth:`_retry_missing`.
@@ -611,7 +612,8 @@ class _Stage:
                     f"has consumed {tp.topic} up to offset {offset}, but the partition now ends "
                     f"at {end}. The broker lost records it had acknowledged (a development "
                     "broker killed with kill -9 can: docs/operations.md); the state cannot be "
-                    "continued. Start a new epoch (new topics), or restore the broker's data"))
+                    "continued. Start a new deployment (stream-dp deployment new), or restore "
+                    "the broker's data"))
                 return
             seen = self._liveness.get(tp.partition)
             if seen is None or seen[0] != offset or end <= offset:

@@ -215,8 +215,8 @@ class ReleaseStage(_Stage):
             self.w.fail(CheckpointRefused(
                 f"{problem}: the state is ahead of the log. The broker lost records it had "
                 "acknowledged (a development broker killed with kill -9 can: "
-                "docs/operations.md); the state cannot be continued. Start a new epoch (new "
-                "topics), or restore the broker's data"))
+                "docs/operations.md); the state cannot be continued. Start a new deployment "
+                "(stream-dp deployment new), or restore the broker's data"))
             return True
         return False
 
@@ -243,7 +243,8 @@ class ReleaseStage(_Stage):
                 f"were released after the newest full checkpoint, but the partials to re-step "
                 f"them from (offset {state.offset} on) are gone (the partition starts at "
                 f"{begin}): partials_retention_s is too short for release_checkpoint_every, or "
-                "the worker was down longer than the retention. Start a new epoch.")
+                "the worker was down longer than the retention. Start a new deployment (stream-dp "
+                "deployment new).")
         return None
 
     def _full_overdue(self, state: ReleaseState) -> bool:

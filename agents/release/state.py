@@ -400,8 +400,8 @@ class ReleaseState:
         except IntegrityError as exc:
             raise CheckpointRefused(
                 f"release shard {self.shard}: refusing the checkpoint: {exc}. A deployment's "
-                "configuration changes only with a new epoch (docs/operations.md, 'Changing "
-                "the configuration')"
+                "bound settings never change: start a new deployment (stream-dp deployment "
+                "new; docs/operations.md, 'Changing the configuration')"
             ) from None
 
     def _restore_header(self, data: bytes, seq: int, key: bytes) -> bytes:

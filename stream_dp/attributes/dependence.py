@@ -484,18 +484,25 @@ def bootstrap_budgets(epsilon: float, histogram: bool) -> tuple[float, float]:
 def histogram_scale(epsilon: float) -> float:
     """Noise scale of the histogram of ones (sensitivity 1): one ulp above ``fl(1/ε)``, hence
     ``≥ 1/ε`` exactly (the rounded quotient may lie half an ulp below)."""
-    return math.nextafter(1.0 / epsilon, math.inf)
+    return math.nextafter(_over(1.0, epsilon), math.inf)
+
+
+def _over(change: float, epsilon: float) -> float:
+    """``change/epsilon``, ``inf`` for a budget that underflowed to 0 (e.g. 5 % of a subnormal
+    ε₀): the samplers then refuse the scale in one line instead of a ZeroDivisionError."""
+    return change / epsilon if epsilon > 0 else math.inf
 
 
 def pairs_scale(m: int, epsilon: float) -> float:
     """Noise scale of the pair tables: one ulp above ``fl(C(m, 2)/ε)`` (≥ ``C(m, 2)/ε``)."""
-    return math.nextafter(pair_sensitivity(m) / epsilon, math.inf)
+    return math.nextafter(_over(pair_sensitivity(m), epsilon), math.inf)
 
 
 def cooccurrence_scale(max_ones: int, epsilon: float) -> float:
     """Noise scale (grid units) of the co-occurrence bootstrap: one ulp above
     ``fl(Δ/(g·ε))``, ``Δ`` = :func:`cooccurrence_sensitivity` (≥ ``Δ/(g·ε)`` exactly)."""
-    return math.nextafter(cooccurrence_sensitivity(max_ones) / WEIGHT_GRID / epsilon, math.inf)
+    return math.nextafter(_over(cooccurrence_sensitivity(max_ones) / WEIGHT_GRID, epsilon),
+                          math.inf)
 
 
 def check_bootstrap_scales(m: int, epsilon: float) -> None:

@@ -124,9 +124,13 @@ class BinaryDomain:
 
         >>> BinaryDomain(["milk", "bread", "eggs"]).pattern("101")
         5
+        >>> BinaryDomain([f"a{i}" for i in range(64)]).pattern("1" * 64) == 2**64 - 1
+        True
         """
         bits = self.encode(event)
-        return int(sum(1 << i for i in np.flatnonzero(bits)))
+        # Python ints: ``1 << np.int64(63)`` wraps to -2**63, so an event with attribute 63
+        # set (m = 64) became a negative pattern that the release stage refused (issue 37)
+        return sum(1 << int(i) for i in np.flatnonzero(bits))
 
     @property
     def m(self) -> int:

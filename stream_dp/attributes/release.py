@@ -45,7 +45,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from stream_dp.attributes.consistency import make_consistent
-from stream_dp.attributes.dependence import PairSketch, measure_bootstrap
+from stream_dp.attributes.dependence import PairSketch, check_bootstrap_scales, measure_bootstrap
 from stream_dp.attributes.model import JunctionTreeModel
 from stream_dp.attributes.structure import Structure, choose_structure
 from stream_dp.attributes.tables import cell_index
@@ -371,14 +371,18 @@ def run_offline(
     range covers it; default: the picked strategy's own numeric range).
     """
     n, m = bits.shape
-    if n == 0 or ticks.shape != (n,):
-        raise ValueError("give at least one event and one tick per event")
-    if int(ticks.min()) < 1:
+    if ticks.shape != (n,):
+        raise ValueError("give one tick per event")
+    if n == 0 and last_tick is None:
+        # with a public last tick an empty log is released like any other (zero counts plus
+        # noise): refusing it would tell an empty log from a log of one event
+        raise ValueError("give at least one event, or the last tick to release")
+    if n and int(ticks.min()) < 1:
         raise ValueError("ticks must be ≥ 1")
     if not 0 <= bootstrap_fraction < 1:
         raise ValueError(f"bootstrap fraction must be in [0, 1), got {bootstrap_fraction!r}")
     say = progress or (lambda _msg: None)
-    last = int(ticks.max())
+    last = int(ticks.max()) if n else 1
     if last_tick is not None:
         if last_tick < last:
             raise ValueError(
@@ -388,6 +392,11 @@ def run_offline(
     sketch: PairSketch | None = None
     eps0 = bootstrap_fraction * epsilon if m > 1 else 0.0
     if eps0 > 0:
+        if max_ones is None:
+            # which bootstrap runs depends on the noisy histogram: check every one it may
+            # choose first, so whether the run fails never depends on that draw (as the live
+            # service does at start-up)
+            check_bootstrap_scales(m, eps0)
         sketch = measure_bootstrap(bits, eps0, key, description, max_ones)
         excess = sketch.excess()
         structure = choose_structure(excess, max_cluster=max_cluster, bridge_size=2)

@@ -52,7 +52,8 @@ can change (one cell per table, by at most 1).
 Input:
   EVENTS.jsonl   one event a line: {"ts": <unix seconds>, "attrs": "<M characters 0/1>"};
                  character i = attribute i. Tick n covers [O + (n-1)S, O + nS); every tick from
-                 1 to --last-tick T is released (an event after tick T is an error).
+                 1 to --last-tick T is released (an event after tick T is an error). Numbers
+                 are read exactly, with at most 400 digits around the decimal point.
   QUERIES.json   a list of queries, each a list of distinct 0-based attribute indices (1..8).
 Output:
   ANSWERS.json   {"tick": T, "answers": [[c_0, ..., c_{2^α-1}], ...]}: decayed counts
@@ -67,8 +68,9 @@ The noise key is read from --key-file (hex or raw, ≥ 32 bytes after decoding, 
 file readable by group or others is refused); without it a fresh random key is used (said on
 stderr) and the run cannot be reproduced. The noise also depends on the log's
 digest, so the same key never reuses noise for a different log. Progress goes to stderr; it
-names public figures only (the released ticks 1..--last-tick, never the number of events or
-the last event's tick: terminal logs get shared) unless --verbose is given. A numeric
+names public figures only (the released ticks 1..--last-tick, never the number of events,
+the last event's tick or the time taken, which grows with the events: terminal logs get
+shared) unless --verbose is given. A numeric
 --max-events-per-tick is part of what keys the noise (other bounds, other noise).
 Exit status 2 with a one-line message for invalid input.
 
@@ -108,7 +110,22 @@ def _number(text: str, option: str) -> int | Decimal:
         raise InputError(f"{option} must be a number, got {text!r}") from None
     if not value.is_finite():
         raise InputError(f"{option} must be a finite number, got {text!r}")
+    if not _plausible(value):
+        raise InputError(f"{option} must be a number of at most {MAX_EXPONENT} digits around the "
+                         f"decimal point, got {text!r}")
     return value
+
+
+#: Largest decimal exponent (either side) of a number read exactly: ``1E+999999999`` is a few
+#: bytes of JSON, but its exact value is a billion-digit integer (minutes of CPU, a hang).
+MAX_EXPONENT = 400
+
+
+def _plausible(value: Decimal) -> bool:
+    """Whether ``value`` can be turned into an exact fraction quickly (module limits)."""
+    exponent = value.as_tuple().exponent
+    return isinstance(exponent, int) and abs(exponent) <= MAX_EXPONENT \
+        and abs(value.adjusted()) <= MAX_EXPONENT
 
 
 def _typed(text: str, option: str, kind: type[int] | type[float]) -> Any:
@@ -252,8 +269,8 @@ def read_events(
             _parse_line(line, lineno, path, m, origin, tick_seconds, max_ticks, rows, ticks)
             if progress is not None and lineno % 1_000_000 == 0:
                 progress(f"read {lineno} lines")
-    if not ticks:
-        raise InputError(f"--events: {path!r} holds no events")
+    # an empty log is released like any other (the ticks to release are public): refusing it
+    # made the exit status tell an empty log from a log of one event
     bits = (np.frombuffer(bytes(rows), dtype=np.uint8) - np.uint8(48)).reshape(len(ticks), m)
     return bits, np.frombuffer(ticks, dtype=np.int64).copy(), hasher.hexdigest()
 
@@ -281,6 +298,9 @@ def _parse_line(
     ts, attrs = ev["ts"], ev["attrs"]
     if isinstance(ts, bool) or not isinstance(ts, (int, Decimal)):
         raise InputError(f"{path}:{lineno}: ts must be a finite number (unix seconds)")
+    if isinstance(ts, Decimal) and not _plausible(ts):
+        raise InputError(f"{path}:{lineno}: ts must be unix seconds written with at most "
+                         f"{MAX_EXPONENT} digits around the decimal point")
     if not isinstance(attrs, str):
         raise InputError(f"{path}:{lineno}: attrs must be a string of {m} characters 0/1")
     if len(attrs) != m:
@@ -411,16 +431,20 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     key = _key(args)
     started = time.monotonic()
 
-    def say(msg: str) -> None:
-        print(f"stream-dp marginals: [{time.monotonic() - started:6.1f} s] {msg}", file=sys.stderr)
-
     verbose = bool(getattr(args, "verbose", False))
+
+    def say(msg: str) -> None:
+        # the elapsed time grows with the log's number of events (reading it, measuring the
+        # bootstrap, the cells of every tick): a raw figure, printed only with --verbose
+        stamp = f"[{time.monotonic() - started:6.1f} s] " if verbose else ""
+        print(f"stream-dp marginals: {stamp}{msg}", file=sys.stderr)
+
     limit = args.max_ticks if args.last_tick is None else args.last_tick
     bits, ticks, digest = read_events(
         args.events, m, args.origin, args.tick_seconds, limit, progress=say if verbose else None
     )
     if verbose:  # raw statistics of the log: only when asked for
-        say(f"{bits.shape[0]} events, the last in tick {int(ticks.max())}")
+        say(f"{bits.shape[0]} events, the last in tick {int(ticks.max()) if ticks.size else '-'}")
     say(f"releasing ticks 1..{args.last_tick}")
     description = (
         f"marginals/v1/m={m}/epsilon={float(args.epsilon)!r}/p={float(args.decay)!r}"

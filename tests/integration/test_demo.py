@@ -93,6 +93,18 @@ def test_demo_with_duration_shows_releases_and_exits_cleanly(tmp_path: Path) -> 
     log_text = (data / "worker.log").read_text()
     assert key not in log_text
     assert '"msg": "worker stopped"' in log_text
+    # the same folder again (guide §1's --data-dir /tmp/demo, run twice): the earlier run's
+    # deployment is bound to its start time, so the demo starts afresh, says so, and releases
+    # (it exited 1, its worker 4: "origin: … (stored) vs … (configured)")
+    again = subprocess.run(
+        [*CLI, "demo", "--duration", "15", "--data-dir", str(data)],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert again.returncode == 0, (again.stdout[-3000:] + again.stderr[-3000:]
+                                   + worker_problems(data))
+    assert "starting afresh: removed the earlier demo's broker data" in again.stdout
+    check_output(again.stdout)
+    assert (data / "noise.key").read_text().strip() == key  # the folder's key is kept
 
 
 @pytest.mark.integration

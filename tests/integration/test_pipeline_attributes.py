@@ -40,11 +40,14 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.parametrize("m", [10, 64])
 async def test_attribute_tables_through_the_worker_match_the_library(
-    kafka_broker: str, unique_name: str, tmp_path: Path
+    kafka_broker: str, unique_name: str, tmp_path: Path, m: int
 ) -> None:
+    """``m = 64``: events with the last attribute set (a pattern of 64 bits) used to become
+    negative int64 patterns; their partials were refused and no tick was released."""
     log, dom_file = tmp_path / "events.jsonl", tmp_path / "domain.toml"
-    sim = _cli("simulate", "attributes", "--attributes", "10", "--ticks", str(TICKS),
+    sim = _cli("simulate", "attributes", "--attributes", str(m), "--ticks", str(TICKS),
                "--rate", "60", "--tick-seconds", "10", "--seed", "4", "--out", str(log),
                "--domain-out", str(dom_file), "--settings-out", str(tmp_path / "s.toml"))
     assert sim.returncode == 0, sim.stderr

@@ -159,3 +159,90 @@ def test_marginals_runs_with_other_bounds_do_not_share_noise(tmp_path: Path) -> 
         assert got.returncode == 0, got.stderr
         out.append((tmp_path / "a.json").read_text())
     assert out[0] == out[2] != out[1]
+
+
+def test_an_empty_log_is_released_like_a_log_of_one_event(tmp_path: Path) -> None:
+    """Neighbouring logs: no event, and one event. With the ticks to release public
+    (--last-tick), both are released (exit 0, ticks 1..8, the same kind of line); the empty
+    log used to exit 2 ("holds no events"), so the exit status told a count of 0 from 1."""
+    (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)
+    (tmp_path / "q.json").write_text("[[0, 1]]")
+    seen = []
+    for rows in ([], [(12.0, "11")]):
+        _log(tmp_path / "ev.jsonl", rows)
+        got = _marginals(tmp_path)
+        assert got.returncode == 0, got.stderr
+        answers = json.loads((tmp_path / "a.json").read_text())
+        assert answers["tick"] == 8 and len(answers["answers"]) == 1
+        last = got.stderr.splitlines()[-1]
+        assert last.startswith("stream-dp marginals: tick 8: 1 answers written to ")
+        seen.append(np.asarray(answers["answers"][0]))
+    # ε = 4000: the noise is ~1e-3, so the released cells show the one event, decayed 0.9^6
+    np.testing.assert_allclose(seen[0], 0.0, atol=0.05)
+    np.testing.assert_allclose(seen[1], [0, 0, 0, 0.9**6], atol=0.05)
+
+
+@pytest.mark.parametrize("ts", ["1E+999999999", "1E-999999999"])
+def test_a_timestamp_with_a_huge_exponent_is_refused_at_once(tmp_path: Path, ts: str) -> None:
+    """Ten bytes of JSON whose exact value has a billion digits: the command read it exactly
+    (Fraction of the Decimal) and hung for minutes; now exit 2, one line naming the line."""
+    (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)
+    (tmp_path / "q.json").write_text("[[0]]")
+    (tmp_path / "ev.jsonl").write_text('{"ts": 12, "attrs": "01"}\n{"ts": ' + ts
+                                       + ', "attrs": "10"}\n')
+    args = ["marginals", "--events", str(tmp_path / "ev.jsonl"), "--attributes", "2",
+            "--epsilon", "1", "--decay", "0.9", "--tick-seconds", "10", "--origin", "0",
+            "--last-tick", "8", "--queries", str(tmp_path / "q.json"),
+            "--out", str(tmp_path / "a.json"), "--key-file", str(tmp_path / "key")]
+    got = subprocess.run([sys.executable, "-m", "agents.cli", *args], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"})
+    assert got.returncode == 2, got.stderr
+    assert got.stderr.count("\n") == 1 and "ev.jsonl:2: ts must be unix seconds" in got.stderr
+    other = [ts if a == "0" and args[i - 1] == "--origin" else a for i, a in enumerate(args)]
+    (tmp_path / "ev.jsonl").write_text('{"ts": 12, "attrs": "01"}\n')
+    bad_origin = subprocess.run([sys.executable, "-m", "agents.cli", *other], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=60,
+                                env={"PATH": "/usr/bin:/bin", "OPENBLAS_NUM_THREADS": "1"})
+    assert bad_origin.returncode == 2 and "--origin must be a number of at most" in \
+        bad_origin.stderr
+
+
+def test_a_bootstrap_budget_that_underflows_is_refused_in_one_line(tmp_path: Path) -> None:
+    """ε = 5·10⁻³²⁴ (the smallest float) with a bootstrap share of 0.999: 5 % of ε₀ is 0 and
+    the histogram's scale was 1/0 — a ZeroDivisionError traceback, exit 1. Now exit 2 and one
+    line naming the bootstrap budget."""
+    (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)
+    (tmp_path / "q.json").write_text("[[0, 1]]")
+    _log(tmp_path / "ev.jsonl", [(12.0, "11")])
+    got = _cli("marginals", "--events", str(tmp_path / "ev.jsonl"), "--attributes", "2",
+               "--epsilon", "5e-324", "--bootstrap-fraction", "0.999", "--decay", "0.9",
+               "--tick-seconds", "10", "--origin", "0", "--last-tick", "8",
+               "--queries", str(tmp_path / "q.json"), "--out", str(tmp_path / "a.json"),
+               "--key-file", str(tmp_path / "key"), cwd=tmp_path)
+    assert got.returncode == 2, got.stderr
+    last = got.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in got.stderr and "bootstrap budget" in last
+
+
+def test_marginals_prints_no_elapsed_time_without_verbose(tmp_path: Path) -> None:
+    """The '[  12.3 s]' stamp on every progress line grows with the log's number of events
+    (reading it, the bootstrap, every tick's cells): a raw figure on the terminal. Without
+    --verbose no line carries it; with --verbose every progress line does."""
+    import re
+
+    (tmp_path / "key").write_text(KEY_HEX)
+    (tmp_path / "key").chmod(0o600)
+    (tmp_path / "q.json").write_text("[[0]]")
+    _log(tmp_path / "ev.jsonl", [(1.0 + i / 100, "01") for i in range(500)])
+    stamp = re.compile(r"\[\s*\d+\.\d s\]")
+    quiet = _marginals(tmp_path)
+    assert quiet.returncode == 0, quiet.stderr
+    assert not stamp.search(quiet.stderr), quiet.stderr
+    loud = _marginals(tmp_path, "--verbose")
+    assert loud.returncode == 0, loud.stderr
+    progress = [x for x in loud.stderr.splitlines() if "releasing ticks" in x or "structure:" in x]
+    assert len(progress) == 2 and all(stamp.search(x) for x in progress)

@@ -143,3 +143,22 @@ def test_a_bootstrap_budget_its_sampler_refuses_is_refused_at_start_up() -> None
     with pytest.raises(ValueError, match="scale must be a number"):  # what it would do live
         live.step(np.array([1], dtype=np.uint64), np.array([1.0]))
     check_live_range(LiveConfig(m=3, epsilon=1e4, p=P, epoch_ticks=2, bootstrap_fraction=1e-4))
+
+
+def test_whether_an_offline_run_fails_never_depends_on_the_noisy_choice_of_bootstrap() -> None:
+    """ε = 1, bootstrap share 5·10⁻¹²: the ones histogram and the pair tables have noise scales
+    the exact sampler accepts, the co-occurrence bootstrap at K = 8 does not. Which one runs
+    is read from the noisy histogram, so before the fix some keys released and others
+    failed (exit 2 in ``marginals``) on the very same log. Now every key is refused the same
+    way, before any noise is drawn (the check the live service runs at start-up)."""
+    bits = (np.random.default_rng(0).random((30, 64)) < 0.05).astype(np.uint8)
+    ticks = np.ones(30, dtype=np.int64)
+    outcomes = set()
+    for k in range(8):
+        try:
+            run_offline(bits, ticks, epsilon=1.0, p=0.9, key=bytes([k]) * 32, description="d",
+                        last_tick=2, bootstrap_fraction=5e-12)
+            outcomes.add("released")
+        except ValueError as exc:
+            outcomes.add(str(exc).split(":")[0])
+    assert outcomes == {"the bootstrap budget ε₀ = 5e-12 is too small for 64 attributes"}

@@ -62,3 +62,25 @@ def test_a_missing_interpreter_fails_the_test_command_in_one_line() -> None:
     assert done.returncode == 1
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "3.99" in lines[0] and "STREAM_DP_TEST_PYTHONS" in lines[0], lines
+
+
+def test_outside_ci_a_missing_interpreter_is_named_and_skipped(tmp_path: Path) -> None:
+    """A developer without every supported Python runs the README's test command: the missing
+    versions are named in one line each and skipped (CI, with ``CI`` set, fails instead). The
+    script is run on a PATH without pyenv's interpreters and stopped before it installs
+    anything (an unrunnable main interpreter), so only the look-up is exercised."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(tmp_path),
+           "PYENV_ROOT": str(tmp_path / "no-pyenv"), "PYTHON": sys.executable}
+    done = subprocess.run([str(SCRIPT), "--pythons-plan"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    lines = [x for x in done.stderr.splitlines() if "no Python" in x]
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    missing = [v for v in _script_supported() if v != here]
+    assert done.returncode == 0, done.stderr
+    assert [v for v in missing if any(f"no Python {v} found" in x for x in lines)] == missing
+    assert all("not run here" in x for x in lines)
+    in_ci = subprocess.run([str(SCRIPT), "--pythons-plan"], cwd=ROOT, env={**env, "CI": "true"},
+                           capture_output=True, text=True, timeout=120)
+    assert in_ci.returncode == 1 and "STREAM_DP_TEST_PYTHONS" in in_ci.stderr

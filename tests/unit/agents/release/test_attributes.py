@@ -323,3 +323,77 @@ def test_ticks_without_events_are_released(tmp_path: Path) -> None:
         assert rel.live.tables == lt.tables  # type: ignore[attr-defined]
         for a, b in zip(rel.live.values, lt.values, strict=True):  # type: ignore[attr-defined]
             assert a.tobytes() == b.tobytes()
+
+
+def test_attribute_63_of_a_64_attribute_domain_reaches_the_tables(tmp_path: Path) -> None:
+    """m = 64: an event with the last attribute set must be counted like any other. Its
+    pattern used to be computed with NumPy int64 shifts (``1 << np.int64(63)`` wraps to
+    -2**63; all 64 ones gave -1): the partial then held a negative index, the release stage
+    refused it as undecodable, and that tick (hence every later one) was never released — one
+    event stopped the deployment. Oracle: the pattern read as a binary number (Python ints),
+    the library's LiveMarginals fed those patterns, and the exact cell counts."""
+    dom_file = tmp_path / "d64.toml"
+    dom_file.write_text('name = "wide"\nkind = "binary"\nattributes = ['
+                        + ", ".join(json.dumps(f"a{i}") for i in range(64)) + "]\n",
+                        encoding="utf-8")
+    s = Settings(origin=1000.0, tick_seconds=10.0, domain_file=str(dom_file),
+                 events_partitions=1, shards=1, epsilon=2.0, p=0.9, allowed_lateness_s=0.0,
+                 attribute_epoch_ticks=2, attribute_max_cluster=8)
+    dom = load_domain(dom_file)
+    assert isinstance(dom, BinaryDomain) and dom.m == 64
+    strings = ["1" * 64, "0" * 63 + "1", "1" + "0" * 63, "0" * 64, "01" * 32, "10" * 32]
+    for a in strings:  # bit i = attribute i = character i
+        assert dom.pattern(a) == int(a[::-1], 2)
+    assert dom.pattern(["a63", "a63", "a0"]) == (1 << 63) | 1  # duplicates count once
+    events = [(1000.0 + 10 * (i % 3) + 1 + i / 10, a) for i, a in enumerate(strings)]
+    releases = _run(s, dom, events, 3)
+    assert [r.tick for r in releases] == [1, 2, 3]  # type: ignore[attr-defined]
+    live = new_live(s, dom, KEY)
+    for t in range(1, 4):
+        mine = [int(a[::-1], 2) for ts, a in events if int((ts - 1000.0) // 10) + 1 == t]
+        pats, counts = np.unique(np.array(mine, dtype=np.uint64), return_counts=True)
+        lt = live.step(pats, counts.astype(np.float64))
+        got = releases[t - 1].live  # type: ignore[attr-defined]
+        assert got.tables == lt.tables
+        for a, b in zip(got.values, lt.values, strict=True):
+            assert np.array_equal(a, b)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "open (design): a binary-attribute partial holds one (pattern, count) pair per distinct "
+    "pattern of the tick, with no public bound; ~750 000 distinct patterns in one tick of one "
+    "events partition (m = 64, 22 bytes each) exceed the partials topic's 16 MiB records, the "
+    "ingest commit fails on every retry and no later tick is released: whether the "
+    "deployment goes on depends on the raw events. Needs a bounded partial (e.g. split "
+    "records per tick, or per-epoch sufficient statistics), not a local fix"))
+def test_a_tick_of_distinct_patterns_still_fits_one_partial_record(tmp_path: Path) -> None:
+    """A burst of events with distinct patterns in one tick: its partial (one record on the
+    partials topic, produced in the ingest transaction) must fit the topic's record limit,
+    else the release stops for good. Real ingest state, real encoder; the limit is the one
+    ``stream-dp topics create`` sets on the partials topic."""
+    from agents.kafka.topics import topic_specs
+
+    dom_file = tmp_path / "d64.toml"
+    dom_file.write_text('name = "wide"\nkind = "binary"\nattributes = ['
+                        + ", ".join(json.dumps(f"a{i}") for i in range(64)) + "]\n",
+                        encoding="utf-8")
+    s = Settings(origin=1000.0, tick_seconds=10.0, domain_file=str(dom_file),
+                 events_partitions=1, shards=1, epsilon=2.0, p=0.9, allowed_lateness_s=0.0)
+    dom = load_domain(dom_file)
+    limit = next(int(v) for spec in topic_specs(s) if spec.name == s.partials_topic
+                 for k, v in spec.configs if k == "max.message.bytes")
+    ing = IngestState(s, Router(dom, 1), 0, offset=0)
+    rng = np.random.default_rng(5)
+    n = limit // 20  # > limit / 22.4 bytes per distinct 64-bit pattern
+    words = rng.integers(0, 2**63, size=n, dtype=np.int64).tolist()
+    for i, w in enumerate(words):  # distinct with overwhelming probability; the top bit set
+        attrs = format(w | (1 << 63), "064b")
+        ing.process(i, None, b'{"ts":1001.0,"attrs":"' + attrs.encode() + b'"}',
+                    timestamp=1_001_000)
+    assert not ing.out.dead_letters
+    assert ing.schedule_close(1, n, "clock", 0.0)
+    ing.apply_due()
+    (part,) = ing.out.partials
+    assert len(part.idx) > 0.99 * n
+    assert len(part.encode()) <= limit

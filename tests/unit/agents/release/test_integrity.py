@@ -92,7 +92,7 @@ def test_another_configuration_is_refused_naming_it(change: dict[str, Any], fiel
     with pytest.raises(CheckpointRefused, match="another configuration") as info:
         other.restore(blob, 1, KEY)
     assert field in str(info.value)
-    assert "new epoch" in str(info.value)
+    assert "new deployment" in str(info.value)
 
 
 def test_other_weights_domain_key_or_a_changed_byte_are_refused() -> None:

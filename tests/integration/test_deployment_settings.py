@@ -1,0 +1,71 @@
+"""A changed bound setting on a running deployment (issue #32, failure path 2), from the outside:
+the worker is refused with exit status 4 **before it starts anything** (no "worker started", no
+reconcile leadership), in one line that names each changed setting with both values, e.g.
+``epsilon: 1 (stored) vs 2 (configured)`` — not the domain and two hashes."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_commands_service import CLI, _worker_env, cli
+
+pytestmark = pytest.mark.integration
+
+
+def _first_run(env: dict[str, str], log_path: Path) -> None:
+    """A worker of the deployment runs until it has started (and released a tick), then stops."""
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([*CLI, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        deadline = time.monotonic() + 120
+        while '"worker started"' not in log_path.read_text():
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.2)
+        time.sleep(2.0)  # a tick or two: checkpoints exist, as on any running deployment
+    finally:
+        proc.terminate()
+        assert proc.wait(60) == 0, log_path.read_text()[-3000:]
+
+
+def _refused(env: dict[str, str]) -> str:
+    proc = cli("worker", env=env, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "worker started" not in proc.stderr and "leader" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("stream-dp worker: refusing to start: deployment "), lines[0]
+    assert "stream-dp deployment new" in lines[0], lines[0]
+    return lines[0]
+
+
+def test_a_changed_epsilon_or_p_is_refused_before_anything_starts(
+    kafka_broker: str, tmp_path: Path
+) -> None:
+    env = _worker_env(tmp_path, kafka_broker, f"settings{time.monotonic_ns()}", 0)
+    env["STREAM_DP_EPSILON"] = "1"
+    assert cli("topics", "create", env=env).returncode == 0
+    _first_run(env, tmp_path / "first.log")
+
+    line = _refused({**env, "STREAM_DP_EPSILON": "2"})
+    assert "epsilon: 1 (stored) vs 2 (configured)" in line, line
+    assert "domain" not in line.split("settings:", 1)[1], line  # the domain did not change
+
+    line = _refused({**env, "STREAM_DP_EPSILON": "2", "STREAM_DP_P": "0.95"})
+    assert "p: 0.9 (stored) vs 0.95 (configured); epsilon: 1 (stored) vs 2 (configured)" in line
+
+    line = _refused({**env, "STREAM_DP_EPOCH": "1"})
+    assert "epoch: 0 (stored) vs 1 (configured)" in line, line
+
+    domain = Path(env["STREAM_DP_DOMAIN_FILE"])
+    domain.write_text(domain.read_text().replace('"us/ny"]', '"us/ny", "us/ca"]'))
+    line = _refused(env)
+    assert "the domain file's content: digest " in line, line
+
+    # the unchanged deployment still starts (the record does not refuse its own settings)
+    domain.write_text(domain.read_text().replace(', "us/ca"]', "]"))
+    _first_run(env, tmp_path / "again.log")
