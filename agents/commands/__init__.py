@@ -5,7 +5,7 @@
 events topic already holds (``_replay_target``), the resumable state (``_replay_state``), sending
 (``_replay_send``) and the per-key history that guards against a changed log
 (``replay_history``); ``_progress`` draws the progress bar; ``_demo_traffic`` is the demo's live
-traffic.
+traffic; ``_tail_format`` prints what ``tail`` reads.
 
 May import: every other package of ``agents`` but ``cli``, ``stream_dp`` and ``simulators``.
 Must not be imported by anything below it: only ``agents.cli`` (by name, from its command table)

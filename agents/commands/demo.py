@@ -37,7 +37,8 @@ terminal: every stream's released value ± its analytic standard error, and the 
 It runs until Ctrl-C / SIGTERM, or for --duration seconds, then stops the simulator, the worker
 (which leaves its consumer groups) and the broker, and removes the temporary data directory
 (keep it with --data-dir; a later demo in the same folder keeps its key and starts afresh, since
-a demo's ticks are bound to its start time). No process is left behind. The dashboard URL is printed at start.
+a demo's ticks are bound to its start time). No process is left behind. The dashboard URL is
+printed at start.
 
 Exit status: 0 stopped by Ctrl-C / SIGTERM or at the end of --duration, 1 a part failed (or a
 data directory that cannot be written), 2 bad usage, 130 interrupted while still starting
@@ -414,7 +415,7 @@ class Demo:
             header = (f"stream-dp demo · {self._budget_headline(settings)} · "
                       f"p = {self.args.p:g} · tick {self.args.tick_seconds:g} s")
         else:
-            from agents.commands.tail import format_marginals
+            from agents.commands._tail_format import format_marginals
 
             header = (f"stream-dp demo · {self.args.attributes} yes/no attributes · ε = "
                       f"{self.args.epsilon:g} per event (whole run) · p = {self.args.p:g} · "

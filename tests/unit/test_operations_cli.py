@@ -211,7 +211,7 @@ def test_binary_attribute_tables_are_printed_with_labelled_cells() -> None:
     """`tail marginals` / `tail tables` (and the demo, which uses the same formatting) printed
     rows of unlabelled numbers; each cell now carries its yes/no pattern, and a legend says how
     to read it."""
-    from agents.commands.tail import CELLS_LEGEND, format_marginals, format_table_row
+    from agents.commands._tail_format import CELLS_LEGEND, format_marginals, format_table_row
 
     table = {"names": ["milk", "bread"], "kind": "cluster", "cells": [12.0, 4.0, 3.0, 0.5],
              "stderr": 1.0}

@@ -15,7 +15,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from agents.commands._progress import ProgressBar
 from agents.commands._replay_send import encode_event
 from agents.commands._replay_state import ReplayState, key_fingerprint, log_digest, state_path
-from agents.commands.tail import COUNTS_HEADER, _Printer, format_count_row, format_histogram
+from agents.commands._tail_format import COUNTS_HEADER, format_count_row, format_histogram
+from agents.commands.tail import _Printer
 from agents.dashboard.app import (
     STATE_KEY,
     DashboardConfig,
