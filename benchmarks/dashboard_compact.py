@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents.dashboard import app as dash
+from agents.dashboard.state import DashboardState
 from stream_dp.compact import decode_block, decode_manifest, encode_block, encode_manifest
 
 
@@ -40,7 +41,7 @@ async def run(path: str, streams: int, shards: int, ticks: int) -> float:
     mans = {str(s): decode_manifest(encode_manifest(str(s), [f"r{s}/m/l{i}" for i in range(per)]))
             for s in range(shards)}
     config = dash.DashboardConfig(bootstrap="127.0.0.1:1", compact_topic="c", shards=shards)
-    state = dash.DashboardState()
+    state = DashboardState()
     follow = max(1, dash.COMPACT_STREAMS // shards)
     cpu = 0.0
     for tick in range(1, ticks + 11):

@@ -1,4 +1,6 @@
-"""The live dashboard (sub-application mounted by the worker's web server at ``/dashboard/``).
+"""The live dashboard (sub-application mounted by the worker's web server at ``/dashboard/``):
+the aiohttp application in :mod:`~agents.dashboard.app`, what it holds between requests in
+:mod:`~agents.dashboard.state`.
 
 ``make_dashboard_app(settings)`` builds it; ``python -m agents.dashboard`` runs it standalone
 against any broker (see ``--help``). Those two names are re-exported here because they are the

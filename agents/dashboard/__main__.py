@@ -18,12 +18,8 @@ import signal
 
 from aiohttp import web
 
-from agents.dashboard.app import (
-    DEFAULT_HISTORY,
-    DashboardConfig,
-    budget_units,
-    make_dashboard_app,
-)
+from agents.dashboard.app import DashboardConfig, budget_units, make_dashboard_app
+from agents.dashboard.state import DEFAULT_HISTORY
 from agents.kafka.clients import bootstrap_argument, bootstrap_from, default_topic
 
 

@@ -17,13 +17,8 @@ from agents.commands._replay_send import encode_event
 from agents.commands._replay_state import ReplayState, key_fingerprint, log_digest, state_path
 from agents.commands._tail_format import COUNTS_HEADER, format_count_row, format_histogram
 from agents.commands.tail import _Printer
-from agents.dashboard.app import (
-    STATE_KEY,
-    DashboardConfig,
-    DashboardState,
-    StreamSeries,
-    make_dashboard_app,
-)
+from agents.dashboard.app import STATE_KEY, DashboardConfig, make_dashboard_app
+from agents.dashboard.state import DashboardState, StreamSeries
 from simulators.logfile import Event
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from agents.dashboard import app as dash
+from agents.dashboard.state import DashboardState
 from stream_dp.compact import decode_block, decode_manifest, encode_block, encode_manifest
 
 
@@ -37,7 +38,7 @@ def test_columns_match_the_per_stream_messages(monkeypatch: Any) -> None:
     manifests = {str(s): decode_manifest(encode_manifest(str(s), [f"r{s}/x{i}" for i in range(n)]))
                  for s in range(2)}
     config = dash.DashboardConfig(bootstrap="127.0.0.1:1", compact_topic="c", shards=2)
-    old, new = dash.DashboardState(history=4), dash.DashboardState(history=4)
+    old, new = DashboardState(history=4), DashboardState(history=4)
     for tick in (1, 2, 3, 5, 4, 6, 7, 3):  # out of order and a re-published tick included
         recs = _records(tick, manifests, n, rng)
         # oracle: the dp.counts.v1 view of each record, the first 150 streams of each shard
@@ -53,7 +54,7 @@ def test_columns_match_the_per_stream_messages(monkeypatch: Any) -> None:
         assert new.snapshot() == old.snapshot()
         assert new.snapshot("r1/x1", limit=7) == old.snapshot("r1/x1", limit=7)
     assert len(new.series) == 300 and new.messages == old.messages
-    unsubscribed = dash.DashboardState(history=4)
+    unsubscribed = DashboardState(history=4)
     for cols in asyncio.run(dash._compact_columns(config, _records(9, manifests, n, rng),
                                                   dict(manifests))):
         unsubscribed.add_columns(*cols, None)  # no subscriber: no rows built, series stored
