@@ -11,8 +11,9 @@ the deployment nonce and the settings it was created with, kept on the schedule 
 (:mod:`~agents.kafka.nonce`, :mod:`~agents.kafka.deployment_settings`), the wire formats of
 every topic (:mod:`~agents.kafka.codec`, with the JSON Schemas in ``agents/schemas/``), the
 exactly-once machinery both pipeline stages share (:mod:`~agents.kafka.stage`: group consumer,
-transactional producers, restore, fencing, liveness), all a stage sees of the process that runs
-it (:mod:`~agents.kafka.stage_host`), the reconcile agent's consumer helpers
+transactional producers, restore, fencing; its health checks in
+:mod:`~agents.kafka.stage_health`), all a stage sees of the process that runs it
+(:mod:`~agents.kafka.stage_host`), the reconcile agent's consumer helpers
 (:mod:`~agents.kafka.reading`) and the embedded development broker
 (:mod:`~agents.kafka.embedded_broker`, :mod:`~agents.kafka.processes`).
 
