@@ -1,4 +1,4 @@
-"""The ``stream-dp`` commands, one module each (``demo``, ``worker``, ``broker``, ``topics``,
+"""The ``stream-dp`` commands, one module each (``demo``, ``worker``, ``broker``, ``topics``, ``deployment``,
 ``tail``, ``replay``, ``simulate``; the contract of a command module is in docs/CONTRACTS.md).
 
 ``replay`` is split by step: the checks before anything connects (``_replay_checks``), what the
