@@ -1,5 +1,6 @@
-"""The ``stream-dp`` commands, one module each (``demo``, ``worker``, ``broker``, ``topics``, ``deployment``,
-``tail``, ``replay``, ``simulate``; the contract of a command module is in docs/CONTRACTS.md).
+"""The ``stream-dp`` commands, one module each (``demo``, ``worker``, ``broker``, ``topics``,
+``deployment``, ``tail``, ``replay``, ``simulate``; the contract of a command module is in
+docs/CONTRACTS.md).
 
 ``replay`` is split by step: the checks before anything connects (``_replay_checks``), what the
 events topic already holds (``_replay_target``), the resumable state (``_replay_state``), sending
