@@ -32,7 +32,7 @@ strategies they are bounded through ``G`` at the smallest distance two periods' 
 otherwise the bound treats the year's ``Y·N`` events as one group (``(Y·N)²``), said as such.
 
 >>> from stream_dp.budget import ZCDP, PureDP
->>> from stream_dp.strategies import make_mechanism
+>>> from stream_dp.planner import make_mechanism
 >>> stream_factor(make_mechanism("tree", 0.99, 1023, PureDP(1.0)), events=5, min_sep=1).value
 5.0
 >>> f = stream_factor(make_mechanism("sqrt", 0.9, 1023, ZCDP(0.5)), events=5, min_sep=10)  # ≪ 5²

@@ -245,6 +245,7 @@ def _other_value(name: str, value: Any) -> Any:
         "events_timestamp_type": "CreateTime", "schedule": "markers", "events_start": "latest",
         "strategy": "naive", "privacy_model": "zcdp", "p": 0.5, "log_level": "debug",
         "attribute_bootstrap_fraction": 0.3,
+        "bootstrap": "127.0.0.1:9093",  # host:port is checked (value + "-x" is refused)
     }
     if name in special:
         return special[name]
