@@ -342,22 +342,64 @@ class Partial:
     idx: Any
     counts: Any
     closed_at: float
+    #: this record is piece ``piece`` of ``pieces`` of one (tick, source, shard) partial: a
+    #: binary-attribute partial holds one entry per distinct pattern of the tick, a number no
+    #: setting bounds, so it is cut into records of at most :data:`PIECE_ENTRIES` entries that
+    #: fit the partials topic's record limit whatever the events (the release stage joins them)
+    piece: int = 0
+    pieces: int = 1
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Partial):
             return NotImplemented
-        return ((self.tick, self.source, self.shard, self.closed_at)
-                == (other.tick, other.source, other.shard, other.closed_at)
+        return ((self.tick, self.source, self.shard, self.closed_at, self.piece, self.pieces)
+                == (other.tick, other.source, other.shard, other.closed_at, other.piece,
+                    other.pieces)
                 and _int_list(self.idx) == _int_list(other.idx)
                 and _int_list(self.counts) == _int_list(other.counts))
 
     __hash__ = None  # type: ignore[assignment]  # mutable columns: like a list
 
     def encode(self) -> bytes:
-        """The v2 JSON record (the same bytes for arrays and for tuples of the same ints)."""
+        """The v2 JSON record (the same bytes for arrays and for tuples of the same ints; the
+        piece fields only in a partial cut into several records)."""
         doc = {"v": 2, "tick": self.tick, "src": self.source, "shard": self.shard,
                "idx": self.idx, "counts": self.counts, "closed_at": self.closed_at}
+        if self.pieces != 1:
+            doc |= {"piece": self.piece, "pieces": self.pieces}
         return _fast_dumps(doc, numpy=True)  # ~10^5 nodes per tick at 10^6 streams
+
+    def split(self, max_entries: int | None = None) -> list[Partial]:
+        """This partial as records of at most ``max_entries`` (default :data:`PIECE_ENTRIES`)
+        entries each: itself when it fits, else its pieces in order (at least one)."""
+        limit = PIECE_ENTRIES if max_entries is None else max_entries
+        n = len(self.idx)
+        if n <= limit:
+            return [self]
+        count = -(-n // limit)
+        return [Partial(self.tick, self.source, self.shard, self.idx[i * limit:(i + 1) * limit],
+                        self.counts[i * limit:(i + 1) * limit], self.closed_at, i, count)
+                for i in range(count)]
+
+    @classmethod
+    def join(cls, pieces: list[Partial]) -> Partial:
+        """The partial whose :meth:`split` gave ``pieces`` (all of them, in any order);
+        ``ValueError`` unless they are exactly pieces ``0..n-1`` of one partial whose indices
+        increase across them."""
+        first = pieces[0]
+        n = first.pieces
+        key = (first.tick, first.source, first.shard, first.closed_at, n)
+        if len(pieces) != n or any((p.tick, p.source, p.shard, p.closed_at, p.pieces) != key
+                                   for p in pieces):
+            raise ValueError("pieces of different partials, or not all of them")
+        ordered = sorted(pieces, key=lambda p: p.piece)
+        if [p.piece for p in ordered] != list(range(n)):
+            raise ValueError("pieces of a partial with a piece missing or twice")
+        idx = [i for p in ordered for i in _int_list(p.idx)]
+        if not _strictly_increasing(idx):
+            raise ValueError("pieces whose indices do not increase across them")
+        return cls(first.tick, first.source, first.shard, tuple(idx),
+                   tuple(c for p in ordered for c in _int_list(p.counts)), first.closed_at)
 
     @classmethod
     def decode(cls, raw: bytes) -> Partial:
@@ -378,9 +420,17 @@ class Partial:
             raise ValueError("a partial whose idx and counts differ in length")
         if not _strictly_increasing(idx):
             raise ValueError("a partial whose indices are not strictly increasing")
+        piece, pieces = d.get("piece", 0), d.get("pieces", 1)
+        if type(piece) is not int or type(pieces) is not int or not 0 <= piece < pieces:
+            raise ValueError("a partial whose piece fields are not 0 <= piece < pieces")
         return cls(int(d["tick"]), int(d["src"]), int(d["shard"]), idx, counts,
-                   float(d["closed_at"]))
+                   float(d["closed_at"]), piece, pieces)
 
+
+#: most entries in one partials record: a binary-attribute entry (a 64-bit pattern, a count)
+#: takes at most ~40 bytes of JSON, so a piece stays below 11 MiB, inside the partials topic's
+#: 16 MiB records; a stream-domain partial holds at most its shard's nodes (checked at start-up)
+PIECE_ENTRIES = 1 << 18
 
 _NOT_UNITS = "a partial whose idx or counts are not integer units >= 0"
 

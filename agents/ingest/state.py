@@ -275,9 +275,11 @@ class IngestState(RecordProcessing):
                 items = sorted((nodes[0], v) for nodes, v in bucket.items())
                 for shard in range(router.shards):
                     mine = items if shard == 0 else []
-                    self.out.partials.append(Partial(
+                    # one entry per distinct pattern, which nothing public bounds: cut into
+                    # records that fit the partials topic whatever the events (Partial.split)
+                    self.out.partials.extend(Partial(
                         tick, self.partition, shard, tuple(i for i, _ in mine),
-                        tuple(x for _, x in mine), decided))
+                        tuple(x for _, x in mine), decided).split())
                 continue
             clip = self.clip
             if router.leaf_mode:

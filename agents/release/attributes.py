@@ -168,6 +168,7 @@ class AttributeReleaseState(ReleaseState):
             "v": 1, "shard": self.shard, "offset": self.offset, "next_tick": self.next_tick,
             "pending": [[p.tick, p.source, _int_list(p.idx), _int_list(p.counts), p.closed_at]
                         for slot in self.pending.values() for p in slot.values()],
+            **self._pieces_header(),
         }, separators=(",", ":"), allow_nan=False).encode()
         body = self.live.to_bytes() if self.live is not None else b""
         data = _MAGIC + struct.pack(">Q", len(header)) + header + body

@@ -184,6 +184,9 @@ class ReleaseState:
         self.seq = 0
         #: tick -> source partition -> partial
         self.pending: dict[int, dict[int, Partial]] = {}
+        #: (tick, source) -> piece -> the pieces read so far of a partial cut into several
+        #: records (Partial.split); joined into :attr:`pending` once all have been read
+        self.pieces: dict[tuple[int, int], dict[int, Partial]] = {}
         self.dirty = False
         self.duplicates = 0
         #: ticks below this were released (committed) before the state was restored: they are
@@ -225,6 +228,16 @@ class ReleaseState:
         if partial.source in slot:
             self.duplicates += 1
             return
+        if partial.pieces != 1:
+            got = self.pieces.setdefault((partial.tick, partial.source), {})
+            if partial.piece in got:
+                self.duplicates += 1
+                return
+            got[partial.piece] = partial
+            if len(got) < partial.pieces:
+                return
+            del self.pieces[(partial.tick, partial.source)]
+            partial = Partial.join(list(got.values()))
         slot[partial.source] = partial
 
     def ready(self) -> bool:
@@ -354,6 +367,7 @@ class ReleaseState:
                     for slot in self.pending.values()
                     for p in slot.values()
                 ],
+                **self._pieces_header(),
             },
             separators=(",", ":"),
             allow_nan=False,
@@ -362,6 +376,15 @@ class ReleaseState:
         bank = self.bank.to_bytes(names=False) if self.bank is not None else b""
         body = _MAGIC + struct.pack(">Q", len(header)) + header + bank
         return seal(self._key, CHECKPOINT_PURPOSE, self.context(), body)
+
+    def _pieces_header(self) -> dict[str, Any]:
+        """The pieces read of partials not yet complete (only when there are some: a header
+        without them is the one earlier versions wrote)."""
+        if not self.pieces:
+            return {}
+        return {"pieces": [[p.tick, p.source, p.piece, p.pieces, _int_list(p.idx),
+                            _int_list(p.counts), p.closed_at]
+                           for got in self.pieces.values() for p in got.values()]}
 
     def progress_bytes(self) -> bytes:
         """A sealed progress record: the ticks before :attr:`next_tick` are released, on top
@@ -423,6 +446,11 @@ class ReleaseState:
         for tick, src, idx, counts, closed_at in header["pending"]:
             p = Partial(int(tick), int(src), self.shard, tuple(idx), tuple(counts), float(closed_at))
             self.pending.setdefault(p.tick, {})[p.source] = p
+        self.pieces = {}
+        for tick, src, piece, pieces, idx, counts, closed_at in header.get("pieces", []):
+            p = Partial(int(tick), int(src), self.shard, tuple(idx), tuple(counts),
+                        float(closed_at), int(piece), int(pieces))
+            self.pieces.setdefault((p.tick, p.source), {})[p.piece] = p
         return data[start + n :]
 
     def _restore(self, data: bytes, seq: int, key: bytes) -> None:
