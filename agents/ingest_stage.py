@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from agents.checkpoints import read_all
-from agents.codec import dlq_message, encode
+from agents.codec import dlq_key, dlq_message, encode
 from agents.ingest import FAST_PATH_STATUS, IngestState, ScheduleEntry, ScheduleMismatch
 from agents.stage import _kafka, _Stage
 
@@ -306,7 +306,7 @@ class IngestStage(_Stage):
             await prod.begin_transaction()
             for key, rej, raw, offset in out.dead_letters:
                 msg = dlq_message(rej, raw, s.events_topic, p, offset)
-                await prod.send(s.dlq_topic, encode(msg), key=key)
+                await prod.send(s.dlq_topic, encode(msg), key=dlq_key(key))
             for part in out.partials:
                 await prod.send(
                     s.partials_topic, part.encode(), key=str(part.tick).encode(),
