@@ -7,7 +7,9 @@ an event that lifts one stream to the clip limit, a forged close marker, or a ma
 record — release every tick, stop, and are started again (restoring from their checkpoints,
 which is when a worker says the most about its state). Their two logs, taken as multisets of
 lines, must be equal apart from time-based fields (``ts``, durations, the web server's port)
-and the reconcile diagnostics computed from the noisy releases.
+and the reconcile diagnostics computed from the noisy releases. Their default ``/metrics``
+after the first run are compared as in ``test_metrics_neighbours.py`` (which adds only the
+clipping event), for these other neighbours too.
 
 Found by the issue #32 review: the ingest stage's restore line printed the events partition's
 offset and the ingest checkpoint's sequence number (``ingest partition 0 restored (checkpoint
@@ -49,6 +51,7 @@ from tests.integration.test_metrics_neighbours import (
     _done,
     _http,
 )
+from tests.integration.test_metrics_neighbours import _normalised as _metrics_normalised
 
 pytestmark = pytest.mark.integration
 
@@ -108,9 +111,10 @@ def _restarted(text: str) -> bool:
         "release partition 0 restored" in second and "reconcile leader resuming" in second
 
 
-def _run_until_done(s: Settings, log: Path, first: bool) -> None:
+def _run_until_done(s: Settings, log: Path, first: bool) -> str:
     """One ``stream-dp worker`` run (appending to ``log``): the first until every tick and
-    histogram is out, the second until it restored its state; then a graceful stop."""
+    histogram is out, the second until it restored its state; then a graceful stop. Returns
+    the last /metrics exposition scraped before the stop."""
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "agents.cli", "worker"],
                                 env=settings_env(s), cwd=ROOT, stdout=out,
@@ -123,6 +127,7 @@ def _run_until_done(s: Settings, log: Path, first: bool) -> None:
             assert time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.3)
         time.sleep(1.0)  # anything still on its way
+        return _http(f"http://127.0.0.1:{s.web_port}/metrics")
     finally:
         proc.terminate()
         try:
@@ -136,6 +141,7 @@ def _run_until_done(s: Settings, log: Path, first: bool) -> None:
 def test_default_logs_are_the_same_for_neighbouring_logs_across_a_restart(
         kafka_broker: str, tmp_path: Path, unique_name: str, kind: str) -> None:
     logs: dict[bool, Path] = {}
+    metrics: dict[bool, list[str]] = {}
     for extra in (False, True):
         name = f"{unique_name}-{int(extra)}"
         (tmp_path / name).mkdir()
@@ -150,8 +156,12 @@ def test_default_logs_are_the_same_for_neighbouring_logs_across_a_restart(
         asyncio.run(close_ticks(s, LAST_TICK))
         logs[extra] = tmp_path / f"worker-{int(extra)}.log"
         for first in (True, False):  # a first run, then a restart from the checkpoints
-            _run_until_done(s, logs[extra], first)
+            scraped = _run_until_done(s, logs[extra], first)
+            if first:  # the default /metrics too, for these neighbours (dead letters)
+                metrics[extra] = _metrics_normalised(scraped)
     base = _normalised(logs[False].read_text())
     neighbour = _normalised(logs[True].read_text())
     assert any("restored" in line for line in base)
     assert base == neighbour, "\n".join(sorted((base - neighbour) + (neighbour - base)))
+    assert metrics[False] and metrics[False] == metrics[True], "\n".join(
+        sorted(set(metrics[False]).symmetric_difference(metrics[True])))
