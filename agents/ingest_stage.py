@@ -34,6 +34,13 @@ HAND_OVER_EVERY_S = 10.0
 #: consumer wakes it, so the pause delays no tick's release
 INGEST_IDLE_GROWTH = 4.0
 
+#: seconds between two reads of the topic settings checked at start-up (a DescribeConfigs
+#: request: cheap), so that a retention given to an internal topic while the worker runs, or
+#: an events topic switched to another timestamp type, stops it (exit status 2) before the
+#: records are gone
+CONFIG_RECHECK_S = 10.0
+
+
 class IngestStage(_Stage):
     name = "ingest"
 
@@ -65,17 +72,45 @@ class IngestStage(_Stage):
         """The stage's loop, plus (clock schedule) a timer that reads the end offsets as soon
         as a tick's deadline + grace passes, not after the batch being processed: on CreateTime
         topics a busy worker would otherwise read them later, and a burst of junk could move
-        an honest straggler across the closing point."""
-        if self.s.schedule != "clock":
-            await super().run(stop)
-            return
-        timer = asyncio.create_task(self._clock_closes(stop), name="stream-dp-ingest-clock")
+        an honest straggler across the closing point. On every schedule, the topic settings
+        checked at start-up are read again every :data:`CONFIG_RECHECK_S` seconds."""
+        tasks = [asyncio.create_task(self._recheck_configs(stop),
+                                     name="stream-dp-ingest-configs")]
+        if self.s.schedule == "clock":
+            tasks.append(asyncio.create_task(self._clock_closes(stop),
+                                             name="stream-dp-ingest-clock"))
         try:
             await super().run(stop)
         finally:
-            timer.cancel()
-            with contextlib.suppress(BaseException):
-                await timer
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def _recheck_configs(self, stop: asyncio.Event) -> None:
+        """Read the events topic's timestamp type and the internal topics' retention settings
+        again every :data:`CONFIG_RECHECK_S` seconds, and stop the worker (exit status 2, the
+        start-up check's line) when an operator changed them under it: a retention given to
+        the schedule topic while the worker runs deletes the nonce and the closing points
+        before the next start could refuse it, and an events topic switched to CreateTime lets
+        producers' stamps close ticks (issue #32 review). A broker that does not answer is
+        tried again at the next round (the fetch loop reports an unreachable broker)."""
+        from agents.topics import TopicConfigMismatch, check_events_topic, check_internal_topics
+
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), CONFIG_RECHECK_S)
+            if stop.is_set():
+                return
+            try:
+                await check_events_topic(self.s.bootstrap, self.s)
+                await check_internal_topics(self.s.bootstrap, self.s)
+            except TopicConfigMismatch as exc:
+                self.w.fail(exc)
+                return
+            except Exception as exc:  # unreachable broker: the next round tries again
+                log.debug("ingest: re-reading topic configs failed: %s", exc)
 
     async def _clock_closes(self, stop: asyncio.Event) -> None:
         from agents.fetch_backoff import wake
