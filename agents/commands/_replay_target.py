@@ -6,9 +6,12 @@ such a final marker has been replayed into before: a worker reading it dead-lett
 event of the closed ticks (``tick_closed``: their releases are out) and ignores markers that
 close nothing, so a second copy of a log releases nothing new — and the events of a copy that
 fall after the earlier ``--until`` would be counted twice. Replay looks at the last
-:data:`TAIL_RECORDS` records of every partition and refuses such a target up front (issue #24:
-replay used to say "budget spent again" while the worker ignored every event); records a writer
-appends after the genuine final marker do not hide it (issue #32).
+every record of every partition (from the log start to the end offsets read when it starts)
+and refuses such a target up front (issue #24: replay used to say "budget spent again" while the
+worker ignored every event); records a writer appends after the genuine final marker do not
+hide it, however many (issue #32: a look at the last 1000 records, given up silently after
+10 s, was hidden by 1001 appended records). A broker that stops answering while replay reads
+is an error (nothing is sent), never a topic without a marker.
 
 Only a marker that verifies under this replay's key may refuse (DESIGN.md §2 rule 7): any writer
 of the events topic can append a record that looks like a final marker, and the worker
@@ -52,29 +55,32 @@ async def cluster_id(bootstrap: str) -> str:
 
 @dataclass(frozen=True)
 class EarlierFinal:
-    """The latest final close marker found near the end of a partition of the events topic."""
+    """The latest final close marker found in a partition of the events topic."""
 
     #: the marker's time (Unix seconds): ticks up to the one containing it are closed
     time: float
     #: True if its MAC verifies under this replay's key (the same deployment key)
     authentic: bool
-    #: how many partitions hold such a final marker near their end
+    #: how many partitions hold such a final marker
     partitions: int
 
 
-#: how many records at the end of each partition are looked at for a final close marker: a
-#: genuine one followed by a few later records (any writer can append them) still refuses
-TAIL_RECORDS = 1000
+#: seconds without progress after which the look at the topic is given up (an error: nothing
+#: is sent), never taken as "no final marker there"
+STALL_SECONDS = 30.0
 
 
 async def earlier_final_marker(bootstrap: str, topic: str, mac_key: bytes,
-                               timeout_s: float = 10.0) -> EarlierFinal | None:
-    """The latest final close marker among the last :data:`TAIL_RECORDS` records of each
-    partition of ``topic``, or ``None`` (an empty topic, or none there). ``mac_key`` is this
-    replay's marker key (:func:`agents.kafka.codec.marker_key`): a marker that verifies under it wins
-    over any that does not (``authentic=False``: another noise key's, or a forgery; it decides
-    nothing, see :func:`refusal`). Records after a genuine final marker (a writer's, forged or
-    not) do not hide it. ``timeout_s`` bounds the whole look (seconds)."""
+                               stall_s: float = STALL_SECONDS) -> EarlierFinal | None:
+    """The latest final close marker among every record of each partition of ``topic``
+    (from its log start to the end offsets read first), or ``None`` (an empty topic, or none
+    there). ``mac_key`` is this replay's marker key (:func:`agents.kafka.codec.marker_key`): a
+    marker that verifies under it wins over any that does not (``authentic=False``: another
+    noise key's, or a forgery; it decides nothing, see :func:`refusal`). Records after a
+    genuine final marker (a writer's, forged or not, any number of them) do not hide it: the
+    partitions are read whole, since a bounded look at their ends lets a writer push the
+    marker out of it. Raises ``RuntimeError`` if no record arrives for ``stall_s`` seconds
+    before every partition is read (failing open would let a second copy of a log in)."""
     from aiokafka import AIOKafkaConsumer
 
     from agents.config.security import client_kwargs
@@ -93,13 +99,21 @@ async def earlier_final_marker(bootstrap: str, topic: str, mac_key: bytes,
         if not todo:
             return None
         consumer.assign(list(todo))
-        for tp, end in todo.items():
-            consumer.seek(tp, max(int(starts.get(tp, 0)), end - TAIL_RECORDS))
-        deadline = time.monotonic() + timeout_s
-        while todo and time.monotonic() < deadline:
+        for tp in todo:
+            consumer.seek(tp, int(starts.get(tp, 0)))
+        progress = time.monotonic()
+        while todo:
+            if time.monotonic() - progress > stall_s:
+                raise RuntimeError(
+                    f"the broker sent no record of {topic} for {stall_s:.0f} s while replay "
+                    "looked for an earlier final close marker (partitions "
+                    f"{sorted(tp.partition for tp in todo)} not read to their end); nothing "
+                    "was sent: run the replay again")
             batch = await consumer.getmany(timeout_ms=500)
             for tp, records in batch.items():
                 stop = todo.get(tp)
+                if records:
+                    progress = time.monotonic()
                 for r in records:
                     if stop is None or r.offset >= stop:
                         continue
@@ -111,6 +125,7 @@ async def earlier_final_marker(bootstrap: str, topic: str, mac_key: bytes,
             for tp in list(todo):
                 if await consumer.position(tp) >= todo[tp]:
                     del todo[tp]
+                    progress = time.monotonic()
     finally:
         await consumer.stop()
     # an authentic final marker decides; an unverifiable one is only reported (it may be forged)

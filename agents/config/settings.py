@@ -381,9 +381,11 @@ class Settings:
         "1 exports the operator-only metrics that move with raw counts "
         "(`stream_dp_events_total`, `stream_dp_dead_letters_total`, "
         "`stream_dp_consumer_lag_messages`, `stream_dp_clipped_total`, "
-        "`stream_dp_ingest_checkpoint_seconds`) on /metrics. They are exact counts without noise "
-        "(or a raw threshold bit): operator data, never for publication (docs/privacy.md). 0 "
-        "(default) keeps them off the endpoint.",
+        "`stream_dp_ingest_checkpoint_seconds`) on /metrics, and the log lines that move with "
+        "them (the `tick_closed` warning; the events offsets, ingest checkpoint numbers and "
+        "closing-point counts of the ingest stage's restore lines). They are exact counts "
+        "without noise (or a raw threshold bit): operator data, never for publication "
+        "(docs/privacy.md). 0 (default) keeps them off the endpoint and out of the logs.",
     )
     max_memory_mb: int = _s(
         0,

@@ -21,7 +21,7 @@ from agents.ingest.schedule import ScheduleEntry, ScheduleMismatch
 from agents.ingest.state import IngestState
 from agents.ingest.ticks import Schedule
 from agents.kafka.checkpoint_reader import read_all
-from agents.kafka.codec import dlq_message, encode
+from agents.kafka.codec import dlq_key, dlq_message, encode
 from agents.kafka.stage import _kafka, _Stage
 from agents.kafka.stage_host import StageHost
 from agents.telemetry.pipeline_metrics import PipelineMetrics
@@ -40,6 +40,13 @@ HAND_OVER_EVERY_S = 10.0
 #: second instead of ~20 between bursts; a clock close whose closing point lies ahead of the
 #: consumer wakes it, so the pause delays no tick's release
 INGEST_IDLE_GROWTH = 4.0
+
+#: seconds between two reads of the topic settings checked at start-up (a DescribeConfigs
+#: request: cheap), so that a retention given to an internal topic while the worker runs, or
+#: an events topic switched to another timestamp type, stops it (exit status 2) before the
+#: records are gone
+CONFIG_RECHECK_S = 10.0
+
 
 class IngestHost(StageHost, Protocol):
     """What the ingest stage sees of the process that runs it, besides :class:`StageHost`."""
@@ -100,17 +107,49 @@ class IngestStage(_Stage):
         """The stage's loop, plus (clock schedule) a timer that reads the end offsets as soon
         as a tick's deadline + grace passes, not after the batch being processed: on CreateTime
         topics a busy worker would otherwise read them later, and a burst of junk could move
-        an honest straggler across the closing point."""
-        if self.s.schedule != "clock":
-            await super().run(stop)
-            return
-        timer = asyncio.create_task(self._clock_closes(stop), name="stream-dp-ingest-clock")
+        an honest straggler across the closing point. On every schedule, the topic settings
+        checked at start-up are read again every :data:`CONFIG_RECHECK_S` seconds."""
+        tasks = [asyncio.create_task(self._recheck_configs(stop),
+                                     name="stream-dp-ingest-configs")]
+        if self.s.schedule == "clock":
+            tasks.append(asyncio.create_task(self._clock_closes(stop),
+                                             name="stream-dp-ingest-clock"))
         try:
             await super().run(stop)
         finally:
-            timer.cancel()
-            with contextlib.suppress(BaseException):
-                await timer
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def _recheck_configs(self, stop: asyncio.Event) -> None:
+        """Read the events topic's timestamp type and the internal topics' retention settings
+        again every :data:`CONFIG_RECHECK_S` seconds, and stop the worker (exit status 2, the
+        start-up check's line) when an operator changed them under it: a retention given to
+        the schedule topic while the worker runs deletes the nonce and the closing points
+        before the next start could refuse it, and an events topic switched to CreateTime lets
+        producers' stamps close ticks (issue #32 review). A broker that does not answer is
+        tried again at the next round (the fetch loop reports an unreachable broker)."""
+        from agents.kafka.topics import (
+            TopicConfigMismatch,
+            check_events_topic,
+            check_internal_topics,
+        )
+
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), CONFIG_RECHECK_S)
+            if stop.is_set():
+                return
+            try:
+                await check_events_topic(self.s.bootstrap, self.s)
+                await check_internal_topics(self.s.bootstrap, self.s)
+            except TopicConfigMismatch as exc:
+                self.w.fail(exc)
+                return
+            except Exception as exc:  # unreachable broker: the next round tries again
+                log.debug("ingest: re-reading topic configs failed: %s", exc)
 
     async def _clock_closes(self, stop: asyncio.Event) -> None:
         from agents.kafka.fetch_backoff import wake
@@ -226,10 +265,20 @@ class IngestStage(_Stage):
                     f"closing points start at tick {first.first}, not 1"
                 )
             state.range_start = first.start_offset
-            log.info("ingest partition %d: following %d persisted closing points (ticks "
-                     "through %d)", state.partition, len(state.known), state.known[-1].through)
+            # how many entries: on a LogAppendTime backlog a record stamped past a deadline
+            # closes ticks, so their number depends on where records are (operator only)
+            many = f"{len(state.known)} " if self.s.metrics_event_counts else ""
+            log.info("ingest partition %d: following %spersisted closing points (ticks "
+                     "through %d)", state.partition, many, state.known[-1].through)
             return int(first.start_offset)
         return None
+
+    def log_positions(self) -> bool:
+        # the events partition's offset and the number of ingest commits move with raw
+        # counts (with one declared stream, two restarts' offsets differ by its raw count;
+        # ingest commits follow the arrival of records): operator-only, like
+        # stream_dp_consumer_lag_messages and stream_dp_ingest_checkpoint_seconds
+        return bool(self.s.metrics_event_counts)
 
     async def handle(self, batch: dict[Any, list[Any]]) -> None:
         for tp, records in batch.items():
@@ -332,7 +381,7 @@ class IngestStage(_Stage):
             await prod.begin_transaction()
             for key, rej, raw, offset in out.dead_letters:
                 msg = dlq_message(rej, raw, s.events_topic, p, offset)
-                await prod.send(s.dlq_topic, encode(msg), key=key)
+                await prod.send(s.dlq_topic, encode(msg), key=dlq_key(key))
             for part in out.partials:
                 await prod.send(
                     s.partials_topic, part.encode(), key=str(part.tick).encode(),

@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "CLOSE_HEADER",
+    "DLQ_KEY_LIMIT",
     "MARKER_PURPOSE",
     "REASONS",
     "Event",
@@ -62,6 +63,7 @@ __all__ = [
     "count_message",
     "decode_attribute_event",
     "decode_event",
+    "dlq_key",
     "dlq_message",
     "encode",
     "marker_key",
@@ -335,6 +337,19 @@ def count_message(
         "horizon": int(horizon),
         "schema": "dp.counts.v1",
     }
+
+
+#: the most bytes of a rejected record's Kafka key a dead letter keeps (its start): a key of
+#: nearly the events topic's ``max.message.bytes`` copied whole, plus the dead letter's JSON
+#: value, would exceed the dead-letter topic's limit, and the broker would refuse the ingest
+#: transaction for good (one writer's record stopping every release, DESIGN.md §2 rule 7)
+DLQ_KEY_LIMIT = 1024
+
+
+def dlq_key(key: bytes | None) -> bytes | None:
+    """The Kafka key of a dead letter: the rejected record's key, cut to its first
+    :data:`DLQ_KEY_LIMIT` bytes (``None`` stays ``None``)."""
+    return key if key is None or len(key) <= DLQ_KEY_LIMIT else bytes(key[:DLQ_KEY_LIMIT])
 
 
 def dlq_message(

@@ -305,10 +305,20 @@ class _Stage(StageHealth):
         self.states[p] = state
         self.repositioned += 1
         self.last_commit[p] = time.monotonic()
-        log.info(
-            "%s partition %d restored (checkpoint seq %s, offset %d) in %.3f s",
-            self.name, p, ck.seq if ck else None, state.offset, time.monotonic() - t0,
-        )
+        if self.log_positions():
+            log.info(
+                "%s partition %d restored (checkpoint seq %s, offset %d) in %.3f s",
+                self.name, p, ck.seq if ck else None, state.offset, time.monotonic() - t0,
+            )
+        else:
+            log.info("%s partition %d restored (%s) in %.3f s", self.name, p,
+                     "from its checkpoint" if ck else "no checkpoint", time.monotonic() - t0)
+
+    def log_positions(self) -> bool:
+        """Whether the restore line may show the input offset and the checkpoint's sequence
+        number. A stage whose input offsets count raw records (ingest: the events topic)
+        shows them only to operators who asked for raw counts (``metrics_event_counts``)."""
+        return True
 
     async def after_restore(self, state: Any, from_checkpoint: bool) -> int | None:
         """Stage hook after the checkpoint is read; may return the offset to start from."""

@@ -66,8 +66,10 @@ def child_exit_status(exc: BaseException | None) -> int:
     if isinstance(exc, ScheduleMismatch):
         return 3
     from agents.kafka.groups import WorkerIdShared
+    from agents.kafka.topics import TopicConfigMismatch
 
-    if isinstance(exc, WorkerIdShared):
+    # a topic setting changed under the running child (the ingest stage re-reads them)
+    if isinstance(exc, WorkerIdShared | TopicConfigMismatch):
         return 2
     return 1
 

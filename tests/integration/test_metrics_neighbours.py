@@ -92,15 +92,19 @@ def _done(exposition: str) -> bool:
             and f"stream_dp_reconcile_last_tick {float(LAST_TICK)}" in exposition)
 
 
+@pytest.mark.parametrize("pipeline_processes", [0, 2])
 def test_default_metrics_are_the_same_for_neighbouring_logs(
-        kafka_broker: str, tmp_path: Path, unique_name: str) -> None:
+        kafka_broker: str, tmp_path: Path, unique_name: str, pipeline_processes: int) -> None:
+    """``pipeline_processes = 2``: the pipeline runs in child processes whose metrics the
+    worker relays to its own /metrics (issue #32 review: the relay is compared too)."""
     runs: dict[bool, tuple[Settings, int]] = {}
     for extra in (False, True):
         name = f"{unique_name}-{int(extra)}"
         (tmp_path / name).mkdir()
         s = make_settings(kafka_broker, tmp_path / name, name, LEAVES, events_partitions=1,
                           shards=1, counts_partitions=1, cap=1.0,
-                          max_events_per_tick=CLIP_EVENTS, web_port=free_port())
+                          max_events_per_tick=CLIP_EVENTS, web_port=free_port(),
+                          pipeline_processes=pipeline_processes)
         asyncio.run(create_topics(s))
         asyncio.run(produce(s, _log(s, extra)))
         asyncio.run(close_ticks(s, LAST_TICK))

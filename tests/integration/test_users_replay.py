@@ -289,6 +289,49 @@ def test_records_appended_after_the_final_marker_do_not_hide_it(
     assert len(read_all(kafka_broker, unique_name)) == before
 
 
+def test_many_records_appended_after_the_final_marker_do_not_hide_it(
+    kafka_broker: str, unique_name: str, tmp_path: Path
+) -> None:
+    """Issue #32 (adversarial review): replay looked for an earlier final marker only among
+    the last 1000 records of each partition (and gave up silently after 10 s), so a writer of
+    the events topic who appended 1001 records after a genuine final marker hid it: a second
+    copy of the log went in (its events after the earlier --until would count twice, an event
+    contributing twice its cap). Replay now reads each partition whole: the genuine marker
+    still refuses (exit 2, one line, nothing sent)."""
+    create_topic(kafka_broker, unique_name, partitions=1)
+    log = tmp_path / "small.csv"
+    log.write_text("ts,key\n1704067200,item1\n1704067201,item2\n", encoding="utf-8")
+
+    def replay() -> subprocess.CompletedProcess[str]:
+        return stream_dp("replay", str(log), "--bootstrap", kafka_broker, "--topic", unique_name,
+                         "--restart", "--until", "2024-01-01T00:00:30Z")
+
+    assert replay().returncode == 0
+
+    async def append() -> None:
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, linger_ms=20)
+        await producer.start()
+        try:
+            sent = [await producer.send(unique_name, b'{"key": "item3", "ts": 1704067202}',
+                                        partition=0)
+                    for _ in range(1001)]
+            for fut in sent:
+                await fut
+        finally:
+            await producer.stop()
+
+    asyncio.run(append())
+    before = len(read_all(kafka_broker, unique_name))
+    again = replay()
+    assert again.returncode == 2, again.stdout + again.stderr
+    lines = [x for x in again.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "Traceback" not in again.stderr, again.stderr
+    assert f"{unique_name} already holds the final close marker" in lines[0]
+    assert len(read_all(kafka_broker, unique_name)) == before
+
+
 def test_changed_log_under_the_same_key_is_refused_whole_log_checked(
     kafka_broker: str, unique_name: str, tmp_path: Path
 ) -> None:
