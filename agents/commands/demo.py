@@ -36,9 +36,9 @@ terminal: every stream's released value ± its analytic standard error, and the 
 
 It runs until Ctrl-C / SIGTERM, or for --duration seconds, then stops the simulator, the worker
 (which leaves its consumer groups) and the broker, and removes the temporary data directory
-(keep it with --data-dir; a later demo in the same folder keeps its key and starts afresh, since
-a demo's ticks are bound to its start time). No process is left behind. The dashboard URL is
-printed at start.
+(keep it with --data-dir; a later demo in the same folder keeps its key and starts afresh,
+since a demo's ticks are bound to its start time). No process is left behind. The dashboard URL
+is printed at start.
 
 Exit status: 0 stopped by Ctrl-C / SIGTERM or at the end of --duration, 1 a part failed (or a
 data directory that cannot be written), 2 bad usage, 130 interrupted while still starting
@@ -282,6 +282,11 @@ class Demo:
                  "demo's ticks are bound to its start time; an earlier run cannot go on)")
 
     def start(self) -> tuple[Any, Traffic]:
+        # every module the start needs, before the first line a user (or a test) may answer
+        # with Ctrl-C: a KeyboardInterrupt inside an import can leave that module's import lock
+        # held, and the next import of it (the clean-up's) then waits for ever
+        from agents.commands.broker import find_brokers  # noqa: F401
+        from agents.commands.topics import create_topics
         from agents.config.settings import Settings
         from agents.kafka.embedded_broker import EmbeddedBroker, free_port
 
@@ -295,8 +300,6 @@ class Demo:
         web_port = a.web_port or free_port()
         settings_path, _, traffic = self._files(self.broker.bootstrap, web_port)
         settings = Settings.load(settings_path, env={})
-        from agents.commands.topics import create_topics
-
         asyncio.run(create_topics(settings))
         env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
         env["STREAM_DP_CONFIG"] = str(settings_path)
