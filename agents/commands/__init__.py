@@ -2,10 +2,11 @@
 ``deployment``, ``tail``, ``replay``, ``simulate``; the contract of a command module is in
 docs/CONTRACTS.md).
 
-``replay`` is split by step: the checks before anything connects (``_replay_checks``), what the
-events topic already holds (``_replay_target``), the resumable state (``_replay_state``), sending
-(``_replay_send``) and the per-key history that guards against a changed log
-(``replay_history``); ``_progress`` draws the progress bar; ``_demo_traffic`` is the demo's live
+``replay`` is split by step: the checks before anything connects (``_replay_checks``), the
+deployment it goes to and what its events topic already holds (``_replay_target``), the
+resumable state (``_replay_state``), sending (``_replay_send``), the per-key history that guards
+against a changed log (``replay_history``) and what it tells its user, the notes and the
+``--json`` outcome (``_replay_messages``); ``_progress`` draws the progress bar; ``_demo_traffic`` is the demo's live
 traffic; ``_tail_format`` prints what ``tail`` reads.
 
 May import: every other package of ``agents`` but ``cli``, ``stream_dp`` and ``simulators``.

@@ -18,15 +18,21 @@ of the events topic can append a record that looks like a final marker, and the 
 dead-letters it (``forged_marker``) — it must not stop a genuine replay either (issue #32). A
 final marker that does not verify (another key's, or a forgery: the two look the same) decides
 nothing; replay only says, in a note, that it found one.
+
+The deployment a replay goes to, as the replay history tells deployments apart (the cluster's
+id and the events topic), is found here too (:func:`_deployment`).
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import math
 import time
 from dataclasses import dataclass
 
+from agents.commands._replay_state import ReplayState, _imported
+from agents.commands.replay_history import ANY, Content, Deployment, ReplayHistory
 from agents.kafka.codec import CLOSE_HEADER, CLOSE_SCHEMA, parse_close_marker
 
 __all__ = ["EarlierFinal", "cluster_id", "earlier_final_marker", "refusal", "unverified_note"]
@@ -51,6 +57,27 @@ async def cluster_id(bootstrap: str) -> str:
     finally:
         await client.close()
     return str(getattr(response, "cluster_id", None) or "")
+
+
+async def _deployment(bootstrap: str, topic: str, history: ReplayHistory, fingerprint: str,
+                      content: Content, previous: ReplayState | None) -> Deployment:
+    """The deployment this replay goes to, as the replay history tells deployments apart: the
+    cluster's id (whatever address reaches it) and the events topic. If the cluster cannot be
+    reached and the key already replayed another log into this topic name on any cluster, the
+    cluster is taken as that one (:data:`ANY`): the refusal comes first, without a broker, and
+    never lets a second log into the same deployment. Otherwise the connection error goes on
+    to the caller (nothing can be sent)."""
+    from agents.kafka.clients import is_kafka_error
+
+    anywhere = Deployment(ANY, topic)
+    conflict = history.lookup(fingerprint, content, anywhere).refused or any(
+        hmac.compare_digest(fp, fingerprint) and c != content for fp, c in _imported(previous))
+    try:
+        return Deployment(await cluster_id(bootstrap), topic)
+    except Exception as exc:
+        if conflict and is_kafka_error(exc):
+            return anywhere
+        raise
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ A ``--until`` in the future is refused (a worker dead-letters a marker whose tic
 Where the code lives (this module keeps the command itself):
 the state file and replay history in :mod:`agents.commands._replay_state`, sending in
 :mod:`agents.commands._replay_send`, the checks made before connecting in
-:mod:`agents.commands._replay_checks`.
+:mod:`agents.commands._replay_checks`, the notes and the ``--json`` outcome in
+:mod:`agents.commands._replay_messages`.
 """
 
 from __future__ import annotations
@@ -52,16 +53,22 @@ import argparse
 import asyncio
 import dataclasses
 import hmac
-import json
 import os
 import signal
 import sys
 import uuid
 from pathlib import Path
-from typing import Any, TextIO
 
 from agents.commands._progress import ProgressBar
 from agents.commands._replay_checks import _check_log, validate_args
+from agents.commands._replay_messages import (
+    _KEY_NOTES,
+    NO_KEY,
+    _Out,
+    _retime_argument,
+    _shift_request,
+    _shift_text,
+)
 from agents.commands._replay_send import (
     BrokerLost,
     _retime_offset,
@@ -80,6 +87,7 @@ from agents.commands._replay_state import (
     log_digest,
     state_path,
 )
+from agents.commands._replay_target import _deployment
 from agents.commands.replay_history import ANY, Content, Deployment, ReplayHistory
 from agents.kafka.clients import (
     add_bootstrap_argument,
@@ -252,75 +260,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the outcome as one JSON object on stdout (notes and progress go to stderr "
              "either way)",
     )
-
-
-async def _deployment(bootstrap: str, topic: str, history: ReplayHistory, fingerprint: str,
-                      content: Content, previous: ReplayState | None) -> Deployment:
-    """The deployment this replay goes to, as the replay history tells deployments apart: the
-    cluster's id (whatever address reaches it) and the events topic. If the cluster cannot be
-    reached and the key already replayed another log into this topic name on any cluster, the
-    cluster is taken as that one (:data:`ANY`): the refusal comes first, without a broker, and
-    never lets a second log into the same deployment. Otherwise the connection error goes on
-    to the caller (nothing can be sent)."""
-    from agents.commands._replay_target import cluster_id
-    from agents.kafka.clients import is_kafka_error
-
-    anywhere = Deployment(ANY, topic)
-    conflict = history.lookup(fingerprint, content, anywhere).refused or any(
-        hmac.compare_digest(fp, fingerprint) and c != content for fp, c in _imported(previous))
-    try:
-        return Deployment(await cluster_id(bootstrap), topic)
-    except Exception as exc:
-        if conflict and is_kafka_error(exc):
-            return anywhere
-        raise
-
-
-def _say(out: TextIO, text: str) -> None:
-    print(text, file=out, flush=True)
-
-
-_KEY_NOTES = {
-    "new": "first replay of this log under this noise key: its SHA-256 is recorded in the "
-           "replay history, and this key may from now on replay only this very log into this "
-           "deployment (this events topic on this cluster; another deployment has its own "
-           "noise).",
-    "same": "same noise key and the very same log as an earlier replay: a fresh deployment "
-            "with the same identity (app id, events and schedule topics) and settings "
-            "reproduces the original releases bit for bit and spends no new privacy budget; "
-            "any other deployment draws fresh noise and spends it again.",
-    "same_elsewhere": "same noise key and the very same log as an earlier replay, but into "
-                      "another deployment: this one draws its own noise, so these releases are "
-                      "new and the privacy budget for these events is spent AGAIN.",
-    "different": "WARNING: these events were replayed before under another noise key: the "
-                 "releases will differ from the original ones and the privacy budget for these "
-                 "events is spent AGAIN.",
-}
-
-NO_KEY = ("no noise key: replay needs the deployment's key (--key-file FILE, $STREAM_DP_KEY_FILE "
-          "or $STREAM_DP_KEY) to sign its close markers and to refuse a changed log under the "
-          "same key")
-
-
-class _Out:
-    """Human messages (stderr, like the progress bar) and the --json outcome object (the only
-    thing on stdout: ``replay ... --json | jq`` reads nothing else)."""
-
-    def __init__(self, json_mode: bool) -> None:
-        self.json_mode = json_mode
-        self.stream: TextIO = sys.stderr
-        self.result: dict[str, Any] = {"schema": "stream-dp.replay.v1"}
-
-    def say(self, text: str) -> None:
-        _say(self.stream, text)
-
-    def finish(self, status: str, code: int, **fields: Any) -> int:
-        self.result.update(fields)
-        self.result["status"] = status
-        self.result["exit_status"] = code
-        if self.json_mode:
-            print(json.dumps(self.result, sort_keys=True), flush=True)
-        return code
 
 
 async def _async_run(args: argparse.Namespace) -> int:
@@ -624,32 +563,6 @@ async def _async_run(args: argparse.Namespace) -> int:
     return out.finish("replayed", 0, records=state.records_acked, sent=report.sent,
                       skipped=report.skipped, final_marker=final_marker(),
                       retimed=bool(state.time_offset))
-
-def _shift_text(shift: float, none: str = "") -> str:
-    """``retimed +3.000 s`` for a ``--retime`` shift, ``none`` for no shift."""
-    return f"retimed {shift:+.3f} s" if shift else none
-
-
-def _shift_request(retime: str | None, wanted: float) -> str:
-    if retime == "now":
-        return f"--retime now asks for a new shift ({wanted:+.3f} s; 'now' always gives a new one)"
-    return (f"--retime {retime} asks for the shift {wanted:+.3f} s" if retime is not None
-            else "without --retime the times are not shifted")
-
-
-def _retime_argument(log: Path, fmt: Any, shift: float) -> str:
-    """``--retime T`` that gives exactly ``shift`` again (``""`` for no shift or none found);
-    ``fmt`` is the log's :data:`simulators.logfile.LogFormat`."""
-    if not shift:
-        return "no --retime"
-    first = next(iter(read_log(log, fmt)), None)
-    if first is None:
-        return ""
-    for digits in (3, 6, 9):
-        text = f"{first.event.ts + shift:.{digits}f}"
-        if _retime_offset(log, fmt, text) == shift:
-            return f"--retime {text}"
-    return ""
 
 
 def run(args: argparse.Namespace) -> int:
