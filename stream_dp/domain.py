@@ -58,7 +58,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -70,6 +69,7 @@ import scipy.sparse as sp
 from numpy.typing import ArrayLike, NDArray
 
 from stream_dp.consistency.tree import TreePlan, validate_parent
+from stream_dp.domain_file import _KINDS, domain_from_file, domain_from_toml
 
 Float64Array = NDArray[np.float64]
 Int64Array = NDArray[np.int64]
@@ -77,7 +77,6 @@ Kind = Literal["flat", "hierarchy", "grid"]
 
 __all__ = ["ConstraintGroup", "Domain", "Kind"]
 
-_KINDS = ("flat", "hierarchy", "grid")
 _TOTAL = "total"
 
 
@@ -151,25 +150,6 @@ def check_text(value: str, what: str) -> str:
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise ValueError(f"{what} must not contain control characters, got {value!r}")
     return value
-
-
-def _parent_cycle(names: Sequence[str], parent: Sequence[int]) -> list[str]:
-    """The names along the first cycle of the ``parent`` links (first name repeated at the
-    end), or ``[]`` when every chain ends at a root (-1). O(n)."""
-    state = [0] * len(parent)  # 0 unseen, 1 on the current walk, 2 reaches a root
-    for start in range(len(parent)):
-        walk: list[int] = []
-        node = start
-        while node >= 0 and state[node] == 0:
-            state[node] = 1
-            walk.append(node)
-            node = parent[node]
-        if node >= 0 and state[node] == 1:  # came back to this walk: a cycle
-            loop = walk[walk.index(node):]
-            return [names[i] for i in (*loop, node)]
-        for i in walk:
-            state[i] = 2
-    return []
 
 
 @dataclass(frozen=True, eq=False)
@@ -371,101 +351,14 @@ class Domain:
 
     @classmethod
     def from_toml(cls, section: Mapping[str, Any]) -> Domain:
-        """Build from a domain file's table (format in the module docstring)."""
-        known = {
-            "name",
-            "kind",
-            "streams",
-            "paths",
-            "sep",
-            "root",
-            "parents",
-            "attributes",
-            "constraints",
-        }
-        unknown = set(section) - known
-        if unknown:
-            raise ValueError(
-                f"unknown domain keys: {', '.join(sorted(unknown))} (allowed: {', '.join(sorted(known))})"
-            )
-        kind = section.get("kind")
-        name = str(section.get("name", "default"))
-        if kind == "flat":
-            dom = cls.flat(_str_list(section, "streams"), name=name)
-        elif kind == "hierarchy":
-            if "paths" in section:
-                root = section.get("root", "all")
-                dom = cls.from_paths(
-                    _str_list(section, "paths"),
-                    sep=str(section.get("sep", "/")),
-                    root=str(root) or None,
-                    name=name,
-                )
-            else:
-                streams = _str_list(section, "streams")
-                parents = [str(p) for p in section.get("parents", [])]
-                if len(parents) != len(streams):
-                    raise ValueError(
-                        "hierarchy: parents must list one parent name per stream ('' for a root)"
-                    )
-                pos = {s: i for i, s in enumerate(streams)}
-                try:
-                    par = [pos[p] if p else -1 for p in parents]
-                except KeyError as e:
-                    raise ValueError(f"hierarchy: unknown parent {e.args[0]!r}") from None
-                cycle = _parent_cycle(streams, par)
-                if cycle:
-                    raise ValueError(
-                        f"hierarchy: the parents form a cycle ({' -> '.join(cycle)}); every "
-                        "chain of parents must end at a root: give one stream the parent ''"
-                    )
-                dom = cls.from_parent(streams, par, name=name)
-        elif kind == "grid":
-            attrs = section.get("attributes")
-            if not isinstance(attrs, Mapping):
-                raise ValueError("grid: [attributes] must be a table {attribute = [categories]}")
-            dom = cls.grid(attrs, name=name)
-        elif kind is None:
-            raise ValueError(
-                "no kind: a domain file declares its streams with kind = \"flat\", "
-                "\"hierarchy\", \"grid\" or \"binary\" and their names (see "
-                "docs/configuration.md)"
-            )
-        elif kind == "binary":
-            raise ValueError(
-                "kind = \"binary\" declares yes/no attributes, not streams: it is read by the "
-                "worker and 'stream-dp marginals' (stream_dp.attributes.BinaryDomain.from_file)"
-            )
-        else:
-            raise ValueError(
-                f"kind must be one of {', '.join(_KINDS)}, binary; got {kind!r}"
-            )
-        for i, c in enumerate(section.get("constraints", [])):
-            if not isinstance(c, Mapping) or "matrix" not in c or "rows" not in c:
-                raise ValueError(f"constraints[{i}] must be a table with 'matrix' and 'rows'")
-            dom = dom.with_constraints(str(c.get("name", f"group{i}")), c["matrix"], c["rows"])
-        return dom
+        """Build from a domain file's table (format in the module docstring; reading in
+        :mod:`stream_dp.domain_file`)."""
+        return domain_from_toml(cls, section)
 
     @classmethod
     def from_file(cls, path: str | Path) -> Domain:
         """Read a TOML domain file (its ``[domain]`` table if present, else the top level)."""
-        with open(path, "rb") as f:
-            raw = f.read()
-        from stream_dp._text import decode_utf8
-
-        text = decode_utf8(raw, f"domain file {str(path)!r}")
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            msg = " ".join(str(exc).split())
-            raise ValueError(f"domain file {str(path)!r} is not valid TOML: {msg}") from None
-        section = data.get("domain", data)
-        try:
-            if not isinstance(section, Mapping):
-                raise ValueError("[domain] must be a table")
-            return cls.from_toml(section)
-        except ValueError as exc:  # name the file: "duplicate path: 'a/b'" alone is no help
-            raise ValueError(f"domain file {str(path)!r}: {exc}") from None
+        return domain_from_file(cls, path)
 
     # ------------------------------------------------------------------ queries
     def __len__(self) -> int:
@@ -671,10 +564,3 @@ class Domain:
         return sp.csr_matrix(
             (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(m, n)
         )
-
-
-def _str_list(section: Mapping[str, Any], key: str) -> list[str]:
-    value = section.get(key)
-    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
-        raise ValueError(f"{key} must be a list of strings")
-    return value
