@@ -23,9 +23,9 @@ for a tick are bit-identical by the release rule (DESIGN.md §2.5) and the solve
 only ``diagnostics.seconds`` (wall time) may differ.
 
 Where the code lives: tick assembly in :mod:`agents.reconcile.ticks`, binary-attribute tables
-in :mod:`agents.reconcile.tables`, the histogram message in :mod:`agents.reconcile.messages`,
-leader election in :mod:`agents.reconcile.leader`, the configuration in
-:mod:`agents.reconcile.config`; this module keeps the :class:`Reconciler`.
+in :mod:`agents.reconcile.tables`, the histogram message and the encoding of a solved tick in
+:mod:`agents.reconcile.messages`, leader election in :mod:`agents.reconcile.leader`, the
+configuration in :mod:`agents.reconcile.config`; this module keeps the :class:`Reconciler`.
 """
 
 from __future__ import annotations
@@ -37,35 +37,24 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
-from agents.kafka.codec import encode
 from agents.kafka.groups import leave_group
 from agents.kafka.reading import finish_before_cancel, partitions_of, read_range
 from agents.reconcile.config import ReconcilerConfig, SolveFn, _default_solve
 from agents.reconcile.leader import _LeaderListener, ensure_leader_topic
-from agents.reconcile.messages import (
-    _diagnostics,
-    _Head,
-    _head,
-    histogram_message,
-)
+from agents.reconcile.messages import solve_and_encode
 from agents.reconcile.tables import (
     BlockAssembler,
     TableAssembler,
     decode_table_record,
-    marginals_message,
 )
 from agents.reconcile.ticks import DomainLike, Release, TickAssembler
 from agents.telemetry.metrics import Metrics
 
 log = logging.getLogger("agents.reconcile")
-
-
-#: nodes of the JSON view handed to ``on_histogram`` when only compact histograms are published
-_CALLBACK_NODES: Final = 20_000
 
 
 class Reconciler:
@@ -461,37 +450,15 @@ class Reconciler:
 
     def _solve_and_encode(self, tick: Any) -> tuple[Any, dict[str, Any], bytes | None,
                                                     list[bytes]]:
-        """``(result, message, JSON value or None, chunk records)`` of one tick (a thread)."""
+        """``(result, message, JSON value or None, chunk records)`` of one tick (a thread):
+        :func:`agents.reconcile.messages.solve_and_encode` with this agent's domain and config."""
         cfg = self.config
-        if self.tables_mode:
-            message, result = marginals_message(tick, self.names, cfg.domain_name)
-            return result, message, encode(message), []
-        import numpy as np
-
-        noisy = np.asarray(tick.noisy, dtype=np.float64)
-        stderr = np.asarray(tick.stderr, dtype=np.float64)
-        result = self._solver()(self.domain, noisy, stderr * stderr)
-        chunks: list[bytes] = []
-        if cfg.histogram_blocks_topic:
-            from stream_dp.compact_histograms import encode_histogram
-
-            chunks = encode_histogram(
-                domain=cfg.domain_name, tick=int(tick.tick), tick_end=float(tick.tick_end),
-                values=np.asarray(result.values, dtype=np.float64), noisy=noisy, stderr=stderr,
-                manifest=self._node_manifest()[1], consistent=bool(getattr(result, "consistent",
-                                                                            True)),
-                diagnostics=_diagnostics(result), chunk_nodes=cfg.histogram_chunk_nodes)
-        if cfg.histograms_json:
-            message = histogram_message(self.names, tick, result, cfg.domain_name)
-            return result, message, encode(message), chunks
-        if self.on_histogram is None:  # nobody reads the JSON view: not built (20 000 nodes)
-            return result, {}, None, chunks
-        # compact only: callbacks get the first nodes (the top of a hierarchy) as JSON
-        keep = min(len(self.names), _CALLBACK_NODES)
-        message = histogram_message(self.names[:keep], _head(tick, keep),
-                                    _Head(result, keep), cfg.domain_name)
-        message["total_nodes"] = len(self.names)
-        return result, message, None, chunks
+        return solve_and_encode(
+            tick, names=self.names, domain=self.domain, solver=self._solver,
+            domain_name=cfg.domain_name, tables_mode=self.tables_mode,
+            histograms_json=cfg.histograms_json, blocks=bool(cfg.histogram_blocks_topic),
+            chunk_nodes=cfg.histogram_chunk_nodes, node_manifest=self._node_manifest,
+            view=self.on_histogram is not None)
 
     def _node_manifest(self) -> tuple[bytes, str]:
         """The histogram's ``dp.manifest.v1`` (shard ``histogram``) and its SHA-256, once."""

@@ -1,15 +1,21 @@
 """The ``dp.histograms.v1`` message of one solved tick (:func:`histogram_message`) and the
-helpers that cut a tick or a solve result to its first nodes.
+helpers that cut a tick or a solve result to its first nodes; the encoding of one tick into
+everything the reconcile agent publishes for it (:func:`solve_and_encode`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from agents.kafka.codec import encode
+from agents.reconcile.tables import marginals_message
 from agents.reconcile.ticks import CompleteTick
 
 HISTOGRAM_SCHEMA: Final = "dp.histograms.v1"
+
+#: nodes of the JSON view handed to ``on_histogram`` when only compact histograms are published
+_CALLBACK_NODES: Final = 20_000
 
 
 def _diagnostics(result: Any) -> dict[str, Any]:
@@ -62,3 +68,46 @@ def histogram_message(
     if domain_name is not None:
         message["domain"] = domain_name
     return message
+
+
+def solve_and_encode(
+    tick: Any, *, names: Sequence[str], domain: Any,
+    solver: Callable[[], Callable[[Any, Any, Any], Any]], domain_name: str, tables_mode: bool,
+    histograms_json: bool, blocks: bool, chunk_nodes: int,
+    node_manifest: Callable[[], tuple[bytes, str]], view: bool,
+) -> tuple[Any, dict[str, Any], bytes | None, list[bytes]]:
+    """``(result, message, JSON value or None, chunk records)`` of one tick (the reconcile
+    agent runs it in a thread): a binary-attribute table tick's marginals (``tables_mode``), or
+    the tick solved for consistency (``solver()(domain, noisy, variances)``) as the JSON
+    ``dp.histograms.v1`` message (``histograms_json``) and/or compact chunk records of at most
+    ``chunk_nodes`` nodes each (``blocks``; ``node_manifest()`` gives the nodes' manifest and
+    its SHA-256). Without the JSON message, a ``view`` (for a callback) holds the first
+    :data:`_CALLBACK_NODES` nodes, never encoded."""
+    if tables_mode:
+        message, result = marginals_message(tick, names, domain_name)
+        return result, message, encode(message), []
+    import numpy as np
+
+    noisy = np.asarray(tick.noisy, dtype=np.float64)
+    stderr = np.asarray(tick.stderr, dtype=np.float64)
+    result = solver()(domain, noisy, stderr * stderr)
+    chunks: list[bytes] = []
+    if blocks:
+        from stream_dp.compact_histograms import encode_histogram
+
+        chunks = encode_histogram(
+            domain=domain_name, tick=int(tick.tick), tick_end=float(tick.tick_end),
+            values=np.asarray(result.values, dtype=np.float64), noisy=noisy, stderr=stderr,
+            manifest=node_manifest()[1], consistent=bool(getattr(result, "consistent", True)),
+            diagnostics=_diagnostics(result), chunk_nodes=chunk_nodes)
+    if histograms_json:
+        message = histogram_message(names, tick, result, domain_name)
+        return result, message, encode(message), chunks
+    if not view:  # nobody reads the JSON view: not built (20 000 nodes)
+        return result, {}, None, chunks
+    # compact only: callbacks get the first nodes (the top of a hierarchy) as JSON
+    keep = min(len(names), _CALLBACK_NODES)
+    message = histogram_message(names[:keep], _head(tick, keep),
+                                _Head(result, keep), domain_name)
+    message["total_nodes"] = len(names)
+    return result, message, None, chunks

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from agents.reconcile import agent as rec
+from agents.reconcile import messages
 from agents.reconcile.ticks import CompleteTick
 from stream_dp.compact_histograms import decode_histogram_chunk
 from stream_dp.domain import Domain
@@ -40,7 +41,7 @@ def test_no_json_view_without_a_callback(monkeypatch: Any) -> None:
     def no_view(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the JSON view was built without a callback")
 
-    monkeypatch.setattr(rec, "histogram_message", no_view)
+    monkeypatch.setattr(messages, "histogram_message", no_view)
     without = _reconciler(None)
     _, message2, value2, chunks2 = without._solve_and_encode(tick)
     assert message2 == {} and value2 is None
