@@ -146,6 +146,9 @@ class IngestStage(_Stage):
                 await check_events_topic(self.s.bootstrap, self.s)
                 await check_internal_topics(self.s.bootstrap, self.s)
             except TopicConfigMismatch as exc:
+                if exc.unreported:  # a broker coming back may not report them yet
+                    log.debug("ingest: topic configs not reported, trying again: %s", exc)
+                    continue
                 self.w.fail(exc)
                 return
             except Exception as exc:  # unreachable broker: the next round tries again

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 from agents.config.settings import Settings
 
@@ -199,21 +200,41 @@ async def ensure_topics(bootstrap: str, settings: Settings, timeout_s: float = 3
 
 class TopicConfigMismatch(ValueError):
     """A topic's broker-side configuration contradicts the settings (the worker refuses to
-    start: exit status 2)."""
+    start: exit status 2). ``unreported``: the broker did not report the setting at all (at
+    start-up a refusal too; while the worker runs, a broker that is coming back may answer so:
+    the periodic re-check tries again instead of stopping the worker)."""
+
+    def __init__(self, message: str, *, unreported: bool = False) -> None:
+        super().__init__(message)
+        self.unreported = unreported
+
+
+async def _started_admin(bootstrap: str, settings: Settings, timeout_s: float) -> Any:
+    """A started admin client; closed again if it does not start (a broker that is away must
+    not leave an unclosed client behind)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from agents.config.security import KafkaSecurity
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
+                                request_timeout_ms=int(timeout_s * 1000),
+                                **KafkaSecurity.from_settings(settings).client_kwargs())
+    try:
+        await admin.start()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await admin.close()
+        raise
+    return admin
 
 
 async def topic_config(bootstrap: str, settings: Settings, topic: str, name: str,
                        timeout_s: float = 30.0) -> str | None:
     """The value of config ``name`` of ``topic`` as the broker reports it (DescribeConfigs),
     or ``None`` if the broker does not report it."""
-    from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-    from agents.config.security import KafkaSecurity
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
-                                **KafkaSecurity.from_settings(settings).client_kwargs())
-    await admin.start()
+    admin = await _started_admin(bootstrap, settings, timeout_s)
     try:
         responses = await admin.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, topic, configs={name: None})])
@@ -243,7 +264,8 @@ async def check_events_topic(bootstrap: str, settings: Settings) -> None:
     if found is None:
         raise TopicConfigMismatch(
             f"the broker does not report message.timestamp.type of the events topic "
-            f"{settings.events_topic!r}; cannot check it against events_timestamp_type = {want}")
+            f"{settings.events_topic!r}; cannot check it against events_timestamp_type = {want}",
+            unreported=True)
     if found != want:
         raise TopicConfigMismatch(
             f"the events topic {settings.events_topic!r} has message.timestamp.type={found}, "
@@ -302,17 +324,11 @@ async def check_internal_topics(bootstrap: str, settings: Settings,
     retention on the schedule topic, a checkpoint topic that is not compacted only): one
     DescribeConfigs request for all of them. Raises :class:`TopicConfigMismatch` (exit
     status 2) naming the topic, the setting and the fix."""
-    from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-
-    from agents.config.security import KafkaSecurity
 
     roles = internal_topic_roles(settings)
     names = sorted({name for keeps in _KEEPS.values() for name, _, _ in keeps})
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
-                                request_timeout_ms=int(timeout_s * 1000),
-                                **KafkaSecurity.from_settings(settings).client_kwargs())
-    await admin.start()
+    admin = await _started_admin(bootstrap, settings, timeout_s)
     try:
         responses = await admin.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, topic, configs=dict.fromkeys(names))
@@ -329,6 +345,8 @@ async def check_internal_topics(bootstrap: str, settings: Settings,
             found.setdefault(res[3], {}).update(
                 {str(e[0]): str(e[1]) for e in res[4] if e[1] is not None})
     for topic, role in roles:
-        problem = internal_topic_problem(topic, role, found.get(topic, {}))
+        configs = found.get(topic, {})
+        problem = internal_topic_problem(topic, role, configs)
         if problem is not None:
-            raise TopicConfigMismatch(problem)
+            raise TopicConfigMismatch(problem, unreported=any(
+                name not in configs for name, _, _ in _KEEPS[role]))
