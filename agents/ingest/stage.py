@@ -46,6 +46,8 @@ INGEST_IDLE_GROWTH = 4.0
 #: an events topic switched to another timestamp type, stops it (exit status 2) before the
 #: records are gone
 CONFIG_RECHECK_S = 10.0
+#: the re-check's admin request timeout (seconds): a stop during a broker outage waits for it
+RECHECK_TIMEOUT_S = 3.0
 
 
 class IngestHost(StageHost, Protocol):
@@ -143,8 +145,10 @@ class IngestStage(_Stage):
             if stop.is_set():
                 return
             try:
-                await check_events_topic(self.s.bootstrap, self.s)
-                await check_internal_topics(self.s.bootstrap, self.s)
+                # short client timeouts: a broker that is away must not hold up a stop
+                await check_events_topic(self.s.bootstrap, self.s, timeout_s=RECHECK_TIMEOUT_S)
+                await check_internal_topics(self.s.bootstrap, self.s,
+                                            timeout_s=RECHECK_TIMEOUT_S)
             except TopicConfigMismatch as exc:
                 if exc.unreported:  # a broker coming back may not report them yet
                     log.debug("ingest: topic configs not reported, trying again: %s", exc)

@@ -253,13 +253,14 @@ async def topic_config(bootstrap: str, settings: Settings, topic: str, name: str
     return None
 
 
-async def check_events_topic(bootstrap: str, settings: Settings) -> None:
+async def check_events_topic(bootstrap: str, settings: Settings,
+                             timeout_s: float = 30.0) -> None:
     """Refuse an events topic whose ``message.timestamp.type`` is not the setting
     ``events_timestamp_type``: the LogAppendTime closing rule trusts broker timestamps, and a
     CreateTime topic lets producers claim any timestamp (and on some brokers the LogAppendTime
     bit). Raises :class:`TopicConfigMismatch`."""
     found = await topic_config(bootstrap, settings, settings.events_topic,
-                               "message.timestamp.type")
+                               "message.timestamp.type", timeout_s=timeout_s)
     want = settings.events_timestamp_type
     if found is None:
         raise TopicConfigMismatch(

@@ -32,7 +32,7 @@ def _attribute_releases(tmp_path: Path) -> tuple[list[bytes], bytes]:
     from agents.config.settings import Settings
     from agents.ingest.routing import Partial, Router
     from agents.reconcile.tables import TableTick, decode_table_record, marginals_message
-    from agents.release.state import AttributeReleaseState, new_live
+    from agents.release.attributes import AttributeReleaseState, new_live
 
     names = ["milk", "bread", "eggs", "tea"]
     dom_file = tmp_path / "d.toml"
