@@ -94,7 +94,14 @@ class IngestStage(_Stage):
         # every entry point (stream-dp worker checks before it starts, too): a retention on the
         # schedule or checkpoint topics would lose the nonce, the closing points or the state
         await check_internal_topics(self.s.bootstrap, self.s)
-        log.info("%s", FAST_PATH_STATUS)  # compiled ingest fast path, or why not
+        if self.s.privacy_unit == "user":
+            log.info("ingest: privacy_unit = user: every record takes the pure Python path (the "
+                     "compiled scanner does not bound persons yet); each person's events are "
+                     "bounded per %s",
+                     f"period of {self.s.user_period_ticks} ticks"
+                     if self.s.user_period_ticks else "deployment")
+        else:
+            log.info("%s", FAST_PATH_STATUS)  # compiled ingest fast path, or why not
         await super().start()
         pace(self.consumer, INGEST_IDLE_GROWTH)
         k = _kafka()
@@ -432,6 +439,8 @@ class IngestStage(_Stage):
             m.event_accepted(out.accepted)
         if out.late:
             m.event_late(out.late)
+        if out.bounded:
+            m.user_bounded(out.bounded)
         reasons: dict[str, int] = {}
         for _, rej, _, _ in out.dead_letters:
             if rej.reason not in ("late", "tick_closed"):

@@ -27,8 +27,9 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from stream_dp.user_level.bounds import UserBounds
 
@@ -93,18 +94,45 @@ class Bounder:
             state.last_tick = tick
         return True
 
-    def forget_before(self, period: int) -> None:
+    def forget_before(self, period: int, open_tick: int = 0) -> None:
         """Drop every person's state of periods ``< period`` (all their ticks closed); a person
-        left with no open period and no spacing to keep is dropped whole."""
-        keep_spacing = self.bounds.min_separation_ticks > 0
+        left with no open period and no spacing to keep is dropped whole. ``open_tick`` (≥ 1:
+        no event of an earlier tick can arrive any more) also drops a person whose last counted
+        tick is ``b`` or more before it: their spacing can no longer refuse anything."""
+        sep = self.bounds.min_separation_ticks
         gone = []
         for person, state in self._people.items():
             for p in [p for p in state.periods if p < period]:
                 del state.periods[p]
-            if not state.periods and not keep_spacing:
+            if not state.periods and (not sep or (
+                    open_tick and state.last_tick + sep <= open_tick)):
                 gone.append(person)
         for person in gone:
             del self._people[person]
+
+    def export(self) -> list[tuple[Hashable, int, list[tuple[int, int, dict[Any, int]]]]]:
+        """Every person's state, to be saved: ``(person, last counted tick, [(period, count,
+        {leaf: count}), ...])`` (the per-leaf counts empty unless a per-leaf or distinct-leaf
+        bound applies). :meth:`load` of it into a new bounder decides every later event
+        exactly as this one would."""
+        return [(person, state.last_tick,
+                 [(p, slot.count, dict(slot.per_leaf)) for p, slot in state.periods.items()])
+                for person, state in self._people.items()]
+
+    def load(self, people: Sequence[tuple[Hashable, int, Sequence[tuple[int, int, dict[Any, int]]]]]
+             ) -> None:
+        """Add the persons of :meth:`export` (``ValueError`` for counts the bounds cannot
+        have produced)."""
+        b = self.bounds
+        for person, last_tick, periods in people:
+            if person in self._people or last_tick < 0:
+                raise ValueError("a person twice, or a negative last tick")
+            state = self._people[person] = _Person(last_tick=last_tick)
+            for p, count, per_leaf in periods:
+                if not 0 <= count <= b.max_events or p in state.periods or sum(
+                        per_leaf.values()) not in ((count,) if self._track_leaves else (0,)):
+                    raise ValueError(f"a period's counts ({count}) the bounds cannot give")
+                state.periods[p] = _Period(count=count, per_leaf=dict(per_leaf))
 
 
 def keep_mask(events: list[tuple[Hashable, int, int]], bounds: UserBounds) -> list[bool]:

@@ -1,0 +1,204 @@
+"""The person as unit of privacy on the ingest path (``privacy_unit = "user"``; issue #34,
+docs/design/user-level.md §1–3): the identifier, the partition check and the per-person table
+of one events partition (:class:`UserState`). Pure: no I/O.
+
+For a record that passed every event-level check (so a dead-lettered record never consumes a
+person's budget), in log order:
+
+1. **the identifier**: the event JSON's ``user_field``, a string of 1 to 256 UTF-8 bytes
+   (bytes are the identity: nothing is normalised); anything else is dead-lettered
+   ``invalid_user``, with a detail that never repeats the identifier;
+2. **the partition check**: Kafka's default partitioner on the identifier's bytes,
+   ``(murmur2(b) & 0x7fffffff) % events_partitions``, must name the record's own partition,
+   else ``wrong_partition`` — a decision from the record alone, so that all of one person's
+   counted records live on one partition, where one table bounds them;
+3. **the bound**: :class:`stream_dp.user_level.Bounder` (the library's authoritative rule),
+   keyed by ``BLAKE2b-128(identifier; key = derive_key(noise key, "user id"))``. Counted
+   events go on to their tick's bucket; the others are dropped (not dead-lettered) and only
+   counted, for the operator-only metric ``stream_dp_user_bounded_events_total``.
+
+The identifier itself is never stored, logged, exported or checkpointed: only its keyed hash,
+which nobody without the noise key can steer into another person's slot. The table is part of
+the partition's ingest checkpoint (:meth:`UserState.to_doc`), restored with the same offsets,
+and the slots of a period are dropped once every tick of it is closed (:meth:`UserState.closed_before`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agents.ingest.digest import _UNKEYED, _blake2b
+from agents.kafka.codec import Rejection
+from stream_dp.user_level import Bounder, UserBounds
+
+__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "kafka_partition", "murmur2",
+           "user_bounds", "user_key"]
+
+#: longest identifier, in UTF-8 bytes
+MAX_ID_BYTES = 256
+#: the purpose under which the identifiers' hash key is derived from the noise key
+USER_ID_PURPOSE = "user id"
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 of ``data`` (``org.apache.kafka.common.utils.Utils.murmur2``, seed
+    ``0x9747b28c``) as an unsigned 32-bit integer."""
+    length = len(data)
+    h = (0x9747B28C ^ length) & _MASK
+    n4 = length & ~3
+    for i in range(0, n4, 4):
+        k = int.from_bytes(data[i:i + 4], "little")
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    extra = length & 3
+    if extra >= 3:
+        h ^= data[n4 + 2] << 16
+    if extra >= 2:
+        h ^= data[n4 + 1] << 8
+    if extra >= 1:
+        h ^= data[n4]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    h ^= h >> 15
+    return h
+
+
+def kafka_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner (Java, librdkafka's ``murmur2_random``,
+    kafka-python, aiokafka) gives a record keyed ``key`` on a topic of ``partitions``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def user_key(secret: bytes | None) -> bytes:
+    """The 32-byte BLAKE2b key of the identifiers' hash, derived from the noise ``secret``
+    (:func:`stream_dp.integrity.derive_key`); a fixed public key for ``None`` (tests only)."""
+    if secret is None:
+        return _UNKEYED
+    from stream_dp.integrity import derive_key
+
+    return derive_key(secret, USER_ID_PURPOSE)
+
+
+def user_bounds(settings: Any) -> UserBounds:
+    """The :class:`UserBounds` of ``settings`` (``privacy_unit = "user"``)."""
+    return UserBounds(
+        max_events=int(settings.user_max_events), period_ticks=int(settings.user_period_ticks),
+        max_streams=int(settings.user_max_streams),
+        max_events_per_stream=int(settings.user_max_events_per_stream),
+        min_separation_ticks=int(settings.user_min_separation_ticks))
+
+
+def _identifier(value: bytes, field: str) -> bytes | Rejection:
+    """The identifier's UTF-8 bytes from an event that passed :func:`decode_event` (a JSON
+    object in UTF-8), or why there is none. The detail never repeats the identifier."""
+    obj = json.loads(value.decode("utf-8"))  # the codec's own parser: the same object
+    got = obj.get(field) if type(obj) is dict else None
+    if got is None:
+        what = "is missing" if type(obj) is not dict or field not in obj else "is null"
+        return Rejection("invalid_user", f"the person's identifier (field {field!r}) {what}")
+    if type(got) is not str:
+        return Rejection("invalid_user", f"the person's identifier (field {field!r}) must be a "
+                         f"string, got {type(got).__name__}")
+    try:
+        raw = got.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate escape (\ud800): no UTF-8 bytes
+        return Rejection("invalid_user", f"the person's identifier (field {field!r}) is not "
+                         "valid Unicode (a lone surrogate)")
+    if not raw:
+        return Rejection("invalid_user", f"the person's identifier (field {field!r}) is empty")
+    if len(raw) > MAX_ID_BYTES:
+        return Rejection("invalid_user", f"the person's identifier (field {field!r}) is "
+                         f"{len(raw)} bytes long, more than {MAX_ID_BYTES}")
+    return raw
+
+
+class UserState:
+    """The per-person table of one events partition and the decisions it makes."""
+
+    def __init__(self, settings: Any, partition: int, secret: bytes | None) -> None:
+        self.bounds = user_bounds(settings)
+        self.field = str(settings.user_field)
+        self.partitions = int(settings.events_partitions)
+        self.partition = partition
+        self.bounder = Bounder(self.bounds)
+        #: the keyed hash with its key block already absorbed (copied per record)
+        self._hash = _blake2b(digest_size=16, key=user_key(secret))
+        #: the first period some tick of which is still open (slots of earlier ones are gone)
+        self.open_period = 0
+
+    def context(self) -> dict[str, Any]:
+        """What the table depends on (bound into the ingest checkpoint's context)."""
+        b = self.bounds
+        return {"field": self.field, "period_ticks": b.period_ticks, "max_events": b.max_events,
+                "max_streams": b.max_streams, "max_events_per_stream": b.max_events_per_stream,
+                "min_separation_ticks": b.min_separation_ticks}
+
+    def decide(self, value: bytes, tick: int, leaf: Any) -> Rejection | bool:
+        """For an event that passed every event-level check: a :class:`Rejection` (no valid
+        identifier, or not on its person's partition), ``True`` (counted: recorded in the
+        table) or ``False`` (over the person's bounds: dropped). O(1) in the table's size."""
+        ident = _identifier(value, self.field)
+        if type(ident) is Rejection:
+            return ident
+        assert type(ident) is bytes
+        home = kafka_partition(ident, self.partitions)
+        if home != self.partition:
+            return Rejection("wrong_partition", f"the person's identifier maps to partition "
+                             f"{home} (Kafka's default partitioner over "
+                             f"{self.partitions}), the record is on {self.partition}: key "
+                             "records by the identifier")
+        h = self._hash.copy()
+        h.update(ident)
+        return self.bounder.admit(h.digest(), tick, leaf)
+
+    def closed_before(self, next_tick: int) -> None:
+        """Every tick before ``next_tick`` is closed: drop the slots of the periods wholly
+        closed, and the persons whose spacing can no longer bind (O(persons), once per
+        period, not per tick)."""
+        period = self.bounds.period_of(next_tick)
+        if period > self.open_period:
+            self.open_period = period
+            self.bounder.forget_before(period, open_tick=next_tick)
+
+    # ------------------------------------------------------------------ checkpoint
+    def to_doc(self) -> dict[str, Any]:
+        """The table as JSON-able data, persons in the order of their keyed hash (a
+        deterministic checkpoint): ``[hash hex, last tick, [[period, count, [[leaf, n],
+        ...]], ...]]`` each; a grid's leaf (a tuple of nodes) as a list."""
+        people = []
+        for person, last_tick, periods in sorted(self.bounder.export()):
+            assert type(person) is bytes  # the keyed hash (decide)
+            people.append([person.hex(), last_tick, [
+                [p, count, [[list(leaf) if type(leaf) is tuple else leaf, n]
+                            for leaf, n in sorted(per_leaf.items(), key=_leaf_order)]]
+                for p, count, per_leaf in sorted(periods)]])
+        return {"open_period": self.open_period, "people": people}
+
+    def restore(self, doc: Any) -> None:
+        """The table of :meth:`to_doc` (a sealed checkpoint's: authentic, but checked anyway)."""
+        try:
+            self.open_period = int(doc["open_period"])
+            people = []
+            for h, last_tick, periods in doc["people"]:
+                person = bytes.fromhex(h)
+                if len(person) != 16:
+                    raise ValueError("a person's hash is not 16 bytes")
+                people.append((person, int(last_tick), [
+                    (int(p), int(count), {tuple(leaf) if type(leaf) is list else int(leaf): int(n)
+                                          for leaf, n in per_leaf})
+                    for p, count, per_leaf in periods]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"ingest checkpoint: unreadable per-person table ({exc})") from None
+        self.bounder = Bounder(self.bounds)
+        self.bounder.load(people)
+
+
+def _leaf_order(item: tuple[Any, int]) -> tuple[int, Any]:
+    leaf = item[0]
+    return (1, tuple(leaf)) if type(leaf) is tuple else (0, leaf)
