@@ -433,3 +433,38 @@ def test_a_checkpoint_under_other_bounds_or_unit_is_refused() -> None:
     ev_state = _state(event, key=None)
     with pytest.raises(ValueError, match="per-person table"):
         _state(s, key=None).restore(ev_state.to_bytes(), seq=1)
+
+
+# ------------------------------------------------------------------ the identifier stays inside
+def test_the_table_holds_only_a_keyed_hash_never_the_identifier() -> None:
+    """Slots are keyed by BLAKE2b-128 under a key derived from the noise key: without the key
+    nobody can choose two identifiers that share a slot; the identifier itself is in no
+    checkpoint."""
+    import hashlib
+
+    from stream_dp.integrity import derive_key
+
+    who = _home(0, "secret-person")
+    states = [_state(_settings(), key=k) for k in (KEY, bytes(range(50, 82)), None)]
+    for state in states:
+        _feed(state, [_event("a/x", ORIGIN + 1.0, who)])
+    hashes = [state.users.to_doc()["people"][0][0] for state in states]  # type: ignore[union-attr]
+    assert len(set(hashes)) == 3
+    want = hashlib.blake2b(who.encode(), digest_size=16, key=derive_key(KEY, "user id"))
+    assert hashes[0] == want.hexdigest()
+    plain = states[2].to_bytes()  # unsealed: the payload in clear
+    assert who.encode() not in plain and who.encode().hex().encode() not in plain
+
+
+def test_the_bounded_events_metric_is_operator_only() -> None:
+    from agents.telemetry.metrics import EVENT_COUNT_METRICS, Metrics
+
+    assert "stream_dp_user_bounded_events_total" in EVENT_COUNT_METRICS
+    hidden, shown = Metrics(process=False, event_counts=False), Metrics(process=False)
+    hidden.user_bounded(3)
+    shown.user_bounded(3)
+    assert b"user_bounded" not in hidden.exposition()
+    assert b"stream_dp_user_bounded_events_total 3.0" in shown.exposition()
+    state = _state(_settings(user_max_events=1))
+    _feed(state, [_event("a/x", ORIGIN + 1.0, _home(0))] * 3)
+    assert state.out.bounded == 2 and not state.out.dead_letters  # dropped, not dead-lettered
