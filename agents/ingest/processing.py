@@ -310,7 +310,7 @@ class RecordProcessing:
                 # falls through to the full classification below (decode_event is the authoritative
                 # validator; a property test checks that both paths agree).
                 obj: Any = None
-                if users is None and value is not None and len(value) <= max_bytes:
+                if value is not None and len(value) <= max_bytes:
                     try:  # noqa: SIM105 - contextlib.suppress costs a context manager per event
                         obj = loads(value)
                     except ValueError:  # malformed or not UTF-8 (orjson.JSONDecodeError included)
@@ -337,6 +337,16 @@ class RecordProcessing:
                             if tick >= next_tick and (
                                     markers
                                     or tick > floor((arrival - lateness - origin) / tick_seconds)):
+                                if users is not None:
+                                    # the last decision, as on the full path below (there it
+                                    # is explained); obj is what decode_event would parse
+                                    verdict = users.decide_obj(obj, tick, nodes)
+                                    if verdict is not True:
+                                        if verdict is False:
+                                            bounded += 1
+                                        else:
+                                            dead.append((key, verdict, value, offset))
+                                        continue
                                 if rv > cap:  # clamp first: rv * inv_unit may overflow
                                     clamped += 1
                                     rv = cap

@@ -26,6 +26,7 @@ and the slots of a period are dropped once every tick of it is closed (:meth:`Us
 from __future__ import annotations
 
 import json
+import struct as _struct
 from typing import Any
 
 from agents.ingest.digest import _UNKEYED, _blake2b
@@ -49,8 +50,7 @@ def murmur2(data: bytes) -> int:
     length = len(data)
     h = (0x9747B28C ^ length) & _MASK
     n4 = length & ~3
-    for i in range(0, n4, 4):
-        k = int.from_bytes(data[i:i + 4], "little")
+    for k in _unpack_words(length >> 2, data):
         k = (k * _M) & _MASK
         k ^= k >> 24
         k = (k * _M) & _MASK
@@ -67,6 +67,11 @@ def murmur2(data: bytes) -> int:
     h = (h * _M) & _MASK
     h ^= h >> 15
     return h
+
+
+def _unpack_words(n: int, data: bytes) -> tuple[int, ...]:
+    """The first ``n`` little-endian 32-bit words of ``data``."""
+    return _struct.unpack_from(f"<{n}I", data) if n else ()
 
 
 def kafka_partition(key: bytes, partitions: int) -> int:
@@ -94,10 +99,9 @@ def user_bounds(settings: Any) -> UserBounds:
         min_separation_ticks=int(settings.user_min_separation_ticks))
 
 
-def _identifier(value: bytes, field: str) -> bytes | Rejection:
-    """The identifier's UTF-8 bytes from an event that passed :func:`decode_event` (a JSON
-    object in UTF-8), or why there is none. The detail never repeats the identifier."""
-    obj = json.loads(value.decode("utf-8"))  # the codec's own parser: the same object
+def _identifier(obj: Any, field: str) -> bytes | Rejection:
+    """The identifier's UTF-8 bytes from a decoded event (a JSON object), or why there is
+    none. The detail never repeats the identifier."""
     got = obj.get(field) if type(obj) is dict else None
     if got is None:
         what = "is missing" if type(obj) is not dict or field not in obj else "is null"
@@ -140,10 +144,16 @@ class UserState:
                 "min_separation_ticks": b.min_separation_ticks}
 
     def decide(self, value: bytes, tick: int, leaf: Any) -> Rejection | bool:
-        """For an event that passed every event-level check: a :class:`Rejection` (no valid
-        identifier, or not on its person's partition), ``True`` (counted: recorded in the
-        table) or ``False`` (over the person's bounds: dropped). O(1) in the table's size."""
-        ident = _identifier(value, self.field)
+        """:meth:`decide_obj` for an event's raw value that passed
+        :func:`agents.kafka.codec.decode_event` (a JSON object in UTF-8), parsed as it does."""
+        return self.decide_obj(json.loads(value.decode("utf-8")), tick, leaf)
+
+    def decide_obj(self, obj: Any, tick: int, leaf: Any) -> Rejection | bool:
+        """For an event (its decoded JSON object) that passed every event-level check: a
+        :class:`Rejection` (no valid identifier, or not on its person's partition), ``True``
+        (counted: recorded in the table) or ``False`` (over the person's bounds: dropped).
+        O(1) in the table's size."""
+        ident = _identifier(obj, self.field)
         if type(ident) is Rejection:
             return ident
         assert type(ident) is bytes
@@ -168,37 +178,28 @@ class UserState:
 
     # ------------------------------------------------------------------ checkpoint
     def to_doc(self) -> dict[str, Any]:
-        """The table as JSON-able data, persons in the order of their keyed hash (a
-        deterministic checkpoint): ``[hash hex, last tick, [[period, count, [[leaf, n],
-        ...]], ...]]`` each; a grid's leaf (a tuple of nodes) as a list."""
-        people = []
-        for person, last_tick, periods in sorted(self.bounder.export()):
-            assert type(person) is bytes  # the keyed hash (decide)
-            people.append([person.hex(), last_tick, [
-                [p, count, [[list(leaf) if type(leaf) is tuple else leaf, n]
-                            for leaf, n in sorted(per_leaf.items(), key=_leaf_order)]]
-                for p, count, per_leaf in sorted(periods)]])
-        return {"open_period": self.open_period, "people": people}
+        """The table as JSON-able columns (:meth:`stream_dp.user_level.Bounder.columns`; the
+        persons' keyed hashes as one hex string, 32 digits each; a grid's leaf, a tuple of
+        nodes, as a list)."""
+        cols = self.bounder.columns()
+        persons = cols.pop("persons")
+        assert all(type(p) is bytes and len(p) == 16 for p in persons)  # keyed hashes (decide)
+        cols["leaf"] = [list(x) if type(x) is tuple else x for x in cols["leaf"]]
+        return {"open_period": self.open_period, "hashes": b"".join(persons).hex(), **cols}
 
     def restore(self, doc: Any) -> None:
         """The table of :meth:`to_doc` (a sealed checkpoint's: authentic, but checked anyway)."""
         try:
             self.open_period = int(doc["open_period"])
-            people = []
-            for h, last_tick, periods in doc["people"]:
-                person = bytes.fromhex(h)
-                if len(person) != 16:
-                    raise ValueError("a person's hash is not 16 bytes")
-                people.append((person, int(last_tick), [
-                    (int(p), int(count), {tuple(leaf) if type(leaf) is list else int(leaf): int(n)
-                                          for leaf, n in per_leaf})
-                    for p, count, per_leaf in periods]))
+            raw = bytes.fromhex(doc["hashes"])
+            if len(raw) % 16:
+                raise ValueError("the persons' hashes are not 16 bytes each")
+            cols: dict[str, list[Any]] = {k: [int(x) for x in doc[k]] for k in (
+                "last_tick", "periods", "period", "count", "leaves", "leaf_count")}
+            cols["persons"] = [raw[i:i + 16] for i in range(0, len(raw), 16)]
+            cols["leaf"] = [tuple(x) if type(x) is list else int(x) for x in doc["leaf"]]
+            bounder = Bounder(self.bounds)
+            bounder.load_columns(cols)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"ingest checkpoint: unreadable per-person table ({exc})") from None
-        self.bounder = Bounder(self.bounds)
-        self.bounder.load(people)
-
-
-def _leaf_order(item: tuple[Any, int]) -> tuple[int, Any]:
-    leaf = item[0]
-    return (1, tuple(leaf)) if type(leaf) is tuple else (0, leaf)
+        self.bounder = bounder
