@@ -52,13 +52,76 @@ def _message(person: str, leaf: str, ts: float, value: float) -> tuple[bytes, by
                                         "user": person}).encode()
 
 
+def _user_settings(kafka_broker: str, tmp_path: Path, unique_name: str, **kw: Any) -> Any:
+    return ps.make_settings(kafka_broker, tmp_path, unique_name, ps.hierarchy_paths(2, 3, 4),
+                            epsilon=1e4, tick_seconds=1.0, transaction_timeout_s=10.0,
+                            privacy_unit="user", user_period_ticks=10, user_max_events=4,
+                            user_max_streams=3, user_max_events_per_stream=2, **kw)
+
+
+async def _check_bounded_releases(s: Any, log: list[tuple[str, str, float, float]]) -> None:
+    """Every (stream, tick) released once, every copy bit-identical, values equal to the
+    exact decayed counts of the bounded log (the library's oracle over the log in order)."""
+    domain = load_domain(s.domain_file)
+    bounds = user_bounds(s)
+    events = [(p, int((t - s.origin) // s.tick_seconds) + 1, leaf) for p, leaf, t, _ in log]
+    kept = [(leaf, t, v) for (p, leaf, t, v), k in zip(log, keep_mask(events, bounds),
+                                                       strict=True) if k]
+    assert len(kept) < len(log) // 2  # the bounds bite: a lost table would count far more
+    exact = ps.exact_decayed(domain, kept, s, N_TICKS)
+    committed = await ps.released(s, committed=True)
+    uncommitted = await ps.released(s, committed=False)
+    bound = bound_of(s)
+    for key, want in exact.items():
+        assert key in committed, f"{key} never released"
+        assert len(committed[key]) == 1, f"{key} released {len(committed[key])} times"
+        copies = set(committed[key]) | set(uncommitted.get(key, []))
+        assert len(copies) == 1, f"{key}: {len(copies)} different copies"
+        msg = json.loads(committed[key][0])
+        assert abs(msg["value"] - want) <= bound + 12 * msg["stderr"], (key, msg, want)
+
+
+async def test_partitions_moving_between_workers_take_their_people_along(
+        kafka_broker: str, unique_name: str, tmp_path: Path) -> None:
+    """Rebalances: a second and a third worker join while the log arrives, one leaves, one
+    is killed; each partition's new owner restores its people with its offsets."""
+    s = _user_settings(kafka_broker, tmp_path, unique_name, events_partitions=6, shards=3)
+    await ps.create_topics(s)
+    domain = load_domain(s.domain_file)
+    log = _people_log(s, ps.hierarchy_paths(2, 3, 4), 12_000)
+    parts = [log[i * len(log) // 5:(i + 1) * len(log) // 5] for i in range(5)]
+    workers = {w: ps.WorkerProcess(s, w, tmp_path) for w in ("a", "b", "c")}
+    try:
+        await ps.produce(s, (_message(*e) for e in parts[0]))
+        workers["a"].start()
+        await asyncio.sleep(3.0)
+        await ps.produce(s, (_message(*e) for e in parts[1]))
+        workers["b"].start()
+        await asyncio.sleep(3.0)
+        await ps.produce(s, (_message(*e) for e in parts[2]))
+        workers["c"].start()
+        await asyncio.sleep(3.0)
+        assert workers["a"].terminate() == 0  # graceful: its partitions move
+        await ps.produce(s, (_message(*e) for e in parts[3]))
+        await asyncio.sleep(3.0)
+        workers["b"].kill9()
+        await ps.produce(s, (_message(*e) for e in parts[4]))
+        await asyncio.sleep(2.0)
+        workers["b"].start()
+        await ps.close_ticks(s, N_TICKS)
+        await ps.wait_for_ticks(s, domain.size, N_TICKS, timeout_s=300)
+    finally:
+        for w in workers.values():
+            w.stop()
+    for w in workers.values():
+        assert w.proc is not None and w.proc.returncode in (0, -9), w.log_path.read_text()[-2000:]
+    await _check_bounded_releases(s, log)
+
+
 async def test_kill9_and_restarts_with_per_person_state(kafka_broker: str, unique_name: str,
                                                         tmp_path: Path) -> None:
     leaves = ps.hierarchy_paths(2, 3, 4)
-    s = ps.make_settings(kafka_broker, tmp_path, unique_name, leaves, epsilon=1e4,
-                         tick_seconds=1.0, transaction_timeout_s=10.0, privacy_unit="user",
-                         user_period_ticks=10, user_max_events=4, user_max_streams=3,
-                         user_max_events_per_stream=2)
+    s = _user_settings(kafka_broker, tmp_path, unique_name)
     await ps.create_topics(s)
     domain = load_domain(s.domain_file)
     log = _people_log(s, leaves, 12_000)
@@ -96,23 +159,7 @@ async def test_kill9_and_restarts_with_per_person_state(kafka_broker: str, uniqu
     for person in ("u0", "u1", "u17"):  # identifiers are never logged
         assert f'"{person}"' not in text and f"'{person}'" not in text
 
-    # the oracle: the bounded log (per person, in log order), exact decayed counts
-    bounds = user_bounds(s)
-    events = [(p, int((t - s.origin) // s.tick_seconds) + 1, leaf) for p, leaf, t, _ in log]
-    kept = [(leaf, t, v) for (p, leaf, t, v), k in zip(log, keep_mask(events, bounds),
-                                                       strict=True) if k]
-    assert len(kept) < len(log) // 2  # the bounds bite: a lost table would count far more
-    exact = ps.exact_decayed(domain, kept, s, N_TICKS)
-    committed = await ps.released(s, committed=True)
-    uncommitted = await ps.released(s, committed=False)
-    bound = bound_of(s)
-    for key, want in exact.items():
-        assert key in committed, f"{key} never released"
-        assert len(committed[key]) == 1, f"{key} released {len(committed[key])} times"
-        copies = set(committed[key]) | set(uncommitted.get(key, []))
-        assert len(copies) == 1, f"{key}: {len(copies)} different copies"
-        msg = json.loads(committed[key][0])
-        assert abs(msg["value"] - want) <= bound + 12 * msg["stderr"], (key, msg, want)
+    await _check_bounded_releases(s, log)
     dead = await ps.read_topic(s.bootstrap, s.dlq_topic)
     reasons = [json.loads(r.value)["reason"] for r in dead]
     assert reasons.count("wrong_partition") == len(heavy), reasons[:20]
