@@ -75,6 +75,7 @@ NOT_BINDING: dict[str, str] = {
     "partials_topic": "internal transport of sealed, integer partials",
     "partials_retention_s": "internal retention",
     "ingest_checkpoints_topic": "sealed state bound to this identity",
+    "ingest_users_topic": "sealed state bound to this identity",
     "release_checkpoints_topic": "sealed state bound to this identity",
     "leader_topic": "reconcile leadership (post-processing)",
     "reconcile_every": "post-processing cadence",

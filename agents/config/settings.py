@@ -31,6 +31,7 @@ _INTERNAL_TOPICS = {
     "release_checkpoints_topic": ("dp.checkpoints.release.v1", "checkpoints.release.v1"),
     "schedule_topic": ("dp.schedule.v1", "schedule.v1"),
     "leader_topic": ("dp.reconcile.leader", "reconcile.leader"),
+    "ingest_users_topic": ("dp.ingest-users.v1", "ingest-users.v1"),
 }
 _DEFAULT_APP_ID = "stream-dp"
 _DERIVED = (" With another app_id than the default, the default name is `<app_id>.{suffix}`, so "
@@ -300,6 +301,16 @@ class Settings:
         "of 1 to 256 UTF-8 bytes (bytes are the identity: nothing is normalised). An event "
         "without it, or with another value, is dead-lettered (`invalid_user`). The identifier "
         "is never stored, logged or exported: the per-person state is keyed by a keyed hash.",
+    )
+    ingest_users_topic: str = _s(
+        "",
+        "INTERNAL, privacy_unit = user only: the per-person table of ingest as a compacted "
+        "changelog (key: the person's keyed hash, never the identifier; one sealed record per "
+        "person changed since the last commit, a tombstone when a closed period frees them), "
+        "written in the ingest transaction; one partition per events partition; `stream-dp "
+        "topics` creates it only for user-level deployments." + _DERIVED.format(
+            suffix="ingest-users.v1"),
+        "dp.ingest-users.v1",
     )
     user_period_ticks: int = _s(
         -1,

@@ -135,6 +135,12 @@ class UserState:
         self._hash = _blake2b(digest_size=16, key=user_key(secret))
         #: the first period some tick of which is still open (slots of earlier ones are gone)
         self.open_period = 0
+        #: the worker's form: the table lives in a compacted changelog topic (one record per
+        #: person changed, written with each commit), not in the checkpoint; pure states of
+        #: tests keep it whole in the checkpoint
+        self.changelog = False
+        #: persons (keyed hashes) changed since the last :meth:`take_changes`
+        self.touched: set[bytes] = set()
 
     def context(self) -> dict[str, Any]:
         """What the table depends on (bound into the ingest checkpoint's context)."""
@@ -165,7 +171,11 @@ class UserState:
                              "records by the identifier")
         h = self._hash.copy()
         h.update(ident)
-        return self.bounder.admit(h.digest(), tick, leaf)
+        person = h.digest()
+        counted = self.bounder.admit(person, tick, leaf)
+        if counted and self.changelog:  # a refusal changes nothing
+            self.touched.add(person)
+        return counted
 
     def closed_before(self, next_tick: int) -> None:
         """Every tick before ``next_tick`` is closed: drop the slots of the periods wholly
@@ -174,13 +184,61 @@ class UserState:
         period = self.bounds.period_of(next_tick)
         if period > self.open_period:
             self.open_period = period
-            self.bounder.forget_before(period, open_tick=next_tick)
+            changed = self.bounder.forget_before(period, open_tick=next_tick)
+            if self.changelog:
+                self.touched.update(changed)  # type: ignore[arg-type]  # keyed hashes
 
     # ------------------------------------------------------------------ checkpoint
+    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
+        """The changelog records of every person changed since the last call, in hash order:
+        ``(keyed hash, JSON of (last tick, periods))``, or ``None`` (a tombstone) for a person
+        the table dropped. The caller seals them (:meth:`agents.ingest.state.IngestState.
+        user_changes`)."""
+        out: list[tuple[bytes, bytes | None]] = []
+        for person in sorted(self.touched):
+            got = self.bounder.person(person)
+            if got is None:
+                out.append((person, None))
+                continue
+            last_tick, periods = got
+            out.append((person, json.dumps([last_tick, [
+                [p, count, [[list(x) if type(x) is tuple else x, n] for x, n in per_leaf.items()]]
+                for p, count, per_leaf in periods]], separators=(",", ":")).encode()))
+        self.touched = set()
+        return out
+
+    def load_changes(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        """The table from the changelog's records in offset order (the last one per person
+        wins; a tombstone deletes), after a :meth:`restore` of a changelog checkpoint."""
+        latest: dict[bytes, bytes | None] = {}
+        for person, value in records:
+            latest[person] = value
+        people = []
+        try:
+            for person, value in latest.items():
+                if value is None:
+                    continue
+                if len(person) != 16:
+                    raise ValueError("a person's hash is not 16 bytes")
+                last_tick, periods = json.loads(value)
+                people.append((person, int(last_tick), [
+                    (int(p), int(count), {tuple(x) if type(x) is list else int(x): int(n)
+                                          for x, n in per_leaf})
+                    for p, count, per_leaf in periods]))
+            bounder = Bounder(self.bounds)
+            bounder.load(people)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"per-person changelog: unreadable record ({exc})") from None
+        self.bounder = bounder
+        self.touched = set()
+
     def to_doc(self) -> dict[str, Any]:
         """The table as JSON-able columns (:meth:`stream_dp.user_level.Bounder.columns`; the
         persons' keyed hashes as one hex string, 32 digits each; a grid's leaf, a tuple of
-        nodes, as a list)."""
+        nodes, as a list). In changelog form only the open period (the table is in the
+        changelog, written in the same transaction)."""
+        if self.changelog:
+            return {"open_period": self.open_period, "changelog": True}
         cols = self.bounder.columns()
         persons = cols.pop("persons")
         assert all(type(p) is bytes and len(p) == 16 for p in persons)  # keyed hashes (decide)
@@ -188,7 +246,17 @@ class UserState:
         return {"open_period": self.open_period, "hashes": b"".join(persons).hex(), **cols}
 
     def restore(self, doc: Any) -> None:
-        """The table of :meth:`to_doc` (a sealed checkpoint's: authentic, but checked anyway)."""
+        """The table of :meth:`to_doc` (a sealed checkpoint's: authentic, but checked anyway).
+        In changelog form an empty table: :meth:`load_changes` fills it."""
+        if bool(doc.get("changelog")) != self.changelog:
+            raise ValueError("ingest checkpoint: the per-person table is in "
+                             + ("the checkpoint, not in its changelog topic" if self.changelog
+                                else "a changelog topic, not in the checkpoint"))
+        self.touched = set()
+        if self.changelog:
+            self.open_period = int(doc["open_period"])
+            self.bounder = Bounder(self.bounds)
+            return
         try:
             self.open_period = int(doc["open_period"])
             raw = bytes.fromhex(doc["hashes"])

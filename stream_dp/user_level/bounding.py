@@ -94,21 +94,36 @@ class Bounder:
             state.last_tick = tick
         return True
 
-    def forget_before(self, period: int, open_tick: int = 0) -> None:
+    def forget_before(self, period: int, open_tick: int = 0) -> list[Hashable]:
         """Drop every person's state of periods ``< period`` (all their ticks closed); a person
         left with no open period and no spacing to keep is dropped whole. ``open_tick`` (≥ 1:
         no event of an earlier tick can arrive any more) also drops a person whose last counted
-        tick is ``b`` or more before it: their spacing can no longer refuse anything."""
+        tick is ``b`` or more before it: their spacing can no longer refuse anything. Returns
+        the persons whose state changed (dropped whole or in part)."""
         sep = self.bounds.min_separation_ticks
         gone = []
+        changed = []
         for person, state in self._people.items():
-            for p in [p for p in state.periods if p < period]:
+            old = [p for p in state.periods if p < period]
+            for p in old:
                 del state.periods[p]
             if not state.periods and (not sep or (
                     open_tick and state.last_tick + sep <= open_tick)):
                 gone.append(person)
+                changed.append(person)
+            elif old:
+                changed.append(person)
         for person in gone:
             del self._people[person]
+        return changed
+
+    def person(self, person: Hashable) -> tuple[int, list[tuple[int, int, dict[Any, int]]]] | None:
+        """One person's state as in :meth:`export` (``(last tick, periods)``), or ``None``."""
+        state = self._people.get(person)
+        if state is None:
+            return None
+        return state.last_tick, [(p, slot.count, dict(slot.per_leaf))
+                                 for p, slot in state.periods.items()]
 
     def export(self) -> list[tuple[Hashable, int, list[tuple[int, int, dict[Any, int]]]]]:
         """Every person's state, to be saved: ``(person, last counted tick, [(period, count,

@@ -468,3 +468,109 @@ def test_the_bounded_events_metric_is_operator_only() -> None:
     state = _state(_settings(user_max_events=1))
     _feed(state, [_event("a/x", ORIGIN + 1.0, _home(0))] * 3)
     assert state.out.bounded == 2 and not state.out.dead_letters  # dropped, not dead-lettered
+
+
+# ------------------------------------------------------------------ the changelog form (worker)
+def _crashy_partition(s: Settings, segments: list[list[tuple[int, bytes, float]]], p: int,
+                      seed: int) -> tuple[dict[tuple[int, int], int], list[Any], IngestState]:
+    """One partition as the worker runs it: the table in a changelog (records taken with every
+    commit, sealed), outputs kept only when a commit succeeds, and crashes at random points
+    between commits that restore the last commit (checkpoint + changelog up to it) and feed
+    every record since again."""
+    rng = random.Random(seed)
+    recs: list[Record] = []
+    closes: dict[int, int] = {}  # offset -> tick through which ticks close before it
+    for tick, seg in enumerate(segments, start=1):
+        for q, v, at in seg:
+            if q == p:
+                recs.append(Record(len(recs), b"k", v, int(at * 1000), 0))
+        closes[len(recs)] = tick
+
+    def fresh() -> IngestState:
+        state = _state(s, p)
+        assert state.users is not None
+        state.users.changelog = True
+        return state
+
+    state = fresh()
+    topic: list[tuple[bytes, bytes | None]] = []
+    committed = (state.to_bytes(), 0)
+    sums: dict[tuple[int, int], int] = defaultdict(int)
+    dead: list[Any] = []
+    crashes = 0
+
+    def commit() -> None:
+        nonlocal committed
+        topic.extend(state.user_changes())
+        committed = (state.to_bytes(), len(topic))
+        for part in state.out.partials:
+            for node, c in zip(part.idx, part.counts, strict=True):
+                sums[(part.tick, int(node))] += int(c)
+        dead.extend((p, r.reason, v) for _, r, v, _ in state.out.dead_letters)
+        state.out.clear()
+
+    while True:
+        o = state.offset
+        if o in closes and closes[o] >= state.next_tick:
+            state.schedule_close(closes[o], o, "clock", NOW)
+            state.apply_due()
+            commit()  # a tick close always commits
+        if o >= len(recs):
+            break
+        state.process_batch([recs[o]])
+        roll = rng.random()
+        if roll < 0.15:
+            commit()
+        elif roll < 0.25:  # kill -9: what is not committed is gone
+            crashes += 1
+            del topic[committed[1]:]  # an aborted transaction's records are never read
+            state = fresh()
+            state.restore(committed[0], seq=1)
+            state.load_user_changes(list(topic))
+    assert crashes > 3
+    return dict(sums), dead, state
+
+
+@pytest.mark.parametrize("bounds", BOUNDS, ids=lambda b: "-".join(f"{v}" for v in b.values()))
+def test_the_changelog_form_survives_crashes_between_commits(bounds: dict[str, int]) -> None:
+    s = _settings(**bounds)
+    log = _log(9, _home(0, "nasty"))
+    want_sums, want_dead, straight = _run(s, log)
+    sums: dict[tuple[int, int], int] = defaultdict(int)
+    dead: list[Any] = []
+    for p in (0, 1):
+        got_sums, got_dead, state = _crashy_partition(s, log, p, seed=p + 40)
+        for k, v in got_sums.items():
+            sums[k] += v
+        dead.extend(got_dead)
+        assert state.users is not None and straight[p].users is not None
+        assert sorted(state.users.bounder.export()) == sorted(straight[p].users.bounder.export())
+    assert dict(sums) == want_sums
+    assert sorted(dead) == sorted(want_dead)
+
+
+def test_changelog_records_are_sealed_and_the_checkpoint_says_its_form() -> None:
+    s = _settings()
+    state = _state(s)
+    assert state.users is not None
+    state.users.changelog = True
+    who = _home(0)
+    _feed(state, [_event("a/x", ORIGIN + 1.0, who)])
+    changes = state.user_changes()
+    assert len(changes) == 1 and who.encode() not in changes[0][1]  # type: ignore[operator]
+    assert state.user_changes() == []  # taken once
+    data = state.to_bytes()
+    again = _state(s)
+    assert again.users is not None
+    again.users.changelog = True
+    again.restore(data, seq=1)
+    forged = bytearray(changes[0][1])  # type: ignore[arg-type]
+    forged[-5] ^= 1
+    with pytest.raises(IntegrityError):
+        again.load_user_changes([(changes[0][0], bytes(forged))])
+    with pytest.raises(IntegrityError):  # a record moved to another person's key
+        again.load_user_changes([(bytes(16), changes[0][1])])
+    again.load_user_changes(changes)
+    assert again.users.bounder.export() == state.users.bounder.export()
+    with pytest.raises(ValueError, match="changelog"):
+        _state(s).restore(data, seq=1)  # a table-form state refuses a changelog checkpoint
