@@ -10,8 +10,7 @@ the usual one for visitors of a site: a **Zipf law over N people**. The person o
 ``s`` being the exponent (``--people-exponent``, default 1). With E events person ``r`` has
 ``E·p_r`` of them on average: at ``s = 1`` and E = 100 000 events over N = 10 000 people, person
 ``u1`` has about 10 200, person ``u100`` about 100, and half of the people (the ranks above
-5 000) two or fewer, most of those none; the number of people with at least c events falls like
-``c^(−1/s)``. ``s = 0`` is the uniform law (every person alike, a light tail).
+5 000) about 1.4 each; the number of people with at least c events falls like ``c^(−1/s)``. ``s = 0`` is the uniform law (every person alike, a light tail).
 
 Identifiers are ``u<rank>`` (``u1`` the most active), whose UTF-8 bytes are the record key
 producers use (:mod:`agents.kafka.partitioner`). The person of the i-th event depends only on

@@ -196,8 +196,8 @@ def test_people_follow_the_documented_zipf_law(exponent: float) -> None:
 
 def test_the_heavy_tail_is_as_documented() -> None:
     """The module docstring's example: 100 000 events over 10 000 people at s = 1: person u1
-    about 10 200 events, u100 about 100, the upper half of the ranks two or fewer each on
-    average; most people a few events, a few people thousands."""
+    about 10 200 events, u100 about 100, the upper half of the ranks about 1.4 each; most
+    people a few events, a few people thousands."""
     n, events = 10_000, 100_000
     it = People(n, 1.0, seed=7).ranks()
     counts = np.bincount([next(it) for _ in range(events)], minlength=n + 1)[1:]
@@ -205,7 +205,7 @@ def test_the_heavy_tail_is_as_documented() -> None:
     # Poisson-like counts: 6 standard deviations either side of the documented means
     assert abs(counts[0] - events / h) < 6 * np.sqrt(events / h)
     assert abs(counts[99] - events / (100 * h)) < 6 * np.sqrt(events / (100 * h))
-    assert counts[5000:].mean() <= 2.0
+    assert 1.2 <= counts[5000:].mean() <= 1.6  # expected 1.42
     active = counts[counts > 0]
     assert np.median(active) <= 3 and active.max() >= 5000
     assert np.sum(counts >= 1000) <= 10  # a few people with thousands
