@@ -50,6 +50,15 @@ Time: simulated tick t (0-based) covers [start + t*tick, start + (t+1)*tick); --
 The settings file written by --settings-out sets the worker's origin to --start, so simulated tick t
 is released as tick t+1.
 
+People (user-level privacy): --people N gives every event the identifier of one of N people,
+u1 … uN, in the JSON field (CSV column) --user-field (default "user"), and keys its Kafka record
+by the identifier's UTF-8 bytes, so Kafka's default partitioner puts all of one person's records
+on one partition: (murmur2(key) & 0x7fffffff) mod partitions. Activity is heavy-tailed, a Zipf
+law: the person of rank r causes each event with probability proportional to r^-S
+(--people-exponent S, default 1; 0 = all alike): most people a few events, a few people
+thousands. The events themselves (keys, times, values) are those of the same run without
+--people; the people are deterministic given --seed. Without --people nothing changes.
+
 Examples:
   stream-dp simulate restaurant --seed 7 --out sales.csv --domain-out domain.toml
   stream-dp simulate census --attributes 4 --ticks 100 --out census.jsonl
@@ -58,6 +67,7 @@ Examples:
       --settings-out stream-dp.toml
   stream-dp simulate searchlogs --start now --ticks 600 --to-topic --speed 60
   stream-dp simulate worldcup98 --out - | gzip > worldcup98.csv.gz
+  stream-dp simulate searchlogs --ticks 1440 --people 10000 --out visits.jsonl
 """
 
 
