@@ -271,3 +271,62 @@ def test_people_on_stdout_from_the_command() -> None:
     users = Counter(line.rsplit(",", 1)[1] for line in lines[1:])
     assert set(users) <= {f"u{r}" for r in range(1, 8)} and users["u1"] == max(users.values())
     assert "7 people (Zipf exponent 1, field 'user')" in proc.stderr
+
+
+# ------------------------------------------------------------- what a bound K would drop
+def test_bound_drops_agrees_with_the_librarys_bounder() -> None:
+    """:func:`bound_drops` (plain Python, for the demo) against ``stream_dp.user_level.Bounder``
+    (the authoritative rule) on random logs: per person, the same events kept and dropped."""
+    import random
+
+    from simulators.person_bound import bound_drops
+    from stream_dp.user_level import Bounder, UserBounds
+
+    rng = random.Random(34)
+    origin, tick_s = 1_704_067_200.0, 0.5
+    for _ in range(200):
+        k, period = rng.randrange(1, 6), rng.choice([0, 1, 3, 7])
+        n = rng.randrange(0, 300)
+        ms = sorted(rng.randrange(0, 40_000) for _ in range(n))  # 80 ticks of 0.5 s
+        events = [Event("k", (round(origin * 1000) + m) / 1000, user=f"u{rng.randrange(1, 9)}")
+                  for m in ms]
+        got = bound_drops(events, max_events=k, period_ticks=period, origin=origin,
+                          tick_seconds=tick_s)
+        oracle = Bounder(UserBounds(max_events=k, period_ticks=period))
+        kept: Counter[str] = Counter()
+        dropped: Counter[str] = Counter()
+        for m, e in zip(ms, events, strict=True):
+            assert e.user is not None
+            (kept if oracle.admit(e.user, m // 500 + 1, leaf=0) else dropped)[e.user] += 1
+        assert (got.kept, got.dropped) == (kept, dropped)
+        assert got.events == n and got.total_dropped == sum(dropped.values())
+
+
+def test_bound_drops_on_simulated_people_hits_the_heavy_ones() -> None:
+    from simulators.person_bound import bound_drops
+
+    events = list(_events(["searchlogs", "--ticks", "120", "--rate", "100"], "--people", "500"))
+    got = bound_drops(events, max_events=5, period_ticks=60, origin=1_704_067_200.0,
+                      tick_seconds=60.0)
+    per_person = Counter(e.user for e in events)
+    assert got.events == len(events) and got.people == len(per_person)
+    # two periods: nobody keeps more than 2·K, and a person with at most K events keeps all
+    assert all(got.kept[p] <= 10 and got.kept[p] + got.dropped[p] == n
+               for p, n in per_person.items())
+    assert all(got.dropped[p] == 0 for p, n in per_person.items() if n <= 5)
+    assert got.dropped.most_common(1)[0][0] == "u1"
+    line = got.summary()
+    assert line.startswith(f"K = 5 per 60 ticks drops {got.total_dropped:,} of {len(events):,}")
+    assert "; most: u1 " in line
+
+
+def test_bound_drops_refuses_events_without_a_person_and_bad_bounds() -> None:
+    from simulators.person_bound import bound_drops
+
+    with pytest.raises(ValueError, match="event 1 has no person"):
+        bound_drops([Event("k", 1.0)], max_events=1, period_ticks=0, origin=0.0,
+                    tick_seconds=1.0)
+    with pytest.raises(ValueError, match="max_events must be"):
+        bound_drops([], max_events=0, period_ticks=0, origin=0.0, tick_seconds=1.0)
+    with pytest.raises(ValueError, match="period_ticks must be"):
+        bound_drops([], max_events=1, period_ticks=-1, origin=0.0, tick_seconds=1.0)
