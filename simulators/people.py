@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -114,8 +114,10 @@ class People:
 
     def attach(self, events: Iterable[Event]) -> Iterator[Event]:
         """``events`` with each one's person (in :attr:`user_field`), in the same order."""
-        for event, rank in zip(events, self.ranks(), strict=False):
-            yield replace(event, user=self.name(rank), user_field=self.user_field)
+        user_field = self.user_field
+        for e, rank in zip(events, self.ranks(), strict=False):
+            # the constructor, not dataclasses.replace: a third of the time per event
+            yield Event(e.key, e.ts, e.value, e.attrs, f"u{rank}", user_field)
 
     def describe(self) -> str:
         """One line for the command's report."""
