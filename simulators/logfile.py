@@ -244,11 +244,11 @@ def _parse_json_line(text: str) -> Event:
 
 
 def format_event(event: Event, fmt: LogFormat) -> str:
+    """One log line (with newline). Times are written with millisecond precision."""
     if event.attrs is not None:
         if fmt != "jsonl":
             raise ValueError("events with attrs are written as JSON lines only")
         return json.dumps(event.to_message(), separators=(",", ":")) + "\n"
-    """One log line (with newline). Times are written with millisecond precision."""
     value = f"{event.value:g}" if event.value != int(event.value) else str(int(event.value))
     if fmt == "csv":
         # the person (if any) is a fourth column, named by the header write_log writes
