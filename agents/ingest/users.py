@@ -8,8 +8,9 @@ person's budget), in log order:
 1. **the identifier**: the event JSON's ``user_field``, a string of 1 to 256 UTF-8 bytes
    (bytes are the identity: nothing is normalised); anything else is dead-lettered
    ``invalid_user``, with a detail that never repeats the identifier;
-2. **the partition check**: Kafka's default partitioner on the identifier's bytes,
-   ``(murmur2(b) & 0x7fffffff) % events_partitions``, must name the record's own partition,
+2. **the partition check**: Kafka's default partitioner on the identifier's bytes
+   (:func:`agents.kafka.partitioner.key_partition`,
+   ``(murmur2(b) & 0x7fffffff) % events_partitions``), must name the record's own partition,
    else ``wrong_partition`` — a decision from the record alone, so that all of one person's
    counted records live on one partition, where one table bounds them;
 3. **the bound**: :class:`stream_dp.user_level.Bounder` (the library's authoritative rule),
@@ -26,60 +27,19 @@ and the slots of a period are dropped once every tick of it is closed (:meth:`Us
 from __future__ import annotations
 
 import json
-import struct as _struct
 from typing import Any
 
 from agents.ingest.digest import _UNKEYED, _blake2b
 from agents.kafka.codec import Rejection
+from agents.kafka.partitioner import key_partition
 from stream_dp.user_level import Bounder, UserBounds
 
-__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "kafka_partition", "murmur2",
-           "user_bounds", "user_key"]
+__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "user_bounds", "user_key"]
 
 #: longest identifier, in UTF-8 bytes
 MAX_ID_BYTES = 256
 #: the purpose under which the identifiers' hash key is derived from the noise key
 USER_ID_PURPOSE = "user id"
-_M = 0x5BD1E995
-_MASK = 0xFFFFFFFF
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 of ``data`` (``org.apache.kafka.common.utils.Utils.murmur2``, seed
-    ``0x9747b28c``) as an unsigned 32-bit integer."""
-    length = len(data)
-    h = (0x9747B28C ^ length) & _MASK
-    n4 = length & ~3
-    for k in _unpack_words(length >> 2, data):
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = ((h * _M) & _MASK) ^ k
-    extra = length & 3
-    if extra >= 3:
-        h ^= data[n4 + 2] << 16
-    if extra >= 2:
-        h ^= data[n4 + 1] << 8
-    if extra >= 1:
-        h ^= data[n4]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    h ^= h >> 15
-    return h
-
-
-def _unpack_words(n: int, data: bytes) -> tuple[int, ...]:
-    """The first ``n`` little-endian 32-bit words of ``data``."""
-    return _struct.unpack_from(f"<{n}I", data) if n else ()
-
-
-def kafka_partition(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner (Java, librdkafka's ``murmur2_random``,
-    kafka-python, aiokafka) gives a record keyed ``key`` on a topic of ``partitions``."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
-
-
 def user_key(secret: bytes | None) -> bytes:
     """The 32-byte BLAKE2b key of the identifiers' hash, derived from the noise ``secret``
     (:func:`stream_dp.integrity.derive_key`); a fixed public key for ``None`` (tests only)."""
@@ -163,7 +123,7 @@ class UserState:
         if type(ident) is Rejection:
             return ident
         assert type(ident) is bytes
-        home = kafka_partition(ident, self.partitions)
+        home = key_partition(ident, self.partitions)
         if home != self.partition:
             return Rejection("wrong_partition", f"the person's identifier maps to partition "
                              f"{home} (Kafka's default partitioner over "

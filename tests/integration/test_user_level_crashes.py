@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from agents.config.domain import load_domain
-from agents.ingest.users import kafka_partition, user_bounds
+from agents.ingest.users import user_bounds
+from agents.kafka.partitioner import key_partition as kafka_partition
 from stream_dp.user_level import keep_mask
 from tests.integration import pipeline_support as ps
 from tests.integration.test_pipeline_crashes import bound_of

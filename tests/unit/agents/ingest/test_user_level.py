@@ -1,7 +1,6 @@
 """The person as unit of privacy on the pure ingest path (issue #34, docs/design/user-level.md
 §1–3, :mod:`agents.ingest.users`), through the real :class:`IngestState`:
 
-* Kafka's default partitioner (murmur2) against Kafka's own test vectors and aiokafka's;
 * the identifier's edge cases (missing, null, empty, 257 bytes, a number, an object, a lone
   surrogate, NUL bytes, two spellings that normalise alike, a Kafka key that disagrees);
 * ``wrong_partition``; a dead-lettered record never consumes a budget;
@@ -22,16 +21,13 @@ from collections.abc import Hashable
 from typing import Any
 
 import pytest
-from aiokafka.partitioner import murmur2 as aiokafka_murmur2
-from hypothesis import given
-from hypothesis import settings as hsettings
-from hypothesis import strategies as st
 
 from agents.config.settings import Settings
 from agents.ingest.records import Record
 from agents.ingest.routing import Router
 from agents.ingest.state import IngestState
-from agents.ingest.users import kafka_partition, murmur2, user_bounds
+from agents.ingest.users import user_bounds
+from agents.kafka.partitioner import key_partition as kafka_partition
 from stream_dp.domain import Domain
 from stream_dp.integrity import IntegrityError
 from stream_dp.user_level import keep_mask
@@ -92,35 +88,6 @@ def _counted(state: IngestState) -> int:
 
 def _reasons(state: IngestState) -> list[str]:
     return [r.reason for _, r, _, _ in state.out.dead_letters]
-
-
-# ------------------------------------------------------------------ Kafka's partitioner
-#: org.apache.kafka.common.utils.Utils.murmur2 of these UTF-8 strings (signed Java ints), as
-#: Kafka's clients and their ports test them
-JAVA_MURMUR2 = {"1": -1993445489, "12": 126087238, "123": -267702483, "1234": -1614185708,
-                "12345": -1188365604}
-#: the partition of Kafka's Java DefaultPartitioner on a 1000-partition topic
-JAVA_PARTITION_OF_1000 = {b"": 681, b"a": 524, b"ab": 434, b"abc": 107, b"123456789": 566,
-                          b"\x00 ": 742}
-
-
-@pytest.mark.parametrize(("text", "signed"), sorted(JAVA_MURMUR2.items()))
-def test_murmur2_matches_kafkas_java_client(text: str, signed: int) -> None:
-    assert murmur2(text.encode()) == signed & 0xFFFFFFFF
-
-
-@pytest.mark.parametrize(("key", "partition"), sorted(JAVA_PARTITION_OF_1000.items()))
-def test_the_partition_is_kafkas_default_partitioners(key: bytes, partition: int) -> None:
-    assert kafka_partition(key, 1000) == partition
-
-
-@given(st.binary(max_size=300), st.integers(1, 500))
-@hsettings(max_examples=300, deadline=None)
-def test_murmur2_agrees_with_aiokafka(data: bytes, partitions: int) -> None:
-    """aiokafka's producer (the one `stream-dp simulate` and the tests use) keys records with
-    its own port of the same function: one partition for every identifier."""
-    assert murmur2(data) == aiokafka_murmur2(data)
-    assert kafka_partition(data, partitions) == (aiokafka_murmur2(data) & 0x7FFFFFFF) % partitions
 
 
 # ------------------------------------------------------------------ the identifier
