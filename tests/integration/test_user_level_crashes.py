@@ -132,6 +132,12 @@ async def test_kill9_and_restarts_with_per_person_state(kafka_broker: str, uniqu
     home = kafka_partition(b"u0", s.events_partitions)
     await ps.produce_raw(s, [(*_message(*e), (home + 1) % s.events_partitions, [])
                              for e in heavy])
+    # records without a valid identifier (the full classification path): invalid_user
+    invalid = [json.dumps({"key": heavy[0][1], "ts": heavy[0][2], **extra}).encode()
+               for extra in ({}, {"user": 7}, {"user": ""}, {"user": None}, {"user": "x" * 300})]
+    # a lone surrogate: the fast JSON parser refuses it, the full classification decides
+    invalid.append(invalid[0].replace(b"}", b', "user": "\\ud800"}'))
+    await ps.produce_raw(s, [(b"k", v, None, []) for v in invalid])
 
     # the log arrives in parts while the worker is killed again and again: each restart
     # restores tables whose people have spent some of their budgets already
@@ -164,3 +170,4 @@ async def test_kill9_and_restarts_with_per_person_state(kafka_broker: str, uniqu
     dead = await ps.read_topic(s.bootstrap, s.dlq_topic)
     reasons = [json.loads(r.value)["reason"] for r in dead]
     assert reasons.count("wrong_partition") == len(heavy), reasons[:20]
+    assert reasons.count("invalid_user") == len(invalid), reasons[:20]
