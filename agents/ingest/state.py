@@ -405,6 +405,13 @@ class IngestState(RecordProcessing):
                         unseal(self._key, "user changelog", context + b"|" + person, value))
                        for person, value in records]
         self.users.load_changes(records)
+        if len(self.users.bounder) != self.users.expected_people:
+            raise ScheduleMismatch(
+                f"events partition {self.partition}: the per-person changelog holds "
+                f"{len(self.users.bounder)} people, the checkpoint says "
+                f"{self.users.expected_people}: a lost or re-created changelog topic would "
+                "give people budgets they spent. Restore the topic, or start a new deployment "
+                "(stream-dp deployment new)")
 
     def restore(self, data: bytes, seq: int, wall: float = 0.0) -> None:
         """Restore from :meth:`to_bytes`; a sealed checkpoint that is tampered with, written

@@ -101,6 +101,8 @@ class UserState:
         self.changelog = False
         #: persons (keyed hashes) changed since the last :meth:`take_changes`
         self.touched: set[bytes] = set()
+        #: changelog form: how many people the restored checkpoint says the table holds
+        self.expected_people = 0
 
     def context(self) -> dict[str, Any]:
         """What the table depends on (bound into the ingest checkpoint's context)."""
@@ -197,8 +199,9 @@ class UserState:
         persons' keyed hashes as one hex string, 32 digits each; a grid's leaf, a tuple of
         nodes, as a list). In changelog form only the open period (the table is in the
         changelog, written in the same transaction)."""
-        if self.changelog:
-            return {"open_period": self.open_period, "changelog": True}
+        if self.changelog:  # how many people: a lost changelog is refused, not trusted
+            return {"open_period": self.open_period, "changelog": True,
+                    "people": len(self.bounder)}
         cols = self.bounder.columns()
         persons = cols.pop("persons")
         assert all(type(p) is bytes and len(p) == 16 for p in persons)  # keyed hashes (decide)
@@ -215,6 +218,7 @@ class UserState:
         self.touched = set()
         if self.changelog:
             self.open_period = int(doc["open_period"])
+            self.expected_people = int(doc["people"])
             self.bounder = Bounder(self.bounds)
             return
         try:

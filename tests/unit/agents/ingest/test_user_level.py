@@ -541,3 +541,31 @@ def test_changelog_records_are_sealed_and_the_checkpoint_says_its_form() -> None
     assert again.users.bounder.export() == state.users.bounder.export()
     with pytest.raises(ValueError, match="changelog"):
         _state(s).restore(data, seq=1)  # a table-form state refuses a changelog checkpoint
+
+
+def test_a_lost_changelog_is_refused_not_trusted() -> None:
+    """A changelog topic deleted or re-created under a live checkpoint would restart every
+    person's budget: the checkpoint says how many people the table holds, and a restore that
+    finds another number refuses (a fatal ScheduleMismatch, the worker stops)."""
+    from agents.ingest.schedule import ScheduleMismatch
+
+    s = _settings()
+    state = _state(s)
+    assert state.users is not None
+    state.users.changelog = True
+    _feed(state, [_event("a/x", ORIGIN + 1.0, _home(0, f"p{i}")) for i in range(5)])
+    changes = state.user_changes()
+    data = state.to_bytes()
+    for lost in ([], changes[:3]):
+        again = _state(s)
+        assert again.users is not None
+        again.users.changelog = True
+        again.restore(data, seq=1)
+        with pytest.raises(ScheduleMismatch, match="changelog holds"):
+            again.load_user_changes(lost)
+    again = _state(s)
+    assert again.users is not None
+    again.users.changelog = True
+    again.restore(data, seq=1)
+    again.load_user_changes(changes)
+    assert len(again.users.bounder) == 5
