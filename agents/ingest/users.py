@@ -19,9 +19,12 @@ person's budget), in log order:
    counted, for the operator-only metric ``stream_dp_user_bounded_events_total``.
 
 The identifier itself is never stored, logged, exported or checkpointed: only its keyed hash,
-which nobody without the noise key can steer into another person's slot. The table is part of
-the partition's ingest checkpoint (:meth:`UserState.to_doc`), restored with the same offsets,
-and the slots of a period are dropped once every tick of it is closed (:meth:`UserState.closed_before`).
+which nobody without the noise key can steer into another person's slot. The table is restored
+with the same offsets as the rest of the partition's ingest state: in the worker through a
+compacted changelog topic (``ingest_users_topic``: one sealed record per person changed since
+the last commit, written in the same transaction, :meth:`UserState.take_changes`), in pure
+states of tests whole inside the checkpoint (:meth:`UserState.to_doc`). The slots of a period are
+dropped once every tick of it is closed (:meth:`UserState.closed_before`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ __all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "user_bounds", "user_
 MAX_ID_BYTES = 256
 #: the purpose under which the identifiers' hash key is derived from the noise key
 USER_ID_PURPOSE = "user id"
+
+
 def user_key(secret: bytes | None) -> bytes:
     """The 32-byte BLAKE2b key of the identifiers' hash, derived from the noise ``secret``
     (:func:`stream_dp.integrity.derive_key`); a fixed public key for ``None`` (tests only)."""
