@@ -8,23 +8,31 @@ several in one tick. :func:`stream_factor` is the multiple of the per-event budg
 every such pattern:
 
 * pure DP: ``n`` — each event moves the measurements by at most the largest column L1 norm, so
-  ``n`` events by at most ``n`` times it (group privacy); exact for the strategies whose every
-  tick's column has the largest norm (naive, the trees), an upper bound otherwise;
+  ``n`` events by at most ``n`` times it (group privacy); exact when ``n`` events can all sit
+  on a column of the largest norm: naive, and the trees at ``p = 1`` or ``b = 0`` (at ``p < 1``
+  only a top block's last tick has it, so ``b ≥ 1`` makes ``n`` an upper bound), an upper
+  bound otherwise;
 * zCDP, ``b = 0``: ``n²`` — exact (all ``n`` events in the tick of the largest column);
 * zCDP, Toeplitz strategies (``sqrt``; ``blt`` with ``p < 1``) whose coefficients are
   non-negative and non-increasing (checked): the autocorrelation ``G(d) = Σ_k c_k c_{k+d}`` of the
   coefficients (of the infinite stream: a finite horizon only drops non-negative terms) is
   non-increasing in ``d``, so spacing the events exactly ``b`` apart makes every pairwise distance
   as small as any pattern allows: ``Σ_{a,a'<n} G(|a−a'|·b) / G(0)`` — exact;
-* zCDP otherwise (trees, ``blt`` at ``p = 1`` with its column scales): ``n²``, the triangle
-  inequality's bound, reported as not exact.
+* zCDP, trees (``tree``, ``binary-tree``), ``b ≥ 1``: the program over the blocks of
+  :mod:`stream_dp.user_level.trees`, maximised over every alignment a period can have within a
+  top block — exact at ``p = 1``; at ``p < 1`` an upper bound (each block's decayed sum bounded
+  by its packed maximum), and also an upper bound when a period has more than
+  :data:`TREE_MAX_OFFSETS` alignments (the unending stream then stands for all of them);
+* zCDP otherwise (``tree-ls``, ``blt`` at ``p = 1`` with its column scales): ``n²``, the
+  triangle inequality's bound, reported as not exact.
 
 **Whole release.** An event feeds ``h`` nodes, one in each *layer* (a hierarchy's depth, a grid's
 total / one category per attribute / the cell). In one layer the nodes have disjoint leaves, so
 a person's ``N = min(K, L·k)`` counted events split over them, each node taking at most its own
-bound; the per-node loss is convex and superadditive in the count (``n``, ``n²``, or the Toeplitz
-sum, whose increments grow), so a layer costs at most ``⌊N/c⌋·φ(c) + φ(N mod c)`` per-event
-budgets for its largest node bound ``c`` — and the release as a whole the sum over its layers.
+bound ``c``: a layer costs at most the largest ``Σ φ(n_v)`` over such splits (an unbounded
+knapsack over the counts; for a convex, superadditive φ — ``n``, ``n²``, the Toeplitz sum — it is
+``⌊N/c⌋·φ(c) + φ(N mod c)``, but the trees' program need not be convex in the count) — and the
+release as a whole the sum over its layers.
 
 **A year** of ``Y`` periods: pure DP adds (``Y`` × the period's total, group privacy over the
 year). Under zCDP the periods share one mechanism, so cross-period terms appear: for the Toeplitz
@@ -55,6 +63,7 @@ from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.domain import Domain
 from stream_dp.user_level.bounds import UserBounds
+from stream_dp.user_level.trees import tree_period_norm_sq
 
 __all__ = ["UserAccountant", "UserFactor", "layer_leaves", "stream_factor", "year_periods"]
 
@@ -106,32 +115,80 @@ def _spaced_sum(g: Callable[[int], float], events: int, min_sep: int) -> float:
     return total / g0
 
 
-def stream_factor(mech: object, events: int, min_sep: int) -> UserFactor:
+def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0) -> UserFactor:
     """The per-person multiple of ``mech``'s per-event budget for ``events`` events (≥ 1) on
-    one stream in one period, ``min_sep`` (≥ 0) ticks apart (see the module docstring)."""
+    one stream in one period of ``period_ticks`` ticks (``0``: the whole epoch, i.e. any
+    pattern of the unending stream), ``min_sep`` (≥ 0) ticks apart (see the module docstring).
+    Dimensionless: ``ε_person = value · ε`` (pure) or ``ρ_person = value · ρ`` (zCDP)."""
     if isinstance(events, bool) or not isinstance(events, int) or events < 1:
         raise ValueError(f"events must be an integer >= 1, got {events!r}")
     if isinstance(min_sep, bool) or not isinstance(min_sep, int) or min_sep < 0:
         raise ValueError(f"min_sep must be an integer >= 0, got {min_sep!r}")
+    if isinstance(period_ticks, bool) or not isinstance(period_ticks, int) or period_ticks < 0:
+        raise ValueError(f"period_ticks must be an integer >= 0, got {period_ticks!r}")
     privacy = getattr(mech, "privacy", None)
     if not isinstance(privacy, (PureDP, ZCDP)):
         raise ValueError("mech must be a configured mechanism with a privacy budget")
     if events == 1:
         return UserFactor(1.0, True, "one event")
+    name = getattr(mech, "name", "")
     if isinstance(privacy, PureDP):
-        return UserFactor(float(events), getattr(mech, "name", "") in _EQUAL_COLUMNS,
-                          "group privacy: n × the largest column L1 norm")
+        # n × the largest column: exact when n events can all sit on a largest column — every
+        # column is one (naive; trees at p = 1), or several events may share a tick (b = 0)
+        exact = name in ("naive", "naive-int") or (name in _TREES and (min_sep == 0 or _p(mech) == 1.0))
+        return UserFactor(float(events), exact, "group privacy: n × the largest column L1 norm")
     if min_sep == 0:
         return UserFactor(float(events) ** 2, True, "n events in one tick: n²")
     g = _toeplitz_autocorrelation(mech)
     if g is not None:
         return UserFactor(_spaced_sum(g, events, min_sep), True,
                           "Toeplitz: events exactly b apart (non-increasing autocorrelation)")
+    if name in _TREES:
+        levels = tuple(int(v) for v in mech.levels)  # type: ignore[attr-defined]
+        weights = tuple(float(w) for w in np.asarray(mech.weights))  # type: ignore[attr-defined]
+        values, exact = _tree_factors(levels, weights, _p(mech), events, min_sep, period_ticks)
+        value = values[events]
+        method = ("tree: exact program over the blocks" if exact else
+                  "tree: program over the blocks, an upper bound"
+                  + (" (decayed sums bounded by their packed maximum)" if _p(mech) < 1.0 else
+                     " (every period alignment covered by the unending stream)"))
+        return UserFactor(min(value, float(events) ** 2), exact, method)
     return UserFactor(float(events) ** 2, False, "bound: n² (triangle inequality)")
 
 
-#: pure-DP strategies whose every tick's column has the same L1 norm (n × is exact)
-_EQUAL_COLUMNS = frozenset({"naive", "naive-int", "tree", "binary-tree"})
+def _p(mech: object) -> float:
+    return float(getattr(mech, "p", 1.0))
+
+
+#: the tree strategies whose zCDP factor the block program gives (trees.py)
+_TREES = frozenset({"tree", "binary-tree"})
+
+
+def _tree_factors(levels: tuple[int, ...], weights: tuple[float, ...], p: float, events: int,
+                  min_sep: int, period_ticks: int) -> tuple[tuple[float, ...], bool]:
+    """The tree's zCDP factors for ``0 … events`` events and whether they are exact (the
+    program at ``p = 1`` over every period alignment). One run of the program gives every
+    count; the last (largest) run is kept, so the accountant's questions for smaller counts
+    cost nothing."""
+    key = (levels, weights, p, min_sep, period_ticks)
+    have = _TREE_CACHE.get(key)
+    if have is None or len(have[0]) <= events:
+        values, every_period = tree_period_norm_sq(levels, weights, p, events, min_sep,
+                                                   period_ticks, max_offsets=TREE_MAX_OFFSETS)
+        single = sum(w * w for w in weights)  # an event on a top block's last tick: every p^0
+        have = (tuple(float(v) / single for v in values), every_period and p == 1.0)
+        if len(_TREE_CACHE) > 64:
+            _TREE_CACHE.clear()
+        _TREE_CACHE[key] = have
+    return have
+
+
+_TREE_CACHE: dict[tuple[object, ...], tuple[tuple[float, ...], bool]] = {}
+
+
+#: at most this many period alignments (within a top block) are computed one by one; beyond,
+#: the unending stream's figure bounds them all (trees.tree_period_norm_sq)
+TREE_MAX_OFFSETS = 1024
 
 
 def year_periods(period_ticks: int, tick_seconds: float) -> int:
@@ -143,16 +200,16 @@ def year_periods(period_ticks: int, tick_seconds: float) -> int:
 
 
 def _layer_cost(phi: Callable[[int], UserFactor], total: int, cap: int) -> tuple[float, bool]:
-    """``⌊N/c⌋·φ(c) + φ(N mod c)`` and whether every φ used is exact."""
+    """The largest ``Σ φ(n_v)`` over splits of ``total`` events into nodes of at most ``cap``
+    each, and whether every φ used is exact. For a convex, superadditive φ (``n``, ``n²``, the
+    Toeplitz sum) that is ``⌊N/c⌋·φ(c) + φ(N mod c)``; the trees' program is not known to be
+    convex in the count, so every split is searched (an unbounded knapsack, O(N·c))."""
     c = min(cap, total)
-    full, rest = divmod(total, c)
-    f = phi(c)
-    value, exact = full * f.value, f.exact
-    if rest:
-        r = phi(rest)
-        value += r.value
-        exact = exact and r.exact
-    return value, exact
+    phis = [phi(j) for j in range(1, c + 1)]
+    best = [0.0] * (total + 1)
+    for m in range(1, total + 1):
+        best[m] = max(phis[j - 1].value + best[m - j] for j in range(1, min(c, m) + 1))
+    return best[total], all(f.exact for f in phis)
 
 
 @dataclass(frozen=True)
@@ -176,7 +233,8 @@ class UserAccountant:
             raise ValueError(f"tick_seconds must be a finite number > 0, got {self.tick_seconds!r}")
 
     def _phi(self, n: int) -> UserFactor:
-        return stream_factor(self.mech, n, self.bounds.min_separation_ticks)
+        return stream_factor(self.mech, n, self.bounds.min_separation_ticks,
+                             self.bounds.period_ticks)
 
     @property
     def per_stream(self) -> UserFactor:

@@ -243,13 +243,17 @@ def _brute_l1(m: np.ndarray, count: int, sep: int) -> float:
     return best
 
 
-@pytest.mark.parametrize(("name", "oracle", "exact"), [
-    ("naive", naive_oracle, True), ("tree", tree_oracle, True), ("fenwick-opt", fenwick_oracle,
-                                                                 False)])
+@pytest.mark.parametrize(("name", "oracle", "p", "exact"), [
+    ("naive", naive_oracle, 0.95, True), ("tree", tree_oracle, 1.0, True),
+    ("tree", tree_oracle, 0.95, None), ("fenwick-opt", fenwick_oracle, 0.95, False)])
 @pytest.mark.parametrize(("count", "sep"), [(2, 0), (3, 1), (3, 3)])
-def test_pure_stream_factor_against_brute_force(name: str, oracle: object, exact: bool,
-                                                count: int, sep: int) -> None:
-    mech = make_mechanism(name, 0.95, 15, PureDP(1.0))
+def test_pure_stream_factor_against_brute_force(name: str, oracle: object, p: float,
+                                                exact: bool | None, count: int, sep: int) -> None:
+    """``exact`` None: exact only when events may share a tick (a tree at p < 1 has its largest
+    column on a top block's last tick only)."""
+    if exact is None:
+        exact = sep == 0
+    mech = make_mechanism(name, p, 15, PureDP(1.0))
     m = _normalised(oracle, mech, 15)
     ratio = _brute_l1(m, count, sep) / float(np.abs(m).sum(axis=0).max())
     f = stream_factor(mech, count, sep)
@@ -278,8 +282,7 @@ def test_zcdp_toeplitz_factor_against_brute_force(name: str, p: float, count: in
     assert f.value == pytest.approx(brute, rel=1e-6)
 
 
-@pytest.mark.parametrize(("name", "oracle", "p"), [("tree", tree_oracle, 0.95),
-                                                   ("blt", blt_oracle, 1.0)])
+@pytest.mark.parametrize(("name", "oracle", "p"), [("blt", blt_oracle, 1.0)])
 @pytest.mark.parametrize(("count", "sep"), [(2, 1), (3, 2)])
 def test_zcdp_bound_where_no_closed_form(name: str, oracle: object, p: float, count: int,
                                          sep: int) -> None:
@@ -324,17 +327,20 @@ def _brute_total(domain: Domain, bounds: UserBounds, phi: object) -> float:
     UserBounds(max_events=5, period_ticks=10, max_streams=2, max_events_per_stream=2),
     UserBounds(max_events=3, period_ticks=10, min_separation_ticks=2),
 ])
-@pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)])
+@pytest.mark.parametrize(("privacy", "name"), [(PureDP(1.0), "tree"), (ZCDP(0.5), "sqrt"),
+                                               (ZCDP(0.5), "tree")])
 def test_period_total_against_brute_force_over_allocations(bounds: UserBounds,
-                                                           privacy: object) -> None:
+                                                           privacy: object, name: str) -> None:
     domain = Domain.from_paths(["a/x", "a/y", "a/z", "b/u", "b/v"])
-    mech = make_mechanism("sqrt" if isinstance(privacy, ZCDP) else "tree", 0.9, 15,
-                          privacy)  # type: ignore[arg-type]
+    # pure: a tree at p = 1 (n × is exact there); zCDP: sqrt (Toeplitz) and the tree program
+    mech = make_mechanism(name if isinstance(privacy, ZCDP) else "tree",
+                          0.9 if name == "sqrt" else 1.0, 15, privacy)  # type: ignore[arg-type]
     acc = UserAccountant(Accountant.for_domain(domain, privacy), bounds,  # type: ignore[arg-type]
                          layer_leaves(domain), mech, tick_seconds=60.0)
     total, exact = acc.period_factor()
     brute = _brute_total(domain, bounds,
-                         lambda c: stream_factor(mech, c, bounds.min_separation_ticks).value)
+                         lambda c: stream_factor(mech, c, bounds.min_separation_ticks,
+                                                 bounds.period_ticks).value)
     assert total >= brute * (1 - 1e-12)
     assert exact
     assert total == pytest.approx(brute, rel=1e-12)
@@ -377,3 +383,124 @@ def test_zcdp_year_bound_covers_every_multi_period_pattern() -> None:
 
 
 YEAR_SECONDS_FOR_THREE_PERIODS = 365 * 86_400 / 12
+
+
+# --- the trees' zCDP program (trees.py) ----------------------------------------------------------
+
+import math  # noqa: E402
+import types  # noqa: E402
+
+from stream_dp.strategies.tree._oracle import measurement_matrix as tree_rows  # noqa: E402
+from stream_dp.user_level.trees import tree_norm_sq, tree_period_norm_sq  # noqa: E402
+
+
+def _tree_window_brute(levels: tuple[int, ...], weights: tuple[float, ...], p: float,
+                       count: int, sep: int, start: int, length: int) -> float:
+    """Brute force over every pattern in the window, on the dense rows of *every* block the
+    window's ticks feed (blocks that complete after the window included: the dense matrix runs
+    to the end of the window's last top block)."""
+    top = 1 << levels[-1]
+    ticks = -(-(start + length) // top) * top
+    rows = tree_rows(types.SimpleNamespace(p=p, levels=levels, weights=weights), ticks)
+    return brute_force_norm_sq(rows[:, start:start + length], count, sep)
+
+
+_TREE_SHAPES = [((0, 1, 2, 3), (0.6, 0.5, 0.45, 0.4)), ((0, 2, 3), (0.7, 0.5, 0.5)),
+                ((0, 1, 3, 4), (0.3, 0.5, 0.6, 0.55)), ((0, 3), (1.0, 0.5))]
+
+
+@pytest.mark.parametrize(("levels", "weights"), _TREE_SHAPES)
+@pytest.mark.parametrize("count", [1, 2, 3, 4])
+@pytest.mark.parametrize("sep", [1, 2, 3, 5, 7])
+def test_tree_program_is_exact_at_p1(levels: tuple[int, ...], weights: tuple[float, ...],
+                                     count: int, sep: int) -> None:
+    """p = 1: the program equals the brute force over every pattern, for windows at every kind
+    of alignment (inside one top block, across two, cut mid-block on both sides)."""
+    top = 1 << levels[-1]
+    for start, length in ((0, top), (0, 13), (3, 11), (top - 5, 9), (1, 2 * top - 3)):
+        if length > 24 or (count > 3 and length > 16):
+            continue
+        want = _tree_window_brute(levels, weights, 1.0, count, sep, start, length)
+        got = tree_norm_sq(levels, weights, 1.0, count, sep, start, length)
+        assert got == pytest.approx(want, rel=1e-12, abs=1e-12), (start, length)
+
+
+@given(st.sampled_from(_TREE_SHAPES), st.integers(1, 4), st.integers(1, 6), st.integers(0, 20),
+       st.integers(1, 14), st.sampled_from([0.5, 0.8, 0.97]))
+def test_tree_program_bounds_decayed_trees(shape: tuple[tuple[int, ...], tuple[float, ...]],
+                                           count: int, sep: int, start: int, length: int,
+                                           p: float) -> None:
+    """p < 1: never below the brute force (the program is reported as a bound there)."""
+    levels, weights = shape
+    want = _tree_window_brute(levels, weights, p, count, sep, start, length)
+    assert tree_norm_sq(levels, weights, p, count, sep, start, length) >= want * (1 - 1e-12)
+
+
+def test_tree_program_spacing_is_not_off_by_one() -> None:
+    """Four events in a window cut mid-block on both sides (ticks 5 … 20 of 16-tick top
+    blocks): the brute-force maxima for b = 1 … 7 all differ, and the program gives exactly the
+    one at b: a program that confused "b apart" with "b − 1" or "b + 1 apart" (inside a block
+    or across a block boundary) fails."""
+    levels, weights = (0, 1, 2, 3), (0.6, 0.5, 0.45, 0.4)
+    brute = {b: _tree_window_brute(levels, weights, 1.0, 4, b, 5, 16) for b in range(1, 8)}
+    assert len(set(brute.values())) == 7, brute
+    for b in range(1, 8):
+        assert tree_norm_sq(levels, weights, 1.0, 4, b, 5, 16) == pytest.approx(
+            brute[b], rel=1e-12)
+
+
+@pytest.mark.parametrize(("count", "sep"), [(2, 1), (3, 2), (3, 9), (4, 3)])
+def test_tree_unending_stream(count: int, sep: int) -> None:
+    """``length = 0`` (a period as long as the epoch): equal to the brute force over a long
+    window, which no longer window exceeds (p = 1, exact)."""
+    levels, weights = (0, 1, 2), (0.6, 0.6, 0.5)
+    got = tree_norm_sq(levels, weights, 1.0, count, sep)
+    long = _tree_window_brute(levels, weights, 1.0, count, sep, 0, 20)
+    assert got == pytest.approx(long, rel=1e-12)
+    assert got == pytest.approx(_tree_window_brute(levels, weights, 1.0, count, sep, 3, 21),
+                                rel=1e-12) or got > _tree_window_brute(
+        levels, weights, 1.0, count, sep, 3, 21)
+
+
+def _period_brute(levels: tuple[int, ...], weights: tuple[float, ...], p: float, count: int,
+                  sep: int, period: int) -> float:
+    """The largest brute force over the periods ``[P·T, (P+1)·T)`` of one whole cycle of
+    alignments (P < top block / gcd(T, top block))."""
+    top = 1 << levels[-1]
+    cycle = top // math.gcd(period, top)
+    return max(_tree_window_brute(levels, weights, p, count, sep, q * period, period)
+               for q in range(cycle))
+
+
+@pytest.mark.parametrize("name", ["tree", "binary-tree"])
+@pytest.mark.parametrize(("count", "sep", "period"), [
+    (2, 1, 5), (2, 2, 8), (3, 2, 6), (3, 3, 12), (2, 5, 7), (3, 1, 16), (2, 4, 3)])
+def test_tree_stream_factor_against_brute_force(name: str, count: int, sep: int,
+                                                period: int) -> None:
+    """The shipped trees at p = 1 (top blocks of at most 16 ticks): the zCDP factor is exact over every
+    period alignment and equals the brute force; at p = 0.9 it is a bound, never below it."""
+    for p in (1.0, 0.9):
+        mech = make_mechanism(name, p, 15, ZCDP(0.5))
+        levels = tuple(int(v) for v in mech.levels)  # type: ignore[attr-defined]
+        weights = tuple(float(w) for w in mech.weights)  # type: ignore[attr-defined]
+        assert 1 << levels[-1] <= 16  # the brute force stays small
+        f = stream_factor(mech, count, sep, period_ticks=period)
+        brute = _period_brute(levels, weights, p, count, sep, period) / sum(
+            w * w for w in weights)
+        assert f.exact is (p == 1.0)
+        assert f.value >= brute * (1 - 1e-12)
+        if p == 1.0:
+            assert f.value == pytest.approx(brute, rel=1e-12)
+            assert f.value < count ** 2  # tighter than the old n² bound
+
+
+def test_tree_many_alignments_fall_back_to_a_bound() -> None:
+    """More alignments than computed one by one: the unending stream bounds every period and
+    the figure says it is not exact."""
+    levels, weights = (0, 1, 2, 3), (0.6, 0.5, 0.45, 0.4)
+    exact, every = tree_period_norm_sq(levels, weights, 1.0, 3, 2, period_ticks=5)
+    assert every
+    bound, every = tree_period_norm_sq(levels, weights, 1.0, 3, 2, period_ticks=5, max_offsets=2)
+    assert not every and (bound >= exact * (1 - 1e-12)).all()
+    for c in (1, 2, 3):  # one value per count: at most c events
+        assert exact[c] == pytest.approx(_period_brute(levels, weights, 1.0, c, 2, 5), rel=1e-12)
