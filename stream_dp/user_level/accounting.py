@@ -37,6 +37,9 @@ release as a whole the sum over its layers.
 **A year** of ``Y`` periods: pure DP adds (``Y`` × the period's total, group privacy over the
 year). Under zCDP the periods share one mechanism, so cross-period terms appear: for the Toeplitz
 strategies they are bounded through ``G`` at the smallest distance two periods' events can have;
+for the trees no measurement spans two top blocks, so the year is a sum over top blocks
+(``Y ×`` the period when a top block never straddles two periods; else the number of top blocks
+a year touches times one top block's worst case with the events of every period it overlaps);
 otherwise the bound treats the year's ``Y·N`` events as one group (``(Y·N)²``), said as such.
 
 >>> from stream_dp.budget import ZCDP, PureDP
@@ -63,7 +66,7 @@ from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.domain import Domain
 from stream_dp.user_level.bounds import UserBounds
-from stream_dp.user_level.trees import tree_period_norm_sq
+from stream_dp.user_level.trees import tree_block_values, tree_period_norm_sq
 
 __all__ = ["UserAccountant", "UserFactor", "layer_leaves", "stream_factor", "year_periods"]
 
@@ -186,6 +189,9 @@ def _tree_factors(levels: tuple[int, ...], weights: tuple[float, ...], p: float,
 _TREE_CACHE: dict[tuple[object, ...], tuple[tuple[float, ...], bool]] = {}
 
 
+#: the year's program on one top block runs when (events × min(b, top block)) is at most this
+TREE_YEAR_WORK = 4096
+
 #: at most this many period alignments (within a top block) are computed one by one; beyond,
 #: the unending stream's figure bounds them all (trees.tree_period_norm_sq)
 TREE_MAX_OFFSETS = 1024
@@ -261,6 +267,8 @@ class UserAccountant:
         period, exact = self.period_factor()
         if y == 1 or isinstance(self.event.per_node, PureDP):
             return y * period, exact
+        if getattr(self.mech, "name", "") in _TREES:
+            return self._tree_year(y, period, exact)
         g = _toeplitz_autocorrelation(self.mech)
         n, t, b = self.events_per_period, self.bounds.period_ticks, self.bounds.min_separation_ticks
         if g is None:
@@ -268,6 +276,41 @@ class UserAccountant:
         # cross terms of two periods d apart: n² pairs at distance ≥ max(b, (d−1)·T + 1), per layer
         cross = sum((y - d) * g(max(b, (d - 1) * t + 1)) for d in range(1, y))
         return y * period + 2.0 * self.event.nodes_touched * n * n * cross / g(0), False
+
+    def _tree_year(self, y: int, period: float, period_exact: bool) -> tuple[float, bool]:
+        """A tree's year under zCDP. No measurement spans two top blocks (``B`` ticks), so the
+        year's ``‖L x‖²`` is a sum over top blocks. When ``B`` divides the period, every top
+        block lies in one period: the year is at most ``Y ×`` the period (exact when the period
+        is and ``b ≤ 1``: then the periods' patterns do not constrain each other). Otherwise a
+        top block overlaps at most ``u = ⌈(B − 1)/T⌉ + 1`` periods, so it holds at most ``u``
+        periods' events, and a year touches at most ``Q = ⌈(Y·T − 1)/B⌉ + 1`` top blocks: the
+        year is at most ``Q ×`` the layers' cost of one top block with ``u·N`` events (the
+        program on one top block's window, or ``j²`` where the program would be too long)."""
+        b, t = self.bounds.min_separation_ticks, self.bounds.period_ticks
+        levels = tuple(int(v) for v in self.mech.levels)  # type: ignore[attr-defined]
+        weights = tuple(float(w) for w in np.asarray(self.mech.weights))  # type: ignore[attr-defined]
+        top = 1 << levels[-1]
+        if t % top == 0:
+            return y * period, period_exact and b <= 1
+        u = -(-(top - 1) // t) + 1
+        q = -(-(y * t - 1) // top) + 1
+        most = u * self.events_per_period
+        single = sum(w * w for w in weights)
+        if b >= 1 and most * min(b, top) <= TREE_YEAR_WORK:
+            values = tree_block_values(levels, weights, self.mech.p, most, b)  # type: ignore[attr-defined]
+            table = [float(v) / single for v in values]
+        else:
+            table = [float(j * j) for j in range(most + 1)]
+
+        def phi(j: int) -> UserFactor:
+            return UserFactor(table[j], False, "one top block")
+
+        total = 0.0
+        for leaves in self.layer_leaves:
+            value, _ = _layer_cost(phi, most, u * self.bounds.per_node_events(leaves))
+            total += value
+        return min(q * total, float(self.event.nodes_touched * (y * self.events_per_period) ** 2)
+                   ), False
 
     def _scaled(self, factor: float) -> Privacy:
         per = self.event.per_node

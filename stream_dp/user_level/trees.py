@@ -47,7 +47,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-__all__ = ["tree_cost", "tree_norm_sq", "tree_period_norm_sq"]
+__all__ = ["tree_block_values", "tree_cost", "tree_norm_sq", "tree_period_norm_sq"]
 
 Float64Array = NDArray[np.float64]
 _NEG = -math.inf
@@ -250,6 +250,15 @@ def tree_norm_sq(levels: Sequence[int], weights: Sequence[float], p: float, coun
     if length == 0:
         return float(prog.window(0, prog.top * _top_blocks_infinite(count, min_sep, prog.top))[-1])
     return float(prog.window(start, start + length)[-1])
+
+
+def tree_block_values(levels: Sequence[int], weights: Sequence[float], p: float, count: int,
+                      min_sep: int) -> Float64Array:
+    """:func:`tree_norm_sq` on one top block's window, for every count ``0 … count`` (the
+    yearly figure's building block)."""
+    _check(levels, weights, p, count, min_sep)
+    prog = _Program(levels, weights, p, count, min_sep)
+    return prog.window(0, prog.top)
 
 
 def tree_period_norm_sq(levels: Sequence[int], weights: Sequence[float], p: float, count: int,

@@ -504,3 +504,49 @@ def test_tree_many_alignments_fall_back_to_a_bound() -> None:
     assert not every and (bound >= exact * (1 - 1e-12)).all()
     for c in (1, 2, 3):  # one value per count: at most c events
         assert exact[c] == pytest.approx(_period_brute(levels, weights, 1.0, c, 2, 5), rel=1e-12)
+
+
+# --- the trees' year -------------------------------------------------------------------------------
+
+
+def _year_brute(mech: object, per_period: int, sep: int, period: int, years: int) -> float:
+    """max ‖L x‖² / largest column over every pattern of a year of ``years`` periods: at most
+    ``per_period`` events in each, any two ``sep`` apart (across period boundaries too)."""
+    levels = tuple(int(v) for v in mech.levels)  # type: ignore[attr-defined]
+    weights = tuple(float(w) for w in mech.weights)  # type: ignore[attr-defined]
+    top = 1 << levels[-1]
+    ticks = years * period
+    rows = tree_rows(types.SimpleNamespace(p=mech.p, levels=levels, weights=weights),  # type: ignore[attr-defined]
+                     -(-ticks // top) * top)[:, :ticks]
+    best = 0.0
+    for k in range(1, years * per_period + 1):
+        for pick in itertools.combinations(range(ticks), k):
+            if any(b - a < sep for a, b in itertools.pairwise(pick)):
+                continue
+            if any(sum(1 for t in pick if t // period == q) > per_period for q in range(years)):
+                continue
+            y = rows[:, list(pick)].sum(axis=1)
+            best = max(best, float(y @ y))
+    return best / sum(w * w for w in weights)
+
+
+@pytest.mark.parametrize(("period", "sep", "exact"), [
+    (4, 1, True),    # top blocks of 4 ticks inside each period, distinct ticks: Y × the period
+    (4, 2, False),   # the same, two ticks apart: Y × the period bounds it
+    (3, 1, False),   # top blocks straddle periods: top blocks × one block's worst case
+    (3, 2, False),
+])
+def test_tree_year_against_brute_force(period: int, sep: int, exact: bool) -> None:
+    mech = make_mechanism("tree", 1.0, 7, ZCDP(0.5))
+    assert 1 << mech.levels[-1] == 4  # type: ignore[attr-defined]
+    b = UserBounds(max_events=2, period_ticks=period, min_separation_ticks=sep)
+    acc = UserAccountant(Accountant.for_domain(Domain.flat(["a"]), ZCDP(0.5)), b, (1,), mech,
+                         tick_seconds=365 * 86_400 / (3 * period))
+    assert year_periods(period, acc.tick_seconds) == 3
+    year, is_exact = acc.year_factor()
+    brute = _year_brute(mech, 2, sep, period, 3)
+    assert is_exact is exact
+    assert year >= brute * (1 - 1e-12)
+    assert year < (3 * 2) ** 2  # below the old (Y·N)² bound
+    if exact:
+        assert year == pytest.approx(brute, rel=1e-12)
