@@ -316,8 +316,24 @@ class UserAccountant:
         per = self.event.per_node
         return PureDP(per.value * factor) if isinstance(per, PureDP) else ZCDP(per.value * factor)
 
-    def summary(self) -> list[str]:
-        """Human-readable lines for ``stream-dp plan`` and the worker's start-up log."""
+    def figures(self) -> dict[str, dict[str, object]]:
+        """The per-person figures (``stream``, ``period``, ``year``) as budgets with their factor
+        over the per-node budget and whether each is exact (``stream-dp plan --format json``)."""
+        stream = self.per_stream
+        total, exact = self.period_factor()
+        year, year_exact = self.year_factor()
+        out: dict[str, dict[str, object]] = {}
+        for key, factor, ok, method in (("stream", stream.value, stream.exact, stream.method),
+                                        ("period", total, exact, "sum over the layers"),
+                                        ("year", year, year_exact, "composition over the year")):
+            out[key] = {"factor": factor, "privacy": self._scaled(factor).as_dict(),
+                        "exact": ok, "method": method}
+        out["year"]["periods"] = year_periods(self.bounds.period_ticks, self.tick_seconds)
+        return out
+
+    def summary(self, delta: float | None = None) -> list[str]:
+        """Human-readable lines for ``stream-dp plan`` and the worker's start-up log; under
+        zCDP with ``delta``, each per-person ρ also as the (ε, δ)-DP it implies."""
         b = self.bounds
         sym = "ε" if isinstance(self.event.per_node, PureDP) else "ρ"
         period = (f"{b.period_ticks} ticks ({_duration(b.period_ticks * self.tick_seconds)})"
@@ -332,17 +348,27 @@ class UserAccountant:
             knobs.append(f"k = {b.max_events_per_stream} per stream")
         if b.min_separation_ticks:
             knobs.append(f"b = {b.min_separation_ticks} ticks apart")
-        bound = "" if exact else " (an upper bound)"
+
+        def shown(factor: float) -> str:
+            budget = self._scaled(factor)
+            text = f"{sym} = {_fmt(budget.value)}"
+            if isinstance(budget, ZCDP) and delta is not None:
+                text += f" (ε = {_fmt(budget.to_approx_dp(delta))} at δ = {delta:g})"
+            return text
+
+        def kind(ok: bool) -> str:
+            return "exact" if ok else "an upper bound"
+
         return [
             "unit of privacy:         one person",
             f"period:                  {period}",
             f"bounds per period:       {', '.join(knobs)}",
-            f"per released stream:     {sym} = {_fmt(self._scaled(stream.value).value)} per person "
-            f"per period ({stream.method}){'' if stream.exact else ', an upper bound'}",
-            f"total per person:        {sym} = {_fmt(self._scaled(total).value)} per period{bound}",
-            f"over a year:             {sym} = {_fmt(self._scaled(year).value)} "
-            f"({year_periods(b.period_ticks, self.tick_seconds)} periods"
-            f"{'' if year_exact else ', an upper bound'})",
+            f"per released stream:     {shown(stream.value)} per person per period "
+            f"({stream.method}; {kind(stream.exact)})",
+            f"total per person:        {shown(total)} per period, over every node a person "
+            f"reaches ({kind(exact)})",
+            f"over a year:             {shown(year)} "
+            f"({year_periods(b.period_ticks, self.tick_seconds)} periods; {kind(year_exact)})",
         ]
 
 
@@ -353,7 +379,8 @@ def _fmt(x: float) -> str:
 def _duration(seconds: float) -> str:
     for unit, size in (("days", 86_400.0), ("hours", 3_600.0), ("minutes", 60.0)):
         if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g} {unit}"
+            count = seconds / size
+            return f"{count:g} {unit if count != 1 else unit[:-1]}"
     return f"{seconds:g} s"
 
 

@@ -354,8 +354,8 @@ def test_year_figures() -> None:
                           make_mechanism("tree", 0.99, 1023, PureDP(0.1)), 60.0)
     assert pure.year_factor() == (365 * 10.0, True)
     lines = pure.summary()
-    assert any("ε = 1 per person per period" in line for line in lines), lines
-    assert any("ε = 365 (365 periods)" in line for line in lines), lines
+    assert any("ε = 1 per person per period" in line and "exact" in line for line in lines), lines
+    assert any("ε = 365 (365 periods; exact)" in line for line in lines), lines
 
 
 def test_zcdp_year_bound_covers_every_multi_period_pattern() -> None:
