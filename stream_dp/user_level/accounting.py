@@ -20,8 +20,9 @@ every such pattern:
   as small as any pattern allows: ``Σ_{a,a'<n} G(|a−a'|·b) / G(0)`` — exact;
 * zCDP, trees (``tree``, ``binary-tree``), ``b ≥ 1``: the program over the blocks of
   :mod:`stream_dp.user_level.trees`, maximised over every alignment a period can have within a
-  top block — exact at ``p = 1``; at ``p < 1`` an upper bound (each block's decayed sum bounded
-  by its packed maximum), and also an upper bound when a period has more than
+  top block — exact at ``p = 1``, and at ``p < 1`` while the Pareto sets of the decayed block
+  sums stay small (:mod:`stream_dp.user_level.trees_decayed`); otherwise an upper bound (each
+  block's decayed sum bounded by its packed maximum), as when a period has more than
   :data:`TREE_MAX_OFFSETS` alignments (the unending stream then stands for all of them);
 * zCDP otherwise (``tree-ls``, ``blt`` at ``p = 1`` with its column scales): ``n²``, the
   triangle inequality's bound, reported as not exact.
@@ -151,10 +152,9 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
         weights = tuple(float(w) for w in np.asarray(mech.weights))  # type: ignore[attr-defined]
         values, exact = _tree_factors(levels, weights, _p(mech), events, min_sep, period_ticks)
         value = values[events]
-        method = ("tree: exact program over the blocks" if exact else
-                  "tree: program over the blocks, an upper bound"
-                  + (" (decayed sums bounded by their packed maximum)" if _p(mech) < 1.0 else
-                     " (every period alignment covered by the unending stream)"))
+        method = ("tree: program over the blocks" if exact else
+                  "tree: program over the blocks, bounded (decayed sums by their packed maximum, "
+                  "or every period alignment by the unending stream)")
         return UserFactor(min(value, float(events) ** 2), exact, method)
     return UserFactor(float(events) ** 2, False, "bound: n² (triangle inequality)")
 
@@ -169,17 +169,18 @@ _TREES = frozenset({"tree", "binary-tree"})
 
 def _tree_factors(levels: tuple[int, ...], weights: tuple[float, ...], p: float, events: int,
                   min_sep: int, period_ticks: int) -> tuple[tuple[float, ...], bool]:
-    """The tree's zCDP factors for ``0 … events`` events and whether they are exact (the
-    program at ``p = 1`` over every period alignment). One run of the program gives every
+    """The tree's zCDP factors for ``0 … events`` events and whether they are exact (an exact
+    program over every period alignment: always at ``p = 1``; at ``p < 1`` while the Pareto
+    sets stay small). One run of the program gives every
     count; the last (largest) run is kept, so the accountant's questions for smaller counts
     cost nothing."""
     key = (levels, weights, p, min_sep, period_ticks)
     have = _TREE_CACHE.get(key)
     if have is None or len(have[0]) <= events:
-        values, every_period = tree_period_norm_sq(levels, weights, p, events, min_sep,
-                                                   period_ticks, max_offsets=TREE_MAX_OFFSETS)
+        values, exact = tree_period_norm_sq(levels, weights, p, events, min_sep, period_ticks,
+                                            max_offsets=TREE_MAX_OFFSETS)
         single = sum(w * w for w in weights)  # an event on a top block's last tick: every p^0
-        have = (tuple(float(v) / single for v in values), every_period and p == 1.0)
+        have = (tuple(float(v) / single for v in values), exact)
         if len(_TREE_CACHE) > 64:
             _TREE_CACHE.clear()
         _TREE_CACHE[key] = have

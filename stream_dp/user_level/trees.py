@@ -23,7 +23,9 @@ share any measurement, so the window's top blocks are chained with the state ``(
 **Exactness.** At ``p = 1``, ``s_v`` is the number of events in ``v``: ``σ(c) = c`` and the
 program is exact. At ``p < 1`` it uses ``σ(c) = Σ_{k<c} p^(k·b)``, the largest decayed sum of
 ``c`` events ``b`` apart in one block (all packed against its end): every ``s_v ≤ σ(c_v)``, so the
-result is a valid upper bound, reported as not exact.
+result is a valid upper bound, reported as not exact. :func:`tree_period_norm_sq` first tries the
+exact program of :mod:`.trees_decayed` (Pareto sets of the decayed sums) and uses this bound only
+when those sets grow too large.
 
 **Cost.** Combining two blocks is a (max, +) product over the boundary offsets:
 ``O(c_max² · β³)`` with ``β = min(b, block size)`` and ``c_max = min(n, ⌈size / b⌉)``; a
@@ -42,10 +44,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from stream_dp.user_level.trees_decayed import DecayedProgram, TooLong
 
 __all__ = ["tree_block_values", "tree_cost", "tree_norm_sq", "tree_period_norm_sq"]
 
@@ -261,24 +266,53 @@ def tree_block_values(levels: Sequence[int], weights: Sequence[float], p: float,
     return prog.window(0, prog.top)
 
 
+#: the exact p < 1 program gives up (falling back to the bound) past this many Pareto pairs
+#: (about a second of work)
+DECAYED_MAX_PAIRS = 400_000
+
+
 def tree_period_norm_sq(levels: Sequence[int], weights: Sequence[float], p: float, count: int,
-                        min_sep: int, period_ticks: int, max_offsets: int = 64
-                        ) -> tuple[Float64Array, bool]:
-    """``(values, over_every_period)``: for ``c = 0 … count`` events,
-    :func:`tree_norm_sq` maximised over the periods of
-    ``period_ticks`` ticks (period ``P`` covers 0-based ticks ``[P·T, (P+1)·T)``; ``0``: the
-    infinite stream). A period's value depends only on where it starts within a top block of
-    ``B`` ticks, i.e. on ``P·T mod B``, which takes every multiple of ``gcd(T, B)``: with at
-    most ``max_offsets`` of them each is computed (``True``: the maximum over every period);
-    otherwise the infinite stream with at most ``⌊(T − 1)/b⌋ + 1`` events (as many as fit in a
-    period) stands for every period — a valid upper bound (``False``)."""
+                        min_sep: int, period_ticks: int, max_offsets: int = 64,
+                        max_pairs: int = DECAYED_MAX_PAIRS) -> tuple[Float64Array, bool]:
+    """``(values, exact)``: for ``c = 0 … count`` events, the largest ``‖L x‖²`` over the
+    periods of ``period_ticks`` ticks (period ``P`` covers 0-based ticks ``[P·T, (P+1)·T)``;
+    ``0``: the infinite stream).
+
+    A period's value depends only on where it starts within a top block of ``B`` ticks, i.e. on
+    ``P·T mod B``, which takes every multiple of ``gcd(T, B)``: with at most ``max_offsets`` of
+    them each is computed; otherwise the infinite stream with at most ``⌊(T − 1)/b⌋ + 1``
+    events (as many as fit in a period) stands for every period — a valid upper bound. At
+    ``p < 1`` the exact program of :mod:`.trees_decayed` runs first (Pareto sets of the decayed
+    block sums), unless its sets grow past ``max_pairs`` pairs; then the count program with
+    the packed bound on each block's sum does. ``exact`` is True when every period alignment
+    was computed by an exact program."""
     _check(levels, weights, p, count, min_sep)
-    prog = _Program(levels, weights, p, count, min_sep)
+    if isinstance(period_ticks, bool) or not isinstance(period_ticks, int) or period_ticks < 0:
+        raise ValueError(f"period_ticks must be an integer >= 0, got {period_ticks!r}")
+    if p < 1.0:
+        try:
+            def decayed(n: int) -> DecayedProgram:
+                return DecayedProgram(levels, weights, p, n, min_sep, max_pairs=max_pairs)
+
+            values, every = _over_periods(decayed, count, min_sep, period_ticks, max_offsets)
+            if every:
+                return values, True
+        except TooLong:
+            pass
+
+    def counted(n: int) -> _Program:
+        return _Program(levels, weights, p, n, min_sep)
+
+    values, every = _over_periods(counted, count, min_sep, period_ticks, max_offsets)
+    return values, every and p == 1.0
+
+
+def _over_periods(make: Callable[[int], Any], count: int, min_sep: int, period_ticks: int,
+                  max_offsets: int) -> tuple[Float64Array, bool]:
+    prog = make(count)
     top = prog.top
     if period_ticks == 0:
         return prog.window(0, top * _top_blocks_infinite(count, min_sep, top)), True
-    if isinstance(period_ticks, bool) or not isinstance(period_ticks, int) or period_ticks < 0:
-        raise ValueError(f"period_ticks must be an integer >= 0, got {period_ticks!r}")
     g = math.gcd(period_ticks, top)
     if top // g <= max_offsets:
         best = np.zeros(count + 1)
@@ -286,6 +320,5 @@ def tree_period_norm_sq(levels: Sequence[int], weights: Sequence[float], p: floa
             np.maximum(best, prog.window(o, o + period_ticks), out=best)
         return best, True
     fit = min(count, (period_ticks - 1) // min_sep + 1)
-    inf = _Program(levels, weights, p, fit, min_sep).window(
-        0, top * _top_blocks_infinite(fit, min_sep, top))
+    inf = make(fit).window(0, top * _top_blocks_infinite(fit, min_sep, top))
     return np.concatenate([inf, np.full(count - fit, inf[-1])]), False

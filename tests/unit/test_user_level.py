@@ -477,8 +477,9 @@ def _period_brute(levels: tuple[int, ...], weights: tuple[float, ...], p: float,
     (2, 1, 5), (2, 2, 8), (3, 2, 6), (3, 3, 12), (2, 5, 7), (3, 1, 16), (2, 4, 3)])
 def test_tree_stream_factor_against_brute_force(name: str, count: int, sep: int,
                                                 period: int) -> None:
-    """The shipped trees at p = 1 (top blocks of at most 16 ticks): the zCDP factor is exact over every
-    period alignment and equals the brute force; at p = 0.9 it is a bound, never below it."""
+    """The shipped trees (top blocks of at most 16 ticks): the zCDP factor is exact over every
+    period alignment and equals the brute force, at p = 1 (counts) and at p = 0.9 (the Pareto
+    program of the decayed sums)."""
     for p in (1.0, 0.9):
         mech = make_mechanism(name, p, 15, ZCDP(0.5))
         levels = tuple(int(v) for v in mech.levels)  # type: ignore[attr-defined]
@@ -487,11 +488,10 @@ def test_tree_stream_factor_against_brute_force(name: str, count: int, sep: int,
         f = stream_factor(mech, count, sep, period_ticks=period)
         brute = _period_brute(levels, weights, p, count, sep, period) / sum(
             w * w for w in weights)
-        assert f.exact is (p == 1.0)
+        assert f.exact
         assert f.value >= brute * (1 - 1e-12)
-        if p == 1.0:
-            assert f.value == pytest.approx(brute, rel=1e-12)
-            assert f.value < count ** 2  # tighter than the old n² bound
+        assert f.value == pytest.approx(brute, rel=1e-12)
+        assert f.value < count ** 2  # tighter than the old n² bound
 
 
 def test_tree_many_alignments_fall_back_to_a_bound() -> None:
@@ -550,3 +550,47 @@ def test_tree_year_against_brute_force(period: int, sep: int, exact: bool) -> No
     assert year < (3 * 2) ** 2  # below the old (Y·N)² bound
     if exact:
         assert year == pytest.approx(brute, rel=1e-12)
+
+
+# --- the trees at p < 1, exactly (trees_decayed.py) ---------------------------------------------
+
+from stream_dp.user_level.trees_decayed import DecayedProgram, TooLong  # noqa: E402
+
+
+@given(st.sampled_from(_TREE_SHAPES), st.integers(1, 4), st.integers(1, 6), st.integers(0, 20),
+       st.integers(1, 14), st.sampled_from([0.3, 0.5, 0.8, 0.97]))
+def test_decayed_program_is_exact(shape: tuple[tuple[int, ...], tuple[float, ...]], count: int,
+                                  sep: int, start: int, length: int, p: float) -> None:
+    """p < 1: the Pareto program equals the brute force over every pattern (dense rows of every
+    block the window feeds), and the count program with packed sums never falls below it."""
+    levels, weights = shape
+    want = _tree_window_brute(levels, weights, p, count, sep, start, length)
+    got = DecayedProgram(levels, weights, p, count, sep).window(start, start + length)
+    assert got[-1] == pytest.approx(want, rel=1e-12, abs=1e-12)
+    for c in range(1, count):  # one value per count: at most c events
+        assert got[c] == pytest.approx(
+            _tree_window_brute(levels, weights, p, c, sep, start, length), rel=1e-12, abs=1e-12)
+    assert tree_norm_sq(levels, weights, p, count, sep, start, length) >= want * (1 - 1e-12)
+
+
+def test_decayed_spacing_is_not_off_by_one() -> None:
+    """As at p = 1: the brute-force maxima for b = 1 … 7 differ, the program gives the one at b."""
+    levels, weights = (0, 1, 2, 3), (0.6, 0.5, 0.45, 0.4)
+    brute = {b: _tree_window_brute(levels, weights, 0.8, 4, b, 5, 16) for b in range(1, 8)}
+    assert len(set(brute.values())) == 7, brute
+    for b in range(1, 8):
+        got = DecayedProgram(levels, weights, 0.8, 4, b).window(5, 21)[-1]
+        assert got == pytest.approx(brute[b], rel=1e-12)
+
+
+def test_decayed_program_gives_up_past_its_work_limit() -> None:
+    """Pareto sets past the limit: TooLong, and the period figure falls back to the bound,
+    reported as not exact and never below the exact one."""
+    levels, weights = (0, 1, 2, 3), (0.6, 0.5, 0.45, 0.4)
+    with pytest.raises(TooLong):
+        DecayedProgram(levels, weights, 0.8, 4, 2, max_pairs=10).window(0, 32)
+    exact, ok = tree_period_norm_sq(levels, weights, 0.8, 4, 2, period_ticks=16)
+    bound, bounded = tree_period_norm_sq(levels, weights, 0.8, 4, 2, period_ticks=16,
+                                         max_pairs=10)
+    assert ok and not bounded
+    assert (bound >= exact * (1 - 1e-12)).all()
