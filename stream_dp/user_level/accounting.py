@@ -7,11 +7,13 @@ from :class:`~stream_dp.user_level.bounds.UserBounds`), ``b`` ticks apart or, wi
 several in one tick. :func:`stream_factor` is the multiple of the per-event budget that covers
 every such pattern:
 
-* pure DP: ``n`` — each event moves the measurements by at most the largest column L1 norm, so
-  ``n`` events by at most ``n`` times it (group privacy); exact when ``n`` events can all sit
-  on a column of the largest norm: naive, and the trees at ``p = 1`` or ``b = 0`` (at ``p < 1``
-  only a top block's last tick has it, so ``b ≥ 1`` makes ``n`` an upper bound), an upper
-  bound otherwise;
+* pure DP: with ``b ≥ 1`` and measurements ``≥ 0`` whose column norms repeat with a fixed cycle
+  (the trees; the Fenwick strategies at ``p < 1``), ``‖M x‖₁ = Σ x_j ‖M e_j‖₁`` and the exact
+  factor is the best ``b``-spaced sum of the column L1 norms within a period over the largest
+  norm (VecSens; :func:`periodic_spaced_sum`, every period alignment); otherwise ``n`` — each
+  event moves the measurements by at most the largest column L1 norm, so ``n`` events by at most
+  ``n`` times it (group privacy) — exact when ``n`` events can all sit on a column of the
+  largest norm (naive; any strategy at ``b = 0``), an upper bound otherwise;
 * zCDP, ``b = 0``: ``n²`` — exact (all ``n`` events in the tick of the largest column);
 * zCDP, Toeplitz strategies (``sqrt``; ``blt`` with ``p < 1``) whose coefficients are
   non-negative and non-increasing (checked): the autocorrelation ``G(d) = Σ_k c_k c_{k+d}`` of the
@@ -67,6 +69,7 @@ from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.domain import Domain
 from stream_dp.user_level.bounds import UserBounds
+from stream_dp.user_level.sensitivity import max_spaced_sum
 from stream_dp.user_level.trees import tree_block_values, tree_period_norm_sq
 
 __all__ = ["UserAccountant", "UserFactor", "layer_leaves", "stream_factor", "year_periods"]
@@ -137,9 +140,15 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
         return UserFactor(1.0, True, "one event")
     name = getattr(mech, "name", "")
     if isinstance(privacy, PureDP):
+        cycle = _column_cycle(mech) if min_sep > 0 else None
+        if cycle is not None:
+            value = periodic_spaced_sum(cycle, events, min_sep, period_ticks)
+            if value is not None:
+                return UserFactor(value / float(cycle.max()), True,
+                                  "the best b-spaced sum of the column L1 norms (VecSens)")
         # n × the largest column: exact when n events can all sit on a largest column — every
         # column is one (naive; trees at p = 1), or several events may share a tick (b = 0)
-        exact = name in ("naive", "naive-int") or (name in _TREES and (min_sep == 0 or _p(mech) == 1.0))
+        exact = min_sep == 0 or name in ("naive", "naive-int")
         return UserFactor(float(events), exact, "group privacy: n × the largest column L1 norm")
     if min_sep == 0:
         return UserFactor(float(events) ** 2, True, "n events in one tick: n²")
@@ -157,6 +166,57 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
                   "or every period alignment by the unending stream)")
         return UserFactor(min(value, float(events) ** 2), exact, method)
     return UserFactor(float(events) ** 2, False, "bound: n² (triangle inequality)")
+
+
+def _column_cycle(mech: object) -> Float64Array | None:
+    """The column L1 norms of ``mech``'s measurements over one cycle of its structure, where
+    they repeat with a fixed cycle and every measurement is ≥ 0 (then ``‖L x‖₁ = Σ x_j ‖L e_j‖₁``
+    and the spaced sum of these norms is exact): a tree's top block (tick ``r`` of it feeds level
+    ``i``'s block ending at ``⌈(r+1)/s_i⌉·s_i − 1`` with weight ``w_i p^(end − r)``), a Fenwick
+    strategy's epoch at ``p < 1`` (every epoch alike). Else None."""
+    name = getattr(mech, "name", "")
+    p = _p(mech)
+    if name in _TREES:
+        levels = [int(v) for v in mech.levels]  # type: ignore[attr-defined]
+        weights = np.asarray(mech.weights, dtype=np.float64)  # type: ignore[attr-defined]
+        top = 1 << levels[-1]
+        r = np.arange(top)
+        norms = np.zeros(top)
+        for lv, w in zip(levels, weights, strict=True):
+            size = 1 << lv
+            norms += w * p ** ((r // size + 1) * size - 1 - r)
+        return norms
+    if name in _FENWICK and p < 1.0:
+        from stream_dp.strategies.fenwick.plan import column_sums
+
+        length = int(mech.epoch_of(1)[2])  # type: ignore[attr-defined]
+        sums, _ = column_sums(np.asarray(mech.weights(length), dtype=np.float64), p)  # type: ignore[attr-defined]
+        return np.asarray(sums, dtype=np.float64)
+    return None
+
+
+#: the Fenwick strategies (pure DP; weights > 0, so every measurement is ≥ 0)
+_FENWICK = frozenset({"dm", "dmfda", "fenwick-opt"})
+
+
+def periodic_spaced_sum(cycle: Float64Array, events: int, min_sep: int, period_ticks: int,
+                        max_offsets: int = 1024) -> float | None:
+    """The largest sum of at most ``events`` entries ``min_sep`` (≥ 1) apart of the sequence that
+    repeats ``cycle`` forever (tick ``t ≥ 1`` has ``cycle[(t − 1) mod C]``), within one period
+    of ``period_ticks`` ticks (``[P·T + 1, (P+1)·T]``, maximised over every ``P``: the period's
+    start takes every multiple of ``gcd(T, C)`` within the cycle), or anywhere (``0``: a window
+    of ``C + (n − 1)(C + b)`` ticks holds an optimum, since a longer gap between two picks can
+    shrink by whole cycles). None if the period has more than ``max_offsets`` alignments."""
+    c = np.asarray(cycle, dtype=np.float64)
+    size = c.size
+    if period_ticks == 0:
+        length = size + (events - 1) * (size + min_sep)
+        return max_spaced_sum(np.resize(c, length), events, min_sep)
+    g = math.gcd(period_ticks, size)
+    if size // g > max_offsets:
+        return None
+    idx = np.arange(period_ticks)
+    return max(max_spaced_sum(c[(o + idx) % size], events, min_sep) for o in range(0, size, g))
 
 
 def _p(mech: object) -> float:

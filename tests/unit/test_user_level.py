@@ -243,24 +243,33 @@ def _brute_l1(m: np.ndarray, count: int, sep: int) -> float:
     return best
 
 
-@pytest.mark.parametrize(("name", "oracle", "p", "exact"), [
-    ("naive", naive_oracle, 0.95, True), ("tree", tree_oracle, 1.0, True),
-    ("tree", tree_oracle, 0.95, None), ("fenwick-opt", fenwick_oracle, 0.95, False)])
+@pytest.mark.parametrize(("name", "oracle", "p"), [
+    ("naive", naive_oracle, 0.95), ("tree", tree_oracle, 1.0), ("tree", tree_oracle, 0.95),
+    ("fenwick-opt", fenwick_oracle, 0.95), ("dm", fenwick_oracle, 0.9),
+    ("tree-ls", None, 0.95)])
 @pytest.mark.parametrize(("count", "sep"), [(2, 0), (3, 1), (3, 3)])
 def test_pure_stream_factor_against_brute_force(name: str, oracle: object, p: float,
-                                                exact: bool | None, count: int, sep: int) -> None:
-    """``exact`` None: exact only when events may share a tick (a tree at p < 1 has its largest
-    column on a top block's last tick only)."""
-    if exact is None:
-        exact = sep == 0
+                                                count: int, sep: int) -> None:
+    """One epoch of 15 ticks as the period (``P·15`` is where an epoch starts, and a tree's top
+    block of at most 8 ticks is seen at every alignment over 8 periods): exact against the
+    brute force over every pattern; tree-ls has no cycle of column norms here: n, a bound
+    (exact when every event may share a tick)."""
     mech = make_mechanism(name, p, 15, PureDP(1.0))
-    m = _normalised(oracle, mech, 15)
-    ratio = _brute_l1(m, count, sep) / float(np.abs(m).sum(axis=0).max())
-    f = stream_factor(mech, count, sep)
-    assert f.exact is exact
+    f = stream_factor(mech, count, sep, period_ticks=15)
+    if oracle is None:
+        assert f.value == count and f.exact is (sep == 0)
+        return
+    if name == "tree":  # every alignment of the top block: as many periods as it takes
+        top = 1 << int(mech.levels[-1])  # type: ignore[attr-defined]
+        cycle = top // math.gcd(15, top)
+        wide = tree_rows(mech, -(-15 * cycle // top) * top)
+    else:  # Fenwick: the period is the epoch, every epoch alike
+        cycle, wide = 1, _normalised(oracle, mech, 15)
+    brute = max(_brute_l1(wide[:, q * 15:(q + 1) * 15], count, sep) for q in range(cycle))
+    ratio = brute / float(np.abs(wide).sum(axis=0).max())
+    assert f.exact
     assert f.value >= ratio * (1 - 1e-12)
-    if exact:
-        assert f.value == pytest.approx(ratio, rel=1e-12)
+    assert f.value == pytest.approx(ratio, rel=1e-12)
 
 
 @pytest.mark.parametrize(("name", "p"), [("sqrt", 0.5), ("sqrt", 0.9), ("blt", 0.5),
@@ -594,3 +603,31 @@ def test_decayed_program_gives_up_past_its_work_limit() -> None:
                                          max_pairs=10)
     assert ok and not bounded
     assert (bound >= exact * (1 - 1e-12)).all()
+
+
+# --- pure DP over a cycle of column norms ---------------------------------------------------------
+
+from stream_dp.user_level.accounting import periodic_spaced_sum  # noqa: E402
+
+
+@given(st.lists(st.floats(0, 5), min_size=1, max_size=6), st.integers(1, 3), st.integers(1, 4),
+       st.integers(0, 7))
+def test_periodic_spaced_sum_against_brute_force(cycle: list[float], count: int, sep: int,
+                                                 period: int) -> None:
+    """Every period ``[P·T, (P+1)·T)`` of the repeated cycle for one whole round of alignments
+    (``period = 0``: a long window stands for the unending stream)."""
+    c = np.array(cycle)
+    if period == 0:
+        want = _brute_spaced_sum(np.resize(c, 3 * (c.size + sep) * count), count, sep)
+    else:
+        rounds = c.size // math.gcd(period, c.size)
+        seq = np.resize(c, period * rounds)
+        want = max(_brute_spaced_sum(seq[q * period:(q + 1) * period], count, sep)
+                   for q in range(rounds))
+    got = periodic_spaced_sum(c, count, sep, period)
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+
+
+def test_periodic_spaced_sum_gives_up_past_its_alignments() -> None:
+    assert periodic_spaced_sum(np.ones(8), 2, 1, 3, max_offsets=4) is None
+    assert periodic_spaced_sum(np.ones(8), 2, 1, 3, max_offsets=8) == 2.0
