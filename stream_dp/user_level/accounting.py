@@ -176,6 +176,8 @@ def _column_cycle(mech: object) -> Float64Array | None:
     strategy's epoch at ``p < 1`` (every epoch alike). Else None."""
     name = getattr(mech, "name", "")
     p = _p(mech)
+    if name in ("naive", "naive-int"):
+        return np.ones(1)  # every tick measured on its own, alike
     if name in _TREES:
         levels = [int(v) for v in mech.levels]  # type: ignore[attr-defined]
         weights = np.asarray(mech.weights, dtype=np.float64)  # type: ignore[attr-defined]
@@ -326,8 +328,12 @@ class UserAccountant:
         """The release's total per person over a year, as a multiple of the per-node budget."""
         y = year_periods(self.bounds.period_ticks, self.tick_seconds)
         period, exact = self.period_factor()
-        if y == 1 or isinstance(self.event.per_node, PureDP):
-            return y * period, exact
+        if y == 1:
+            return period, exact
+        if isinstance(self.event.per_node, PureDP):
+            # pure DP adds over the periods; Y × the period is reached when the periods' worst
+            # patterns do not constrain each other (b ≤ 1: distinct ticks only)
+            return y * period, exact and self.bounds.min_separation_ticks <= 1
         if getattr(self.mech, "name", "") in _TREES:
             return self._tree_year(y, period, exact)
         g = _toeplitz_autocorrelation(self.mech)

@@ -631,3 +631,35 @@ def test_periodic_spaced_sum_against_brute_force(cycle: list[float], count: int,
 def test_periodic_spaced_sum_gives_up_past_its_alignments() -> None:
     assert periodic_spaced_sum(np.ones(8), 2, 1, 3, max_offsets=4) is None
     assert periodic_spaced_sum(np.ones(8), 2, 1, 3, max_offsets=8) == 2.0
+
+
+def test_naive_factor_counts_only_the_events_that_fit_in_a_period() -> None:
+    """Ten events 200 ticks apart never fit in a 1440-tick period: eight do, exactly."""
+    f = stream_factor(make_mechanism("naive", 0.9, 1023, PureDP(1.0)), 10, 200, 1440)
+    assert (f.value, f.exact) == (8.0, True)
+
+
+@pytest.mark.parametrize(("sep", "exact"), [(1, True), (2, False)])
+def test_pure_year_against_brute_force(sep: int, exact: bool) -> None:
+    """Three periods of 4 ticks, two events each, a tree at p = 0.9 (pure): Y × the period,
+    exact when the periods do not constrain each other (b = 1), a bound otherwise."""
+    mech = make_mechanism("tree", 0.9, 7, PureDP(1.0))
+    b = UserBounds(max_events=2, period_ticks=4, min_separation_ticks=sep)
+    acc = UserAccountant(Accountant.for_domain(Domain.flat(["a"]), PureDP(1.0)), b, (1,), mech,
+                         tick_seconds=365 * 86_400 / 12)
+    rows = tree_rows(mech, 16)[:, :12]
+    norms = rows.sum(axis=0)
+    best = 0.0
+    for k in range(1, 7):
+        for pick in itertools.combinations(range(12), k):
+            if any(y - x < sep for x, y in itertools.pairwise(pick)):
+                continue
+            if any(sum(1 for t in pick if t // 4 == q) > 2 for q in range(3)):
+                continue
+            best = max(best, float(norms[list(pick)].sum()))
+    year, is_exact = acc.year_factor()
+    assert is_exact is exact
+    want = best / float(tree_rows(mech, 16).sum(axis=0).max())
+    assert year >= want * (1 - 1e-12)
+    if exact:
+        assert year == pytest.approx(want, rel=1e-12)
