@@ -206,7 +206,12 @@ def solve(target: Privacy, total_factor: Any) -> dict[str, Any]:
     """The largest per-event budget (found by float division, then stepped down one ulp at a
     time) whose per-person total per period, ``budget × total_factor(budget)``, is at most
     ``target`` in exact rational arithmetic on the floats. ``total_factor`` maps a per-event
-    budget to the total factor (it may depend on the mechanism built for that budget)."""
+    budget to the total factor (it may depend on the mechanism built for that budget).
+
+    >>> from stream_dp.budget import PureDP
+    >>> solve(PureDP(1.0), lambda per: 10.0)["per_event"]  # 0.1 × 10 > 1 in the rationals
+    {'model': 'pure', 'epsilon': 0.09999999999999999}
+    """
     goal = Fraction(target.value)
     kind = type(target)
     per = target.value / float(total_factor(target))

@@ -208,7 +208,14 @@ def periodic_spaced_sum(cycle: Float64Array, events: int, min_sep: int, period_t
     of ``period_ticks`` ticks (``[P·T + 1, (P+1)·T]``, maximised over every ``P``: the period's
     start takes every multiple of ``gcd(T, C)`` within the cycle), or anywhere (``0``: a window
     of ``C + (n − 1)(C + b)`` ticks holds an optimum, since a longer gap between two picks can
-    shrink by whole cycles). None if the period has more than ``max_offsets`` alignments."""
+    shrink by whole cycles). None if the period has more than ``max_offsets`` alignments.
+    Units: those of ``cycle``.
+
+    >>> periodic_spaced_sum(np.array([1.0, 0.0, 0.0, 2.0]), events=2, min_sep=2, period_ticks=4)
+    3.0
+    >>> periodic_spaced_sum(np.array([1.0, 0.0, 0.0, 2.0]), events=2, min_sep=2, period_ticks=2)
+    2.0
+    """
     c = np.asarray(cycle, dtype=np.float64)
     size = c.size
     if period_ticks == 0:

@@ -285,7 +285,12 @@ def tree_period_norm_sq(levels: Sequence[int], weights: Sequence[float], p: floa
     ``p < 1`` the exact program of :mod:`.trees_decayed` runs first (Pareto sets of the decayed
     block sums), unless its sets grow past ``max_pairs`` pairs; then the count program with
     the packed bound on each block's sum does. ``exact`` is True when every period alignment
-    was computed by an exact program."""
+    was computed by an exact program.
+
+    >>> values, exact = tree_period_norm_sq((0, 1), (1.0, 1.0), 1.0, 2, 1, period_ticks=3)
+    >>> [float(v) for v in values], exact  # periods 1–3, 4–6, …: one holds a whole pair
+    ([0.0, 2.0, 6.0], True)
+    """
     _check(levels, weights, p, count, min_sep)
     if isinstance(period_ticks, bool) or not isinstance(period_ticks, int) or period_ticks < 0:
         raise ValueError(f"period_ticks must be an integer >= 0, got {period_ticks!r}")
@@ -309,16 +314,19 @@ def tree_period_norm_sq(levels: Sequence[int], weights: Sequence[float], p: floa
 
 def _over_periods(make: Callable[[int], Any], count: int, min_sep: int, period_ticks: int,
                   max_offsets: int) -> tuple[Float64Array, bool]:
-    prog = make(count)
-    top = prog.top
     if period_ticks == 0:
-        return prog.window(0, top * _top_blocks_infinite(count, min_sep, top)), True
+        prog = make(count)
+        return prog.window(0, prog.top * _top_blocks_infinite(count, min_sep, prog.top)), True
+    # no more events than fit in a period b apart: the figures for more are the same
+    fit = min(count, (period_ticks - 1) // min_sep + 1)
+    prog = make(fit)
+    top = prog.top
     g = math.gcd(period_ticks, top)
     if top // g <= max_offsets:
-        best = np.zeros(count + 1)
+        best = np.zeros(fit + 1)
         for o in range(0, top, g):
             np.maximum(best, prog.window(o, o + period_ticks), out=best)
-        return best, True
-    fit = min(count, (period_ticks - 1) // min_sep + 1)
-    inf = make(fit).window(0, top * _top_blocks_infinite(fit, min_sep, top))
-    return np.concatenate([inf, np.full(count - fit, inf[-1])]), False
+        every = True
+    else:
+        best, every = prog.window(0, top * _top_blocks_infinite(fit, min_sep, top)), False
+    return np.concatenate([best, np.full(count - fit, best[-1])]), every
