@@ -26,8 +26,11 @@ every such pattern:
   sums stay small (:mod:`stream_dp.user_level.trees_decayed`); otherwise an upper bound (each
   block's decayed sum bounded by its packed maximum), as when a period has more than
   :data:`TREE_MAX_OFFSETS` alignments (the unending stream then stands for all of them);
-* zCDP otherwise (``tree-ls``, ``blt`` at ``p = 1`` with its column scales): ``n²``, the
-  triangle inequality's bound, reported as not exact.
+* zCDP, ``tree-ls`` at ``p < 1``: the same block program over its nested blocks, each block's
+  fixed-point weighted sum bounded by its best ``b``-spaced coefficients — an upper bound;
+* zCDP otherwise (``tree-ls`` at ``p = 1`` with its per-block shares and super levels, ``blt``
+  at ``p = 1`` with its column scales): ``n²``, the triangle inequality's bound, reported as not
+  exact.
 
 **Whole release.** An event feeds ``h`` nodes, one in each *layer* (a hierarchy's depth, a grid's
 total / one category per attribute / the cell). In one layer the nodes have disjoint leaves, so
@@ -70,7 +73,11 @@ from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.domain import Domain
 from stream_dp.user_level.bounds import UserBounds
 from stream_dp.user_level.sensitivity import max_spaced_sum
-from stream_dp.user_level.trees import tree_block_values, tree_period_norm_sq
+from stream_dp.user_level.trees import (
+    nested_period_norm_sq,
+    tree_block_values,
+    tree_period_norm_sq,
+)
 
 __all__ = ["UserAccountant", "UserFactor", "layer_leaves", "stream_factor", "year_periods"]
 
@@ -165,7 +172,47 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
                   "tree: program over the blocks, bounded (decayed sums by their packed maximum, "
                   "or every period alignment by the unending stream)")
         return UserFactor(min(value, float(events) ** 2), exact, method)
+    if name == "tree-ls" and _p(mech) < 1.0:
+        value = _ls_tree_factor(mech, events, min_sep, period_ticks)
+        if value is not None:
+            return UserFactor(min(value, float(events) ** 2), False,
+                              "tree-ls: program over the blocks, each block's sum bounded by "
+                              "its best b-spaced coefficients; an upper bound")
     return UserFactor(float(events) ** 2, False, "bound: n² (triangle inequality)")
+
+
+def _ls_tree_factor(mech: object, events: int, min_sep: int, period_ticks: int) -> float | None:
+    """``tree-ls`` at ``p < 1`` (every top block alike): leaves measured on their own and each
+    level's blocks with fixed-point coefficients ``K(pos)·2^-F``, each row with its level's noise
+    variance. The block program of :mod:`.trees` over these nested blocks, a level-``ℓ`` block
+    with ``c`` events adding ``(best b-spaced sum of c coefficients)² / var_ℓ`` — at least its
+    true term, so an upper bound — over the largest column ``max_r Σ_ℓ K_ℓ(r)²/var_ℓ``."""
+    from stream_dp.strategies.ls_tree.plan import COEFF_BITS, coefficients
+
+    levels = [int(v) for v in mech.plan.levels]  # type: ignore[attr-defined]
+    grid2 = float(mech.grid) ** 2  # type: ignore[attr-defined]
+    var = [float(v) * grid2 for v in mech.variances]  # type: ignore[attr-defined]
+    p = _p(mech)
+    coeffs = [np.asarray(coefficients(p, length), dtype=np.float64) / float(1 << COEFF_BITS)
+              for length in levels]
+    top = levels[-1]
+    r = np.arange(top)
+    column = np.full(top, 1.0 / var[0])
+    for k, v in zip(coeffs, var[1:], strict=True):
+        column += k[r % k.size] ** 2 / v
+    single = float(column.max())
+
+    def terms(n: int) -> list[Float64Array]:
+        counts = np.arange(n + 1, dtype=np.float64)
+        out = [counts * counts / var[0]]
+        for k, v in zip(coeffs, var[1:], strict=True):
+            best = np.array([0.0] + [max_spaced_sum(k, c, min_sep) for c in range(1, n + 1)])
+            out.append(best * best / v)
+        return out
+
+    values, _ = nested_period_norm_sq([1, *levels], terms, events, min_sep, period_ticks,
+                                      max_offsets=TREE_MAX_OFFSETS)
+    return float(values[events]) / single
 
 
 def _column_cycle(mech: object) -> Float64Array | None:

@@ -52,7 +52,10 @@ from numpy.typing import NDArray
 
 from stream_dp.user_level.trees_decayed import DecayedProgram, TooLong
 
-__all__ = ["tree_block_values", "tree_cost", "tree_norm_sq", "tree_period_norm_sq"]
+__all__ = [
+    "nested_period_norm_sq", "tree_block_values", "tree_cost", "tree_norm_sq",
+    "tree_period_norm_sq",
+]
 
 Float64Array = NDArray[np.float64]
 _NEG = -math.inf
@@ -167,16 +170,31 @@ class _Program:
 
     def __init__(self, levels: Sequence[int], weights: Sequence[float], p: float, n: int,
                  sep: int) -> None:
+        sig = _sigma_sq(p, n, sep)
+        self._setup([1 << lv for lv in levels], [float(w) ** 2 * sig for w in weights], n, sep)
+
+    @classmethod
+    def nested(cls, sizes: Sequence[int], terms: Sequence[Float64Array], n: int,
+               sep: int) -> _Program:
+        """A program over nested blocks of ``sizes`` ticks (1 first, each a multiple of the one
+        below) whose level-``i`` block adds ``terms[i][c]`` for ``c`` events in it."""
+        prog = cls.__new__(cls)
+        prog._setup(list(sizes), [np.asarray(t, dtype=np.float64) for t in terms], n, sep)
+        return prog
+
+    def _setup(self, sizes: list[int], terms: list[Float64Array], n: int, sep: int) -> None:
+        if sizes[0] != 1 or any(b % a for a, b in itertools.pairwise(sizes)):
+            raise ValueError(f"block sizes must start at 1, each a multiple of the one below, "
+                             f"got {tuple(sizes)!r}")
         self.n, self.sep, self.clip = n, sep, sep - 1
-        self.w2 = [float(w) ** 2 for w in weights]
-        self.sig = _sigma_sq(p, n, sep)
-        self.sizes = [1 << lv for lv in levels]
+        self.terms = terms
+        self.sizes = sizes
         self.top = self.sizes[-1]
         self.full: dict[int, _Table] = {}
         self.partial: dict[tuple[int, int, int], _Table] = {}
 
     def _own(self, t: _Table, i: int) -> _Table:
-        return _Table(t.length, t.v + (self.w2[i] * self.sig)[:, None, None])
+        return _Table(t.length, t.v + self.terms[i][:, None, None])
 
     def _empty(self, size: int) -> _Table:
         return _Table(size, np.full((self.n + 1, self.sep, self.sep), _NEG))
@@ -310,6 +328,22 @@ def tree_period_norm_sq(levels: Sequence[int], weights: Sequence[float], p: floa
 
     values, every = _over_periods(counted, count, min_sep, period_ticks, max_offsets)
     return values, every and p == 1.0
+
+
+def nested_period_norm_sq(sizes: Sequence[int], terms: Callable[[int], list[Float64Array]],
+                          count: int, min_sep: int, period_ticks: int, max_offsets: int = 64
+                          ) -> tuple[Float64Array, bool]:
+    """As :func:`tree_period_norm_sq` for any nested blocks (``sizes``: 1 first, each a
+    multiple of the one below) whose level-``i`` block adds ``terms(n)[i][c]`` for ``c`` of at
+    most ``n`` events in it: ``(values, every_period)``. Exact when the terms are (a block's
+    term depending only on its count)."""
+    if isinstance(min_sep, bool) or not isinstance(min_sep, int) or min_sep < 1:
+        raise ValueError(f"min_sep must be an integer >= 1, got {min_sep!r}")
+
+    def nested(n: int) -> _Program:
+        return _Program.nested(sizes, terms(n), n, min_sep)
+
+    return _over_periods(nested, count, min_sep, period_ticks, max_offsets)
 
 
 def _over_periods(make: Callable[[int], Any], count: int, min_sep: int, period_ticks: int,

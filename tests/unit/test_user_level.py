@@ -663,3 +663,29 @@ def test_pure_year_against_brute_force(sep: int, exact: bool) -> None:
     assert year >= want * (1 - 1e-12)
     if exact:
         assert year == pytest.approx(want, rel=1e-12)
+
+
+# --- tree-ls at p < 1: a bound through the block program ----------------------------------------
+
+from stream_dp.strategies.ls_tree._oracle import dense as ls_dense  # noqa: E402
+
+
+@pytest.mark.parametrize(("p", "horizon"), [(0.9, 15), (0.99, 15), (0.999, 1023)])
+@pytest.mark.parametrize(("count", "sep", "period"), [(2, 1, 7), (3, 2, 12), (2, 3, 5), (3, 1, 6)])
+def test_ls_tree_factor_bounds_the_brute_force(p: float, horizon: int, count: int, sep: int,
+                                               period: int) -> None:
+    """The dense oracle's rows (leaves and every level's blocks, each row over its own noise
+    standard deviation), every period alignment within a top block: the factor never falls
+    below the brute force over every pattern, and is below the old n² bound."""
+    mech = make_mechanism("tree-ls", p, horizon, ZCDP(0.5))
+    top = int(mech.plan.levels[-1])  # type: ignore[attr-defined]
+    rounds = top // math.gcd(period, top)
+    big_l, _, var = ls_dense(mech, -(-(period * rounds) // top) * top)
+    m = big_l / np.sqrt(var)[:, None]
+    single = float((m * m).sum(axis=0).max())
+    brute = max(brute_force_norm_sq(m[:, q * period:(q + 1) * period], count, sep)
+                for q in range(rounds)) / single
+    f = stream_factor(mech, count, sep, period_ticks=period)
+    assert not f.exact
+    assert f.value >= brute * (1 - 1e-12)
+    assert f.value < count ** 2
