@@ -61,6 +61,7 @@ otherwise the bound treats the year's ``Y·N`` events as one group (``(Y·N)²``
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,7 +73,7 @@ from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.domain import Domain
 from stream_dp.user_level.bounds import UserBounds
-from stream_dp.user_level.sensitivity import max_spaced_sum
+from stream_dp.user_level.sensitivity import max_spaced_sum, max_spaced_sums
 from stream_dp.user_level.trees import (
     nested_period_norm_sq,
     tree_block_values,
@@ -148,11 +149,10 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
     name = getattr(mech, "name", "")
     if isinstance(privacy, PureDP):
         cycle = _column_cycle(mech) if min_sep > 0 else None
-        if cycle is not None:
-            value = periodic_spaced_sum(cycle, events, min_sep, period_ticks)
-            if value is not None:
-                return UserFactor(value / float(cycle.max()), True,
-                                  "the best b-spaced sum of the column L1 norms (VecSens)")
+        factors = None if cycle is None else _pure_factors(cycle, events, min_sep, period_ticks)
+        if factors is not None:
+            return UserFactor(float(factors[events]), True,
+                              "the best b-spaced sum of the column L1 norms (VecSens)")
         # n × the largest column: exact when n events can all sit on a largest column — every
         # column is one (naive; trees at p = 1), or several events may share a tick (b = 0)
         exact = min_sep == 0 or name in ("naive", "naive-int")
@@ -173,9 +173,9 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
                   "or every period alignment by the unending stream)")
         return UserFactor(min(value, float(events) ** 2), exact, method)
     if name == "tree-ls" and _p(mech) < 1.0:
-        value = _ls_tree_factor(mech, events, min_sep, period_ticks)
-        if value is not None:
-            return UserFactor(min(value, float(events) ** 2), False,
+        ls_value = _ls_tree_factor(mech, events, min_sep, period_ticks)
+        if ls_value is not None:
+            return UserFactor(min(ls_value, float(events) ** 2), False,
                               "tree-ls: program over the blocks, each block's sum bounded by "
                               "its best b-spaced coefficients; an upper bound")
     return UserFactor(float(events) ** 2, False, "bound: n² (triangle inequality)")
@@ -263,16 +263,49 @@ def periodic_spaced_sum(cycle: Float64Array, events: int, min_sep: int, period_t
     >>> periodic_spaced_sum(np.array([1.0, 0.0, 0.0, 2.0]), events=2, min_sep=2, period_ticks=2)
     2.0
     """
+    sums = periodic_spaced_sums(cycle, events, min_sep, period_ticks, max_offsets)
+    return None if sums is None else float(sums[-1])
+
+
+def periodic_spaced_sums(cycle: Float64Array, events: int, min_sep: int, period_ticks: int,
+                         max_offsets: int = 1024) -> Float64Array | None:
+    """:func:`periodic_spaced_sum` for every count ``0 … events`` at once (one pass of the
+    program over every alignment together)."""
     c = np.asarray(cycle, dtype=np.float64)
     size = c.size
     if period_ticks == 0:
         length = size + (events - 1) * (size + min_sep)
-        return max_spaced_sum(np.resize(c, length), events, min_sep)
+        sums: Float64Array = max_spaced_sums(np.resize(c, length)[None, :], events, min_sep)[0]
+        return sums
     g = math.gcd(period_ticks, size)
     if size // g > max_offsets:
         return None
+    fit = min(events, (period_ticks - 1) // min_sep + 1)  # more never fit in a period
     idx = np.arange(period_ticks)
-    return max(max_spaced_sum(c[(o + idx) % size], events, min_sep) for o in range(0, size, g))
+    windows = c[(np.arange(0, size, g)[:, None] + idx[None, :]) % size]
+    best = max_spaced_sums(windows, fit, min_sep).max(axis=0)
+    return np.concatenate([best, np.full(events - fit, best[-1])])
+
+
+def _pure_factors(cycle: Float64Array, events: int, min_sep: int, period_ticks: int
+                  ) -> Float64Array | None:
+    """:func:`periodic_spaced_sums` over the largest norm, cached (the accountant asks for
+    every count up to a layer's bound)."""
+    key = (hashlib.sha256(np.ascontiguousarray(cycle).tobytes()).hexdigest(), min_sep,
+           period_ticks)
+    have = _PURE_CACHE.get(key)
+    if have is None or have.size <= events:
+        sums = periodic_spaced_sums(cycle, events, min_sep, period_ticks)
+        if sums is None:
+            return None
+        have = sums / float(cycle.max())
+        if len(_PURE_CACHE) > 64:
+            _PURE_CACHE.clear()
+        _PURE_CACHE[key] = have
+    return have
+
+
+_PURE_CACHE: dict[tuple[str, int, int], Float64Array] = {}
 
 
 def _p(mech: object) -> float:
@@ -322,17 +355,27 @@ def year_periods(period_ticks: int, tick_seconds: float) -> int:
     return max(1, math.ceil(YEAR_SECONDS / (period_ticks * tick_seconds)))
 
 
-def _layer_cost(phi: Callable[[int], UserFactor], total: int, cap: int) -> tuple[float, bool]:
+def _layer_cost(phi: Callable[[int], UserFactor], total: int, cap: int,
+                spaced: bool = False) -> tuple[float, bool]:
     """The largest ``Σ φ(n_v)`` over splits of ``total`` events into nodes of at most ``cap``
-    each, and whether every φ used is exact. For a convex, superadditive φ (``n``, ``n²``, the
-    Toeplitz sum) that is ``⌊N/c⌋·φ(c) + φ(N mod c)``; the trees' program is not known to be
-    convex in the count, so every split is searched (an unbounded knapsack, O(N·c))."""
+    each, and whether it is exact. For a convex, superadditive φ (``n``, ``n²``, the Toeplitz
+    sum) that is ``⌊N/c⌋·φ(c) + φ(N mod c)``; the trees' program is not known to be convex in
+    the count, so every split is searched (an unbounded knapsack, O(N·c)).
+
+    Each node's φ is its worst pattern on its own; with ``spaced`` (``b ≥ 1``) the person's
+    events are ``b`` apart across nodes too, so worst patterns of several nodes may not fit
+    together: the value is then exact only when one node holding every event is the best split
+    (the same pattern is every ancestor's), else an upper bound."""
     c = min(cap, total)
-    phis = [phi(j) for j in range(1, c + 1)]
+    # the largest count first: the programs behind φ give every smaller count from that run
+    phis = [phi(j) for j in range(c, 0, -1)][::-1]
     best = [0.0] * (total + 1)
     for m in range(1, total + 1):
         best[m] = max(phis[j - 1].value + best[m - j] for j in range(1, min(c, m) + 1))
-    return best[total], all(f.exact for f in phis)
+    exact = all(f.exact for f in phis)
+    if spaced:
+        exact = exact and total <= c and best[total] <= phis[total - 1].value * (1 + 1e-12)
+    return best[total], exact
 
 
 @dataclass(frozen=True)
@@ -374,7 +417,8 @@ class UserAccountant:
         total, exact = 0.0, True
         for leaves in self.layer_leaves:
             value, ok = _layer_cost(self._phi, self.events_per_period,
-                                    self.bounds.per_node_events(leaves))
+                                    self.bounds.per_node_events(leaves),
+                                    spaced=self.bounds.min_separation_ticks > 0)
             total, exact = total + value, exact and ok
         return total, exact
 

@@ -689,3 +689,21 @@ def test_ls_tree_factor_bounds_the_brute_force(p: float, horizon: int, count: in
     assert not f.exact
     assert f.value >= brute * (1 - 1e-12)
     assert f.value < count ** 2
+
+
+def test_split_over_streams_with_spacing_is_not_claimed_exact() -> None:
+    """Pure DP, dm at p = 0.9: three events 3 ticks apart cannot all sit on a largest column of
+    one stream (φ(3) < 3), but spread over three streams each node's own worst case is one event
+    on its largest column. Spacing holds across streams too, so that total is only a bound:
+    the brute force over every pattern of the person (column norms depend on the tick, not the
+    stream) is φ(3)."""
+    mech = make_mechanism("dm", 0.9, 15, PureDP(1.0))
+    b = UserBounds(max_events=3, period_ticks=15, min_separation_ticks=3)
+    acc = UserAccountant(Accountant.for_domain(Domain.flat(["a", "b", "c"]), PureDP(1.0)), b,
+                         (1,), mech, tick_seconds=60.0)
+    m = _normalised(fenwick_oracle, mech, 15)
+    truth = _brute_l1(m, 3, 3) / float(m.sum(axis=0).max())
+    assert acc.per_stream.exact and acc.per_stream.value == pytest.approx(truth, rel=1e-12)
+    assert truth < 3
+    total, exact = acc.period_factor()
+    assert total == pytest.approx(3.0) and not exact
