@@ -532,9 +532,14 @@ class UserAccountant:
             f"({stream.method}; {kind(stream.exact)})",
             f"total per person:        {shown(total)} per period, over every node a person "
             f"reaches ({kind(exact)})",
-            f"over a year:             {shown(year)} "
-            f"({year_periods(b.period_ticks, self.tick_seconds)} periods; {kind(year_exact)})",
+            f"over a year:             {shown(year)} ({_periods(b, self.tick_seconds)}; "
+            f"{kind(year_exact)})",
         ]
+
+
+def _periods(b: UserBounds, tick_seconds: float) -> str:
+    y = year_periods(b.period_ticks, tick_seconds)
+    return f"{y} period" if y == 1 else f"{y} periods"
 
 
 def _fmt(x: float) -> str:
