@@ -73,7 +73,7 @@ from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.domain import Domain
 from stream_dp.user_level.bounds import UserBounds
-from stream_dp.user_level.sensitivity import max_spaced_sum, max_spaced_sums
+from stream_dp.user_level.sensitivity import max_spaced_sums
 from stream_dp.user_level.trees import (
     nested_period_norm_sq,
     tree_block_values,
@@ -206,13 +206,23 @@ def _ls_tree_factor(mech: object, events: int, min_sep: int, period_ticks: int) 
         counts = np.arange(n + 1, dtype=np.float64)
         out = [counts * counts / var[0]]
         for k, v in zip(coeffs, var[1:], strict=True):
-            best = np.array([0.0] + [max_spaced_sum(k, c, min_sep) for c in range(1, n + 1)])
+            best = max_spaced_sums(k[None, :], n, min_sep)[0]
             out.append(best * best / v)
         return out
 
-    values, _ = nested_period_norm_sq([1, *levels], terms, events, min_sep, period_ticks,
-                                      max_offsets=TREE_MAX_OFFSETS)
-    return float(values[events]) / single
+    key = ("tree-ls", tuple(levels), tuple(var), p, min_sep, period_ticks)
+    have = _LS_CACHE.get(key)
+    if have is None or have.size <= events:  # one run gives every smaller count
+        values, _ = nested_period_norm_sq([1, *levels], terms, events, min_sep, period_ticks,
+                                          max_offsets=TREE_MAX_OFFSETS)
+        have = np.asarray(values, dtype=np.float64) / single
+        if len(_LS_CACHE) > 64:
+            _LS_CACHE.clear()
+        _LS_CACHE[key] = have
+    return float(have[events])
+
+
+_LS_CACHE: dict[tuple[object, ...], Float64Array] = {}
 
 
 def _column_cycle(mech: object) -> Float64Array | None:
