@@ -9,8 +9,10 @@ every such pattern:
 
 * pure DP: with ``b ≥ 1`` and measurements ``≥ 0`` whose column norms repeat with a fixed cycle
   (the trees; the Fenwick strategies at ``p < 1``), ``‖M x‖₁ = Σ x_j ‖M e_j‖₁`` and the exact
-  factor is the best ``b``-spaced sum of the column L1 norms within a period over the largest
-  norm (VecSens; :func:`periodic_spaced_sum`, every period alignment); otherwise ``n`` — each
+  factor is the best ``b``-spaced sum of the columns' L1 changes within a period over the
+  per-event sensitivity — each column's change with the grid slack of the coordinates it
+  touches, as the mechanism's sensitivity counts it (VecSens; :func:`periodic_spaced_sum`, every
+  period alignment); otherwise ``n`` — each
   event moves the measurements by at most the largest column L1 norm, so ``n`` events by at most
   ``n`` times it (group privacy) — exact when ``n`` events can all sit on a column of the
   largest norm (naive; any strategy at ``b = 0``), an upper bound otherwise;
@@ -148,11 +150,12 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
         return UserFactor(1.0, True, "one event")
     name = getattr(mech, "name", "")
     if isinstance(privacy, PureDP):
-        cycle = _column_cycle(mech) if min_sep > 0 else None
-        factors = None if cycle is None else _pure_factors(cycle, events, min_sep, period_ticks)
+        found = _column_cycle(mech) if min_sep > 0 else None
+        factors = None if found is None else _pure_factors(*found, events, min_sep, period_ticks)
         if factors is not None:
             return UserFactor(float(factors[events]), True,
-                              "the best b-spaced sum of the column L1 norms (VecSens)")
+                              "the best b-spaced sum of the columns' L1 changes, grid slack "
+                              "included (VecSens)")
         # n × the largest column: exact when n events can all sit on a largest column — every
         # column is one (naive; trees at p = 1), or several events may share a tick (b = 0)
         exact = min_sep == 0 or name in ("naive", "naive-int")
@@ -171,10 +174,15 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
         method = ("tree: program over the blocks" if exact else
                   "tree: program over the blocks, bounded (decayed sums by their packed maximum, "
                   "or every period alignment by the unending stream)")
+        value = _with_tree_slack(mech, value, events, min_sep, period_ticks)
         return UserFactor(min(value, float(events) ** 2), exact, method)
     if name == "tree-ls" and _p(mech) < 1.0:
         ls_value = _ls_tree_factor(mech, events, min_sep, period_ticks)
         if ls_value is not None:
+            # the grid slack of the coordinates a person touches: √factor ≤ max(√F, √n) (the
+            # data and the slack terms each scale by at most their own ratio)
+            fit = events if period_ticks == 0 else min(events, (period_ticks - 1) // min_sep + 1)
+            ls_value = max(ls_value, float(fit))
             return UserFactor(min(ls_value, float(events) ** 2), False,
                               "tree-ls: program over the blocks, each block's sum bounded by "
                               "its best b-spaced coefficients; an upper bound")
@@ -225,32 +233,44 @@ def _ls_tree_factor(mech: object, events: int, min_sep: int, period_ticks: int) 
 _LS_CACHE: dict[tuple[object, ...], Float64Array] = {}
 
 
-def _column_cycle(mech: object) -> Float64Array | None:
-    """The column L1 norms of ``mech``'s measurements over one cycle of its structure, where
-    they repeat with a fixed cycle and every measurement is ≥ 0 (then ``‖L x‖₁ = Σ x_j ‖L e_j‖₁``
-    and the spaced sum of these norms is exact): a tree's top block (tick ``r`` of it feeds level
-    ``i``'s block ending at ``⌈(r+1)/s_i⌉·s_i − 1`` with weight ``w_i p^(end − r)``), a Fenwick
-    strategy's epoch at ``p < 1`` (every epoch alike). Else None."""
+def _column_cycle(mech: object) -> tuple[Float64Array, float] | None:
+    """``(cycle, Δ₁)``: per tick of one cycle of ``mech``'s structure, the most one event there
+    can move its measurements in L1 — the data term (``cap`` × the column's norm) **plus the
+    grid slack of every coordinate it touches** — and the per-event sensitivity ``Δ₁`` the noise
+    is calibrated to (value units). Every measurement is ≥ 0, so a person's change is at most
+    the sum over their events (slack counted per event: an over-count where events share a
+    coordinate). A tree's top block (tick ``r`` feeds level ``i``'s block ending at
+    ``⌈(r+1)/s_i⌉·s_i − 1`` with weight ``w_i p^(end − r)``; each event touches one coordinate
+    per level), a Fenwick strategy's epoch at ``p < 1`` (every epoch alike; the column sums and
+    path lengths of its plan), naive (every tick alike). Else None."""
     name = getattr(mech, "name", "")
     p = _p(mech)
     if name in ("naive", "naive-int"):
-        return np.ones(1)  # every tick measured on its own, alike
+        return np.ones(1), 1.0  # every tick measured on its own, alike
     if name in _TREES:
         levels = [int(v) for v in mech.levels]  # type: ignore[attr-defined]
         weights = np.asarray(mech.weights, dtype=np.float64)  # type: ignore[attr-defined]
+        cap = float(mech.cap)  # type: ignore[attr-defined]
+        delta = float(mech.sensitivity())  # type: ignore[attr-defined]
         top = 1 << levels[-1]
         r = np.arange(top)
         norms = np.zeros(top)
         for lv, w in zip(levels, weights, strict=True):
             size = 1 << lv
             norms += w * p ** ((r // size + 1) * size - 1 - r)
-        return norms
+        # Δ₁ = cap·max(1, Σw) + slack (TreeMechanism): the slack is what is left of it
+        slack = delta - cap * max(1.0, float(weights.sum()))
+        return cap * norms + slack, delta
     if name in _FENWICK and p < 1.0:
+        from stream_dp.strategies.fenwick.base import COEFFICIENT_SLACK, SLACK_UNITS
         from stream_dp.strategies.fenwick.plan import column_sums
 
         length = int(mech.epoch_of(1)[2])  # type: ignore[attr-defined]
-        sums, _ = column_sums(np.asarray(mech.weights(length), dtype=np.float64), p)  # type: ignore[attr-defined]
-        return np.asarray(sums, dtype=np.float64)
+        plan = mech.plan(length)  # type: ignore[attr-defined]
+        sums, lengths = column_sums(np.asarray(mech.weights(length), dtype=np.float64), p)  # type: ignore[attr-defined]
+        cap_eff = float(mech.cap) * (1.0 + COEFFICIENT_SLACK)  # type: ignore[attr-defined]
+        cycle = cap_eff * sums + SLACK_UNITS * float(plan.grid) * lengths
+        return np.asarray(cycle, dtype=np.float64), float(plan.sensitivity)
     return None
 
 
@@ -297,25 +317,42 @@ def periodic_spaced_sums(cycle: Float64Array, events: int, min_sep: int, period_
     return np.concatenate([best, np.full(events - fit, best[-1])])
 
 
-def _pure_factors(cycle: Float64Array, events: int, min_sep: int, period_ticks: int
-                  ) -> Float64Array | None:
-    """:func:`periodic_spaced_sums` over the largest norm, cached (the accountant asks for
-    every count up to a layer's bound)."""
-    key = (hashlib.sha256(np.ascontiguousarray(cycle).tobytes()).hexdigest(), min_sep,
+def _pure_factors(cycle: Float64Array, delta: float, events: int, min_sep: int,
+                  period_ticks: int) -> Float64Array | None:
+    """:func:`periodic_spaced_sums` over the per-event sensitivity ``delta`` (at least the
+    largest entry), cached (the accountant asks for every count up to a layer's bound)."""
+    key = (hashlib.sha256(np.ascontiguousarray(cycle).tobytes()).hexdigest(), delta, min_sep,
            period_ticks)
     have = _PURE_CACHE.get(key)
     if have is None or have.size <= events:
         sums = periodic_spaced_sums(cycle, events, min_sep, period_ticks)
         if sums is None:
             return None
-        have = sums / float(cycle.max())
+        have = sums / max(delta, float(cycle.max()))
         if len(_PURE_CACHE) > 64:
             _PURE_CACHE.clear()
         _PURE_CACHE[key] = have
     return have
 
 
-_PURE_CACHE: dict[tuple[str, int, int], Float64Array] = {}
+_PURE_CACHE: dict[tuple[str, float, int, int], Float64Array] = {}
+
+
+def _with_tree_slack(mech: object, value: float, events: int, min_sep: int,
+                     period_ticks: int) -> float:
+    """A tree's zCDP factor with its grid slack: ``Δ₂ = D + S`` (``D = cap·max(1, ‖w‖₂)``,
+    ``S = 2√m·g`` for the ``m`` coordinates one event touches). A person's ``n`` events move the
+    data by at most ``D·√value`` and touch at most ``n·m`` coordinates, each with the same slack
+    however many events it holds: ``√(factor) ≤ (D·√value + S·√n)/Δ₂``, which exceeds
+    ``√value`` only when ``value < n`` (then this is the figure; else ``value``)."""
+    fit = events if period_ticks == 0 else min(events, (period_ticks - 1) // min_sep + 1)
+    if value >= fit:
+        return value
+    weights = np.asarray(mech.weights, dtype=np.float64)  # type: ignore[attr-defined]
+    delta = float(mech.sensitivity())  # type: ignore[attr-defined]
+    data = float(mech.cap) * max(1.0, math.sqrt(float(weights @ weights)))  # type: ignore[attr-defined]
+    slack = delta - data
+    return max(value, ((data * math.sqrt(value) + slack * math.sqrt(fit)) / delta) ** 2)
 
 
 def _p(mech: object) -> float:

@@ -252,21 +252,34 @@ def test_pure_stream_factor_against_brute_force(name: str, oracle: object, p: fl
                                                 count: int, sep: int) -> None:
     """One epoch of 15 ticks as the period (``P·15`` is where an epoch starts, and a tree's top
     block of at most 8 ticks is seen at every alignment over 8 periods): exact against the
-    brute force over every pattern; tree-ls has no cycle of column norms here: n, a bound
-    (exact when every event may share a tick)."""
+    brute force over every pattern of the columns' L1 changes (the dense matrix's column sums
+    times cap, plus the grid slack of the coordinates each column touches) over Δ₁; tree-ls has
+    no cycle of column norms here: n, a bound (exact when every event may share a tick)."""
     mech = make_mechanism(name, p, 15, PureDP(1.0))
     f = stream_factor(mech, count, sep, period_ticks=15)
     if oracle is None:
         assert f.value == count and f.exact is (sep == 0)
         return
+    delta = float(mech.sensitivity())
     if name == "tree":  # every alignment of the top block: as many periods as it takes
         top = 1 << int(mech.levels[-1])  # type: ignore[attr-defined]
         cycle = top // math.gcd(15, top)
-        wide = tree_rows(mech, -(-15 * cycle // top) * top)
-    else:  # Fenwick: the period is the epoch, every epoch alike
-        cycle, wide = 1, _normalised(oracle, mech, 15)
-    brute = max(_brute_l1(wide[:, q * 15:(q + 1) * 15], count, sep) for q in range(cycle))
-    ratio = brute / float(np.abs(wide).sum(axis=0).max())
+        rows = tree_rows(mech, -(-15 * cycle // top) * top)
+        # one event moves each of its m coordinates by cap·w·p^…, plus the grid slack the
+        # mechanism's Δ₁ = cap·max(1, Σw) + slack holds for all of them
+        slack = delta - mech.cap * max(1.0, float(np.sum(mech.weights)))  # type: ignore[attr-defined]
+        per = mech.cap * rows.sum(axis=0) + slack  # type: ignore[attr-defined]
+    elif name == "naive":  # one coordinate per tick, every tick alike: Δ₁ each
+        cycle, per = 1, np.full(15, delta)
+    else:  # Fenwick: the period is the epoch, every epoch alike; 2 grid units per coordinate
+        cycle = 1
+        big_l, _, _ = oracle.dense(mech, 15)  # type: ignore[attr-defined]
+        grid = float(mech.plan(15).grid)  # type: ignore[attr-defined]
+        per = (mech.cap * (1 + 2.0**-40) * big_l.sum(axis=0)  # type: ignore[attr-defined]
+               + 2.0 * grid * (big_l > 0).sum(axis=0))
+    assert float(per.max()) <= delta * (1 + 1e-15)  # Δ₁ covers every column
+    brute = max(_brute_spaced_sum(per[q * 15:(q + 1) * 15], count, sep) for q in range(cycle))
+    ratio = brute / delta
     assert f.exact
     assert f.value >= ratio * (1 - 1e-12)
     assert f.value == pytest.approx(ratio, rel=1e-12)
@@ -499,8 +512,21 @@ def test_tree_stream_factor_against_brute_force(name: str, count: int, sep: int,
             w * w for w in weights)
         assert f.exact
         assert f.value >= brute * (1 - 1e-12)
-        assert f.value == pytest.approx(brute, rel=1e-12)
+        assert f.value == pytest.approx(_tree_slack(mech, brute, count, sep, period), rel=1e-12)
         assert f.value < count ** 2  # tighter than the old n² bound
+
+
+def _tree_slack(mech: object, value: float, count: int, sep: int, period: int) -> float:
+    """The matrix figure with the grid slack: Δ₂ = cap·max(1, ‖w‖) + 2√m·g, and a person's
+    events (at most as many as fit in a period) each touch m coordinates whose slack does not
+    grow with the events in them: √factor ≤ (cap·max(1, ‖w‖)·√value + 2√m·g·√n)/Δ₂."""
+    n = min(count, (period - 1) // sep + 1)
+    m = len(mech.levels)  # type: ignore[attr-defined]
+    w = np.asarray(mech.weights)  # type: ignore[attr-defined]
+    data = mech.cap * max(1.0, float(np.sqrt(w @ w)))  # type: ignore[attr-defined]
+    slack = 2.0 * math.sqrt(m) * mech.grid  # type: ignore[attr-defined]
+    assert data + slack == pytest.approx(mech.sensitivity(), rel=1e-15)  # type: ignore[attr-defined]
+    return max(value, ((data * math.sqrt(value) + slack * math.sqrt(n)) / (data + slack)) ** 2)
 
 
 def test_tree_many_alignments_fall_back_to_a_bound() -> None:
@@ -701,8 +727,10 @@ def test_split_over_streams_with_spacing_is_not_claimed_exact() -> None:
     b = UserBounds(max_events=3, period_ticks=15, min_separation_ticks=3)
     acc = UserAccountant(Accountant.for_domain(Domain.flat(["a", "b", "c"]), PureDP(1.0)), b,
                          (1,), mech, tick_seconds=60.0)
-    m = _normalised(fenwick_oracle, mech, 15)
-    truth = _brute_l1(m, 3, 3) / float(m.sum(axis=0).max())
+    big_l, _, _ = fenwick_oracle.dense(mech, 15)
+    per = (mech.cap * (1 + 2.0**-40) * big_l.sum(axis=0)  # type: ignore[attr-defined]
+           + 2.0 * float(mech.plan(15).grid) * (big_l > 0).sum(axis=0))  # type: ignore[attr-defined]
+    truth = _brute_spaced_sum(per, 3, 3) / float(mech.sensitivity())
     assert acc.per_stream.exact and acc.per_stream.value == pytest.approx(truth, rel=1e-12)
     assert truth < 3
     total, exact = acc.period_factor()
