@@ -455,6 +455,14 @@ class UserAccountant:
         return self._phi(self.bounds.per_leaf_events)
 
     @property
+    def per_node_max(self) -> UserFactor:
+        """The largest factor of any one released stream per person per period: a node with
+        more leaves below it may receive more of one person's events (``min(K, L·k)`` against
+        ``min(K, k)`` on a leaf), so its factor is the largest over the layers."""
+        factors = [self._phi(self.bounds.per_node_events(leaves)) for leaves in self.layer_leaves]
+        return max(factors, key=lambda f: f.value)
+
+    @property
     def events_per_period(self) -> int:
         """``N``: the most events of one person counted in one period (over all leaves)."""
         return self.bounds.per_node_events(max(self.layer_leaves))
@@ -571,12 +579,18 @@ class UserAccountant:
         def kind(ok: bool) -> str:
             return "exact" if ok else "an upper bound"
 
+        node = self.per_node_max
+        above = [] if node.value <= stream.value else [
+            f"per stream above leaves: {shown(node.value)} per person per period (a node over "
+            f"several leaves takes up to {self.events_per_period} of one person's events; "
+            f"{kind(node.exact)})"]
         return [
             "unit of privacy:         one person",
             f"period:                  {period}",
             f"bounds per period:       {', '.join(knobs)}",
             f"per released stream:     {shown(stream.value)} per person per period "
             f"({stream.method}; {kind(stream.exact)})",
+            *above,
             f"total per person:        {shown(total)} per period, over every node a person "
             f"reaches ({kind(exact)})",
             f"over a year:             {shown(year)} ({_periods(b, self.tick_seconds)}; "

@@ -18,11 +18,13 @@ import random
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import numpy as np
 import pytest
 
 from agents.config.domain import load_domain
 from agents.ingest.users import user_bounds
+from agents.kafka.codec import schema as load_schema
 from agents.kafka.partitioner import key_partition as kafka_partition
 from stream_dp.user_level import keep_mask
 from tests.integration import pipeline_support as ps
@@ -73,6 +75,16 @@ async def _check_bounded_releases(s: Any, log: list[tuple[str, str, float, float
     committed = await ps.released(s, committed=True)
     uncommitted = await ps.released(s, committed=False)
     bound = bound_of(s)
+    # what every record says about the unit (pure DP, b = 0: a node's factor is exactly the
+    # most events of one person it can receive; a leaf min(K, k) = 2, any node above min(K,
+    # L·k) = 4, so 4 per stream; every layer takes all K = 4 of a period: K·h in total)
+    from stream_dp.accounting import Accountant
+
+    h = Accountant.for_domain(domain, s.privacy).nodes_touched
+    eps = s.privacy.epsilon
+    privacy = {"model": "pure", "epsilon": eps, "unit": "person", "period_ticks": 10,
+               "per_person": {"stream": 4 * eps, "total": 4 * h * eps, "exact": True}}
+    schema = load_schema("dp.counts.v1")
     for key, want in exact.items():
         assert key in committed, f"{key} never released"
         assert len(committed[key]) == 1, f"{key} released {len(committed[key])} times"
@@ -80,6 +92,8 @@ async def _check_bounded_releases(s: Any, log: list[tuple[str, str, float, float
         assert len(copies) == 1, f"{key}: {len(copies)} different copies"
         msg = json.loads(committed[key][0])
         assert abs(msg["value"] - want) <= bound + 12 * msg["stderr"], (key, msg, want)
+        assert msg["privacy"] == privacy, msg["privacy"]
+        jsonschema.validate(msg, schema)
 
 
 async def test_partitions_moving_between_workers_take_their_people_along(
