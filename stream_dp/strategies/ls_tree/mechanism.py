@@ -13,6 +13,14 @@ shifts each measurement by a lattice vector. One event changes one ``q_s`` by at
 budget, level ``ℓ``'s node noise to ``2**F·Δ`` with ``a_ℓ`` (Σ a ≤ 1 exactly; pure: the ε's add,
 zCDP: the ρ's add).
 
+**Hat levels** (issue #36, :attr:`.plan.LsPlan.shapes`): a level may measure overlapping
+triangles instead (:func:`.plan.hat_rows`: ``B/L + 1`` per top block, node ``r`` peaking at
+offset ``r·L − 1``), whose two coefficients at any tick add up to exactly ``2**F``: one event
+moves the level's measurements by at most ``2**F·Δ`` in total, and the level is calibrated as a
+decayed one (Laplace: the losses of the two nodes add to ``2**F·Δ/b``; Gaussian: the squared
+changes add to at most ``(2**F·Δ)²``). A flat level measures the plain sum (``K_i = 2**F``).
+Everything below holds for any integer rows inside the top block.
+
 **Release** (the best linear unbiased estimate from all of the open top block's measurements, past
 and future): with ``R_n = Y_n − Σ_i K_i·y_(start+i) = Z'_n − Σ_i K_i·Z_(start+i)`` each node's
 residual — an exact integer function of the *final* measurements which carries no data —
@@ -422,7 +430,8 @@ class LsTreeMechanism(Mechanism):
 
     def sensitivity(self) -> float:
         """``cap + g`` (value units): one event moves one leaf by ``Δ·g`` and one node per level
-        by ``K·Δ·g·2**-F ≤ Δ·g``; the noise of each is calibrated to that with its share."""
+        by ``K·Δ·g·2**-F ≤ Δ·g`` (two nodes of a hat level by ``Δ·g`` in total); the noise of
+        each is calibrated to that with its share."""
         return self.cap + self.grid
 
     def rounding_bound(self, ticks: int | None = None) -> float:
