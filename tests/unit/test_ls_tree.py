@@ -4,6 +4,9 @@ checks of every strategy (tests/unit/test_accuracy_all.py) cover it too."""
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -297,8 +300,8 @@ def test_each_tick_spends_at_most_the_budget_at_the_real_noise_scales(
         privacy: object, plan: LsPlan | None) -> None:
     """Privacy accounting from the scales the mechanism really draws with (not the plan's
     claims): for every tick ``t`` (epoch 0 with its schedule, T, T + 1, epochs 1 and 2), the
-    nodes containing ``t`` — its leaf, one node per level (shift ``K_i·Δ``), one super node per
-    level of its epoch (shift ``Δ``) — spend ``Σ shift/scale ≤ ε`` (pure) or
+    nodes containing ``t`` — its leaf, one node per level (shift ``K_i·Δ``; two per hat level,
+    issue #36), one super node per level of its epoch (shift ``Δ``) — spend ``Σ shift/scale ≤ ε`` (pure) or
     ``Σ shift²/(2σ²) ≤ ρ`` (zCDP), and in epoch 0 the last tick of a block spends all of it."""
     from stream_dp.strategies._epochs import SUPER_BASE, epoch_of_block, super_levels
     from stream_dp.strategies.ls_tree.plan import coefficients
@@ -321,10 +324,21 @@ def test_each_tick_spends_at_most_the_budget_at_the_real_noise_scales(
         return shift / scale if pure else shift * shift / (2.0 * scale * scale)
 
     spent = []
+    shapes = mech.plan.shapes or ("decayed",) * len(mech.plan.levels)
     for t in range(1, ticks + 1):
         total = spend(t, delta)
-        for ell, length in enumerate(mech.plan.levels, start=1):
-            k = coefficients(1.0, length)[(t - 1) % length]
+        top, offset = divmod(t - 1, b)
+        for ell, (length, shape) in enumerate(zip(mech.plan.levels, shapes, strict=True), start=1):
+            if shape == "hat":
+                # issue #36: the two triangles over `offset` (peaks at r·L − 1, K from the
+                # definition, halves rounded up), node r of top block `top`
+                for r in range(b // length + 1):
+                    d = abs(offset - (r * length - 1))
+                    if d < length:
+                        k = 4096 - math.floor(Fraction(4096 * d, length) + Fraction(1, 2))
+                        total += spend((ell << 40) | (top * (b // length + 1) + r), k * delta)
+                continue
+            k = coefficients(1.0, length)[(t - 1) % length]  # flat = decayed at p = 1
             total += spend((ell << 40) | ((t - 1) // length), k * delta)
         e, k, n_e = epoch_of_block((t - 1) // b, first)
         if e:

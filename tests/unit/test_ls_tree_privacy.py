@@ -93,7 +93,7 @@ def _footprint(mech: LsTreeMechanism, s: int, dq: int) -> dict[int, int]:
     out = {s: dq}
     shapes = mech.plan.shapes or ("decayed",) * len(mech.plan.levels)
     b = mech.block
-    for ell, (length, shape) in enumerate(zip(mech.plan.levels, shapes), start=1):
+    for ell, (length, shape) in enumerate(zip(mech.plan.levels, shapes, strict=True), start=1):
         if shape == "hat":
             top, offset = divmod(s - 1, b)
             for r, k in _hat_shifts(length, b, offset).items():
