@@ -77,6 +77,12 @@ _FOUR_LEVEL_P = 0.999
 _FOUR_FIRST = (16, 24, 32)
 _FOUR_MULTIPLE = (8, 12, 16)
 _FOUR_TOP = (4, 8, 16)
+#: Hat plans are searched for p ≥ this only (issue #36 asks for p ≥ 0.99). Below it they win too
+#: (pure ε = 1, T = 32767: 17.31 against `naive`'s 20.51 at p = 0.95, 12.04 against `tree-ls`'s
+#: 12.51 at 0.9), but `auto` would then switch the service's default decay (p = 0.95) from
+#: `naive`/`naive-int` to `tree-ls`, changing every default deployment's releases and state: a
+#: decision of its own, left out of this change.
+_HAT_P = 0.99
 #: Hat plans (issue #36, :func:`_hat_plan`): strides, top multiples, three-level search (first
 #: stride 16 only: 8 and 32 never won at p ≥ 0.999 for T = 32767 and cost a 4096-tick geometry
 #: each; four candidates, 16 ⊂ 160 ⊂ 1600 … 16 ⊂ 256 ⊂ 4096).
@@ -427,7 +433,8 @@ def best_plan(p: float, horizon: int, model: Model, budget: float, slack_units: 
     also four-level plans (first level 16…32 ticks, ×8…16, top ×4…16 ≤ :data:`MAX_BLOCK`), the
     same way, and if one wins its shares are refined off the grid (moves of 0.02 and 0.01
     between two levels; issue #26). Then the best plan with hat levels (:func:`_hat_plan`, issue
-    #36) replaces it if its mean is lower (at ``p = 1``: both with their per-block schedules)."""
+    #36; ``p ≥ 0.99`` only, :data:`_HAT_P`) replaces it if its mean is lower (at ``p = 1``: both
+    with their per-block schedules)."""
     best: tuple[float, LsPlan] | None = None
 
     def consider(levels: tuple[int, ...], shares: tuple[float, ...],
@@ -490,7 +497,7 @@ def best_plan(p: float, horizon: int, model: Model, budget: float, slack_units: 
                                 consider(levels4, tuple(shares))
     assert best is not None
     finalists = [best]
-    hat = _hat_plan(p, horizon, model, budget, slack_units)
+    hat = _hat_plan(p, horizon, model, budget, slack_units) if p >= _HAT_P else None
     if hat is not None:
         finalists.append(hat)
     if p == 1.0:
