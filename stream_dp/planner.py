@@ -15,7 +15,8 @@ strategy (simpler first; :func:`stream_dp.strategies.registry.available`).
   Toeplitz factorisation restarted every ``T`` ticks adds one epoch's error per epoch).
 
 ``tests/unit/test_accuracy_all.py`` checks every registered strategy's claim numerically from
-its exact variance at ``t = T, 16T, 256T`` (p = 1 and p = 0.999), so a wrong claim fails.
+its exact variance averaged over ``[16T, 32T)`` and ``[256T, 512T)`` (p = 1 and p = 0.999), so
+a wrong claim fails.
 This is why at p = 1 ``auto`` may pick a strategy with a larger error *within* the horizon:
 the others' error keeps growing linearly afterwards (docs/accuracy.md, "p = 1").
 

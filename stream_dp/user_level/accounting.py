@@ -28,8 +28,9 @@ every such pattern:
   sums stay small (:mod:`stream_dp.user_level.trees_decayed`); otherwise an upper bound (each
   block's decayed sum bounded by its packed maximum), as when a period has more than
   :data:`TREE_MAX_OFFSETS` alignments (the unending stream then stands for all of them);
-* zCDP, ``tree-ls`` at ``p < 1``: the same block program over its nested blocks, each block's
-  fixed-point weighted sum bounded by its best ``b``-spaced coefficients — an upper bound;
+* zCDP, ``tree-ls`` at ``p < 1`` with decayed levels only: the same block program over its
+  nested blocks, each block's fixed-point weighted sum bounded by its best ``b``-spaced
+  coefficients — an upper bound (hat or flat levels, issue #36: ``n²`` below);
 * zCDP otherwise (``tree-ls`` at ``p = 1`` with its per-block shares and super levels, ``blt``
   at ``p = 1`` with its column scales): ``n²``, the triangle inequality's bound, reported as not
   exact.
@@ -197,6 +198,10 @@ def _ls_tree_factor(mech: object, events: int, min_sep: int, period_ticks: int) 
     true term, so an upper bound — over the largest column ``max_r Σ_ℓ K_ℓ(r)²/var_ℓ``."""
     from stream_dp.strategies.ls_tree.plan import COEFF_BITS, coefficients
 
+    if any(shape != "decayed" for shape in mech.plan.shapes):  # type: ignore[attr-defined]
+        # issue #36: hat levels overlap (two nodes per level per tick) and flat ones have other
+        # coefficients: the nested-block program below does not describe them (None: n²)
+        return None
     levels = [int(v) for v in mech.plan.levels]  # type: ignore[attr-defined]
     grid2 = float(mech.grid) ** 2  # type: ignore[attr-defined]
     var = [float(v) * grid2 for v in mech.variances]  # type: ignore[attr-defined]

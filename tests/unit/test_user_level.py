@@ -704,6 +704,27 @@ def test_ls_tree_factor_bounds_the_brute_force(p: float, horizon: int, count: in
     standard deviation), every period alignment within a top block: the factor never falls
     below the brute force over every pattern, and is below the old n² bound."""
     mech = make_mechanism("tree-ls", p, horizon, ZCDP(0.5))
+    _check_ls_tree_factor(mech, count, sep, period)
+
+
+@pytest.mark.parametrize("shapes", [("hat", "flat"), ("hat", "decayed"), ("decayed", "flat")])
+@pytest.mark.parametrize(("count", "sep", "period"), [(2, 1, 7), (3, 2, 12), (3, 1, 6)])
+def test_ls_tree_factor_with_hat_or_flat_levels_falls_back_to_n_squared(
+        shapes: tuple[str, str], count: int, sep: int, period: int) -> None:
+    """Issue #36: a tree-ls plan with hat levels (two overlapping nodes per level per tick) or
+    flat ones (coefficients 2**12, not decayed) is not what the nested-block program describes:
+    the factor is the triangle inequality's n², which the brute force over the dense oracle's
+    rows never exceeds. (With the decayed coefficients the program fell below the brute force for
+    such plans.)"""
+    from stream_dp.strategies.ls_tree.mechanism import LsTreeMechanism
+    from stream_dp.strategies.ls_tree.plan import LsPlan
+
+    mech = LsTreeMechanism(0.99, 63, ZCDP(0.5), 1.0,
+                           plan=LsPlan((4, 16), (0.45, 0.5, 0.05), (), shapes))
+    _check_ls_tree_factor(mech, count, sep, period)
+
+
+def _check_ls_tree_factor(mech: object, count: int, sep: int, period: int) -> None:
     top = int(mech.plan.levels[-1])  # type: ignore[attr-defined]
     rounds = top // math.gcd(period, top)
     big_l, _, var = ls_dense(mech, -(-(period * rounds) // top) * top)
@@ -714,7 +735,10 @@ def test_ls_tree_factor_bounds_the_brute_force(p: float, horizon: int, count: in
     f = stream_factor(mech, count, sep, period_ticks=period)
     assert not f.exact
     assert f.value >= brute * (1 - 1e-12)
-    assert f.value < count ** 2
+    if mech.plan.shapes:  # type: ignore[attr-defined]
+        assert f.value == count ** 2  # hat or flat levels: the triangle inequality (issue #36)
+    else:
+        assert f.value < count ** 2
 
 
 def test_split_over_streams_with_spacing_is_not_claimed_exact() -> None:
