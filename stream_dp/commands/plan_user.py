@@ -167,10 +167,12 @@ def user_report(args: argparse.Namespace, privacy: Privacy, accountant: Accounta
         # budget given here (grid effects reorder close candidates): solve for what auto runs
         # at each budget tried, and say which strategy it is.
         used: dict[str, str] = {}
+        rate = getattr(args, "max_events_per_tick", None)  # the worker's range filter, if given
+        limit = None if rate is None else float(args.cap) * rate
 
         def total_factor(per: Privacy) -> float:
             name = pick(args.p, args.horizon, per, args.cap, integer_counts=integer_counts,
-                        user_bounds=bounds)
+                        max_tick_count=limit, user_bounds=bounds)
             used["strategy"] = name
             return float(UserAccountant(
                 _with_budget(accountant, per), bounds, leaves,
