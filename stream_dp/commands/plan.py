@@ -66,7 +66,8 @@ budget declared / factor, the strategy auto picks by that error, and for it the 
 budget per stream, in total per period over every node a person reaches (--domain), and over a
 year of periods (--tick-seconds, default 60), each marked exact or an upper bound; under zCDP
 each ρ also as (ε, δ) at --delta. --user-target-epsilon E (or --user-target-rho R) prints the
-per-event budget whose per-person total per period is at most the target, checked exactly.
+per-event budget whose per-person total per period is at most the target, checked exactly,
+for the strategy auto picks at that budget (named on the line).
 Missing or out-of-range bounds exit with status 2 and one line.
 """
 

@@ -162,10 +162,25 @@ def user_report(args: argparse.Namespace, privacy: Privacy, accountant: Accounta
     }
     target = _target(args, privacy)
     if target is not None:
-        report["solved"] = solve(target, lambda per: UserAccountant(
-            _with_budget(accountant, per), bounds, leaves,
-            make_mechanism(chosen, args.p, args.horizon, per, args.cap),
-            tick_seconds(args)).period_factor()[0])
+        # The solved budget is deployed as the declared one, and `strategy = auto` picks by the
+        # user-level error at *that* budget, which can be another strategy than the pick at the
+        # budget given here (grid effects reorder close candidates): solve for what auto runs
+        # at each budget tried, and say which strategy it is.
+        used: dict[str, str] = {}
+        rate = getattr(args, "max_events_per_tick", None)  # the worker's range filter, if given
+        limit = None if rate is None else float(args.cap) * rate
+
+        def total_factor(per: Privacy) -> float:
+            name = pick(args.p, args.horizon, per, args.cap, integer_counts=integer_counts,
+                        max_tick_count=limit, user_bounds=bounds)
+            used["strategy"] = name
+            return float(UserAccountant(
+                _with_budget(accountant, per), bounds, leaves,
+                make_mechanism(name, args.p, args.horizon, per, args.cap),
+                tick_seconds(args)).period_factor()[0])
+
+        report["solved"] = solve(target, total_factor)
+        report["solved"]["strategy"] = used["strategy"]
     return report
 
 
@@ -256,6 +271,7 @@ def lines(report: dict[str, Any], privacy: Privacy) -> list[str]:
         per = solved["per_event"]
         value = next(v for k, v in per.items() if k != "model")
         out.append(f"solved:                  {sym} = {value!r} per event and stream gives at "
-                   f"most the target per person per period (exactly {solved['per_person_period_exact']} "
-                   f"in rationals)")
+                   f"most the target per person per period with strategy {solved['strategy']} "
+                   f"(what auto picks at that budget; exactly "
+                   f"{solved['per_person_period_exact']} in rationals)")
     return out

@@ -130,3 +130,24 @@ def test_help_lists_the_user_options() -> None:
                  "--user-min-separation-ticks", "--tick-seconds", "--user-target-epsilon",
                  "--user-target-rho"):
         assert flag in proc.stdout
+
+
+def test_the_solved_budget_holds_for_the_strategy_auto_picks_at_it() -> None:
+    """Adversarial review (issue #34): the budget solved for a target is deployed as the
+    declared ρ; a deployment with ``strategy = auto`` then picks by the user-level error *at that
+    ρ* (agents.release.state.build_mechanism), which need not be the pick at the ρ the command
+    was given. Here the pick at ρ = 0.1 is sqrt, at the solved ρ ≈ 0.0034 it is blt, whose
+    per-person total was 2.3 % over the target: the solved line must hold for the strategy
+    that budget deploys, and name it."""
+    bounds = UserBounds(max_events=10, period_ticks=1440, min_separation_ticks=5)
+    doc = _json("plan", "--p", "0.99", "--privacy", "zcdp", "--rho", "0.1", "--horizon", "63",
+                "--privacy-unit", "user", "--user-max-events", "10", "--user-period-ticks",
+                "1440", "--user-min-separation-ticks", "5", "--user-target-rho", "0.1")
+    solved = doc["user_level"]["solved"]  # type: ignore[index]
+    per = ZCDP(solved["per_event"]["rho"])
+    deployed = pick(0.99, 63, per, user_bounds=bounds)  # what auto runs at that ρ
+    acc = UserAccountant(Accountant(per, 1), bounds, (1,),
+                         make_mechanism(deployed, 0.99, 63, per), 60.0)
+    total = acc.period_factor()[0]
+    assert Fraction(per.value) * Fraction(total) <= Fraction(0.1), (deployed, per.value * total)
+    assert solved["strategy"] == deployed

@@ -759,3 +759,30 @@ def test_split_over_streams_with_spacing_is_not_claimed_exact() -> None:
     assert truth < 3
     total, exact = acc.period_factor()
     assert total == pytest.approx(3.0) and not exact
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "adversarial review (issue 34): year_periods counts ceil(year / period) aligned periods, "
+    "but a year that does not start on a period boundary touches one period more "
+    "(ceil((ticks of a year - 1) / T) + 1): 366 days' periods of a day, 2 periods of a year; "
+    "what 'over a year' means is the lead's call (any 365 days, or 365 aligned periods)"))
+@pytest.mark.parametrize(("period", "tick_seconds"), [(525_600, 60.0), (1440, 60.0)])
+def test_the_yearly_figure_covers_a_year_that_straddles_a_period_boundary(
+        period: int, tick_seconds: float) -> None:
+    """Pure DP, naive (every counted event spends ε on its own tick's measurement, columns
+    disjoint, so k counted events spend exactly k·ε): a 365-day window starting at the last
+    tick of period 0; one person's events on that tick and on the first tick of every later
+    period the window reaches all count (K = 1 per period): 2 events within a year of a
+    one-year period, 366 with daily periods, against a yearly figure of 1 and 365."""
+    year_ticks = round(365 * 86_400 / tick_seconds)
+    b = UserBounds(max_events=1, period_ticks=period)
+    start = period  # the last tick of period 0 (ticks are numbered from 1)
+    # then the first tick of every later period the window reaches
+    ticks = [start, *range(start + 1, start + year_ticks, period)]
+    assert ticks[-1] - ticks[0] < year_ticks  # within one 365-day window
+    kept = keep_mask([("ann", t, 0) for t in ticks], b)
+    assert all(kept)
+    acc = UserAccountant(Accountant(PureDP(1.0), 1), b, (1,),
+                         make_mechanism("naive", 0.9, 63, PureDP(1.0)), tick_seconds)
+    year, _ = acc.year_factor()
+    assert year >= len(ticks), (year, len(ticks))

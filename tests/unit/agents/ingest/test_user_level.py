@@ -569,3 +569,62 @@ def test_a_lost_changelog_is_refused_not_trusted() -> None:
     again.restore(data, seq=1)
     again.load_user_changes(changes)
     assert len(again.users.bounder) == 5
+
+
+def _nastier(log: list[list[tuple[int, bytes, float]]], nasty: str, other: str,
+             seed: int) -> list[list[tuple[int, bytes, float]]]:
+    """The nasty person's records of ``log`` (adversarial review of issue 34) also taking the
+    full decoding path on purpose (a ``NaN`` in an extra field: the fast parser refuses it, the
+    authoritative one accepts it, so one person's events reach the table through both paths),
+    with the identifier twice (another person's first, theirs last: the last one is the
+    person's), escaped (``\\u`` spellings of the same bytes), and records dead-lettered for
+    their value or time (future, too old): the others' records unchanged."""
+    rng = random.Random(seed + 5000)
+    out = []
+    for seg in log:
+        new = []
+        for p, v, at in seg:
+            doc = json.loads(v)
+            if doc.get("user") == nasty:
+                roll = rng.random()
+                if roll < 0.25:
+                    v = v[:-1] + b', "junk": NaN}'
+                elif roll < 0.4:
+                    v = b'{"user": "%s", ' % other.encode() + v[1:]  # theirs wins (last)
+                elif roll < 0.5:
+                    v = v.replace(b'"user": "n', b'"user": "\\u006e')
+                elif roll < 0.55:
+                    v = v[:-1] + b', "value": 1e300}'  # value_out_of_range (the last value)
+                elif roll < 0.6:
+                    doc["ts"] = at + 3600.0  # future
+                    v = json.dumps(doc).encode()
+            new.append((p, v, at))
+        out.append(new)
+    return out
+
+
+@pytest.mark.parametrize("bounds", BOUNDS, ids=lambda b: "-".join(f"{v}" for v in b.values()))
+@pytest.mark.parametrize("seed", [4, 5])
+def test_one_person_through_both_decoding_paths_duplicate_fields_and_escapes(
+        bounds: dict[str, int], seed: int) -> None:
+    """Adversarial review (issue 34): the person's events reach the table through the fast and
+    the full decoding path alike (the same leaf, the same identity bytes), an identifier given
+    twice is the last one's on both paths, an escaped spelling is the same person; removing
+    every record of the person still changes exactly their bounded contribution, and the
+    dead letters only in their own records."""
+    s = _settings(**bounds)
+    nasty = _home(0, "nasty")
+    other = _home(0, "other0")
+    log = _nastier(_log(seed, nasty), nasty, other, seed)
+    with_p, dead_with, states = _run(s, log)
+    without, dead_without, _ = _run(s, _log(seed, None))
+    diff = {k: with_p.get(k, 0) - without.get(k, 0) for k in set(with_p) | set(without)}
+    diff = {k: d for k, d in diff.items() if d}
+    # the oracle: the person's records that no event-level check dead-letters
+    eligible = [[(p, v, at) for p, v, at in seg
+                 if b"1e300" not in v and json.loads(v)["ts"] < at + 30.0] for seg in log]
+    assert diff == _expected_contribution(s, eligible, nasty, states[0].cap_u)
+    mine = (nasty.encode(), nasty.encode().replace(b"n", b"\\u006e", 1))
+    assert [x for x in dead_with if not any(m in x[2] for m in mine)] == dead_without
+    reasons = {r for _, r, v in dead_with if any(m in v for m in mine)}
+    assert {"future", "value_out_of_range", "wrong_partition"} <= reasons
