@@ -13,7 +13,8 @@ the usual one for visitors of a site: a **Zipf law over N people**. The person o
 5 000) about 1.4 each; the number of people with at least c events falls like ``c^(−1/s)``. ``s = 0`` is the uniform law (every person alike, a light tail).
 
 Identifiers are ``u<rank>`` (``u1`` the most active), whose UTF-8 bytes are the record key
-producers use (:mod:`agents.kafka.partitioner`). The person of the i-th event depends only on
+producers use (Kafka's default partitioner then puts all of a person's records on one
+partition). The person of the i-th event depends only on
 (seed, N, s, i), drawn from a random stream of its own: the events themselves (keys, times,
 values) are exactly those of the same simulation without people. Synthetic *input* data; privacy
 noise never comes from here.
