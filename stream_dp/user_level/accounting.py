@@ -400,11 +400,18 @@ TREE_MAX_OFFSETS = 1024
 
 
 def year_periods(period_ticks: int, tick_seconds: float) -> int:
-    """Periods in a year of ``tick_seconds``-second ticks (at least 1; 1 for ``period_ticks = 0``,
-    a period that never ends)."""
+    """The most periods one year — *any* 365 days, not only a year that starts on a period
+    boundary — can touch: its ``W = ⌈year / tick_seconds⌉`` consecutive ticks meet at most
+    ``⌈(W − 1) / T⌉ + 1`` aligned periods of ``T`` ticks (1 for ``period_ticks = 0``, a period
+    that never ends). A year of daily periods touches 366 of them, a year of yearly ones 2.
+
+    >>> year_periods(1440, 60.0), year_periods(525_600, 60.0), year_periods(0, 60.0)
+    (366, 2, 1)
+    """
     if period_ticks == 0:
         return 1
-    return max(1, math.ceil(YEAR_SECONDS / (period_ticks * tick_seconds)))
+    ticks = max(1, math.ceil(YEAR_SECONDS / tick_seconds))
+    return -(-(ticks - 1) // period_ticks) + 1
 
 
 def _layer_cost(phi: Callable[[int], UserFactor], total: int, cap: int,
@@ -488,6 +495,13 @@ class UserAccountant:
         period, exact = self.period_factor()
         if y == 1:
             return period, exact
+        # a year that starts inside a period holds only parts of the first and last periods it
+        # touches, so Y × the period (and what follows) bounds it without being reached: never
+        # said exact (the adversarial review's straddling year)
+        value, _ = self._year_bound(y, period, exact)
+        return value, False
+
+    def _year_bound(self, y: int, period: float, exact: bool) -> tuple[float, bool]:
         if isinstance(self.event.per_node, PureDP):
             # pure DP adds over the periods; Y × the period is reached when the periods' worst
             # patterns do not constrain each other (b ≤ 1: distinct ticks only)
