@@ -26,7 +26,8 @@ import asyncio
 from typing import Any
 
 __all__ = ["BACKGROUND_FACTOR", "empty_fetches", "fetch_requests", "install",
-           "install_from_env", "installed_seconds", "pace", "slow_down", "wake"]
+           "install_from_env", "installed_seconds", "longest_pauses", "pace", "slow_down",
+           "wake"]
 
 #: the pause factor of consumers whose records may wait a little longer (the reconcile side
 #: agent, the dashboard): 5 × the 50 ms default = 250 ms. At 20 empty fetches per second an idle
@@ -34,7 +35,8 @@ __all__ = ["BACKGROUND_FACTOR", "empty_fetches", "fetch_requests", "install",
 #: each of the worker's consumers is idle for most of a tick); at 4 per second a fifth of it.
 BACKGROUND_FACTOR = 5.0
 
-_state: dict[str, Any] = {"seconds": 0.0, "patched": False, "empty": 0, "by_client": {}}
+_state: dict[str, Any] = {"seconds": 0.0, "patched": False, "empty": 0, "by_client": {},
+                          "longest": {}}
 
 
 def empty_fetches() -> int:
@@ -46,6 +48,13 @@ def fetch_requests() -> dict[str, tuple[int, int]]:
     """Per consumer ``client_id``: ``(fetch requests answered, of them empty)`` since
     :func:`install` (diagnostics: which consumer's round trips cost the worker CPU)."""
     return {cid: (int(n[0]), int(n[1])) for cid, n in _state["by_client"].items()}
+
+
+def longest_pauses() -> dict[str, float]:
+    """Per consumer ``client_id``: the longest pause after an empty fetch started since
+    :func:`install` (seconds; diagnostics and tests: a record arriving during an idle spell
+    waits at most the pause in force, so this bounds its wait)."""
+    return {cid: float(x) for cid, x in _state["longest"].items()}
 
 
 def installed_seconds() -> float:
@@ -89,6 +98,8 @@ def install(seconds: float) -> None:
             delay = (_state["seconds"] * d.get("_stream_dp_backoff_factor", 1.0)
                      * min(float(1 << min(run, 30)), d.get("_stream_dp_growth", 1.0)))
             if delay > 0:
+                cid = self._client._client_id
+                _state["longest"][cid] = max(_state["longest"].get(cid, 0.0), delay)
                 until = d.setdefault("_stream_dp_not_before", {})
                 until[node_id] = asyncio.get_running_loop().time() + delay
         else:

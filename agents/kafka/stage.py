@@ -26,6 +26,17 @@ from stream_dp.integrity import IntegrityError
 
 log = logging.getLogger("stream_dp.pipeline")
 
+#: the longest a stage's loop waits for records while nothing of its own is due (seconds). It runs
+#: when records come, at its own next deadline (:meth:`_Stage.next_due_s`: a commit, a health
+#: check, a restore to retry, a close waiting for its offset), when woken
+#: (:meth:`_Stage.wake_loop`: a clock close, a failure, a stop), and after this long at the
+#: latest. It used to wait 0.1 s at most: an idle worker's two stages ran their loops 20 times
+#: a second whatever the tick length (issue #35)
+IDLE_WAIT_MAX_S = 1.0
+#: ... and the shortest (seconds): work due at once (a backlog's next step) still lets the
+#: loop wait this long for records, so a condition that stays due cannot spin it
+IDLE_WAIT_MIN_S = 0.01
+
 #: a commit that fails this many times in a row on one partition with the same non-Kafka error
 #: (a bug in a step or an encoder: the restore repeats it) stops the worker
 BUG_RETRIES = 3
@@ -110,6 +121,11 @@ class _Stage(StageHealth):
         #: assignments handled and partitions restored (sought) so far: a fetch that began
         #: before one may hold records from before the seek
         self.repositioned = 0
+        #: set to end the loop's wait for records (:meth:`wake_loop`)
+        self._woken = asyncio.Event()
+        #: the loop's waits for records that ended without records (idle passes; tests and
+        #: benchmarks compare them, nothing exports them)
+        self.idle_passes = 0
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -501,15 +517,76 @@ class _Stage(StageHealth):
     async def handle(self, batch: dict[Any, list[Any]]) -> None:
         raise NotImplementedError
 
+    def own_due_s(self, now: float) -> float:
+        """Seconds (monotonic ``now``) until the stage's own work needs its loop though no
+        record comes (a commit due, a backlog step); :data:`IDLE_WAIT_MAX_S` if none."""
+        return IDLE_WAIT_MAX_S
+
+    def next_due_s(self, now: float) -> float:
+        """Seconds until the loop must run again though no record comes: the health checks
+        (:meth:`check_ownership`, :meth:`check_liveness`), a failed restore's retry and
+        :meth:`own_due_s`; at most :data:`IDLE_WAIT_MAX_S`, at least 0."""
+        due = min(IDLE_WAIT_MAX_S, self.own_due_s(now))
+        if not self.restoring:
+            due = min(due, self._next_owner_check - now)
+            if self.states:
+                due = min(due, self._next_liveness - now)
+        if self.missing():
+            due = min(due, self._retry_at - now)
+        return max(0.0, due)
+
+    def wake_loop(self) -> None:
+        """End the loop's wait for records now: work that does not come as a record of the
+        input (a clock close to apply, a failure to raise, a stop)."""
+        self._woken.set()
+
+    async def _next_batch(self) -> dict[Any, list[Any]]:
+        """The next records, waiting for them until :meth:`next_due_s` or a wake.
+
+        Records already fetched are taken without waiting (the busy path: one plain
+        ``getmany`` per batch); only an empty buffer starts the wait, which races the
+        consumer against :meth:`wake_loop`. A cancelled ``getmany`` loses no records: it
+        takes them from the fetch buffer only after its wait ends, in the same step as it
+        returns."""
+        n = self.fetch_max_records()
+        batch: dict[Any, list[Any]] = await self.consumer.getmany(timeout_ms=0, max_records=n)
+        if batch:
+            return batch
+        wait = max(IDLE_WAIT_MIN_S, self.next_due_s(time.monotonic()))
+        if not self._woken.is_set():
+            get = asyncio.ensure_future(self.consumer.getmany(timeout_ms=int(wait * 1000) + 1,
+                                                              max_records=n))
+            woken = asyncio.ensure_future(self._woken.wait())
+            try:
+                await asyncio.wait({get, woken}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+                if not get.done():
+                    get.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await get
+            batch = get.result() if not get.cancelled() else {}
+        self._woken.clear()
+        if not batch:
+            self.idle_passes += 1
+        return batch
+
     # -- main loop ----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
+        stopping = asyncio.ensure_future(stop.wait())
+        stopping.add_done_callback(lambda _: self.wake_loop())
+        try:
+            await self._loop(stop)
+        finally:
+            stopping.cancel()
+
+    async def _loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             if self.w.fatal is not None:
                 raise self.w.fatal
             seen = self.repositioned
             try:
-                batch = await self.consumer.getmany(timeout_ms=100,
-                                                    max_records=self.fetch_max_records())
+                batch = await self._next_batch()
             except Exception as exc:
                 if stop.is_set():
                     break
