@@ -541,31 +541,13 @@ class _Stage(StageHealth):
         self._woken.set()
 
     async def _next_batch(self) -> dict[Any, list[Any]]:
-        """The next records, waiting for them until :meth:`next_due_s` or a wake.
+        """The next records: what is buffered, else a wait for records until
+        :meth:`next_due_s` or a :meth:`wake_loop` (:func:`~agents.kafka.reading.getmany_or_wake`)."""
+        from agents.kafka.reading import getmany_or_wake
 
-        Records already fetched are taken without waiting (the busy path: one plain
-        ``getmany`` per batch); only an empty buffer starts the wait, which races the
-        consumer against :meth:`wake_loop`. A cancelled ``getmany`` loses no records: it
-        takes them from the fetch buffer only after its wait ends, in the same step as it
-        returns."""
-        n = self.fetch_max_records()
-        batch: dict[Any, list[Any]] = await self.consumer.getmany(timeout_ms=0, max_records=n)
-        if batch:
-            return batch
         wait = max(IDLE_WAIT_MIN_S, self.next_due_s(time.monotonic()))
-        if not self._woken.is_set():
-            get = asyncio.ensure_future(self.consumer.getmany(timeout_ms=int(wait * 1000) + 1,
-                                                              max_records=n))
-            woken = asyncio.ensure_future(self._woken.wait())
-            try:
-                await asyncio.wait({get, woken}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                woken.cancel()
-                if not get.done():
-                    get.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await get
-            batch = get.result() if not get.cancelled() else {}
+        batch = await getmany_or_wake(self.consumer, self._woken, wait,
+                                      self.fetch_max_records())
         self._woken.clear()
         if not batch:
             self.idle_passes += 1

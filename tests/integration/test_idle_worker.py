@@ -92,7 +92,7 @@ async def test_an_idle_worker_wakes_on_work(kafka_broker: str, unique_name: str,
         if w.schedule.deadline(w.schedule.tick_of(now)) - now < 1.0:  # mid-tick: never late
             await asyncio.sleep(w.schedule.deadline(w.schedule.tick_of(now)) - now + 0.3)
             now = time.time()
-        leaf = [p for p in paths if p.count("/") == 2][0]
+        leaf = next(p for p in paths if p.count("/") == 2)
         await ps.produce(s, [ps.event_bytes(leaf, now)])
         tick = w.schedule.tick_of(now)
         await until_released(tick)
