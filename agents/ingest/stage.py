@@ -218,8 +218,10 @@ class IngestStage(_Stage):
         :meth:`handle`); else nothing."""
         due = super().own_due_s(now)
         for p, state in list(self.states.items()):
-            if state.unsent or state.out.ticks_closed or state.out.partials:
-                return 0.0
+            out = state.out
+            if out.ticks_closed or len(out.dead_letters) >= 10_000 or (
+                    state.unsent and not out.partials):
+                return 0.0  # a commit or a hand-over step (the conditions of handle)
             if state.pending:
                 due = min(due, self.CLOSE_POLL_S)
             if state.dirty:

@@ -133,8 +133,14 @@ class ReleaseStage(_Stage):
                 due = min(due, 0.0 if since is None else since + 0.2 - now)
             elif state.dirty and not state.pending.get(state.next_tick):
                 due = min(due, self.last_commit.get(p, 0.0) + self.s.commit_interval_s - now)
-        for since in list(self._incomplete.values()):
-            due = min(due, since + self.s.stall_timeout_s - now)
+            slot = state.pending.get(state.next_tick)
+            since = self._incomplete.get((state.shard, state.next_tick))
+            if slot and since is not None and len(slot) < state.sources:
+                # the stall check of the tick it waits for (older entries are stale: released
+                # ticks; one already past its timeout is checked at the 1 s passes)
+                left = since + self.s.stall_timeout_s - now
+                if left > 0:
+                    due = min(due, left)
         return due
 
     def new_state(self, p: int) -> ReleaseState:

@@ -48,7 +48,10 @@ async def test_an_idle_worker_wakes_on_work(kafka_broker: str, unique_name: str,
 
     paths = ps.hierarchy_paths(2, 2, 2)
     s = ps.live_settings(kafka_broker, tmp_path, unique_name, paths, tick_seconds=3.0,
-                         empty_fetch_backoff_ms=50, events_partitions=2, shards=2)
+                         empty_fetch_backoff_ms=50, events_partitions=2, shards=2,
+                         # short: a stall check's deadline that lies in the past (an entry of
+                         # a tick released since) once made the release loop spin
+                         stall_timeout_s=4.0)
     await ps.create_topics(s)
     released: dict[int, set[int]] = {}
 
