@@ -90,7 +90,7 @@ class IngestStage(_Stage):
     hw: Any = None
 
     async def start(self) -> None:
-        from agents.kafka.fetch_backoff import pace
+        from agents.kafka.fetch_backoff import FETCHER_IDLE_MS, pace
         from agents.kafka.topics import check_events_topic, check_internal_topics
 
         await check_events_topic(self.s.bootstrap, self.s)
@@ -105,6 +105,7 @@ class IngestStage(_Stage):
             bootstrap_servers=self.s.bootstrap, **self.w.kafka_kwargs(),
             isolation_level="read_uncommitted", enable_auto_commit=False,
             client_id=f"{self.s.app_id}-{self.name}-end-{self.s.worker_id}",
+            consumer_timeout_ms=FETCHER_IDLE_MS,
         )
         await self.hw.start()
 

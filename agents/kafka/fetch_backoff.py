@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-__all__ = ["BACKGROUND_FACTOR", "empty_fetches", "fetch_requests", "install",
+__all__ = ["BACKGROUND_FACTOR", "FETCHER_IDLE_MS", "empty_fetches", "fetch_requests", "install",
            "install_from_env", "installed_seconds", "longest_pauses", "pace", "slow_down",
            "wake"]
 
@@ -34,6 +34,14 @@ __all__ = ["BACKGROUND_FACTOR", "empty_fetches", "fetch_requests", "install",
 #: consumer costs ~0.01 CPU-second per second in aiokafka's Python (measured at 10^6 streams:
 #: each of the worker's consumers is idle for most of a tick); at 4 per second a fifth of it.
 BACKGROUND_FACTOR = 5.0
+
+#: ``consumer_timeout_ms`` for the long-running consumers of a worker: how often aiokafka's
+#: background fetch routine plans its requests again when nothing told it to (a fetch done,
+#: records taken, a seek, an assignment, a pause ending, :func:`wake`). aiokafka's 200 ms default
+#: woke every idle consumer's routine 5 times a second — 23 of the 126 event-loop callbacks per
+#: second of an idle worker (issue #35); every event that needs a new fetch completes a future
+#: the routine waits on, so this is only its safety net
+FETCHER_IDLE_MS = 1000
 
 _state: dict[str, Any] = {"seconds": 0.0, "patched": False, "empty": 0, "by_client": {},
                           "longest": {}}

@@ -19,6 +19,7 @@ from typing import Any
 from agents.kafka.checked_producer import TransactionRecordFailed, _CheckedProducer
 from agents.kafka.checkpoint_reader import read_latest_with_progress
 from agents.kafka.checkpoints import CheckpointRefused, Progress, chunk_messages
+from agents.kafka.fetch_backoff import FETCHER_IDLE_MS
 from agents.kafka.groups import leave_group
 from agents.kafka.stage_health import StageHealth
 from agents.kafka.stage_host import StageHost
@@ -29,10 +30,10 @@ log = logging.getLogger("stream_dp.pipeline")
 #: the longest a stage's loop waits for records while nothing of its own is due (seconds). It runs
 #: when records come, at its own next deadline (:meth:`_Stage.next_due_s`: a commit, a health
 #: check, a restore to retry, a close waiting for its offset), when woken
-#: (:meth:`_Stage.wake_loop`: a clock close, a failure, a stop), and after this long at the
-#: latest. It used to wait 0.1 s at most: an idle worker's two stages ran their loops 20 times
-#: a second whatever the tick length (issue #35)
-IDLE_WAIT_MAX_S = 1.0
+#: (:meth:`_Stage.wake_loop`: a clock close, an assignment, a failure, a stop), and after this
+#: long at the latest. It used to wait 0.1 s at most: an idle worker's two stages ran their
+#: loops 20 times a second whatever the tick length (issue #35)
+IDLE_WAIT_MAX_S = 5.0
 #: ... and the shortest (seconds): work due at once (a backlog's next step) still lets the
 #: loop wait this long for records, so a condition that stays due cannot spin it
 IDLE_WAIT_MIN_S = 0.01
@@ -138,6 +139,7 @@ class _Stage(StageHealth):
             isolation_level="read_committed",
             enable_auto_commit=False,
             client_id=f"{s.app_id}-{self.name}-ckpt-{s.worker_id}",
+            consumer_timeout_ms=FETCHER_IDLE_MS,
             fetch_max_bytes=64 * 1024 * 1024,
             max_partition_fetch_bytes=16 * 1024 * 1024,
         )
@@ -148,6 +150,7 @@ class _Stage(StageHealth):
             group_id=self.group,
             group_instance_id=s.worker_id,
             client_id=f"{s.app_id}-{self.name}-{s.worker_id}",
+            consumer_timeout_ms=FETCHER_IDLE_MS,
             enable_auto_commit=False,
             isolation_level="read_committed",
             auto_offset_reset="earliest",
@@ -262,6 +265,12 @@ class _Stage(StageHealth):
             self.repositioned += 1
             self.restoring = False
         self.w.update_ready()
+        # restored and sought: fetch from the new positions now (not after a fetch pause), and
+        # let the loop see the new partitions (a clock close they need, their health checks)
+        from agents.kafka.fetch_backoff import wake
+
+        wake(self.consumer)
+        self.wake_loop()
         log.info(
             "%s: assigned partitions %s", self.name, sorted(tp.partition for tp in tps)
         )
@@ -525,14 +534,17 @@ class _Stage(StageHealth):
     def next_due_s(self, now: float) -> float:
         """Seconds until the loop must run again though no record comes: the health checks
         (:meth:`check_ownership`, :meth:`check_liveness`), a failed restore's retry and
-        :meth:`own_due_s`; at most :data:`IDLE_WAIT_MAX_S`, at least 0."""
+        :meth:`own_due_s`; at most :data:`IDLE_WAIT_MAX_S`, at least 0. A check already past
+        its time (it runs at the next pass) does not count: it would make every pass due."""
         due = min(IDLE_WAIT_MAX_S, self.own_due_s(now))
-        if not self.restoring:
-            due = min(due, self._next_owner_check - now)
-            if self.states:
-                due = min(due, self._next_liveness - now)
-        if self.missing():
-            due = min(due, self._retry_at - now)
+        checks = [self._next_owner_check - now]
+        if self.states:
+            checks.append(self._next_liveness - now)
+        if not self.restoring and self.missing():
+            checks.append(self._retry_at - now)
+        for left in checks:
+            if left > 0:
+                due = min(due, left)
         return max(0.0, due)
 
     def wake_loop(self) -> None:

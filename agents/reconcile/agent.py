@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from agents.kafka.fetch_backoff import FETCHER_IDLE_MS
 from agents.kafka.groups import leave_group
 from agents.kafka.reading import (
     finish_before_cancel,
@@ -143,6 +144,7 @@ class Reconciler:
             group_id=cfg.leader_group,
             group_instance_id=cfg.instance_id,
             client_id=f"{cfg.client_id}-election",
+            consumer_timeout_ms=FETCHER_IDLE_MS,
             enable_auto_commit=False,
             auto_offset_reset="latest",
             session_timeout_ms=cfg.session_timeout_ms,
@@ -316,6 +318,7 @@ class Reconciler:
             bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(),
             group_id=f"{cfg.leader_group}.offsets",
             client_id=f"{cfg.client_id}-counts",
+            consumer_timeout_ms=FETCHER_IDLE_MS,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
