@@ -52,6 +52,24 @@ def pid_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
+def pid_switches(pid: int) -> tuple[int, int, float, float]:
+    """``(context switches of all its threads, threads, user CPU s, system CPU s)`` of ``pid``:
+    a thread that sleeps and is woken counts one voluntary switch per wake-up."""
+    n = threads = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue
+        threads += 1
+        for line in status.splitlines():
+            if line.endswith("ctxt_switches:") or "ctxt_switches:" in line:
+                n += int(line.split()[1])
+    fields = Path(f"/proc/{pid}/stat").read_text()
+    fields_ = fields[fields.rfind(")") + 2:].split()
+    return n, threads, int(fields_[11]) / _CLK_TCK, int(fields_[12]) / _CLK_TCK
+
+
 def _scrape(port: int) -> dict[str, float]:
     """The unlabelled counters of the worker's ``/metrics`` (name -> value); {} if down."""
     try:
@@ -173,7 +191,8 @@ async def idle_run(broker: Any, tmp: Path, label: str, tree: Path, n_streams: in
         await until(deadline(k))
         first = k
         cpu_at: dict[int, float] = {k: pid_cpu(proc.pid)}
-        idle_cpu = idle_wall = 0.0
+        idle_cpu = idle_wall = user = system = 0.0
+        switches = threads = 0
         per_window: list[float] = []
         profile: list[tuple[str, int]] = []
         for i in range(windows):
@@ -190,9 +209,13 @@ async def idle_run(broker: Any, tmp: Path, label: str, tree: Path, n_streams: in
                                           str(raw), "--pid", str(proc.pid)],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
                         raw)
-            c0, t0 = pid_cpu(proc.pid), time.time()
+            c0, t0, x0 = pid_cpu(proc.pid), time.time(), pid_switches(proc.pid)
             await until(end)
-            c1, t1 = pid_cpu(proc.pid), time.time()
+            c1, t1, x1 = pid_cpu(proc.pid), time.time(), pid_switches(proc.pid)
+            switches += x1[0] - x0[0]
+            user += x1[2] - x0[2]
+            system += x1[3] - x0[3]
+            threads = x1[1]
             if prof is not None:
                 prof[0].wait(60)
                 if prof[1].exists():
@@ -208,7 +231,8 @@ async def idle_run(broker: Any, tmp: Path, label: str, tree: Path, n_streams: in
             "label": label, "tick_seconds": tick_seconds, "ready_s": ready_s,
             "nodes": len(leaves) + a * b + a + 1, "windows": windows,
             "idle_cpu_per_s": idle_cpu / idle_wall, "idle_wall_s": idle_wall,
-            "idle_per_window": per_window,
+            "idle_per_window": per_window, "threads": threads,
+            "switches_per_s": switches / idle_wall, "user_s": user, "system_s": system,
             "cpu_per_tick": (cpu_at[k] - cpu_at[first]) / ticks,
             "profile": profile,
         }
@@ -245,13 +269,16 @@ def print_idle(rows: list[dict[str, Any]], load: tuple[tuple[float, ...], tuple[
           f"the start {'/'.join(f'{x:.2f}' for x in load[0])}, at the end "
           f"{'/'.join(f'{x:.2f}' for x in load[1])}")
     print("| code | tick (s) | start-up to ready (s) | idle CPU between ticks (s per s) | "
-          "per window | worker CPU per tick (s) |")
-    print("|---|---|---|---|---|---|")
+          "per window | of it system (kernel) | thread wake-ups per s (threads) | "
+          "worker CPU per tick (s) |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
+        both = r["user_s"] + r["system_s"]
         print(f"| {r['label']} | {r['tick_seconds']:g} | {r['ready_s']:.0f} | "
               f"**{r['idle_cpu_per_s']:.4f}** (over {r['idle_wall_s']:.0f} s) | "
               f"{', '.join(f'{x:.4f}' for x in r['idle_per_window'])} | "
-              f"{r['cpu_per_tick']:.3f} |")
+              f"{r['system_s'] / both if both else 0.0:.0%} | "
+              f"{r['switches_per_s']:.0f} ({r['threads']}) | {r['cpu_per_tick']:.3f} |")
     for r in rows:
         if r["profile"]:
             print(f"\npy-spy, {r['label']}, {r['tick_seconds']:g} s ticks, one idle window "
