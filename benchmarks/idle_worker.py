@@ -119,7 +119,8 @@ def _top_leaves(raw: Path, n: int = 12) -> list[tuple[str, int]]:
 
 
 async def idle_run(broker: Any, tmp: Path, label: str, tree: Path, n_streams: int,
-                   tick_seconds: float, windows: int, profile_dir: str = "") -> dict[str, Any]:
+                   tick_seconds: float, windows: int, profile_dir: str = "",
+                   dashboard: bool = False) -> dict[str, Any]:
     """One worker process from ``tree``, idle, ``windows`` ticks measured (see the module)."""
     from agents.kafka.embedded_broker import free_port
     from benchmarks.service import _hierarchy_shape, _shipped
@@ -149,7 +150,9 @@ async def idle_run(broker: Any, tmp: Path, label: str, tree: Path, n_streams: in
     env["OPENBLAS_NUM_THREADS"] = "1"
     log_path = work / "worker.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "agents.cli", "worker", "--no-dashboard"],
+        cmd = [sys.executable, "-m", "agents.cli", "worker"] + ([] if dashboard else
+                                                                ["--no-dashboard"])
+        proc = subprocess.Popen(cmd,
                                 env=env, cwd=str(tree), stdout=log, stderr=subprocess.STDOUT,
                                 preexec_fn=_die_with_parent)
     try:
@@ -246,24 +249,25 @@ async def idle_run(broker: Any, tmp: Path, label: str, tree: Path, n_streams: in
 
 
 async def idle_bench(broker: Any, tmp: Path, trees: list[tuple[str, Path]], n_streams: int,
-                     tick_lengths: list[float], windows: int, profile_dir: str = ""
-                     ) -> list[dict[str, Any]]:
+                     tick_lengths: list[float], windows: int, profile_dir: str = "",
+                     dashboard: bool = False) -> list[dict[str, Any]]:
     """:func:`idle_run` for every tree and tick length, tick lengths outermost, trees in the
     order given within each."""
     rows = []
     for tick in tick_lengths:
         for label, tree in trees:
             rows.append(await idle_run(broker, tmp, label, tree, n_streams, tick, windows,
-                                       profile_dir))
+                                       profile_dir, dashboard))
     return rows
 
 
-def print_idle(rows: list[dict[str, Any]], load: tuple[tuple[float, ...], tuple[float, ...]]
-               ) -> None:
+def print_idle(rows: list[dict[str, Any]], load: tuple[tuple[float, ...], tuple[float, ...]],
+               dashboard: bool = False) -> None:
     import platform
 
-    print(f"\n## idle worker (no events), {rows[0]['nodes']:,} nodes, `stream-dp worker "
-          f"--no-dashboard` next to the embedded broker")
+    flag = "" if dashboard else " --no-dashboard"
+    print(f"\n## idle worker (no events), {rows[0]['nodes']:,} nodes, `stream-dp worker"
+          f"{flag}` next to the embedded broker")
     print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()}, nproc "
           f"{os.cpu_count()}, python {platform.python_version()}, load average (1/5/15 min) at "
           f"the start {'/'.join(f'{x:.2f}' for x in load[0])}, at the end "
@@ -299,13 +303,15 @@ async def main() -> None:
     ap.add_argument("--idle-windows", type=int, default=3)
     ap.add_argument("--idle-trees", default="")
     ap.add_argument("--idle-profile", default="")
+    ap.add_argument("--idle-dashboard", action="store_true",
+                    help="with the worker's in-process dashboard (default: --no-dashboard)")
     args = ap.parse_args()
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
         load0 = os.getloadavg()
         rows = await idle_bench(broker, Path(tmp), parse_trees(args.idle_trees), args.streams,
                                 [float(x) for x in args.idle_ticks.split(",")],
-                                args.idle_windows, args.idle_profile)
-        print_idle(rows, (load0, os.getloadavg()))
+                                args.idle_windows, args.idle_profile, args.idle_dashboard)
+        print_idle(rows, (load0, os.getloadavg()), args.idle_dashboard)
 
 
 def parse_trees(spec: str) -> list[tuple[str, Path]]:

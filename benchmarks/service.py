@@ -1031,6 +1031,8 @@ async def main() -> None:
                     help="idle: label=PATH,... code trees to run the worker from (default: this)")
     ap.add_argument("--idle-profile", default="",
                     help="idle: write a py-spy raw profile of one idle window per run here")
+    ap.add_argument("--idle-dashboard", action="store_true",
+                    help="idle: with the worker's in-process dashboard (default: --no-dashboard)")
     ap.add_argument("--only", default="", help="comma-separated: scale,ingest,latency,backlog,"
                     "restart,modes,reconcile,idle (default: all but modes and idle)")
     args = ap.parse_args()
@@ -1047,8 +1049,9 @@ async def main() -> None:
             idle_rows = await idle_bench(broker, Path(tmp), parse_trees(args.idle_trees),
                                          args.streams,
                                          [float(x) for x in args.idle_ticks.split(",")],
-                                         args.idle_windows, args.idle_profile)
-            print_idle(idle_rows, (load0, os.getloadavg()))
+                                         args.idle_windows, args.idle_profile,
+                                         args.idle_dashboard)
+            print_idle(idle_rows, (load0, os.getloadavg()), args.idle_dashboard)
             if only == {"idle"}:
                 return
         if want("scale"):

@@ -354,7 +354,7 @@ class Settings:
         "depends on when an event was read), the release "
         "stage's up to 20x while the worker's own ingest owns every events partition (each of "
         "its partials commits ends the pause; otherwise it stays 1x), the reconcile side "
-        "agent's up to 4x its 5x. 0 disables it. `stream-dp tail` and the standalone "
+        "agent's and the dashboard's up to 4x their 5x. 0 disables it. `stream-dp tail` and the standalone "
         "dashboard read the same variable.",
     )
     release_checkpoint_every: int = _s(
