@@ -46,7 +46,8 @@ async def getmany_or_wake(consumer: AIOKafkaConsumer, woken: asyncio.Event, time
     returns and then does its pass, so a wake never goes unseen. Records already buffered are taken without a
     wait (the busy path: one plain ``getmany`` per batch). A ``getmany`` cancelled by the wake
     loses no records: aiokafka takes them from its fetch buffer only after its wait ends, in the
-    same step as it returns, so they stay buffered for the next call."""
+    same step as it returns, so they stay buffered for the next call. Only one task may call
+    ``getmany`` on ``consumer`` (the caller's loop): see :func:`_drop_waiters`."""
     batch: dict[TopicPartition, list[Any]] = await consumer.getmany(timeout_ms=0,
                                                                     max_records=max_records)
     if batch or woken.is_set():
@@ -62,7 +63,21 @@ async def getmany_or_wake(consumer: AIOKafkaConsumer, woken: asyncio.Event, time
             get.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await get
+            _drop_waiters(consumer)
     return {} if get.cancelled() else get.result()
+
+
+def _drop_waiters(consumer: AIOKafkaConsumer) -> None:
+    """Cancel the fetch waiter a cancelled ``getmany`` leaves behind in aiokafka's fetcher.
+
+    aiokafka cancels it itself only when its own timeout ends the wait: left pending, it later
+    receives the group's errors (a fenced static member: ``WorkerIdShared``) that nobody
+    retrieves, and asyncio logs 'Future exception was never retrieved' at error level. Only
+    the caller's loop calls ``getmany`` on its consumer, so every pending waiter is its own."""
+    waiters = getattr(getattr(consumer, "_fetcher", None), "_fetch_waiters", None)
+    for fut in list(waiters or ()):
+        if not fut.done():
+            fut.cancel()
 
 
 async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:

@@ -268,7 +268,10 @@ class Reconciler:
             enable_auto_commit=False, group_id=None,
         )
         try:  # started inside: a stop signal during start() must close it too
-            await consumer.start()
+            # and let finish first: a handshake cancelled half way leaves a connection that
+            # stop() cannot close ('Unclosed AIOKafkaConnection'; a stop right after the
+            # election, which now ends its wait at once, cancelled it there)
+            await finish_before_cancel(consumer.start(), _STARTUP_GRACE_S)
             parts = await partitions_of(consumer, topic)
             if not parts:
                 return 0
