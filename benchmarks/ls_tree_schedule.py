@@ -27,14 +27,14 @@ from stream_dp.strategies.ls_tree.plan import LsPlan, block_part
 def table(mech: LsTreeMechanism, label: str) -> None:
     horizon, b, g2 = mech.horizon, mech.block, mech.grid**2
     plan = mech.plan
-    print(f"\n{label}: levels {plan.levels}")
+    print(f"\n{label}: levels {plan.levels}, shapes {plan.level_shapes}")
     print(f"{'k':>3}{'inside':>8}{'later':>8}{'top share':>10}{'own mean':>10}{'end var':>9}"
           f"{'share of mean':>14}")
     total = 0.0
     for k in range(mech.first_blocks):
         shares = plan.shares_of(k)
         part = g2 * block_part(1.0, plan.levels, mech.model, mech.budget, shares,
-                               mech.slack_units)
+                               mech.slack_units, plan.shapes)
         inside = min(b, horizon - k * b)
         later = max(0, horizon - (k + 1) * b)
         contrib = (float(part[:inside].sum()) + later * float(part[-1])) / horizon
@@ -56,7 +56,8 @@ def main() -> None:
     privacy = PureDP(args.epsilon)
     planned = LsTreeMechanism(1.0, args.horizon, privacy)
     uniform = LsTreeMechanism(1.0, args.horizon, privacy,
-                              plan=LsPlan(planned.plan.levels, planned.plan.shares))
+                              plan=LsPlan(planned.plan.levels, planned.plan.shares, (),
+                                          planned.plan.shapes))
     table(uniform, "uniform shares (before)")
     table(planned, "planned (schedule)" if planned.plan.schedule else "planned (no schedule)")
     # the last block: its top node completes after the horizon (if T + 1 is a multiple of B)
@@ -69,7 +70,8 @@ def main() -> None:
     for a in (0.01, 0.04, 0.08, 0.12, 0.16, 0.2, planned.plan.shares[-1]):
         vec = (*(x * (1.0 - a) / (1.0 - top) for x in planned.plan.shares[:-1]), a)
         part = planned.grid**2 * block_part(1.0, planned.plan.levels, planned.model,
-                                            planned.budget, vec, planned.slack_units)
+                                            planned.budget, vec, planned.slack_units,
+                                            planned.plan.shapes)
         print(f"  a = {a:.2f}: {float(np.mean(part[:inside])):.2f}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import math
 import signal
 import sys
@@ -17,6 +18,7 @@ from simulators.atomic import atomic_text
 from simulators.base import DEFAULT_START, Simulator, TimeAxis
 from simulators.census import ATTRIBUTES, CensusHouseholds
 from simulators.logfile import Event, LogRecord, detect_format, write_log
+from simulators.people import DEFAULT_EXPONENT, DEFAULT_USER_FIELD, MAX_EXPONENT, People
 from simulators.restaurant import RestaurantSales
 from simulators.web_traffic import PROFILES, WebTraffic
 
@@ -48,6 +50,15 @@ Time: simulated tick t (0-based) covers [start + t*tick, start + (t+1)*tick); --
 The settings file written by --settings-out sets the worker's origin to --start, so simulated tick t
 is released as tick t+1.
 
+People (user-level privacy): --people N gives every event the identifier of one of N people,
+u1 … uN, in the JSON field (CSV column) --user-field (default "user"), and keys its Kafka record
+by the identifier's UTF-8 bytes, so Kafka's default partitioner puts all of one person's records
+on one partition: (murmur2(key) & 0x7fffffff) mod partitions. Activity is heavy-tailed, a Zipf
+law: the person of rank r causes each event with probability proportional to r^-S
+(--people-exponent S, default 1; 0 = all alike): most people a few events, a few people
+thousands. The events themselves (keys, times, values) are those of the same run without
+--people; the people are deterministic given --seed. Without --people nothing changes.
+
 Examples:
   stream-dp simulate restaurant --seed 7 --out sales.csv --domain-out domain.toml
   stream-dp simulate census --attributes 4 --ticks 100 --out census.jsonl
@@ -56,6 +67,7 @@ Examples:
       --settings-out stream-dp.toml
   stream-dp simulate searchlogs --start now --ticks 600 --to-topic --speed 60
   stream-dp simulate worldcup98 --out - | gzip > worldcup98.csv.gz
+  stream-dp simulate searchlogs --ticks 1440 --people 10000 --out visits.jsonl
 """
 
 
@@ -93,6 +105,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--speed", type=float, metavar="F",
         help="with --to-topic: event-time seconds per wall second (default: as fast as possible)",
+    )
+    parser.add_argument(
+        "--people", type=int, metavar="N",
+        help="give every event the identifier of one of N people (u1 … uN, heavy-tailed: "
+             "see --people-exponent), in the field --user-field, and key its record by it "
+             "(default: no people, events as before)",
+    )
+    parser.add_argument(
+        "--people-exponent", type=float, metavar="S",
+        help=f"with --people: Zipf exponent, person of rank r causes an event with probability "
+             f"∝ r^-S; 0 = all alike, up to {MAX_EXPONENT:g} (default {DEFAULT_EXPONENT:g})",
+    )
+    parser.add_argument(
+        "--user-field", metavar="NAME",
+        help=f"with --people: the JSON field (CSV column) holding the identifier "
+             f"(default {DEFAULT_USER_FIELD!r})",
     )
 
 
@@ -142,6 +170,7 @@ def validate_args(args: argparse.Namespace) -> None:
             raise ValueError(f"--start: {' '.join(str(exc).split())}") from None
         if not (math.isfinite(start) and 0 <= start < 2**33):
             raise ValueError(f"--start must be a time between 1970 and 2242, got {args.start!r}")
+    people(args)  # --people and its options (the law's table is built later, once)
     for option in ("out", "domain_out", "settings_out", "topic", "bootstrap"):
         value = getattr(args, option, None)
         if value is not None:
@@ -150,6 +179,39 @@ def validate_args(args: argparse.Namespace) -> None:
             except UnicodeEncodeError:
                 raise ValueError(f"--{option.replace('_', '-')} must be valid UTF-8 text, "
                                  f"got {value!r}") from None
+
+
+def people(args: argparse.Namespace, *, build: bool = False) -> People | None:
+    """The people of ``--people`` (None without it); checks the options in any case (one-line
+    ``ValueError``). ``build``: return the :class:`People` (its table takes 8 bytes a person)."""
+    from simulators.people import MAX_PEOPLE, check_user_field
+
+    n = getattr(args, "people", None)
+    exponent = getattr(args, "people_exponent", None)
+    field = getattr(args, "user_field", None)
+    if n is None:
+        for given, option in ((exponent, "--people-exponent"), (field, "--user-field")):
+            if given is not None:
+                raise ValueError(f"{option} needs --people N (the number of people)")
+        return None
+    if not 1 <= n <= MAX_PEOPLE:
+        raise ValueError(f"--people must be an integer in [1, {MAX_PEOPLE}], got {n}")
+    exponent = DEFAULT_EXPONENT if exponent is None else exponent
+    if not (math.isfinite(exponent) and 0 <= exponent <= MAX_EXPONENT):
+        raise ValueError(f"--people-exponent must be a number in [0, {MAX_EXPONENT:g}], "
+                         f"got {exponent}")
+    field = check_user_field(DEFAULT_USER_FIELD if field is None else field)
+    if not build:
+        return None
+    return People(n, exponent, seed=args.seed, user_field=field)
+
+
+def _with_people(events: Iterator[Event], crowd: People | None) -> Iterator[Event]:
+    return events if crowd is None else crowd.attach(events)
+
+
+def _what(what: str, crowd: People | None) -> str:
+    return what if crowd is None else f"{what}, {crowd.describe()}"
 
 
 def build_simulator(args: argparse.Namespace) -> Simulator:
@@ -215,6 +277,7 @@ def _run_attributes(args: argparse.Namespace, produce: Producer | None) -> int:
     except ValueError as exc:
         print(f"stream-dp simulate: {exc}", file=sys.stderr)
         return 2
+    crowd = people(args, build=True)
     info = sys.stderr
     if args.domain_out:
         _write(args.domain_out, attribute_domain_toml(gen.m))
@@ -235,13 +298,16 @@ def _run_attributes(args: argparse.Namespace, produce: Producer | None) -> int:
     if args.out:
         n = 0
         with contextlib.nullcontext(sys.stdout) if args.out == "-" else atomic_text(args.out) as out:
-            for line in gen.lines():
+            lines = gen.lines() if crowd is None else (
+                json.dumps(e.to_message()) for e in crowd.attach(gen.log_events()))
+            for line in lines:
                 out.write(line + "\n")
                 n += 1
-        print(f"{gen.describe()}: {n} events written to {args.out} (origin {gen.start:.3f})",
-              file=info)
+        print(f"{_what(gen.describe(), crowd)}: {n} events written to {args.out} "
+              f"(origin {gen.start:.3f})", file=info)
     if args.to_topic:
-        return _produce(args, produce, gen.log_events(), gen.describe())
+        return _produce(args, produce, _with_people(gen.log_events(), crowd),
+                        _what(gen.describe(), crowd))
     return 0
 
 
@@ -306,6 +372,7 @@ def run(args: argparse.Namespace, produce: Producer | None = None) -> int:
     try:
         fmt = detect_format(args.out if args.out not in (None, "-") else "x.csv", args.format)
         sim = build_simulator(args)
+        crowd = people(args, build=True)
     except ValueError as exc:
         print(f"stream-dp simulate: {exc}", file=sys.stderr)
         return 2
@@ -329,11 +396,12 @@ def run(args: argparse.Namespace, produce: Producer | None = None) -> int:
               f"(origin {sim.axis.start:.3f}, tick {sim.axis.tick_seconds:g} s)", file=info)
     if args.out:
         if args.out == "-":
-            n = write_log(sim.events(), sys.stdout, fmt)
+            n = write_log(_with_people(sim.events(), crowd), sys.stdout, fmt)
         else:
             with atomic_text(args.out, newline="") as fh:
-                n = write_log(sim.events(), fh, fmt)
-        print(f"{sim.describe()}: {n} events written to {args.out}", file=info)
+                n = write_log(_with_people(sim.events(), crowd), fh, fmt)
+        print(f"{_what(sim.describe(), crowd)}: {n} events written to {args.out}", file=info)
     if args.to_topic:
-        return _produce(args, produce, sim.events(), sim.describe())
+        return _produce(args, produce, _with_people(sim.events(), crowd),
+                        _what(sim.describe(), crowd))
     return 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 from collections.abc import Iterable, Iterator
@@ -50,6 +51,10 @@ class Event:
     value: float = 1.0
     #: binary-attribute events: their attributes (``"0110…"`` or a list of names), else None
     attrs: str | tuple[str, ...] | None = None
+    #: the person who caused the event (user-level privacy), else None: written as the field
+    #: ``user_field`` of the message and used as the record key (:mod:`simulators.people`)
+    user: str | None = None
+    user_field: str = "user"
 
     def to_message(self) -> dict[str, object]:
         """The ``dp.events.v1`` message value (see docs/CONTRACTS.md)."""
@@ -58,13 +63,20 @@ class Event:
                 self.attrs if isinstance(self.attrs, str) else list(self.attrs))}
             if self.key:
                 out["key"] = self.key
-            return out
-        return {"key": self.key, "ts": self.ts, "value": self.value}
+        else:
+            out = {"key": self.key, "ts": self.ts, "value": self.value}
+        if self.user is not None:
+            out[self.user_field] = self.user
+        return out
 
     @property
     def partition_key(self) -> str:
-        """The Kafka record key: the event key, or (attribute events without one) the
-        attributes, so that a replay puts every event in the same partition again."""
+        """The Kafka record key: the person's identifier when the event has one (all of one
+        person's records on one partition: docs/guide.md), else the event key, or (attribute
+        events without one) the attributes, so that a replay puts every event in the same
+        partition again."""
+        if self.user is not None:
+            return self.user
         if self.key or self.attrs is None:
             return self.key
         return self.attrs if isinstance(self.attrs, str) else ",".join(self.attrs)
@@ -232,26 +244,40 @@ def _parse_json_line(text: str) -> Event:
 
 
 def format_event(event: Event, fmt: LogFormat) -> str:
+    """One log line (with newline). Times are written with millisecond precision."""
     if event.attrs is not None:
         if fmt != "jsonl":
             raise ValueError("events with attrs are written as JSON lines only")
         return json.dumps(event.to_message(), separators=(",", ":")) + "\n"
-    """One log line (with newline). Times are written with millisecond precision."""
     value = f"{event.value:g}" if event.value != int(event.value) else str(int(event.value))
     if fmt == "csv":
-        key = event.key
-        if any(c in key for c in ',"\n\r'):
-            buf = io.StringIO()
-            csv.writer(buf, lineterminator="").writerow([key])
-            key = buf.getvalue()
-        return f"{event.ts:.3f},{key},{value}\n"
-    return f'{{"key":{json.dumps(event.key)},"ts":{event.ts:.3f},"value":{value}}}\n'
+        # the person (if any) is a fourth column, named by the header write_log writes
+        person = "" if event.user is None else f",{_csv_cell(event.user)}"
+        return f"{event.ts:.3f},{_csv_cell(event.key)},{value}{person}\n"
+    person = "" if event.user is None else f",{json.dumps(event.user_field)}:{json.dumps(event.user)}"
+    return f'{{"key":{json.dumps(event.key)},"ts":{event.ts:.3f},"value":{value}{person}}}\n'
+
+
+def _csv_cell(text: str) -> str:
+    if any(c in text for c in ',"\n\r'):
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="").writerow([text])
+        return buf.getvalue()
+    return text
 
 
 def write_log(events: Iterable[Event], out: IO[str], fmt: LogFormat) -> int:
-    """Write ``events`` (with a header for CSV) to ``out``; returns the number written."""
+    """Write ``events`` (with a header for CSV) to ``out``; returns the number written.
+
+    Events with a person (:attr:`Event.user`) get a column named by their ``user_field`` in
+    CSV (the first event decides the header: all events or none must have one)."""
     if fmt == "csv":
-        out.write("ts,key,value\n")
+        events = iter(events)
+        first = next(events, None)
+        person = "" if first is None or first.user is None else f",{_csv_cell(first.user_field)}"
+        out.write(f"ts,key,value{person}\n")
+        if first is not None:
+            events = itertools.chain((first,), events)
     n = 0
     lines: list[str] = []
     for event in events:

@@ -15,7 +15,8 @@ strategy (simpler first; :func:`stream_dp.strategies.registry.available`).
   Toeplitz factorisation restarted every ``T`` ticks adds one epoch's error per epoch).
 
 ``tests/unit/test_accuracy_all.py`` checks every registered strategy's claim numerically from
-its exact variance at ``t = T, 16T, 256T`` (p = 1 and p = 0.999), so a wrong claim fails.
+its exact variance averaged over ``[16T, 32T)`` and ``[256T, 512T)`` (p = 1 and p = 0.999), so
+a wrong claim fails.
 This is why at p = 1 ``auto`` may pick a strategy with a larger error *within* the horizon:
 the others' error keeps growing linearly afterwards (docs/accuracy.md, "p = 1").
 
@@ -25,6 +26,15 @@ Layers, bottom up (issue #26; ``tests/unit/test_layering.py``): :mod:`stream_dp.
 mechanism, ``auto`` included", and :func:`check_buildable` the one "would it build"; import
 them from here (no module below imports this one, not even lazily).
 
+**User level** (issue #34; docs/design/user-level.md §4). With ``user_bounds`` (a
+:class:`~stream_dp.user_level.bounds.UserBounds`), strategies are ranked by their error at the
+**user-level calibration**: each strategy's per-event budget is the declared one divided by its
+per-person factor on one leaf stream (:func:`stream_dp.user_level.accounting.stream_factor` for
+``min(K, k)`` events, the bounds' separation and period), so that every strategy spends the same
+per-person budget; a factor that is only an upper bound is used as it is (the guarantee that can
+be claimed). :func:`user_compare` lists them; the mechanism :func:`make_mechanism` builds is still
+the declared per-event budget's (the service's meaning of ε and ρ is unchanged).
+
 >>> from stream_dp.budget import PureDP
 >>> pick(0.3, 1023, PureDP(1.0))
 'naive'
@@ -33,14 +43,19 @@ them from here (no module below imports this one, not even lazily).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from stream_dp.budget import Privacy
+from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.figures import StrategyFigures, figures
+from stream_dp.limits import check_parameters
 from stream_dp.mechanism import Mechanism
 from stream_dp.strategies._common import BudgetOutOfRange
 from stream_dp.strategies.registry import available, check_arguments, get, make
+from stream_dp.user_level.accounting import UserFactor, stream_factor
+from stream_dp.user_level.bounds import UserBounds
 
-__all__ = ["Candidate", "check_buildable", "check_range", "compare", "make_mechanism", "pick"]
+__all__ = ["Candidate", "UserCandidate", "check_buildable", "check_range", "compare",
+           "make_mechanism", "pick", "user_compare"]
 
 
 def check_range(mechanism: Mechanism, max_tick_count: float, what: str | None = None) -> None:
@@ -105,6 +120,74 @@ def compare(
     return out
 
 
+@dataclass(frozen=True)
+class UserCandidate:
+    """One strategy at the user-level calibration: its per-person ``factor`` on one leaf stream
+    (per-person budget = factor × per-event budget) and its ``figures`` at the per-event budget
+    ``declared / factor`` (so that one person spends the declared budget)."""
+
+    factor: UserFactor
+    figures: StrategyFigures
+
+    @property
+    def strategy(self) -> str:
+        """The strategy's name."""
+        return self.figures.strategy
+
+    @property
+    def error_mse(self) -> float:
+        """Mean per-release MSE (squared counts) at the user-level calibration."""
+        return self.figures.error_mse
+
+
+def _scaled(privacy: Privacy, factor: float) -> Privacy:
+    """``privacy`` divided by ``factor`` (the per-event budget giving ``privacy`` per person)."""
+    if isinstance(privacy, PureDP):
+        return PureDP(privacy.epsilon / factor)
+    assert isinstance(privacy, ZCDP)
+    return ZCDP(privacy.rho / factor)
+
+
+def user_compare(
+    p: float, horizon: int, privacy: Privacy, bounds: UserBounds, cap: float = 1.0, *,
+    integer_counts: bool = False,
+) -> list[UserCandidate]:
+    """Every strategy registered for ``privacy.model`` at the user-level calibration:
+    ``privacy`` is the per-person budget of one leaf stream per period; each strategy runs at
+    ``privacy / factor``. A strategy whose calibrated budget leaves the documented range or its
+    samplers' (a refusal, as in :func:`compare`) is not a candidate.
+
+    >>> from stream_dp.budget import ZCDP
+    >>> from stream_dp.user_level.bounds import UserBounds
+    >>> b = UserBounds(max_events=4, period_ticks=64, min_separation_ticks=8)
+    >>> [(c.strategy, c.factor.exact) for c in user_compare(1.0, 63, ZCDP(0.5), b)][:2]
+    [('tree', True), ('binary-tree', True)]
+    """
+    if not isinstance(bounds, UserBounds):
+        raise ValueError(f"user_bounds must be a UserBounds, got {bounds!r}")
+    names = available(privacy.model, integer_counts=integer_counts and float(cap).is_integer())
+    out: list[UserCandidate] = []
+    refusal: ValueError | None = None
+    for name in names:
+        f = stream_factor(make(name, p, horizon, privacy, cap), bounds.per_leaf_events,
+                          bounds.min_separation_ticks, bounds.period_ticks)
+        calibrated = _scaled(privacy, f.value)
+        try:
+            # a budget outside the documented range (ε < 1e-6 after a large factor) is no
+            # candidate, like a sampler's refusal
+            check_parameters(epsilon=getattr(calibrated, "epsilon", None),
+                             rho=getattr(calibrated, "rho", None))
+            out += [UserCandidate(f, fig) for fig in figures((name,), p, horizon, calibrated, cap)]
+        except ValueError as exc:
+            if not (get(name).integer_only or isinstance(exc, BudgetOutOfRange)
+                    or calibrated is not privacy):
+                raise
+            refusal = refusal or exc
+    if not out and refusal is not None:
+        raise refusal
+    return out
+
+
 def pick(
     p: float,
     horizon: int,
@@ -113,15 +196,20 @@ def pick(
     *,
     integer_counts: bool = False,
     max_tick_count: float | None = None,
+    user_bounds: UserBounds | None = None,
 ) -> str:
     """Name of the strategy with the lowest mean per-release MSE over ``horizon`` ticks.
 
     Strategies whose error grows linearly past the horizon (``error_stays_bounded()`` False)
     are only picked if no other one qualifies (see the module docstring). With ``max_tick_count`` (``cap ×`` the declared
     maximum events per tick and stream) only strategies whose numeric range covers it are
-    considered; ``ValueError`` if none does.
+    considered; ``ValueError`` if none does. With ``user_bounds``: the lowest MSE at the
+    user-level calibration (:func:`user_compare`; the module docstring).
     """
-    candidates = compare(p, horizon, privacy, cap, integer_counts=integer_counts)
+    candidates: list[StrategyFigures] = (
+        compare(p, horizon, privacy, cap, integer_counts=integer_counts) if user_bounds is None
+        else [c.figures for c in user_compare(p, horizon, privacy, user_bounds, cap,
+                                              integer_counts=integer_counts)])
     if not candidates:
         raise ValueError(f"no strategy registered for privacy model {privacy.model!r}")
     if max_tick_count is not None:
@@ -147,9 +235,11 @@ def make_mechanism(
     cap: float = 1.0,
     *,
     integer_counts: bool = False,
+    user_bounds: UserBounds | None = None,
 ) -> Mechanism:
     """A configured :class:`~stream_dp.mechanism.Mechanism`; ``"auto"`` resolves through
-    :func:`pick`, any other name through the registry (:func:`stream_dp.strategies.registry.make`).
+    :func:`pick` (by the user-level error with ``user_bounds``), any other name through the
+    registry (:func:`stream_dp.strategies.registry.make`).
 
     ``p`` ∈ (0, 1] decay per tick; ``horizon`` ticks per epoch (≥ 1); ``privacy`` per event and
     stream; ``cap`` (> 0) bounds one event's contribution to a tick's count. ``integer_counts``
@@ -158,7 +248,8 @@ def make_mechanism(
     """
     if strategy == "auto":
         p, horizon, cap, _ = check_arguments(p, horizon, privacy, cap)
-        strategy = pick(p, horizon, privacy, cap=cap, integer_counts=integer_counts)
+        strategy = pick(p, horizon, privacy, cap=cap, integer_counts=integer_counts,
+                        user_bounds=user_bounds)
     return make(strategy, p, horizon, privacy, cap)
 
 

@@ -16,15 +16,23 @@ def _iso(ts: Any) -> str:
 
 
 def privacy_text(privacy: Any) -> str:
-    """``ε=1`` or ``ρ=0.5`` from the message's privacy object."""
-    if isinstance(privacy, dict):
-        if privacy.get("model") == "pure":
-            return f"ε={privacy.get('epsilon', '?'):g}" if isinstance(
-                privacy.get("epsilon"), int | float) else "ε=?"
-        if privacy.get("model") == "zcdp":
-            return f"ρ={privacy.get('rho', '?'):g}" if isinstance(
-                privacy.get("rho"), int | float) else "ρ=?"
-    return "?"
+    """``ε=1`` or ``ρ=0.5`` (per event) from the message's privacy object; a user-level
+    record's adds what it means for one person: ``ε=1 · ε=10 per person per period``."""
+    if not isinstance(privacy, dict):
+        return "?"
+    model = privacy.get("model")
+    if model not in ("pure", "zcdp"):
+        return "?"
+    sym, key = ("ε", "epsilon") if model == "pure" else ("ρ", "rho")
+    text = f"{sym}={_g(privacy.get(key))}"
+    person = privacy.get("per_person")
+    if privacy.get("unit") == "person" and isinstance(person, dict):
+        text += f" · {sym}={_g(person.get('stream'))} per person per period"
+    return text
+
+
+def _g(x: Any) -> str:
+    return f"{x:g}" if isinstance(x, int | float) and not isinstance(x, bool) else "?"
 
 
 def _num(x: Any, fmt: str = ".3f") -> str:

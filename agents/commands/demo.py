@@ -390,7 +390,7 @@ class Demo:
                     if stop.is_set():
                         return
                 await producer.send(
-                    settings.events_topic, encode(ev.message()), key=ev.key.encode(),
+                    settings.events_topic, encode(ev.message()), key=ev.record_key,
                 )
         finally:
             await producer.stop()

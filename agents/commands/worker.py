@@ -225,6 +225,9 @@ async def serve(
         accounting: Any = attribute_accounting(settings, domain)
     else:
         accounting = Accountant.for_domain(domain, settings.privacy, cap=settings.cap).summary()
+        from agents.release.person import person_summary
+
+        accounting += person_summary(settings, domain)
     log.info("worker started", extra={"worker_id": settings.worker_id, "domain": domain.name,
                                       "streams": len(domain.names), "privacy": accounting})
     if started is not None:

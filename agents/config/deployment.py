@@ -11,9 +11,16 @@ random value its first worker writes to the schedule topic, so that another clus
 re-created topics with the very same settings never share noise either.
 
 Every field of :class:`agents.config.settings.Settings` is classified here, either in :data:`BINDING`
-(it is part of the identity) or in :data:`NOT_BINDING` with the reason it cannot change what a
-tick contains. A unit test enumerates the settings: a setting added later without a
-classification fails it, and changing any binding setting must change the noise.
+(it is part of the identity), in :data:`USER_BINDING` (part of the identity of a deployment
+whose unit of privacy is a person, ``privacy_unit = "user"``) or in :data:`NOT_BINDING` with the
+reason it cannot change what a tick contains. A unit test enumerates the settings: a setting
+added later without a classification fails it, and changing any binding setting must change
+the noise.
+
+:data:`USER_BINDING` enters the identity only with ``privacy_unit = "user"``: the identity of an
+event-level deployment (and so its noise, its checkpoints and every byte it publishes) is
+exactly what it was before the person existed as a unit, and a user-level identity always holds
+``privacy_unit``, which no event-level one does — the two never share noise.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from typing import Any
 
 from agents.config.settings import Settings
 
-__all__ = ["BINDING", "NOT_BINDING", "deployment_context", "deployment_id"]
+__all__ = ["BINDING", "NOT_BINDING", "USER_BINDING", "bound_names", "deployment_context",
+           "deployment_id"]
 
 #: settings that decide which events a tick contains, how they count, or which deployment this
 #: is; each is part of :func:`deployment_context`
@@ -39,6 +47,13 @@ BINDING: tuple[str, ...] = (
     # the mechanism (also in its own description) and the release split
     "strategy", "p", "horizon", "privacy_model", "epsilon", "rho", "epoch", "shards",
     "attribute_epoch_ticks", "attribute_bootstrap_fraction", "attribute_max_cluster",
+)
+
+#: settings that decide which of a person's events count (privacy_unit = user): part of the
+#: identity of user-level deployments only (see the module docstring)
+USER_BINDING: tuple[str, ...] = (
+    "privacy_unit", "user_field", "user_period_ticks", "user_max_events", "user_max_streams",
+    "user_max_events_per_stream", "user_min_separation_ticks",
 )
 
 #: settings that cannot change what a tick contains, with the reason
@@ -60,6 +75,7 @@ NOT_BINDING: dict[str, str] = {
     "partials_topic": "internal transport of sealed, integer partials",
     "partials_retention_s": "internal retention",
     "ingest_checkpoints_topic": "sealed state bound to this identity",
+    "ingest_users_topic": "sealed state bound to this identity",
     "release_checkpoints_topic": "sealed state bound to this identity",
     "leader_topic": "reconcile leadership (post-processing)",
     "reconcile_every": "post-processing cadence",
@@ -77,16 +93,22 @@ NOT_BINDING: dict[str, str] = {
 }
 
 
+def bound_names(settings: Settings) -> tuple[str, ...]:
+    """The settings bound into ``settings``' deployment: :data:`BINDING`, plus
+    :data:`USER_BINDING` when the unit of privacy is a person."""
+    return BINDING + USER_BINDING if settings.privacy_unit == "user" else BINDING
+
+
 def deployment_context(settings: Settings, domain_digest: str, nonce: str = ""
                        ) -> dict[str, Any]:
     """Everything the deployment's noise is bound to: the domain digest, every
-    :data:`BINDING` setting (floats as exact hex, so 1.0 and 1.0000000001 differ) and the
+    :data:`BINDING` setting (and :data:`USER_BINDING` one with ``privacy_unit = "user"``; floats as exact hex, so 1.0 and 1.0000000001 differ) and the
     deployment's nonce (:mod:`agents.kafka.nonce`; ``""`` for the pure states of unit tests)."""
     doc: dict[str, Any] = {"context": "stream-dp/deployment", "version": 1,
                            "domain": str(domain_digest)}
     if nonce:
         doc["nonce"] = nonce
-    for name in BINDING:
+    for name in bound_names(settings):
         v = getattr(settings, name)
         doc[name] = float(v).hex() if isinstance(v, float) else v
     return doc

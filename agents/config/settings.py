@@ -31,6 +31,7 @@ _INTERNAL_TOPICS = {
     "release_checkpoints_topic": ("dp.checkpoints.release.v1", "checkpoints.release.v1"),
     "schedule_topic": ("dp.schedule.v1", "schedule.v1"),
     "leader_topic": ("dp.reconcile.leader", "reconcile.leader"),
+    "ingest_users_topic": ("dp.ingest-users.v1", "ingest-users.v1"),
 }
 _DEFAULT_APP_ID = "stream-dp"
 _DERIVED = (" With another app_id than the default, the default name is `<app_id>.{suffix}`, so "
@@ -284,6 +285,61 @@ class Settings:
         "counters at their per-table budget, for every epoch (docs/guide.md, 'High-dimensional "
         "binary attributes').",
     )
+    privacy_unit: str = _s(
+        "event",
+        "Unit of privacy: `event` (one event is protected; the budget is per event) or `user` "
+        "(preview: one person, named by the event field user_field, is protected; each person's "
+        "counted events are bounded per period by the user_* settings, in log order, before "
+        "any noise; records must be keyed by that identifier so that Kafka's default "
+        "partitioner puts all of a person's records on one events partition, others are "
+        "dead-lettered `wrong_partition`). With `user` the compiled ingest path is not used. "
+        "docs/privacy.md, 'User-level privacy (preview)'.",
+    )
+    user_field: str = _s(
+        "user",
+        "privacy_unit = user: the event JSON field holding the person's identifier, a string "
+        "of 1 to 256 UTF-8 bytes (bytes are the identity: nothing is normalised). An event "
+        "without it, or with another value, is dead-lettered (`invalid_user`). The identifier "
+        "is never stored, logged or exported: the per-person state is keyed by a keyed hash.",
+    )
+    ingest_users_topic: str = _s(
+        "",
+        "INTERNAL, privacy_unit = user only: the per-person table of ingest as a compacted "
+        "changelog (key: the person's keyed hash, never the identifier; one sealed record per "
+        "person changed since the last commit, a tombstone when a closed period frees them), "
+        "written in the ingest transaction; one partition per events partition; `stream-dp "
+        "topics` creates it only for user-level deployments." + _DERIVED.format(
+            suffix="ingest-users.v1"),
+        "dp.ingest-users.v1",
+    )
+    user_period_ticks: int = _s(
+        -1,
+        "privacy_unit = user: ticks per bounding period; period P holds ticks P·T + 1 .. "
+        "(P+1)·T (aligned, public). 0 = one period, the whole deployment.",
+        "(required with user)",
+    )
+    user_max_events: int = _s(
+        0,
+        "privacy_unit = user: K, the most events of one person counted per period (the first "
+        "K in log order; later ones are dropped, counted in the operator-only metric "
+        "stream_dp_user_bounded_events_total).",
+        "(required with user)",
+    )
+    user_max_streams: int = _s(
+        0,
+        "privacy_unit = user: L, the most distinct streams (event keys) one person's counted "
+        "events reach per period; 0 = no bound beyond user_max_events.",
+    )
+    user_max_events_per_stream: int = _s(
+        0,
+        "privacy_unit = user: k, the most events of one person counted per stream and period; "
+        "0 = user_max_events.",
+    )
+    user_min_separation_ticks: int = _s(
+        0,
+        "privacy_unit = user: b, the fewest ticks between two counted events of one person "
+        "(any period; an event for a tick before one already counted is dropped); 0 = none.",
+    )
     leader_topic: str = _s(
         "",
         "One-partition topic of the reconcile side agent's leader election (never written to)."
@@ -383,7 +439,8 @@ class Settings:
         "1 exports the operator-only metrics that move with raw counts "
         "(`stream_dp_events_total`, `stream_dp_dead_letters_total`, "
         "`stream_dp_consumer_lag_messages`, `stream_dp_clipped_total`, "
-        "`stream_dp_ingest_checkpoint_seconds`) on /metrics, and the log lines that move with "
+        "`stream_dp_ingest_checkpoint_seconds`, `stream_dp_user_bounded_events_total`) on "
+        "/metrics, and the log lines that move with "
         "them (the `tick_closed` warning; the events offsets, ingest checkpoint numbers and "
         "closing-point counts of the ingest stage's restore lines). They are exact counts "
         "without noise (or a raw threshold bit): operator data, never for publication "
@@ -486,6 +543,7 @@ class Settings:
             raise ValueError(f"schedule must be 'clock' or 'markers', got {self.schedule!r}")
         if self.events_start not in ("earliest", "latest"):
             raise ValueError(f"events_start must be 'earliest' or 'latest', got {self.events_start!r}")
+        _check_user_settings(self)
         from agents.config.security import KafkaSecurity
 
         KafkaSecurity.from_settings(self).validate()
@@ -578,6 +636,52 @@ class Settings:
 
         key: bytes = load_key(self.key_file or None, env="STREAM_DP_KEY")
         return key
+
+
+#: the settings of the person as unit of privacy (privacy_unit = user), in checking order
+USER_SETTINGS = ("privacy_unit", "user_field", "user_period_ticks", "user_max_events",
+                 "user_max_streams", "user_max_events_per_stream", "user_min_separation_ticks")
+#: the largest bound (a count or a tick distance that fits 32 bits, as stream_dp.user_level)
+_USER_MAX = (1 << 32) - 1
+#: fields of the event itself, which cannot hold the identifier
+_EVENT_FIELDS = ("key", "ts", "value", "attrs")
+
+
+def _check_user_settings(settings: Settings) -> None:
+    """``privacy_unit`` and the person's bounds: all valid, the required ones set with
+    ``user``, none of them set with ``event`` (a bound that would be silently ignored is a
+    privacy mistake waiting to happen)."""
+    unit = settings.privacy_unit
+    if unit not in ("event", "user"):
+        raise ValueError(f"privacy_unit must be 'event' or 'user', got {unit!r}")
+    field_name = settings.user_field
+    if not isinstance(field_name, str) or not field_name or len(field_name) > 256:
+        raise ValueError("user_field must be the name of an event field (1 to 256 characters), "
+                         f"got {field_name!r}")
+    if field_name in _EVENT_FIELDS:
+        raise ValueError(f"user_field must not be one of the event's own fields "
+                         f"({', '.join(_EVENT_FIELDS)}), got {field_name!r}")
+    if settings.user_period_ticks != -1:  # -1: not set
+        _check_int("user_period_ticks", settings.user_period_ticks, 0, _USER_MAX)
+    _check_int("user_max_events", settings.user_max_events, 0, _USER_MAX)
+    for name in ("user_max_streams", "user_max_events_per_stream",
+                 "user_min_separation_ticks"):
+        _check_int(name, getattr(settings, name), 0, _USER_MAX)
+    if unit == "user":
+        if settings.user_period_ticks < 0:
+            raise ValueError("privacy_unit = user needs user_period_ticks (ticks per bounding "
+                             "period, e.g. 1440 for a day of 60 s ticks; 0 = the whole "
+                             "deployment)")
+        if settings.user_max_events < 1:
+            raise ValueError("privacy_unit = user needs user_max_events >= 1 (the most events "
+                             "of one person counted per period)")
+        return
+    defaults = {f.name: f.default for f in dataclasses.fields(Settings)}
+    for name in USER_SETTINGS[1:]:
+        if getattr(settings, name) != defaults[name]:
+            raise ValueError(f"{name} = {getattr(settings, name)!r} needs privacy_unit = user "
+                             "(with privacy_unit = event no person is bounded): set "
+                             "privacy_unit = user, or remove it")
 
 
 def _check_inputs(settings: Settings) -> None:

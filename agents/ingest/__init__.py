@@ -22,7 +22,8 @@ every other one to it (a property test shows both leave identical state).
 Holds the pure state of one events partition (:mod:`~agents.ingest.state`: closing points,
 hand-over, checkpoint; no I/O) and its hot loop (:mod:`~agents.ingest.processing`), the records
 and the compiled path's loader (:mod:`~agents.ingest.records`), the keyed schedule digest
-(:mod:`~agents.ingest.digest`), closing points (:mod:`~agents.ingest.schedule`,
+(:mod:`~agents.ingest.digest`), the person as unit of privacy (:mod:`~agents.ingest.users`:
+identifier, partition check, per-person table), closing points (:mod:`~agents.ingest.schedule`,
 :mod:`~agents.ingest.ticks`), node routing (a stream belongs to shard ``crc32(name) mod shards``)
 and partials (:mod:`~agents.ingest.routing`), checkpoint columns
 (:mod:`~agents.ingest.bucket_columns`), whole fetched record batches

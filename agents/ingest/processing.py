@@ -24,6 +24,7 @@ from agents.ingest.records import _NO_STOP, Record, RecordBlock, _fast_loads, _f
 from agents.ingest.routing import Partial, Router
 from agents.ingest.schedule import Close, ScheduleEntry
 from agents.ingest.ticks import Schedule
+from agents.ingest.users import UserState
 from agents.kafka.codec import (
     CLOSE_HEADER,
     Rejection,
@@ -48,12 +49,14 @@ class IngestOutput:
     clamped: int = 0
     late: int = 0
     ticks_closed: int = 0
+    #: events over their person's bounds, dropped (privacy_unit = user; operator only)
+    bounded: int = 0
 
     def clear(self) -> None:
         self.dead_letters.clear()
         self.partials.clear()
         self.entries.clear()
-        self.accepted = self.clamped = self.late = self.ticks_closed = 0
+        self.accepted = self.clamped = self.late = self.ticks_closed = self.bounded = 0
 
 
 #: router -> ``agents.ingest._fastingest.KeyIndex`` of its declared keys (or ``False``: none can be
@@ -118,6 +121,8 @@ class RecordProcessing:
     out: IngestOutput
     clock: Callable[[], float]
     use_fast_path: bool
+    #: the per-person table (privacy_unit = user), else None
+    users: UserState | None
     _dkey: bytes
     _dhash: Any
     _mkey: bytes
@@ -137,8 +142,10 @@ class RecordProcessing:
 
     def _fast_scanner(self) -> Any:
         """The compiled scanner for this state's settings (built once per settings object), or
-        ``None`` for the pure path (not built, disabled, or a binary-attribute domain)."""
-        if _fastingest is None or self.router.patterns or not self.use_fast_path:
+        ``None`` for the pure path (not built, disabled, a binary-attribute domain, or a person
+        as the unit of privacy: the compiled scanner does not bound persons)."""
+        if _fastingest is None or self.router.patterns or not self.use_fast_path or (
+                self.users is not None):
             return None
         s = self.settings
         cached = self.__dict__.get("_scanner")
@@ -211,7 +218,8 @@ class RecordProcessing:
         loads = _fast_loads
         digest_of = record_digest
         dkey = self._dhash
-        accepted = clamped = late = 0
+        accepted = clamped = late = bounded = 0
+        users = self.users
         position = entry_offset = self.offset
         cache_get = self.router.declared.get
         digest = self.digest
@@ -329,6 +337,16 @@ class RecordProcessing:
                             if tick >= next_tick and (
                                     markers
                                     or tick > floor((arrival - lateness - origin) / tick_seconds)):
+                                if users is not None:
+                                    # the last decision, as on the full path below (there it
+                                    # is explained); obj is what decode_event would parse
+                                    verdict = users.decide_obj(obj, tick, nodes)
+                                    if verdict is not True:
+                                        if verdict is False:
+                                            bounded += 1
+                                        else:
+                                            dead.append((key, verdict, value, offset))
+                                        continue
                                 if rv > cap:  # clamp first: rv * inv_unit may overflow
                                     clamped += 1
                                     rv = cap
@@ -398,6 +416,17 @@ class RecordProcessing:
                     dead.append((key, Rejection("tick_closed", f"tick {tick} was closed before "
                                  f"offset {offset} (next open tick {next_tick})"), value, offset))
                     continue
+                bkey = bucket_key(nodes)
+                if users is not None:
+                    # last: a record dead-lettered above never consumes its person's budget
+                    verdict = users.decide(value, tick, bkey)
+                    if verdict is not True:
+                        if verdict is False:
+                            bounded += 1  # dropped, never dead-lettered (the raw record
+                            # holds the identifier)
+                        else:
+                            dead.append((key, verdict, value, offset))
+                        continue
                 if patterns:
                     units = 1  # every event counts once (a count, not a value)
                 else:
@@ -410,7 +439,6 @@ class RecordProcessing:
                 slow_bucket = buckets.get(tick)
                 if slow_bucket is None:
                     slow_bucket = buckets[tick] = {}
-                bkey = bucket_key(nodes)
                 slow_bucket[bkey] = slow_bucket.get(bkey, 0) + units
                 accepted += 1
             i = end
@@ -427,6 +455,7 @@ class RecordProcessing:
         self.out.accepted += accepted
         self.out.clamped += clamped
         self.out.late += late
+        self.out.bounded += bounded
         self.apply_due()
 
     def _marker(self, key: bytes | None, value: bytes | None, offset: int) -> None:

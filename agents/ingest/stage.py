@@ -97,7 +97,14 @@ class IngestStage(_Stage):
         # every entry point (stream-dp worker checks before it starts, too): a retention on the
         # schedule or checkpoint topics would lose the nonce, the closing points or the state
         await check_internal_topics(self.s.bootstrap, self.s)
-        log.info("%s", FAST_PATH_STATUS)  # compiled ingest fast path, or why not
+        if self.s.privacy_unit == "user":
+            log.info("ingest: privacy_unit = user: every record takes the pure Python path (the "
+                     "compiled scanner does not bound persons yet); each person's events are "
+                     "bounded per %s",
+                     f"period of {self.s.user_period_ticks} ticks"
+                     if self.s.user_period_ticks else "deployment")
+        else:
+            log.info("%s", FAST_PATH_STATUS)  # compiled ingest fast path, or why not
         await super().start()
         pace(self.consumer, INGEST_IDLE_GROWTH)
         k = _kafka()
@@ -251,6 +258,8 @@ class IngestStage(_Stage):
     def new_state(self, p: int) -> IngestState:
         state = IngestState(self.s, self.w.router, p, key=self.w.key, domain_id=self.w.domain_id)
         state.hand_over_limit = max(1, HAND_OVER_PARTIALS // max(1, self.s.shards))
+        if state.users is not None:  # the per-person table in its compacted changelog topic
+            state.users.changelog = True
         return state
 
     def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
@@ -271,6 +280,19 @@ class IngestStage(_Stage):
         """
         from agents.kafka.deployment_settings import SETTINGS_KEY
         from agents.kafka.nonce import NONCE_KEY
+
+        if state.users is not None and state.users.changelog:
+            # the per-person table: its changelog partition to the end (committed records:
+            # exactly the transactions whose checkpoint was just read, or older ones)
+            changes = await read_all(self.reader, self.s.ingest_users_topic, state.partition)
+            if changes and not from_checkpoint:
+                raise ScheduleMismatch(
+                    f"events partition {state.partition}: the per-person changelog "
+                    f"{self.s.ingest_users_topic!r} holds records but the partition has no "
+                    "checkpoint (a lost checkpoint topic?): counting again from the start "
+                    "would give people budgets they spent; start a new deployment (stream-dp "
+                    "deployment new)")
+            state.load_user_changes([(r.key, r.value) for r in changes])
 
         # from the offset the checkpoint names (restore time independent of the deployment's
         # age); without a checkpoint, from the beginning
@@ -412,6 +434,10 @@ class IngestStage(_Stage):
         marks = [time.time()]
         # what this transaction's checkpoint says is handed over (read before the awaits)
         through = state.handed_over_through()
+        # the people changed since the last commit (lost with the transaction if it fails:
+        # the restore that follows reads the table back from the committed changelog)
+        user_changes = state.user_changes() if state.users is not None and (
+            state.users.changelog) else []
         try:
             await prod.begin_transaction()
             for key, rej, raw, offset in out.dead_letters:
@@ -428,6 +454,8 @@ class IngestStage(_Stage):
                     s.schedule_topic, entry.encode(state.entry_key),
                     key=f"{s.app_id}/{s.events_topic}/{p}".encode(), partition=p,
                 ))
+            for person, value in user_changes:
+                await prod.send(s.ingest_users_topic, value, key=person, partition=p)
             marks.append(time.time())
             await self._send_checkpoint(prod, p, state)
             marks.append(time.time())
@@ -460,6 +488,8 @@ class IngestStage(_Stage):
             m.event_accepted(out.accepted)
         if out.late:
             m.event_late(out.late)
+        if out.bounded:
+            m.user_bounded(out.bounded)
         reasons: dict[str, int] = {}
         for _, rej, _, _ in out.dead_letters:
             if rej.reason not in ("late", "tick_closed"):

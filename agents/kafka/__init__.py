@@ -9,7 +9,9 @@ compacted topics (the format in :mod:`~agents.kafka.checkpoints`, reading them b
 :mod:`~agents.kafka.checkpoint_reader`), the shard manifests (:mod:`~agents.kafka.manifests`),
 the deployment nonce and the settings it was created with, kept on the schedule topic
 (:mod:`~agents.kafka.nonce`, :mod:`~agents.kafka.deployment_settings`), the wire formats of
-every topic (:mod:`~agents.kafka.codec`, with the JSON Schemas in ``agents/schemas/``), the
+every topic (:mod:`~agents.kafka.codec`, with the JSON Schemas in ``agents/schemas/``), Kafka's
+default partitioner for keyed records (:mod:`~agents.kafka.partitioner`, pure: where a record
+keyed by a person lands), the
 exactly-once machinery both pipeline stages share (:mod:`~agents.kafka.stage`: group consumer,
 transactional producers, restore, fencing; its health checks in
 :mod:`~agents.kafka.stage_health`), all a stage sees of the process that runs it

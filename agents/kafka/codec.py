@@ -30,6 +30,8 @@ Rejection reasons (the ``reason`` of ``dp.events.dlq``):
 | ``forged_marker`` | markers schedule: a record with the close header whose MAC does not verify |
 | ``marker_ahead`` | markers schedule: an authentic close marker for ticks whose deadline + grace has not passed on the worker's clock |
 | ``unexpected_marker`` | clock schedule: a record with the close header (markers are not schedule input there) |
+| ``invalid_user`` | ``privacy_unit = user``: the ``user_field`` identifier missing, null, not a string, empty or over 256 UTF-8 bytes |
+| ``wrong_partition`` | ``privacy_unit = user``: Kafka's default partitioner puts the identifier on another events partition than the record's |
 
 ``late`` and ``tick_closed`` are decided from the record itself and from the partition's public
 closing points (:mod:`agents.ingest.ticks`), never from other events.
@@ -93,6 +95,8 @@ REASONS = (
     "forged_marker",
     "marker_ahead",
     "unexpected_marker",
+    "invalid_user",
+    "wrong_partition",
 )
 
 #: Kafka header that marks a close marker record (see the module docstring)

@@ -24,7 +24,7 @@ import json
 import math
 from typing import Any
 
-from agents.config.deployment import BINDING
+from agents.config.deployment import BINDING, USER_BINDING, bound_names
 from agents.config.settings import Settings
 
 __all__ = ["SETTINGS_KEY", "SettingsChanged", "check_deployment_settings", "differences",
@@ -54,7 +54,7 @@ LEFT_TO_THE_SCHEDULE = frozenset({"events_topic"})
 
 
 def _bound(settings: Settings) -> dict[str, Any]:
-    return {name: getattr(settings, name) for name in BINDING
+    return {name: getattr(settings, name) for name in bound_names(settings)
             if name not in LEFT_TO_THE_SCHEDULE}
 
 
@@ -113,7 +113,13 @@ def differences(stored: dict[str, Any], settings: Settings, domain_digest: str) 
     not hold (added by a later version) are not compared."""
     out = []
     values = {name: _decoded(v) for name, v in stored["settings"].items()}
-    for name, now in _bound(settings).items():
+    # an event-level deployment's record (and every record older than the person as a unit)
+    # holds no privacy_unit: it is "event"; the person's bounds are compared whenever the
+    # record holds them, so a switch either way is refused naming the unit (and the bounds)
+    values.setdefault("privacy_unit", "event")
+    now_values = {name: getattr(settings, name) for name in BINDING + USER_BINDING
+                  if name not in LEFT_TO_THE_SCHEDULE}
+    for name, now in now_values.items():
         if name in values and not _same(values[name], now):
             out.append(f"{name}: {_show(values[name])} (stored) vs {_show(now)} (configured)")
     if stored["domain"] != domain_digest:

@@ -10,6 +10,7 @@
 | ``dp.checkpoints.ingest.v1`` (internal) | ``events_partitions`` | chunk id | compact | ingest stage only |
 | ``dp.checkpoints.release.v1`` (internal) | ``shards`` | chunk id | compact | release stage only |
 | ``dp.schedule.v1`` (internal) | ``events_partitions`` | app id + partition | delete, no time limit | ingest stage only |
+| ``dp.ingest-users.v1`` (internal; ``privacy_unit = user`` only) | ``events_partitions`` | a person's keyed hash | compact | ingest stage only |
 
 The events topic is created with ``message.timestamp.type=LogAppendTime`` (setting
 ``events_timestamp_type``): every record then carries the broker's clock as its timestamp, which no
@@ -146,7 +147,11 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         # the reconcile agent's chunk records: at most CHUNK_NODES nodes (6 MiB) each
         TopicSpec(settings.histogram_blocks_topic, settings.histograms_partitions, rf,
                   (("max.message.bytes", str(_COMPACT_MAX_BYTES)),)),
-    ] if settings.compact_topic else [])
+    ] if settings.compact_topic else []) + ([
+        # the per-person table's changelog (agents.ingest.users): one partition per events
+        # partition, compacted (one live record per person)
+        TopicSpec(settings.ingest_users_topic, settings.events_partitions, rf, compact, True),
+    ] if settings.privacy_unit == "user" else [])
 
 
 async def ensure_topics(bootstrap: str, settings: Settings, timeout_s: float = 30.0) -> list[str]:
@@ -300,7 +305,9 @@ def internal_topic_roles(settings: Settings) -> list[tuple[str, str]]:
     checks (role: ``schedule`` or ``checkpoints``)."""
     return [(settings.schedule_topic, "schedule"),
             (settings.ingest_checkpoints_topic, "checkpoints"),
-            (settings.release_checkpoints_topic, "checkpoints")]
+            (settings.release_checkpoints_topic, "checkpoints")] + (
+        [(settings.ingest_users_topic, "checkpoints")] if settings.privacy_unit == "user"
+        else [])
 
 
 def internal_topic_problem(topic: str, role: str, configs: dict[str, str]) -> str | None:

@@ -25,6 +25,7 @@ would fail the same way forever.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from dataclasses import dataclass
@@ -62,17 +63,36 @@ PROGRESS_PURPOSE = "release progress"
 def build_mechanism(settings: Settings) -> Any:
     """The deployment's mechanism; ``ValueError`` if ``cap × max_events_per_tick`` can exceed
     its numeric range. ``auto`` picks among the strategies whose range covers it."""
-    from stream_dp.planner import check_range, make_mechanism, pick
+    from stream_dp.planner import check_range, make_mechanism
 
     s = settings
     limit = s.cap * s.max_events_per_tick
     strategy = s.strategy
     if strategy == "auto":
-        strategy = pick(s.p, s.horizon, s.privacy, cap=s.cap, max_tick_count=limit)
+        strategy = _auto(s.p, s.horizon, s.privacy, s.cap, limit, _bounds_of(s))
     mech = make_mechanism(strategy, s.p, s.horizon, s.privacy, s.cap)
     check_range(mech, limit, what=f"cap × max_events_per_tick = {s.cap:g} × "
                                   f"{s.max_events_per_tick}")
     return mech
+
+
+def _bounds_of(settings: Settings) -> Any:
+    """The person's bounds of a user-level deployment (``auto`` then ranks the strategies by
+    the error at the user-level calibration, as ``stream-dp plan --privacy-unit user``)."""
+    if settings.privacy_unit != "user":
+        return None
+    from agents.ingest.users import user_bounds
+
+    return user_bounds(settings)
+
+
+@functools.lru_cache(maxsize=16)
+def _auto(p: float, horizon: int, privacy: Any, cap: float, limit: float, bounds: Any) -> str:
+    # ranking by the user-level error computes every strategy's exact per-person factor (up to
+    # seconds): once per process, not once per shard
+    from stream_dp.planner import pick
+
+    return str(pick(p, horizon, privacy, cap=cap, max_tick_count=limit, user_bounds=bounds))
 
 
 class ReleaseOverflow(ValueError):

@@ -4,8 +4,8 @@ Conventions (Prometheus naming guide): base units (seconds, messages), ``_total`
 **no per-stream labels** — labels only take values from small fixed sets (``result``, ``reason``).
 Raw per-stream counts are never exported (DESIGN.md §2.6). The **operator-only counters**
 (:data:`EVENT_COUNT_METRICS`: ``stream_dp_events_total``, ``stream_dp_dead_letters_total``,
-``stream_dp_consumer_lag_messages``, ``stream_dp_clipped_total`` and
-``stream_dp_ingest_checkpoint_seconds``) move with raw counts: the first three are exact totals of
+``stream_dp_consumer_lag_messages``, ``stream_dp_clipped_total``,
+``stream_dp_ingest_checkpoint_seconds`` and ``stream_dp_user_bounded_events_total``) move with raw counts: the first three are exact totals of
 events without noise (with one declared stream, the accepted total *is* that stream's count);
 ``stream_dp_clipped_total`` moves exactly when one stream's raw count in one tick reaches
 ``cap × max_events_per_tick`` (one event more or less decides it); and the number of ingest
@@ -55,6 +55,9 @@ name                                       type       meaning
 ``stream_dp_clipped_total``                counter    (stream, tick)s clipped to
                                                       cap × max_events_per_tick (releases go on;
                                                       operator only: a raw threshold bit)
+``stream_dp_user_bounded_events_total``    counter    events over their person's bounds, dropped
+                                                      (privacy_unit = user; operator only: a raw
+                                                      count)
 ``stream_dp_release_errors_total{reason}`` counter    fatal release errors; ``reason`` ∈ overflow
                                                       (counts beyond the strategy's numeric range),
                                                       checkpoint_refused (tampered / other key /
@@ -95,6 +98,7 @@ EVENT_COUNT_METRICS: Final = (
     "stream_dp_consumer_lag_messages",
     "stream_dp_clipped_total",
     "stream_dp_ingest_checkpoint_seconds",
+    "stream_dp_user_bounded_events_total",
 )
 
 #: The ``result`` label's values of ``stream_dp_events_total``.
@@ -246,6 +250,12 @@ class Metrics:
             "only: a raw threshold bit; the release goes on with the clipped count).",
             registry=raw,
         )
+        self.user_bounded_events = Counter(
+            "stream_dp_user_bounded_events",
+            "Events over their person's bounds (privacy_unit = user), dropped before any noise "
+            "(operator only: a raw count).",
+            registry=raw,
+        )
         self.release_errors = Counter(
             "stream_dp_release_errors",
             "Fatal release errors by reason (overflow, checkpoint_refused); the worker stops.",
@@ -293,6 +303,10 @@ class Metrics:
     def stream_clipped(self, n: int = 1) -> None:
         """``n`` (stream, tick)s clipped to ``cap × max_events_per_tick``."""
         self.clipped.inc(_nonneg(n, "n"))
+
+    def user_bounded(self, n: int = 1) -> None:
+        """``n`` events over their person's bounds, dropped (operator only)."""
+        self.user_bounded_events.inc(_nonneg(n, "n"))
 
     def release_error(self, reason: str) -> None:
         """One fatal release error (``overflow``, ``checkpoint_refused``)."""

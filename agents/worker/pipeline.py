@@ -143,6 +143,8 @@ class Worker:
         #: the deployment's identity (domain digest, every setting that decides what a tick
         #: contains, app id, events topic): noise and checkpoints are bound to it
         self.domain_id: str = deployment_id(settings, self.router.domain_id)
+        #: the privacy object every release record carries (per event per stream; at user
+        #: level also what it means for one person: agents.release.person)
         self.privacy: dict[str, Any] = dict(settings.privacy.as_dict())
         self.ingest = IngestStage(
             self, settings.events_topic, settings.ingest_group, settings.ingest_checkpoints_topic
@@ -171,6 +173,10 @@ class Worker:
         self.processed = 0
         self._ready = False
         self._mechanism: Any = None
+        if settings.privacy_unit == "user":
+            from agents.release.person import privacy_block
+
+            self.privacy = privacy_block(settings, self.domain, self.mechanism())
         #: an error that must stop the worker (e.g. a log that differs from the released one)
         self.fatal: BaseException | None = None
         from agents.ingest.ticks import Schedule

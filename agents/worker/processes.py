@@ -31,7 +31,8 @@ __all__ = ["PipelineGroup", "RelayMetrics", "child_exit_status"]
 log = logging.getLogger("agents.pipeline_processes")
 
 #: methods of :class:`agents.telemetry.metrics.Metrics` the pipeline calls (relayed to the parent)
-_RELAYED = frozenset({"event_accepted", "stream_clipped", "event_dead_lettered", "event_late", "tick_released",
+_RELAYED = frozenset({"event_accepted", "stream_clipped", "user_bounded", "event_dead_lettered",
+                      "event_late", "tick_released",
                       "checkpoint_written", "ingest_checkpoint_written",
                       "release_error", "set_consumer_lag", "set_ready"})
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
+from stream_dp.commands import plan_user
 
 HELP = "compare strategies' exact error for (p, horizon, privacy)"
 
@@ -31,6 +32,10 @@ examples:
   stream-dp plan --p 0.99 --privacy zcdp --rho 0.5 --horizon 4095
   stream-dp plan --p 0.9 --epsilon 0.25 --horizon 4095 --domain examples/domain.toml
   stream-dp plan --p 0.9 --epsilon 1 --horizon 4095 --integer-counts
+  stream-dp plan --p 0.99 --privacy zcdp --rho 0.01 --horizon 4095 --privacy-unit user \
+      --user-max-events 10 --user-period-ticks 1440 --user-min-separation-ticks 5
+  stream-dp plan --p 0.9 --epsilon 0.1 --horizon 4095 --privacy-unit user \
+      --user-max-events 10 --user-period-ticks 1440 --user-target-epsilon 1
 
 Valid ranges (docs/accuracy.md): --p in (0, 1], --horizon in [1, 16777215], --epsilon in
 [1e-6, 1e6], --rho in [1e-12, 1e12], --cap in [1e-6, 1e9] (whole with --integer-counts), --delta
@@ -51,6 +56,18 @@ with one attribute) and the epoch's K tables (ε_t each; K depends on the data, 
 the summary then prints ε₀, ε_t of the first epoch's tables and of every K, and the largest
 exact total ε₀ + K·ε_t over every K, as its full decimal expansion (≤ ε in exact arithmetic).
 The strategy table above is for --epsilon per stream; the tables' counters run at ε_t.
+
+User level (--privacy-unit user, docs/budget.md "Per person"): the declared ε or ρ stays per
+event and stream; with the contribution bounds (--user-max-events K per --user-period-ticks T,
+optionally --user-max-streams L, --user-max-events-per-stream k, --user-min-separation-ticks b,
+as the settings user_max_events, user_period_ticks, ...) plan adds each strategy's per-person
+factor on one leaf stream (exact, or an upper bound: said per row), its error at the per-event
+budget declared / factor, the strategy auto picks by that error, and for it the per-person
+budget per stream, in total per period over every node a person reaches (--domain), and over a
+year of periods (--tick-seconds, default 60), each marked exact or an upper bound; under zCDP
+each ρ also as (ε, δ) at --delta. --user-target-epsilon E (or --user-target-rho R) prints the
+per-event budget whose per-person total per period is at most the target, checked exactly.
+Missing or out-of-range bounds exit with status 2 and one line.
 """
 
 
@@ -120,6 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", choices=("table", "json"), default="table", help="output format (default table)"
     )
+    plan_user.add_arguments(parser)
 
 
 def binary_domain(path: str | None) -> Any:
@@ -347,6 +365,13 @@ def run(args: argparse.Namespace) -> int:
         accountant.summary(args.delta)
         binary = binary_domain(getattr(args, "domain", None))
         attributes = None if binary is None else attribute_accounting(args, binary, privacy)
+        user = None
+        bounds = plan_user.bounds_from_args(args)
+        if bounds is not None:
+            if binary is not None:
+                raise ValueError("--privacy-unit user is not accounted for binary-attribute "
+                                 "domains yet (docs/design/user-level.md); plan it per event")
+            user = plan_user.user_report(args, privacy, accountant, bounds)
     except ValueError as exc:
         print(f"stream-dp plan: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
@@ -365,6 +390,8 @@ def run(args: argparse.Namespace) -> int:
         }
         if attributes is not None:
             doc["attributes"] = attributes
+        if user is not None:
+            doc["user_level"] = user
         if isinstance(privacy, ZCDP):
             doc["implied_approx_dp"] = {
                 "epsilon": privacy.to_approx_dp(args.delta),
@@ -409,4 +436,7 @@ def run(args: argparse.Namespace) -> int:
     for line in (accountant.summary(args.delta) if attributes is None
                  else attribute_lines(attributes)):
         print(line)
+    if user is not None:
+        for line in plan_user.lines(user, privacy):
+            print(line)
     return 0

@@ -8,6 +8,8 @@ Holds the maths of the person as unit of privacy, and nothing of Kafka or of the
 * :mod:`.sensitivity` — how far one bounded person moves a measurement matrix: the pure-DP and
   zCDP factors over the per-event budget, exact where a closed form exists, brute force as the
   test oracle;
+* :mod:`.trees` — the zCDP factor of the tree strategies at a minimum separation: a program
+  over the nested blocks, exact at ``p = 1``;
 * :mod:`.accounting` — :func:`stream_factor` of a configured mechanism and
   :class:`UserAccountant`, the per-person budget per stream, per period in total and over a
   year (the lines ``stream-dp plan`` will print).
@@ -37,6 +39,7 @@ from stream_dp.user_level.sensitivity import (
     toeplitz_spaced_norm_sq,
     zcdp_factor,
 )
+from stream_dp.user_level.trees import tree_norm_sq, tree_period_norm_sq
 
 __all__ = [
     "Bounder",
@@ -51,6 +54,8 @@ __all__ = [
     "pure_factor",
     "stream_factor",
     "toeplitz_spaced_norm_sq",
+    "tree_norm_sq",
+    "tree_period_norm_sq",
     "year_periods",
     "zcdp_factor",
 ]

@@ -27,8 +27,9 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from stream_dp.user_level.bounds import UserBounds
 
@@ -93,18 +94,108 @@ class Bounder:
             state.last_tick = tick
         return True
 
-    def forget_before(self, period: int) -> None:
+    def forget_before(self, period: int, open_tick: int = 0) -> list[Hashable]:
         """Drop every person's state of periods ``< period`` (all their ticks closed); a person
-        left with no open period and no spacing to keep is dropped whole."""
-        keep_spacing = self.bounds.min_separation_ticks > 0
+        left with no open period and no spacing to keep is dropped whole. ``open_tick`` (≥ 1:
+        no event of an earlier tick can arrive any more) also drops a person whose last counted
+        tick is ``b`` or more before it: their spacing can no longer refuse anything. Returns
+        the persons whose state changed (dropped whole or in part)."""
+        sep = self.bounds.min_separation_ticks
         gone = []
+        changed = []
         for person, state in self._people.items():
-            for p in [p for p in state.periods if p < period]:
+            old = [p for p in state.periods if p < period]
+            for p in old:
                 del state.periods[p]
-            if not state.periods and not keep_spacing:
+            if not state.periods and (not sep or (
+                    open_tick and state.last_tick + sep <= open_tick)):
                 gone.append(person)
+                changed.append(person)
+            elif old:
+                changed.append(person)
         for person in gone:
             del self._people[person]
+        return changed
+
+    def person(self, person: Hashable) -> tuple[int, list[tuple[int, int, dict[Any, int]]]] | None:
+        """One person's state as in :meth:`export` (``(last tick, periods)``), or ``None``."""
+        state = self._people.get(person)
+        if state is None:
+            return None
+        return state.last_tick, [(p, slot.count, dict(slot.per_leaf))
+                                 for p, slot in state.periods.items()]
+
+    def export(self) -> list[tuple[Hashable, int, list[tuple[int, int, dict[Any, int]]]]]:
+        """Every person's state, to be saved: ``(person, last counted tick, [(period, count,
+        {leaf: count}), ...])`` (the per-leaf counts empty unless a per-leaf or distinct-leaf
+        bound applies). :meth:`load` of it into a new bounder decides every later event
+        exactly as this one would."""
+        return [(person, state.last_tick,
+                 [(p, slot.count, dict(slot.per_leaf)) for p, slot in state.periods.items()])
+                for person, state in self._people.items()]
+
+    def columns(self) -> dict[str, list[Any]]:
+        """:meth:`export` as flat columns (few objects: cheap to save at 10^6 persons):
+        ``persons``, ``last_tick`` (one each), ``periods`` (how many each), then per period
+        ``period``, ``count``, ``leaves`` (how many per-leaf counts), then per leaf ``leaf``,
+        ``leaf_count``. :meth:`load_columns` reads it back."""
+        cols: dict[str, list[Any]] = {k: [] for k in (
+            "persons", "last_tick", "periods", "period", "count", "leaves", "leaf",
+            "leaf_count")}
+        persons, last, n_periods = cols["persons"], cols["last_tick"], cols["periods"]
+        period, count, n_leaves = cols["period"], cols["count"], cols["leaves"]
+        leaf, leaf_count = cols["leaf"], cols["leaf_count"]
+        for person, state in self._people.items():
+            persons.append(person)
+            last.append(state.last_tick)
+            n_periods.append(len(state.periods))
+            for p, slot in state.periods.items():
+                period.append(p)
+                count.append(slot.count)
+                n_leaves.append(len(slot.per_leaf))
+                if slot.per_leaf:
+                    leaf.extend(slot.per_leaf)
+                    leaf_count.extend(slot.per_leaf.values())
+        return cols
+
+    def load_columns(self, cols: Mapping[str, Sequence[Any]]) -> None:
+        """Add the persons of :meth:`columns` (``ValueError`` for columns that do not fit
+        together or counts the bounds cannot have produced)."""
+        people = []
+        it_p = iter(zip(cols["period"], cols["count"], cols["leaves"], strict=True))
+        it_l = iter(zip(cols["leaf"], cols["leaf_count"], strict=True))
+        try:
+            for person, last_tick, n in zip(cols["persons"], cols["last_tick"],
+                                            cols["periods"], strict=True):
+                periods = []
+                for _ in range(n):
+                    p, c, n_leaf = next(it_p)
+                    per_leaf = {}
+                    for _ in range(n_leaf):
+                        leaf, n_on_leaf = next(it_l)
+                        per_leaf[leaf] = n_on_leaf
+                    periods.append((p, c, per_leaf))
+                people.append((person, last_tick, periods))
+        except StopIteration:
+            raise ValueError("columns that do not fit together") from None
+        if next(it_p, None) is not None or next(it_l, None) is not None:
+            raise ValueError("columns that do not fit together")
+        self.load(people)
+
+    def load(self, people: Sequence[tuple[Hashable, int, Sequence[tuple[int, int, dict[Any, int]]]]]
+             ) -> None:
+        """Add the persons of :meth:`export` (``ValueError`` for counts the bounds cannot
+        have produced)."""
+        b = self.bounds
+        for person, last_tick, periods in people:
+            if person in self._people or last_tick < 0:
+                raise ValueError("a person twice, or a negative last tick")
+            state = self._people[person] = _Person(last_tick=last_tick)
+            for p, count, per_leaf in periods:
+                if not 0 <= count <= b.max_events or p in state.periods or sum(
+                        per_leaf.values()) not in ((count,) if self._track_leaves else (0,)):
+                    raise ValueError(f"a period's counts ({count}) the bounds cannot give")
+                state.periods[p] = _Period(count=count, per_leaf=dict(per_leaf))
 
 
 def keep_mask(events: list[tuple[Hashable, int, int]], bounds: UserBounds) -> list[bool]:

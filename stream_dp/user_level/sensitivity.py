@@ -50,6 +50,7 @@ __all__ = [
     "brute_force_norm_sq",
     "gram_upper_bound_sq",
     "max_spaced_sum",
+    "max_spaced_sums",
     "pure_factor",
     "toeplitz_spaced_norm_sq",
     "zcdp_factor",
@@ -71,19 +72,36 @@ def max_spaced_sum(values: Float64Array, count: int, min_sep: int) -> float:
 
     Exact, O(len(values) · count): ``F_k[i] = max(values[i] + F_{k−1}[i + min_sep], F_k[i+1])``.
     """
-    _check_pattern(count, min_sep)
     v = np.asarray(values, dtype=np.float64)
     if v.ndim != 1 or v.size == 0:
         raise ValueError("values must be a non-empty vector")
+    return float(max_spaced_sums(v[None, :], count, min_sep)[0, -1])
+
+
+def max_spaced_sums(rows: Float64Array, count: int, min_sep: int) -> Float64Array:
+    """:func:`max_spaced_sum` of every row of ``rows`` (a 2-D array) for every count
+    ``0 … count`` at once: an array ``(rows, count + 1)``, non-decreasing along the counts.
+
+    >>> max_spaced_sums(np.array([[1.0, 5.0, 4.0, 3.0]]), count=2, min_sep=2).tolist()
+    [[0.0, 5.0, 8.0]]
+    """
+    _check_pattern(count, min_sep)
+    v = np.asarray(rows, dtype=np.float64)
+    if v.ndim != 2 or v.shape[1] == 0:
+        raise ValueError("rows must be a non-empty 2-D array")
+    out = np.zeros((v.shape[0], count + 1))
     if min_sep == 0:
-        return float(max(0.0, float(v.max())) * count)
-    n = v.size
-    f = np.zeros(n + min_sep)
-    for _ in range(count):
-        g = np.zeros(n + min_sep)
-        g[:n] = v + f[min_sep:min_sep + n]
-        f = np.maximum.accumulate(np.maximum(g, 0.0)[::-1])[::-1]
-    return float(f[0])
+        best = np.maximum(v.max(axis=1), 0.0)
+        out[:] = best[:, None] * np.arange(count + 1)[None, :]
+        return out
+    n = v.shape[1]
+    f = np.zeros((v.shape[0], n + min_sep))
+    for k in range(1, count + 1):
+        g = np.zeros_like(f)
+        g[:, :n] = v + f[:, min_sep:min_sep + n]
+        f = np.maximum.accumulate(np.maximum(g, 0.0)[:, ::-1], axis=1)[:, ::-1]
+        out[:, k] = f[:, 0]
+    return out
 
 
 def pure_factor(m: Float64Array, count: int, min_sep: int) -> float:

@@ -69,3 +69,38 @@ def test_a_changed_epsilon_or_p_is_refused_before_anything_starts(
     # the unchanged deployment still starts (the record does not refuse its own settings)
     domain.write_text(domain.read_text().replace(', "us/ca"]', "]"))
     _first_run(env, tmp_path / "again.log")
+
+
+def test_a_changed_unit_of_privacy_or_person_bound_is_refused(
+    kafka_broker: str, tmp_path: Path
+) -> None:
+    """privacy_unit = user (issue #34): the unit and every bound are bound into the deployment;
+    a change either way is refused before anything starts, naming the setting."""
+    env = _worker_env(tmp_path, kafka_broker, f"usersettings{time.monotonic_ns()}", 0)
+    user = {"STREAM_DP_PRIVACY_UNIT": "user", "STREAM_DP_USER_PERIOD_TICKS": "60",
+            "STREAM_DP_USER_MAX_EVENTS": "5"}
+    assert cli("topics", "create", env=env).returncode == 0
+    # without its changelog topic a user-level worker is refused in one line (exit 2)
+    proc = cli("worker", env={**env, **user}, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert "ingest-users.v1' does not exist" in lines[0] and "stream-dp topics create" in lines[0]
+    assert cli("topics", "create", env={**env, **user}).returncode == 0  # + its changelog
+    _first_run({**env, **user}, tmp_path / "first.log")
+    assert "privacy_unit = user: every record takes the pure Python path" in (
+        tmp_path / "first.log").read_text()
+
+    line = _refused({**env, **user, "STREAM_DP_USER_MAX_EVENTS": "6"})
+    assert "user_max_events: 5 (stored) vs 6 (configured)" in line, line
+    line = _refused({**env, **user, "STREAM_DP_USER_MAX_STREAMS": "2"})
+    assert "user_max_streams: 0 (stored) vs 2 (configured)" in line, line
+    line = _refused(env)  # back to event level
+    assert "privacy_unit: 'user' (stored) vs 'event' (configured)" in line, line
+
+    # an event-level deployment switched to the person as unit is refused too
+    ev = _worker_env(tmp_path, kafka_broker, f"eventsettings{time.monotonic_ns()}", 0)
+    assert cli("topics", "create", env=ev).returncode == 0
+    _first_run(ev, tmp_path / "event.log")
+    assert cli("topics", "create", env={**ev, **user}).returncode == 0  # the changelog topic
+    line = _refused({**ev, **user})
+    assert "privacy_unit: 'event' (stored) vs 'user' (configured)" in line, line

@@ -114,22 +114,34 @@ def test_dense_oracle_of_every_family(name: str, model: str, p: float) -> None:
 @pytest.mark.parametrize(("name", "model"), CASES, ids=IDS)
 def test_error_stays_bounded_claim_holds(name: str, model: str, p: float) -> None:
     """The planner's p = 1 rule (stream_dp.planner) rests on ``error_stays_bounded()``; check
-    each strategy's claim from its exact variance at ``t = T, 16T, 256T`` past the horizon ``T``.
+    each strategy's claim from its exact variance past the horizon ``T``: ``v_k``, the mean
+    variance over ``[kT, 2kT)`` (512 evenly spaced ticks) for ``k = 16, 256``.
 
-    Claimed True: bounded for p < 1 (``var(256T) ≤ 1.05·var(16T)``), at most polylogarithmic at
-    p = 1 (``var(256T) ≤ 4·var(16T)``; ``(log 256T / log 16T)^4 ≈ 3.2`` allows degree 4 in
+    Claimed True: bounded for p < 1 (``v_256 ≤ 1.05·v_16``), at most polylogarithmic at
+    p = 1 (``v_256 ≤ 4·v_16``; ``(log 256T / log 16T)^4 ≈ 3.2`` allows degree 4 in
     ``log t``). Claimed False: the error must really grow about linearly
-    (``var(256T) ≥ 8·var(16T)``; linear growth gives 16), so no claim is needlessly modest.
+    (``v_256 ≥ 8·v_16``; linear growth gives 16), so no claim is needlessly modest.
+
+    Means over a window, not single ticks (issue #36): with doubling epochs the variance depends
+    on a tick's place in its epoch (the last block of an epoch combines the most super nodes),
+    and the single ticks 16T and 256T of T = 255 fall in the second and in the last block of
+    their epochs: `tree-ls` with hat levels has 430 and 3147 there (×7.3) although its window
+    means grow ×3.4 (743 → 2527; decayed plan of issue #26: 1531 → 5561, ×3.6).
     """
     horizon = 255
     mech = make_mechanism(name, p, horizon, BUDGETS[model], 1.0)
-    v1, v16, v256 = (mech.variance(k * horizon) for k in (1, 16, 256))
-    assert v1 > 0
+    assert mech.variance(horizon) > 0
+
+    def window(k: int) -> float:
+        ticks = np.linspace(k * horizon, 2 * k * horizon - 1, 512).astype(int)
+        return float(np.mean([mech.variance(int(t)) for t in ticks]))
+
+    v16, v256 = window(16), window(256)
     if mech.error_stays_bounded():
-        assert v256 <= (4.0 if p == 1.0 else 1.05) * v16, (v1, v16, v256)
+        assert v256 <= (4.0 if p == 1.0 else 1.05) * v16, (v16, v256)
     else:
         assert p == 1.0, "every strategy's error is bounded for p < 1 (epochs carry p^T)"
-        assert v256 >= 8.0 * v16, (v1, v16, v256)
+        assert v256 >= 8.0 * v16, (v16, v256)
 
 
 @pytest.mark.parametrize("p", [0.9, 1.0])

@@ -74,13 +74,33 @@ def _coefficient(p: float, length: int, offset: int) -> int:
     return round(math.ldexp(p ** (length - 1 - offset), 12))
 
 
+def _hat_shifts(length: int, top: int, offset: int) -> dict[int, int]:
+    """Issue #36: row ``r`` of a hat level (stride ``length``, top block ``top``) peaks at offset
+    ``r·length − 1`` with ``K = 2**12 − round(2**12·d/length)`` (halves up) at distance
+    ``d < length``, from the definition: row → ``K`` at ``offset``."""
+    out = {}
+    for r in range(top // length + 1):
+        d = abs(offset - (r * length - 1))
+        if d < length:
+            out[r] = 4096 - math.floor(Fraction(4096 * d, length) + Fraction(1, 2))
+    return out
+
+
 def _footprint(mech: LsTreeMechanism, s: int, dq: int) -> dict[int, int]:
     """Node id → integer shift of its measurement for ``Δq`` at tick ``s`` (1-based): leaf, one
-    node per level, and at p = 1 from epoch 1 on one super node per level whose span lies in the
-    epoch (a node past the epoch's end is never measured)."""
+    node per level (two per hat level), and at p = 1 from epoch 1 on one super node per level
+    whose span lies in the epoch (a node past the epoch's end is never measured)."""
     out = {s: dq}
-    for ell, length in enumerate(mech.plan.levels, start=1):
-        out[(ell << 40) | ((s - 1) // length)] = _coefficient(mech.p, length, (s - 1) % length) * dq
+    shapes = mech.plan.shapes or ("decayed",) * len(mech.plan.levels)
+    b = mech.block
+    for ell, (length, shape) in enumerate(zip(mech.plan.levels, shapes, strict=True), start=1):
+        if shape == "hat":
+            top, offset = divmod(s - 1, b)
+            for r, k in _hat_shifts(length, b, offset).items():
+                out[(ell << 40) | (top * (b // length + 1) + r)] = k * dq
+            continue
+        k = 4096 if shape == "flat" else _coefficient(mech.p, length, (s - 1) % length)
+        out[(ell << 40) | ((s - 1) // length)] = k * dq
     if mech.super:
         block = (s - 1) // mech.block
         e, k, n_e = epoch_of_block(block, mech.first_blocks)
@@ -172,6 +192,71 @@ def test_one_event_spends_at_most_epsilon_exactly_at_the_real_scales(plan: LsPla
         worst = max(worst, loss)
     # and a block's last tick (in every node at K = 2**12) uses essentially the whole budget
     assert worst >= Fraction(1) - Fraction(1, 10**6)
+
+
+#: Issue #36: hat levels below a flat or decayed top, shares whose exact sum exceeds 1.
+HAT_PLANS = [LsPlan((4, 16), (0.4, 0.3, 0.3), (), ("hat", "flat")),
+             LsPlan((2, 4, 16), (0.24, 0.22, 0.22, 0.32000000000000006), (),
+                    ("hat", "hat", "decayed")),
+             LsPlan((3, 12), (0.5, 0.45, 0.05), (), ("hat", "decayed"))]
+
+
+@pytest.mark.parametrize("plan", HAT_PLANS, ids=["hat-flat", "hat-hat-decayed", "hat3"])
+@pytest.mark.parametrize(("p", "horizon"), [(0.99, 255), (1.0, 40)], ids=["p0.99", "p1-epochs"])
+def test_hat_plans_spend_at_most_epsilon_exactly(plan: LsPlan, p: float, horizon: int) -> None:
+    """Hat levels (issue #36): an event at *every* offset of two top blocks (and, at p = 1, at
+    the nasty ticks of the later epochs) touches its leaf, two overlapping triangles per hat level
+    (coefficients from the definition, summing to 2**12) and one node per box level; the coupled
+    neighbours release bit-identical values and the exact loss at the scales really drawn is
+    ≤ ε = 1, and ≥ 1 − 1e-6 somewhere (without decayed levels at every tick: hats and flat
+    boxes use the whole budget, not only at a block's end)."""
+    mech = LsTreeMechanism(p, horizon, PureDP(1.0), ODD_CAP, plan=plan)
+    b = mech.block
+    ticks = b * mech.first_blocks * 7 if mech.super else 2 * b + 2
+    rng = np.random.default_rng(23)
+    base = rng.integers(0, 8, size=(ticks, 2)).astype(np.float64) * mech.grid * 0.5
+    positions = set(range(1, min(2 * b, ticks) + 1))
+    if mech.super:
+        positions |= set(_nasty_ticks(mech, ticks))
+    worst, full = Fraction(0), 0
+    for s in sorted(positions):
+        loss = _event_loss(mech, ticks, s, base)
+        assert loss <= 1, (p, plan, s, float(loss - 1))
+        worst = max(worst, loss)
+        full += loss >= Fraction(1) - Fraction(1, 10**6)
+    assert worst >= Fraction(1) - Fraction(1, 10**6)
+    if not mech.super and "decayed" not in plan.shapes:
+        assert full == 2 * b  # hats and flat boxes: every tick spends the whole budget
+
+
+@pytest.mark.parametrize("plan", HAT_PLANS[:2], ids=["hat-flat", "hat-hat-decayed"])
+def test_hat_plans_spend_at_most_rho_exactly(plan: LsPlan) -> None:
+    """zCDP with hat levels: the same coupling through the real ``step`` (bit-identical
+    releases), and the exact spend ``Σ shift²/(2σ²)`` at the σ really drawn is ≤ ρ at every
+    offset of two top blocks (a hat level's two shifts add up to ``2**12·Δq``, so their squares
+    add up to at most its square)."""
+    rho = 0.5
+    mech = LsTreeMechanism(0.99, 255, ZCDP(rho), ODD_CAP, plan=plan)
+    b, g = mech.block, mech.grid
+    ticks = 2 * b + 2
+    base = np.random.default_rng(24).integers(0, 8, size=(ticks, 2)).astype(np.float64) * g * 0.5
+    dq = _largest_rounding_change(mech.cap, g)
+    for s in range(1, 2 * b + 1):
+        counts = base.copy()
+        counts[s - 1, 0] = 0.5 * g
+        other = counts.copy()
+        other[s - 1, 0] += mech.cap
+        shift = _footprint(mech, s, dq)
+        coupled = _ShiftNoise(2, shift)
+        a = _releases(mech, counts, _ShiftNoise(2))
+        assert np.array_equal(a, _releases(mech, other, coupled)), s
+        spent = Fraction(0)
+        for node, amount in shift.items():
+            if node in coupled.scales:
+                kind, sigma = coupled.scales[node]
+                assert kind == "gaussian"
+                spent += Fraction(amount) ** 2 / (2 * Fraction(sigma) ** 2)
+        assert spent <= Fraction(rho), (s, float(spent - Fraction(rho)))
 
 
 @pytest.mark.parametrize("p", [0.9, 0.99, 0.999])

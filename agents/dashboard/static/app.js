@@ -162,8 +162,16 @@
     const v = Number(pure ? privacy.epsilon : privacy.rho);
     if (!isFinite(v)) return "";
     const sym = pure ? "ε" : "ρ";
-    return state.budgetUnits
-      .map(([unit, k]) => `${sym}=${Number((k * v).toPrecision(6))} per ${unit}`).join(" · ");
+    const labels = state.budgetUnits
+      .map(([unit, k]) => `${sym}=${Number((k * v).toPrecision(6))} per ${unit}`);
+    // a user-level record says what its budget means for one person per period (per stream
+    // and over every stream a person reaches): privacy.unit = "person"
+    const person = privacy.unit === "person" ? privacy.per_person : null;
+    if (person && isFinite(Number(person.stream)) && isFinite(Number(person.total))) {
+      labels.push(`${sym}=${Number(Number(person.total).toPrecision(6))} per person per period`
+        + ` (${sym}=${Number(Number(person.stream).toPrecision(6))} per stream)`);
+    }
+    return labels.join(" · ");
   }
 
   function drawChart(card, s) {

@@ -4,13 +4,16 @@
 mechanism's recurrences: ``L`` stacks the leaf rows (``e_s``) and the node rows (the node's
 fixed-point coefficients ``K_i·2**-F``, every level) of every top block that has started by tick ``n``, future
 leaves of the last block included (their columns beyond ``n`` are cut, their noise is not);
-``v`` their noise variances (squared value units, each top block's from its own shares:
+(hat levels, issue #36: the triangles of :func:`.plan.hat_rows`, written out here from their
+definition; flat levels: all ones) ``v`` their noise variances (squared value units, each top block's from its own shares:
 ``LsPlan.shares_of``; epoch 0 only at ``p = 1``); ``B = W (Lᵀ V⁻¹ L)⁻¹ Lᵀ V⁻¹``, the generalised
 least-squares decoder, computed densely on the full blocks. The release is ``B @ (L x + z)``;
 ``B @ L = W_p`` on ticks ``1..n``.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numpy.typing import NDArray
@@ -44,8 +47,25 @@ def dense(mech: object, n: int) -> tuple[NDArray[np.float64], NDArray[np.float64
 
     rows = [np.eye(full)[s] for s in range(full)]
     var = [var_of(s // b, 0) for s in range(full)]
-    for ell, length in enumerate(levels, start=1):
-        k = np.asarray(coefficients(p, length), dtype=np.float64) / float(1 << COEFF_BITS)
+    one = 1 << COEFF_BITS
+    shapes = tuple(mech.plan.shapes) or ("decayed",) * len(levels)  # type: ignore[attr-defined]
+    for ell, (length, shape) in enumerate(zip(levels, shapes, strict=True), start=1):
+        if shape == "hat":
+            # issue #36: triangles of half-width `length` peaking at the last tick of each
+            # `length`-tick node (and one just before the top block), cut at the top block's
+            # edges; K = 2**F − round(2**F·distance/length), halves rounded up
+            for top_start in range(0, full, b):
+                for peak in range(top_start - 1, top_start + b, length):
+                    row = np.zeros(full)
+                    for i in range(top_start, top_start + b):
+                        d = abs(i - peak)
+                        if d < length:
+                            row[i] = (one - math.floor(one * d / length + 0.5)) / one
+                    rows.append(row)
+                    var.append(var_of(top_start // b, ell))
+            continue
+        k = (np.asarray(coefficients(p, length), dtype=np.float64) / float(one)
+             if shape == "decayed" else np.ones(length))
         for start in range(0, full, length):
             row = np.zeros(full)
             row[start:start + length] = k

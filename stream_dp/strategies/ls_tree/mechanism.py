@@ -13,6 +13,14 @@ shifts each measurement by a lattice vector. One event changes one ``q_s`` by at
 budget, level ``ℓ``'s node noise to ``2**F·Δ`` with ``a_ℓ`` (Σ a ≤ 1 exactly; pure: the ε's add,
 zCDP: the ρ's add).
 
+**Hat levels** (issue #36, :attr:`.plan.LsPlan.shapes`): a level may measure overlapping
+triangles instead (:func:`.plan.hat_rows`: ``B/L + 1`` per top block, node ``r`` peaking at
+offset ``r·L − 1``), whose two coefficients at any tick add up to exactly ``2**F``: one event
+moves the level's measurements by at most ``2**F·Δ`` in total, and the level is calibrated as a
+decayed one (Laplace: the losses of the two nodes add to ``2**F·Δ/b``; Gaussian: the squared
+changes add to at most ``(2**F·Δ)²``). A flat level measures the plain sum (``K_i = 2**F``).
+Everything below holds for any integer rows inside the top block.
+
 **Release** (the best linear unbiased estimate from all of the open top block's measurements, past
 and future): with ``R_n = Y_n − Σ_i K_i·y_(start+i) = Z'_n − Σ_i K_i·Z_(start+i)`` each node's
 residual — an exact integer function of the *final* measurements which carries no data —
@@ -88,7 +96,9 @@ from stream_dp.strategies._epochs import (
 )
 from stream_dp.strategies.ls_tree.plan import (
     COEFF_BITS,
+    HAT,
     MAX_BLOCK,
+    SHAPES,
     LsPlan,
     Model,
     best_plan,
@@ -149,7 +159,11 @@ class LsTreeMechanism(Mechanism):
                        or sum(v) > 1.0 for v in (shares, *self.plan.schedule))
                 # a schedule covers epoch 0 of p = 1 only (later epochs: the super levels)
                 or (self.plan.schedule and (self.p != 1.0
-                                            or len(self.plan.schedule) > self.first_blocks))):
+                                            or len(self.plan.schedule) > self.first_blocks))
+                # hats below a decayed top level (issue #36)
+                or (self.plan.shapes and (len(self.plan.shapes) != len(levels)
+                                          or self.plan.shapes[-1] == HAT
+                                          or any(x not in SHAPES for x in self.plan.shapes)))):
             raise ValueError(f"invalid tree-ls plan {self.plan!r}")
         lo, hi = (MIN_SCALE, MAX_SCALE) if self.model == "pure" else (MIN_SIGMA, MAX_SIGMA)
         what = f"epsilon = {self.budget!r}" if self.model == "pure" else f"rho = {self.budget!r}"
@@ -167,12 +181,20 @@ class LsTreeMechanism(Mechanism):
         # per-block schedule (issue #26): each top block's scales and variances, by its shares
         self._profiles = {v: checked(v, self.budget) for v in {shares, *self.plan.schedule}}
         self.leaf_scale = self.scales[0]
-        self.coeffs, level = structure(self.p, levels)
+        self.shapes = self.plan.level_shapes
+        self.coeffs, level = structure(self.p, levels, self.plan.shapes)
         self.node_level = level
+        # nodes per top block and level: B/L (decayed), B/L + 1 (hats: one peaks before the block)
+        self.level_nodes = tuple(int(np.count_nonzero(level == ell))
+                                 for ell in range(1, len(levels) + 1))
+        if self.coeffs.shape[0] > self.block:
+            # the prefetch draws node j of the next block at offset j: at most B nodes
+            raise ValueError(f"invalid tree-ls plan {self.plan!r}: more nodes than ticks per block")
         # node index within its level, for the noise node ids: top index × nodes per top + m
         self.node_offset = np.concatenate(
-            [np.arange(self.block // length) for length in levels]).astype(np.int64)
-        self.part = block_part(self.p, levels, self.model, self.budget, shares, self.slack_units)
+            [np.arange(count) for count in self.level_nodes]).astype(np.int64)
+        self.part = block_part(self.p, levels, self.model, self.budget, shares, self.slack_units,
+                               self.plan.shapes)
         # β (B × nodes floats) per share vector, computed when a block with those shares starts;
         # at most two kept (the open block's and the next one's)
         self._betas: dict[tuple[tuple[float, ...], float], np.ndarray] = {}
@@ -181,12 +203,12 @@ class LsTreeMechanism(Mechanism):
         if self.super:
             self.scales1, self.variances1 = checked(shares, nested_budget(self.budget))
             self.part1 = block_part(self.p, levels, self.model, nested_budget(self.budget),
-                                    shares, self.slack_units)
+                                    shares, self.slack_units, self.plan.shapes)
             self.max_super = levels_needed(MAX_TICKS // self.block)
             # epoch 0's own variance by block (one row per block: the schedule's shares)
             self.part0 = np.vstack([
                 block_part(self.p, levels, self.model, self.budget, self.plan.shares_of(k),
-                           self.slack_units) for k in range(self.first_blocks)
+                           self.slack_units, self.plan.shapes) for k in range(self.first_blocks)
             ]) if self.plan.schedule else self.part
         # for each leaf offset, the residual rows whose node contains it (one per level)
         self._rows_of_leaf = [np.flatnonzero(self.coeffs[:, i]) for i in range(self.block)]
@@ -202,6 +224,10 @@ class LsTreeMechanism(Mechanism):
             "resolution_bits": RESOLUTION_BITS,
             "prefetch": "one leaf per tick, float residual",
         }
+        if self.plan.shapes:
+            # issue #36: only plans with hats say so (a checkpoint of an all-decayed plan keeps
+            # its description, and one with hats is refused by a library without them)
+            out |= {"shapes": list(self.plan.shapes)}
         if self.plan.schedule:
             # the scales each block really draws with: a library whose scales for the same
             # shares differ (e.g. the exact accounting's ulp nudges) keys other noise, so its
@@ -235,7 +261,7 @@ class LsTreeMechanism(Mechanism):
         beta = self._betas.get(key)
         if beta is None:
             _, variances = noise_scales(self.model, key[1], key[0], self.slack_units)
-            beta, _ = block_terms(self.p, self.plan.levels, variances)
+            beta, _ = block_terms(self.p, self.plan.levels, variances, self.plan.shapes)
             if len(self._betas) >= 2:
                 self._betas.pop(next(iter(self._betas)))
             self._betas[key] = beta
@@ -253,7 +279,7 @@ class LsTreeMechanism(Mechanism):
     def _node_noise(self, noise: BoundNoise, level: int, index: int) -> np.ndarray:
         node = (level << _NODE_SHIFT) | index
         # index = top block × nodes per top block + m: its top block decides the epoch
-        top = index // (self.block // self.plan.levels[level - 1])
+        top = index // self.level_nodes[level - 1]
         return self._draw(noise, node, self._scales_at(top * self.block + 1)[level])
 
     # -- Mechanism ----------------------------------------------------------------------------
@@ -269,7 +295,7 @@ class LsTreeMechanism(Mechanism):
     def _residual_node_noise(self, noise: BoundNoise, row: int, top: int) -> np.ndarray:
         """Noise of residual row ``row`` (a node) of top block ``top``."""
         level = int(self.node_level[row])
-        index = top * (self.block // self.plan.levels[level - 1]) + int(self.node_offset[row])
+        index = top * self.level_nodes[level - 1] + int(self.node_offset[row])
         return self._node_noise(noise, level, index).astype(np.int64)
 
     def new_state(self, n_streams: int) -> State:
@@ -404,7 +430,8 @@ class LsTreeMechanism(Mechanism):
 
     def sensitivity(self) -> float:
         """``cap + g`` (value units): one event moves one leaf by ``Δ·g`` and one node per level
-        by ``K·Δ·g·2**-F ≤ Δ·g``; the noise of each is calibrated to that with its share."""
+        by ``K·Δ·g·2**-F ≤ Δ·g`` (two nodes of a hat level by ``Δ·g`` in total); the noise of
+        each is calibrated to that with its share."""
         return self.cap + self.grid
 
     def rounding_bound(self, ticks: int | None = None) -> float:
