@@ -43,11 +43,20 @@ partition, which would otherwise dominate short runs).
    commits, every 0.25 s here), 10 % → 90 % of the records, which each run gets in its own
    topic in a transaction committed once every child is ready (no rebalance inside).
 
+9. Idle worker (``--only idle``; issue #35): ``stream-dp worker --no-dashboard`` processes with
+   no events at all, at ``--streams``, for each ``--idle-ticks`` tick length and each code tree of
+   ``--idle-trees label=PATH,...`` (default: this tree; e.g. ``before=../main,after=.`` measures
+   two versions side by side against one broker): the worker's CPU per second between ticks and
+   its CPU per tick, from ``/proc`` (``benchmarks/idle_worker.py``; ``--idle-profile DIR``:
+   py-spy of one idle window each).
+
 Usage: python benchmarks/service.py [--events 1000000] [--streams 100000] [--ticks 8]
                                    [--backlog-ticks 600] [--only scale,backlog,restart,modes]
                                    [--tick-seconds 5] [--active 0.1] [--scale-ticks 10]
                                    [--pipeline-processes 0] [--release-checkpoint-every 1]
                                    [--profile PATH] [--ingest-processes 1,2 --pairs 3]
+                                   [--only idle --idle-ticks 10,20 --idle-windows 3
+                                    --idle-trees before=PATH,after=. --idle-profile DIR]
 """
 
 from __future__ import annotations
@@ -1014,8 +1023,18 @@ async def main() -> None:
                     "beside it (the capacity guide's layout for large deployments)")
     ap.add_argument("--profile", default="",
                     help="scale: write a py-spy raw profile of phase 1 of this process here")
+    ap.add_argument("--idle-ticks", default="10,20",
+                    help="idle: comma-separated tick lengths (seconds)")
+    ap.add_argument("--idle-windows", type=int, default=3,
+                    help="idle: ticks measured per worker")
+    ap.add_argument("--idle-trees", default="",
+                    help="idle: label=PATH,... code trees to run the worker from (default: this)")
+    ap.add_argument("--idle-profile", default="",
+                    help="idle: write a py-spy raw profile of one idle window per run here")
+    ap.add_argument("--idle-dashboard", action="store_true",
+                    help="idle: with the worker's in-process dashboard (default: --no-dashboard)")
     ap.add_argument("--only", default="", help="comma-separated: scale,ingest,latency,backlog,"
-                    "restart,modes,reconcile (default: all but modes)")
+                    "restart,modes,reconcile,idle (default: all but modes and idle)")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
 
@@ -1023,6 +1042,18 @@ async def main() -> None:
         return not only or name in only
 
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        if want("idle") and only:
+            from benchmarks.idle_worker import idle_bench, parse_trees, print_idle
+
+            load0 = os.getloadavg()
+            idle_rows = await idle_bench(broker, Path(tmp), parse_trees(args.idle_trees),
+                                         args.streams,
+                                         [float(x) for x in args.idle_ticks.split(",")],
+                                         args.idle_windows, args.idle_profile,
+                                         args.idle_dashboard)
+            print_idle(idle_rows, (load0, os.getloadavg()), args.idle_dashboard)
+            if only == {"idle"}:
+                return
         if want("scale"):
             r = await scale_bench(broker, Path(tmp), args.streams, args.scale_ticks,
                                   args.tick_seconds, args.active, args.pipeline_processes,

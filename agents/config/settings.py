@@ -404,11 +404,13 @@ class Settings:
         "answers empty fetches at once; records arriving meanwhile wait at most this long "
         "(5x as long, 250 ms by default, for the reconcile side agent and the dashboard, "
         "which lag releases by seconds anyway). The worker's own consumers let it grow while "
-        "idle, doubling after each empty fetch in a row: the events consumer's up to 4x (a "
-        "clock close whose closing point lies ahead of it ends the pause), the release "
+        "idle, doubling after each empty fetch in a row: the events consumer's up to 20x (1 s "
+        "by default: an event arriving after an idle spell is read within that; a clock close "
+        "whose closing point lies ahead of it ends the pause, and what a tick contains never "
+        "depends on when an event was read), the release "
         "stage's up to 20x while the worker's own ingest owns every events partition (each of "
         "its partials commits ends the pause; otherwise it stays 1x), the reconcile side "
-        "agent's up to 4x its 5x. 0 disables it. `stream-dp tail` and the standalone "
+        "agent's and the dashboard's up to 4x their 5x. 0 disables it. `stream-dp tail` and the standalone "
         "dashboard read the same variable.",
     )
     release_checkpoint_every: int = _s(

@@ -48,6 +48,10 @@ from agents.dashboard.state import DEFAULT_HISTORY, DashboardState
 
 log = logging.getLogger(__name__)
 
+#: the dashboard consumer's pause after empty fetches grows to this many times its first (5 x
+#: empty_fetch_backoff_ms): ~1 s between ticks (agents.kafka.fetch_backoff.pace)
+_IDLE_GROWTH = 4.0
+
 STATIC_DIR: Final = Path(__file__).with_name("static")
 _HEARTBEAT_S: Final = 15.0
 #: streams followed from the compact records (over all shards)
@@ -129,7 +133,7 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from agents.config.security import client_kwargs
-    from agents.kafka.fetch_backoff import slow_down
+    from agents.kafka.fetch_backoff import FETCHER_IDLE_MS, pace, slow_down
 
     counts_topic = config.compact_topic or config.counts_topic
     blocks_topic = config.histogram_blocks_topic
@@ -143,12 +147,16 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
             auto_offset_reset="latest", isolation_level="read_committed",
             # compact records and histogram chunks are a few MiB each
             max_partition_fetch_bytes=(16 << 20) if big else 1 << 20,
+            consumer_timeout_ms=FETCHER_IDLE_MS,
             **client_kwargs(config.security),
         )
         try:
             await consumer.start()
-            # a dashboard may show a tick up to 250 ms later: 5x fewer empty fetches
+            # a dashboard may show a tick up to 250 ms later: 5x fewer empty fetches, the pause
+            # growing to 4x that (1 s by default) between ticks (issue #35: an idle worker's
+            # in-process dashboard fetched 4 times a second)
             slow_down(consumer)
+            pace(consumer, _IDLE_GROWTH)
             tps: list[TopicPartition] = []
             while not tps:
                 await consumer.topics()
@@ -166,8 +174,8 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
                 await consumer.position(tp)
             state.connected, state.error = True, ""
             state.broadcast("status", state.status())
-            while True:
-                batch = await consumer.getmany(timeout_ms=500, max_records=5000)
+            while True:  # nothing else to do here: wait for records as long as they take
+                batch = await consumer.getmany(timeout_ms=5000, max_records=5000)
                 counts: list[dict[str, Any]] = []
                 compact_rows: list[list[Any]] | None = [] if state.subscribers else None
                 for tp, records in batch.items():

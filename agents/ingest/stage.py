@@ -36,10 +36,13 @@ HAND_OVER_PARTIALS = 4096
 #: seconds between two hand-over progress lines (agents.worker.pipeline.PROGRESS_EVERY_S too)
 HAND_OVER_EVERY_S = 10.0
 #: the events consumer's pause after empty fetches grows to this many times
-#: ``empty_fetch_backoff_ms`` while no events come (agents.kafka.fetch_backoff.pace): ~5 round trips a
-#: second instead of ~20 between bursts; a clock close whose closing point lies ahead of the
-#: consumer wakes it, so the pause delays no tick's release
-INGEST_IDLE_GROWTH = 4.0
+#: ``empty_fetch_backoff_ms`` while no events come (agents.kafka.fetch_backoff.pace): one round
+#: trip a second (1 s at the default 50 ms) instead of ~20 between bursts. A record arriving
+#: after an idle spell is fetched within that long; a clock close whose closing point lies
+#: ahead of the consumer wakes it, so the pause delays no tick's release, and what a tick
+#: contains is decided by offsets, never by when a record was fetched. It was 4x (5 round
+#: trips a second): at 10^6 streams the idle worker's biggest cost (issue #35)
+INGEST_IDLE_GROWTH = 20.0
 
 #: seconds between two reads of the topic settings checked at start-up (a DescribeConfigs
 #: request: cheap), so that a retention given to an internal topic while the worker runs, or
@@ -87,7 +90,7 @@ class IngestStage(_Stage):
     hw: Any = None
 
     async def start(self) -> None:
-        from agents.kafka.fetch_backoff import pace
+        from agents.kafka.fetch_backoff import FETCHER_IDLE_MS, pace
         from agents.kafka.topics import check_events_topic, check_internal_topics
 
         await check_events_topic(self.s.bootstrap, self.s)
@@ -109,6 +112,7 @@ class IngestStage(_Stage):
             bootstrap_servers=self.s.bootstrap, **self.w.kafka_kwargs(),
             isolation_level="read_uncommitted", enable_auto_commit=False,
             client_id=f"{self.s.app_id}-{self.name}-end-{self.s.worker_id}",
+            consumer_timeout_ms=FETCHER_IDLE_MS,
         )
         await self.hw.start()
 
@@ -190,6 +194,8 @@ class IngestStage(_Stage):
                         ahead = ahead or int(end_offset) > int(state.offset)
                 if ahead:  # records up to the closing point may wait in a fetch pause
                     wake(self.consumer)
+                if ends:  # a close at the consumer's position applies without a record
+                    self.wake_loop()
             # sleep until the next tick's deadline + grace (at most 1 s, to follow rebalances)
             nxt = sch.deadline(due + 1) + sch.grace - time.time()
             await asyncio.sleep(min(1.0, max(0.005, nxt)))
@@ -208,6 +214,28 @@ class IngestStage(_Stage):
         if hw is not None:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(hw.stop(), timeout=0.2)
+
+    #: seconds between two passes of the loop while a scheduled close waits for the consumer
+    #: to reach its offset: a fetch of only a transaction's commit marker moves the position
+    #: without returning a record, so no record would start the pass that applies the close
+    CLOSE_POLL_S = 0.1
+
+    def own_due_s(self, now: float) -> float:
+        """A backlog of closed ticks to hand over: at once; a scheduled close not yet reached:
+        :data:`CLOSE_POLL_S`; a dirty state: when its checkpoint is due (the pacing of
+        :meth:`handle`); else nothing."""
+        due = super().own_due_s(now)
+        for p, state in list(self.states.items()):
+            out = state.out
+            if out.ticks_closed or len(out.dead_letters) >= 10_000 or (
+                    state.unsent and not out.partials):
+                return 0.0  # a commit or a hand-over step (the conditions of handle)
+            if state.pending:
+                due = min(due, self.CLOSE_POLL_S)
+            if state.dirty:
+                interval = max(self.s.commit_interval_s, 20.0 * self.encode_seconds.get(p, 0.0))
+                due = min(due, self.last_commit.get(p, 0.0) + interval - now)
+        return due
 
     def consumer_options(self) -> dict[str, Any]:
         """The events consumer yields aiokafka's decoded records as they are, without a

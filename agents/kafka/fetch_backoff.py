@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-__all__ = ["BACKGROUND_FACTOR", "empty_fetches", "fetch_requests", "install",
-           "install_from_env", "installed_seconds", "pace", "slow_down", "wake"]
+__all__ = ["BACKGROUND_FACTOR", "FETCHER_IDLE_MS", "empty_fetches", "fetch_requests", "install",
+           "install_from_env", "installed_seconds", "longest_pauses", "pace", "slow_down",
+           "wake"]
 
 #: the pause factor of consumers whose records may wait a little longer (the reconcile side
 #: agent, the dashboard): 5 × the 50 ms default = 250 ms. At 20 empty fetches per second an idle
@@ -34,7 +35,16 @@ __all__ = ["BACKGROUND_FACTOR", "empty_fetches", "fetch_requests", "install",
 #: each of the worker's consumers is idle for most of a tick); at 4 per second a fifth of it.
 BACKGROUND_FACTOR = 5.0
 
-_state: dict[str, Any] = {"seconds": 0.0, "patched": False, "empty": 0, "by_client": {}}
+#: ``consumer_timeout_ms`` for the long-running consumers of a worker: how often aiokafka's
+#: background fetch routine plans its requests again when nothing told it to (a fetch done,
+#: records taken, a seek, an assignment, a pause ending, :func:`wake`). aiokafka's 200 ms default
+#: woke every idle consumer's routine 5 times a second — 23 of the 126 event-loop callbacks per
+#: second of an idle worker (issue #35); every event that needs a new fetch completes a future
+#: the routine waits on, so this is only its safety net
+FETCHER_IDLE_MS = 1000
+
+_state: dict[str, Any] = {"seconds": 0.0, "patched": False, "empty": 0, "by_client": {},
+                          "longest": {}}
 
 
 def empty_fetches() -> int:
@@ -46,6 +56,13 @@ def fetch_requests() -> dict[str, tuple[int, int]]:
     """Per consumer ``client_id``: ``(fetch requests answered, of them empty)`` since
     :func:`install` (diagnostics: which consumer's round trips cost the worker CPU)."""
     return {cid: (int(n[0]), int(n[1])) for cid, n in _state["by_client"].items()}
+
+
+def longest_pauses() -> dict[str, float]:
+    """Per consumer ``client_id``: the longest pause after an empty fetch started since
+    :func:`install` (seconds; diagnostics and tests: a record arriving during an idle spell
+    waits at most the pause in force, so this bounds its wait)."""
+    return {cid: float(x) for cid, x in _state["longest"].items()}
 
 
 def installed_seconds() -> float:
@@ -89,6 +106,8 @@ def install(seconds: float) -> None:
             delay = (_state["seconds"] * d.get("_stream_dp_backoff_factor", 1.0)
                      * min(float(1 << min(run, 30)), d.get("_stream_dp_growth", 1.0)))
             if delay > 0:
+                cid = self._client._client_id
+                _state["longest"][cid] = max(_state["longest"].get(cid, 0.0), delay)
                 until = d.setdefault("_stream_dp_not_before", {})
                 until[node_id] = asyncio.get_running_loop().time() + delay
         else:

@@ -39,7 +39,10 @@ async def read_manifests(bootstrap: str, kafka_kwargs: dict[str, Any], topic: st
                        enable_auto_commit=False, isolation_level="read_committed",
                        max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
     try:
-        await c.start()
+        # a start cancelled half way leaves a connection stop() cannot close: let it finish
+        from agents.kafka.reading import finish_before_cancel
+
+        await finish_before_cancel(c.start(), 3.0)
     except BaseException:
         with contextlib.suppress(Exception):
             await c.stop()

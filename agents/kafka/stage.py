@@ -19,12 +19,24 @@ from typing import Any
 from agents.kafka.checked_producer import TransactionRecordFailed, _CheckedProducer
 from agents.kafka.checkpoint_reader import read_latest_with_progress
 from agents.kafka.checkpoints import CheckpointRefused, Progress, chunk_messages
+from agents.kafka.fetch_backoff import FETCHER_IDLE_MS
 from agents.kafka.groups import leave_group
 from agents.kafka.stage_health import StageHealth
 from agents.kafka.stage_host import StageHost
 from stream_dp.integrity import IntegrityError
 
 log = logging.getLogger("stream_dp.pipeline")
+
+#: the longest a stage's loop waits for records while nothing of its own is due (seconds). It runs
+#: when records come, at its own next deadline (:meth:`_Stage.next_due_s`: a commit, a health
+#: check, a restore to retry, a close waiting for its offset), when woken
+#: (:meth:`_Stage.wake_loop`: a clock close, an assignment, a failure, a stop), and after this
+#: long at the latest. It used to wait 0.1 s at most: an idle worker's two stages ran their
+#: loops 20 times a second whatever the tick length (issue #35)
+IDLE_WAIT_MAX_S = 5.0
+#: ... and the shortest (seconds): work due at once (a backlog's next step) still lets the
+#: loop wait this long for records, so a condition that stays due cannot spin it
+IDLE_WAIT_MIN_S = 0.01
 
 #: a commit that fails this many times in a row on one partition with the same non-Kafka error
 #: (a bug in a step or an encoder: the restore repeats it) stops the worker
@@ -110,6 +122,11 @@ class _Stage(StageHealth):
         #: assignments handled and partitions restored (sought) so far: a fetch that began
         #: before one may hold records from before the seek
         self.repositioned = 0
+        #: set to end the loop's wait for records (:meth:`wake_loop`)
+        self._woken = asyncio.Event()
+        #: the loop's waits for records that ended without records (idle passes; tests and
+        #: benchmarks compare them, nothing exports them)
+        self.idle_passes = 0
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -122,6 +139,7 @@ class _Stage(StageHealth):
             isolation_level="read_committed",
             enable_auto_commit=False,
             client_id=f"{s.app_id}-{self.name}-ckpt-{s.worker_id}",
+            consumer_timeout_ms=FETCHER_IDLE_MS,
             fetch_max_bytes=64 * 1024 * 1024,
             max_partition_fetch_bytes=16 * 1024 * 1024,
         )
@@ -132,6 +150,7 @@ class _Stage(StageHealth):
             group_id=self.group,
             group_instance_id=s.worker_id,
             client_id=f"{s.app_id}-{self.name}-{s.worker_id}",
+            consumer_timeout_ms=FETCHER_IDLE_MS,
             enable_auto_commit=False,
             isolation_level="read_committed",
             auto_offset_reset="earliest",
@@ -246,6 +265,12 @@ class _Stage(StageHealth):
             self.repositioned += 1
             self.restoring = False
         self.w.update_ready()
+        # restored and sought: fetch from the new positions now (not after a fetch pause), and
+        # let the loop see the new partitions (a clock close they need, their health checks)
+        from agents.kafka.fetch_backoff import wake
+
+        wake(self.consumer)
+        self.wake_loop()
         log.info(
             "%s: assigned partitions %s", self.name, sorted(tp.partition for tp in tps)
         )
@@ -501,15 +526,61 @@ class _Stage(StageHealth):
     async def handle(self, batch: dict[Any, list[Any]]) -> None:
         raise NotImplementedError
 
+    def own_due_s(self, now: float) -> float:
+        """Seconds (monotonic ``now``) until the stage's own work needs its loop though no
+        record comes (a commit due, a backlog step); :data:`IDLE_WAIT_MAX_S` if none."""
+        return IDLE_WAIT_MAX_S
+
+    def next_due_s(self, now: float) -> float:
+        """Seconds until the loop must run again though no record comes: the health checks
+        (:meth:`check_ownership`, :meth:`check_liveness`), a failed restore's retry and
+        :meth:`own_due_s`; at most :data:`IDLE_WAIT_MAX_S`, at least 0. A check already past
+        its time (it runs at the next pass) does not count: it would make every pass due."""
+        due = min(IDLE_WAIT_MAX_S, self.own_due_s(now))
+        checks = [self._next_owner_check - now]
+        if self.states:
+            checks.append(self._next_liveness - now)
+        if not self.restoring and self.missing():
+            checks.append(self._retry_at - now)
+        for left in checks:
+            if left > 0:
+                due = min(due, left)
+        return max(0.0, due)
+
+    def wake_loop(self) -> None:
+        """End the loop's wait for records now: work that does not come as a record of the
+        input (a clock close to apply, a failure to raise, a stop)."""
+        self._woken.set()
+
+    async def _next_batch(self) -> dict[Any, list[Any]]:
+        """The next records: what is buffered, else a wait for records until
+        :meth:`next_due_s` or a :meth:`wake_loop` (:func:`~agents.kafka.reading.getmany_or_wake`)."""
+        from agents.kafka.reading import getmany_or_wake
+
+        wait = max(IDLE_WAIT_MIN_S, self.next_due_s(time.monotonic()))
+        batch = await getmany_or_wake(self.consumer, self._woken, wait,
+                                      self.fetch_max_records())
+        self._woken.clear()
+        if not batch:
+            self.idle_passes += 1
+        return batch
+
     # -- main loop ----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
+        stopping = asyncio.ensure_future(stop.wait())
+        stopping.add_done_callback(lambda _: self.wake_loop())
+        try:
+            await self._loop(stop)
+        finally:
+            stopping.cancel()
+
+    async def _loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             if self.w.fatal is not None:
                 raise self.w.fatal
             seen = self.repositioned
             try:
-                batch = await self.consumer.getmany(timeout_ms=100,
-                                                    max_records=self.fetch_max_records())
+                batch = await self._next_batch()
             except Exception as exc:
                 if stop.is_set():
                     break

@@ -41,8 +41,14 @@ from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 
+from agents.kafka.fetch_backoff import FETCHER_IDLE_MS
 from agents.kafka.groups import leave_group
-from agents.kafka.reading import finish_before_cancel, partitions_of, read_range
+from agents.kafka.reading import (
+    finish_before_cancel,
+    getmany_or_wake,
+    partitions_of,
+    read_range,
+)
 from agents.reconcile.config import ReconcilerConfig, SolveFn, _default_solve
 from agents.reconcile.leader import _LeaderListener, ensure_leader_topic
 from agents.reconcile.messages import solve_and_encode
@@ -98,6 +104,8 @@ class Reconciler:
         self._handed: list[tuple[int, _HandedRecord]] = []
         #: partition -> the offset after the record taken over last (where it was sought to)
         self._taken_next: dict[int, int] = {}
+        #: set by a hand-over: the leading loop's wait for records ends
+        self._lead_woken = asyncio.Event()
         #: compact records taken over from the release stage instead of fetched back (count)
         self.handed_over = 0
         #: compact records offered by the release stage but read from the topic (count): not
@@ -136,6 +144,7 @@ class Reconciler:
             group_id=cfg.leader_group,
             group_instance_id=cfg.instance_id,
             client_id=f"{cfg.client_id}-election",
+            consumer_timeout_ms=FETCHER_IDLE_MS,
             enable_auto_commit=False,
             auto_offset_reset="latest",
             session_timeout_ms=cfg.session_timeout_ms,
@@ -159,7 +168,7 @@ class Reconciler:
                 unpaused = election.assignment() - election.paused()
                 if unpaused:
                     election.pause(*unpaused)
-                await election.getmany(timeout_ms=cfg.poll_ms)
+                await getmany_or_wake(election, stop_event, cfg.poll_ms / 1000)  # a stop ends it
                 member_id = getattr(election._coordinator, "member_id", "") or member_id
                 task = self._lead_task
                 if task is not None and task.done():
@@ -224,6 +233,7 @@ class Reconciler:
         lead.seek(tp, offset + 1)  # also drops a prefetched or in-flight copy of it
         self._taken_next[partition] = offset + 1
         self.handed_over += 1
+        self._lead_woken.set()  # the leading loop adds it now, not after its wait
 
     def _commit_positions(self, positions: dict[int, int]) -> dict[int, int]:
         """``positions`` lowered to the first taken-over record not yet added to the assembler:
@@ -258,7 +268,10 @@ class Reconciler:
             enable_auto_commit=False, group_id=None,
         )
         try:  # started inside: a stop signal during start() must close it too
-            await consumer.start()
+            # and let finish first: a handshake cancelled half way leaves a connection that
+            # stop() cannot close ('Unclosed AIOKafkaConnection'; a stop right after the
+            # election, which now ends its wait at once, cancelled it there)
+            await finish_before_cancel(consumer.start(), _STARTUP_GRACE_S)
             parts = await partitions_of(consumer, topic)
             if not parts:
                 return 0
@@ -308,6 +321,7 @@ class Reconciler:
             bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(),
             group_id=f"{cfg.leader_group}.offsets",
             client_id=f"{cfg.client_id}-counts",
+            consumer_timeout_ms=FETCHER_IDLE_MS,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
@@ -344,7 +358,9 @@ class Reconciler:
             self._lead_consumer = consumer  # from now on the release stage may hand over
             last_refresh = time.monotonic()
             while True:
-                batches = await consumer.getmany(timeout_ms=cfg.poll_ms)
+                # records, a hand-over, or poll_ms: no pass on a timer while records come
+                batches = await getmany_or_wake(consumer, self._lead_woken, cfg.poll_ms / 1000)
+                self._lead_woken.clear()  # what woke it is taken just below
                 # records taken over meanwhile: each at the position the previous batch ended
                 handed, self._handed = self._handed, []
                 # Decoding thousands of JSON messages is CPU work: a worker thread keeps the

@@ -54,7 +54,11 @@ class ReconcilerConfig:
     instance_id: str | None = None
     session_timeout_ms: int = 10_000
     heartbeat_interval_ms: int = 1_000
-    poll_ms: int = 200
+    #: longest wait of the agent's loops for records (ms): the leading loop also runs when this
+    #: process's release stage hands over a record and when records come, the election's ends
+    #: at a stop and otherwise only surfaces a crashed leading task (restarted within this);
+    #: 200 made an idle worker's agent wake 10 times a second (issue #35)
+    poll_ms: int = 5_000
     #: Largest uncompressed histogram message (bytes); messages are gzip-compressed, and the
     #: compressed batch must fit the broker's / topic's ``max.message.bytes`` (1 MiB default).
     #: A node takes about 104 bytes of JSON, about 33 gzip-compressed (so ~30 000 nodes fit

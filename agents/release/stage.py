@@ -120,6 +120,29 @@ class ReleaseStage(_Stage):
                 pace(self.consumer, growth)
                 self._growth = growth
 
+    def own_due_s(self, now: float) -> float:
+        """A tick ready but held back while a backlog is read: when the 0.2 s gathering ends; a
+        dirty state: when its commit is due (:meth:`handle`); a tick missing partials: when
+        it has waited ``stall_timeout_s`` (:meth:`check_ownership`); else nothing."""
+        due = super().own_due_s(now)
+        for p, state in list(self.states.items()):
+            if state.restepping:
+                continue  # stepped as its partials come
+            if state.ready():  # held back for a backlog, or more ready than one commit took
+                since = self._ready_since.get(p)
+                due = min(due, 0.0 if since is None else since + 0.2 - now)
+            elif state.dirty and not state.pending.get(state.next_tick):
+                due = min(due, self.last_commit.get(p, 0.0) + self.s.commit_interval_s - now)
+            slot = state.pending.get(state.next_tick)
+            since = self._incomplete.get((state.shard, state.next_tick))
+            if slot and since is not None and len(slot) < state.sources:
+                # the stall check of the tick it waits for (older entries are stale: released
+                # ticks; one already past its timeout is checked at the 1 s passes)
+                left = since + self.s.stall_timeout_s - now
+                if left > 0:
+                    due = min(due, left)
+        return due
+
     def new_state(self, p: int) -> ReleaseState:
         if self.w.router.patterns:
             from agents.release.attributes import AttributeReleaseState, new_live

@@ -203,6 +203,9 @@ class Worker:
             # exit status); here only that the pipeline stops, and why, for embedders' logs
             log.info("pipeline stopping: %s", type(exc).__name__)
             self.fatal = exc
+            for stage in (getattr(self, "ingest", None), getattr(self, "release", None)):
+                if stage is not None:  # their loops raise it now
+                    stage.wake_loop()
 
     def check_schedule(self, now: float | None = None) -> None:
         """Refuse a clock schedule whose origin lies too many ticks in the past."""
