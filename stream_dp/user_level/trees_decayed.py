@@ -145,21 +145,8 @@ class DecayedProgram:
     def window(self, lo: int, hi: int) -> Float64Array:
         """The best value over patterns of at most ``c`` events in ticks ``[lo, hi)``, for
         ``c = 0 … n`` (as :meth:`stream_dp.user_level.trees._Program.window`)."""
-        n, sep, clip, top = self.n, self.sep, self.clip, self.top
-        chain = np.full((n + 1, sep), _NEG)
-        chain[0, clip] = 0.0
-        for first in range((lo // top) * top, hi, top):
-            t = self._scalar(self.block(len(self.sizes) - 1, lo - first, hi - first))
-            new = np.full_like(chain, _NEG)
-            for z in range(sep):
-                tz = min(z + top, clip)
-                np.maximum(new[:, tz], chain[:, z], out=new[:, tz])
-            rs = np.maximum.accumulate(t[:, ::-1, :], axis=1)[:, ::-1, :]
-            for c1 in range(n):
-                for z in range(sep):
-                    if chain[c1, z] == _NEG:
-                        continue
-                    cand = chain[c1, z] + rs[1:n - c1 + 1, max(clip - z, 0), :]
-                    np.maximum(new[c1 + 1:], cand, out=new[c1 + 1:])
-            chain = new
-        return np.maximum.accumulate(np.maximum(chain.max(axis=1), 0.0))
+        from stream_dp.user_level.trees import chain_top_blocks
+
+        last = len(self.sizes) - 1
+        return chain_top_blocks(self.n, self.sep, self.top, lo, hi, lambda first: self._scalar(
+            self.block(last, lo - first, hi - first)))
