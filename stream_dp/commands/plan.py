@@ -32,9 +32,9 @@ examples:
   stream-dp plan --p 0.99 --privacy zcdp --rho 0.5 --horizon 4095
   stream-dp plan --p 0.9 --epsilon 0.25 --horizon 4095 --domain examples/domain.toml
   stream-dp plan --p 0.9 --epsilon 1 --horizon 4095 --integer-counts
-  stream-dp plan --p 0.99 --privacy zcdp --rho 0.01 --horizon 4095 --privacy-unit user \
+  stream-dp plan --p 0.99 --privacy zcdp --rho 0.01 --horizon 4095 --privacy-unit user \\
       --user-max-events 10 --user-period-ticks 1440 --user-min-separation-ticks 5
-  stream-dp plan --p 0.9 --epsilon 0.1 --horizon 4095 --privacy-unit user \
+  stream-dp plan --p 0.9 --epsilon 0.1 --horizon 4095 --privacy-unit user \\
       --user-max-events 10 --user-period-ticks 1440 --user-target-epsilon 1
 
 Valid ranges (docs/accuracy.md): --p in (0, 1], --horizon in [1, 16777215], --epsilon in

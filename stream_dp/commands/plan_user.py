@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The user-level options of ``stream-dp plan``."""
     group = parser.add_argument_group(
         "user level", "the per-person guarantee under contribution bounds "
-        "(--privacy-unit user; docs/budget.md, 'Per person')")
+        "(docs/budget.md, 'Per person')")
     group.add_argument("--privacy-unit", choices=("event", "user"), default="event",
                        help="unit of privacy: one event (default) or one person with bounded "
                        "contributions (as the setting privacy_unit)")
