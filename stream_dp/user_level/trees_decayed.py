@@ -30,6 +30,8 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from stream_dp.user_level._chain import chain_top_blocks
+
 __all__ = ["DecayedProgram", "TooLong"]
 
 Float64Array = NDArray[np.float64]
@@ -145,8 +147,6 @@ class DecayedProgram:
     def window(self, lo: int, hi: int) -> Float64Array:
         """The best value over patterns of at most ``c`` events in ticks ``[lo, hi)``, for
         ``c = 0 … n`` (as :meth:`stream_dp.user_level.trees._Program.window`)."""
-        from stream_dp.user_level.trees import chain_top_blocks
-
         last = len(self.sizes) - 1
         return chain_top_blocks(self.n, self.sep, self.top, lo, hi, lambda first: self._scalar(
             self.block(last, lo - first, hi - first)))
