@@ -159,18 +159,9 @@ async def ensure_topics(bootstrap: str, settings: Settings, timeout_s: float = 3
 
     Raises ``ValueError`` if an existing topic's partition count differs from the settings.
     """
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin import NewTopic
 
-    from agents.config.security import KafkaSecurity
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
-                                **KafkaSecurity.from_settings(settings).client_kwargs())
-    try:
-        await admin.start()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            await admin.close()
-        raise
+    admin = await _started_admin(bootstrap, settings, timeout_s)
     try:
         specs = topic_specs(settings)
         existing = set(await admin.list_topics())
