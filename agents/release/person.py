@@ -67,9 +67,9 @@ def _figures(settings: Settings, domain: Any, mech: Any) -> dict[str, Any]:
     if _binary(domain):
         from stream_dp.user_level import float_up
 
-        per = float_up(attribute_person(settings, domain).per_period)
+        bound = float_up(attribute_person(settings, domain).per_period)
         return {"unit": "person", "period_ticks": int(settings.user_period_ticks),
-                "per_person": {"stream": per, "total": per, "exact": False}}
+                "per_person": {"stream": bound, "total": bound, "exact": False}}
     acc = person_accountant(settings, domain, mech)
     stream = acc.per_node_max
     total, total_exact = acc.period_factor()
