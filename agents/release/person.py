@@ -107,18 +107,5 @@ def person_summary(settings: Settings, domain: Any) -> list[str]:
 def attribute_summary(settings: Settings, domain: Any) -> list[str]:
     """:func:`person_summary` of a binary-attribute domain: ``K`` times the exact ε of one
     event, per period and over a year of periods, both upper bounds."""
-    from stream_dp.user_level import float_up, year_periods
-
-    g = attribute_person(settings, domain)
-    b = g.bounds
-    period = f"{b.period_ticks} ticks" if b.period_ticks else "the whole epoch"
-    year = year_periods(b.period_ticks, float(settings.tick_seconds))
-    return [
-        "unit of privacy:         one person",
-        f"period:                  {period}",
-        f"bounds per period:       K = {b.max_events} events (the first in log order)",
-        f"total per person:        ε = {float_up(g.per_period)!r} per period over every table "
-        f"(K × ε {float_up(g.per_event)!r} per event; an upper bound)",
-        f"over a year:             ε = {float_up(g.over_periods(year))!r} ({year} periods; "
-        "an upper bound)",
-    ]
+    lines: list[str] = attribute_person(settings, domain).summary(float(settings.tick_seconds))
+    return lines

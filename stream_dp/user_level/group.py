@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from stream_dp.user_level.bounds import UserBounds
 
@@ -72,3 +73,30 @@ class GroupBudget:
             raise ValueError(f"ticks must be an integer >= 1, got {ticks!r}")
         t = self.bounds.period_ticks
         return 1 if t == 0 else -(-ticks // t)
+
+    def report(self, tick_seconds: float) -> dict[str, Any]:
+        """The figures as JSON-able numbers: per period and over a year of periods
+        (:func:`~stream_dp.user_level.accounting.year_periods`), floats rounded up, both upper
+        bounds."""
+        from stream_dp.exact_budget import exact_decimal
+        from stream_dp.user_level.accounting import year_periods
+
+        year = year_periods(self.bounds.period_ticks, tick_seconds)
+        return {"per_event_exact": exact_decimal(self.per_event),
+                "period": float_up(self.per_period), "period_exact": exact_decimal(self.per_period),
+                "year": float_up(self.over_periods(year)), "year_periods": year, "exact": False}
+
+    def summary(self, tick_seconds: float) -> list[str]:
+        """Human-readable lines (``stream-dp plan`` and the worker's start-up log)."""
+        b = self.bounds
+        r = self.report(tick_seconds)
+        period = f"{b.period_ticks} ticks" if b.period_ticks else "the whole epoch"
+        return [
+            "unit of privacy:         one person",
+            f"period:                  {period}",
+            f"bounds per period:       K = {b.max_events} events (the first in log order)",
+            f"total per person:        ε = {r['period']!r} per period over every table "
+            f"(K × ε {float_up(self.per_event)!r} per event; an upper bound)",
+            f"over a year:             ε = {r['year']!r} ({r['year_periods']} periods; "
+            "an upper bound)",
+        ]

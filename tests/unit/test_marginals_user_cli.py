@@ -197,3 +197,27 @@ def test_bad_bounds_are_one_error_line(tmp_path: Path, extra: list[str], needle:
                  "--queries", "q.json", "--out", "a.json", "--user-max-events", "3", cwd=tmp_path)
     assert event.returncode == 2
     assert "--user-max-events belongs to --privacy-unit user" in event.stderr
+
+
+def test_plan_prints_the_person_of_a_binary_domain(tmp_path: Path) -> None:
+    """``plan --domain`` (binary) ``--privacy-unit user``: refused before; now K times the
+    exact ε per event per period and over a year's periods (any 365 days of 60 s ticks and
+    daily periods touch 366), rounded up, upper bounds."""
+    (tmp_path / "d.toml").write_text('name = "basket"\nkind = "binary"\n'
+                                     'attributes = ["a", "b", "c", "d", "e"]\n')
+    common = ["plan", "--p", "0.95", "--epsilon", "1.1", "--horizon", "64", "--domain",
+              str(tmp_path / "d.toml"), "--privacy-unit", "user", "--user-max-events", "7",
+              "--user-period-ticks", "1440"]
+    out = _cli(*common, "--format", "json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    spent = Fraction(doc["attributes"]["spent_exact"])
+    per = doc["user_level"]["per_person"]
+    assert Fraction(per["period_exact"]) == 7 * spent
+    assert Fraction(per["period"]) >= 7 * spent > Fraction(per["period"]) - Fraction(1, 10**12)
+    assert per["year_periods"] == 366 and Fraction(per["year"]) >= 366 * 7 * spent
+    assert per["exact"] is False
+    text = _cli(*common, cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert (f"total per person:        ε = {per['period']!r} per period over every table"
+            in text.stdout)
