@@ -287,3 +287,24 @@ def test_the_tables_and_marginals_say_the_person_and_k_times_epsilon(tmp_path: P
     ev = s.replace(privacy_unit="event", user_period_ticks=-1, user_max_events=0)
     assert privacy_block(ev, dom, None) == ev.privacy.as_dict()
     assert "per_person" not in attribute_accounting(ev, dom)
+
+
+def test_tail_shows_the_person_on_tables_and_marginals_and_nothing_at_event_level() -> None:
+    """``stream-dp tail tables`` / ``tail marginals`` lines of a user-level deployment end
+    with the per-event and per-person budgets; an event-level line is unchanged."""
+    from agents.commands._tail_format import format_marginals, format_table_row
+
+    table = {"names": ["a", "b"], "kind": "cluster", "cells": [1.0, 2.0, 3.0, 4.0],
+             "stderr": 1.0, "tick": 3, "table": 0, "tables": 1, "epoch": 0}
+    event = {"model": "pure", "epsilon": 2.0}
+    person = {**event, "unit": "person", "period_ticks": 5,
+              "per_person": {"stream": 6.0, "total": 6.0, "exact": False}}
+    plain = format_table_row({**table, "privacy": event})
+    assert plain == format_table_row(table) and "person" not in plain
+    row = format_table_row({**table, "privacy": person})
+    assert row.startswith(plain) and row.endswith("ε=2 · ε=6 per person per period")
+    block = format_marginals({"tick": 3, "tables": [table], "clusters": [[0, 1]],
+                              "privacy": person})
+    assert block.splitlines()[0].endswith("ε=2 · ε=6 per person per period")
+    assert "person" not in format_marginals({"tick": 3, "tables": [table],
+                                             "clusters": [[0, 1]], "privacy": event})
