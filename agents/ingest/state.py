@@ -109,8 +109,8 @@ class IngestState(RecordProcessing):
         #: checkpoint; None at event level (whose checkpoints are unchanged)
         self.users: UserState | None = None
         if settings.privacy_unit == "user":
-            if router.patterns:
-                raise ValueError("privacy_unit = user is not built for binary-attribute domains")
+            # a binary-attribute domain too: the bound's "stream" (L, k) is then the event's
+            # attribute pattern, its bucket key (docs/design/user-level.md §1)
             self.users = UserState(settings, partition, key)
 
     # ------------------------------------------------------------------ schedule
