@@ -125,7 +125,7 @@ class UserState:
         #: changelog form: the keyed digest of the table as written to the changelog, and the
         #: tag of it that the restored checkpoint carries (agents.ingest.user_digest)
         self.digest = TableDigest(table_digest_key(secret), record_bytes)
-        self.expected_digest = ""
+        self.expected_digest = self.digest.tag()  # no checkpoint: the empty table
 
     def context(self) -> dict[str, Any]:
         """What the table depends on (bound into the ingest checkpoint's context)."""
