@@ -154,3 +154,151 @@ def test_releases_are_unbiased_the_exact_decayed_sums_without_noise(
         for s in range(3):
             exact[s] = pf * exact[s] + Fraction(int(np.rint(data[t, s] / g))) * Fraction(g)
             assert abs(float(out[s]) - float(exact[s])) <= 1e-9 * max(1.0, float(exact[s])), t
+
+
+def _definition_rows(p: float, shape: str, length: int, top: int) -> list[list[int]]:
+    """A level's integer rows inside one top block, from the definitions: hats (issue #36)
+    peak at ``r·L − 1`` with ``2**12 − round(2**12·d/L)`` (halves up) for ``d < L``; flat nodes
+    all ``2**12``; decayed nodes ``round(2**12·p^(L−1−i))``."""
+    rows = []
+    if shape == "hat":
+        for r in range(top // length + 1):
+            row = []
+            for i in range(top):
+                d = abs(i - (r * length - 1))
+                row.append(ONE - math.floor(Fraction(ONE * d, length) + Fraction(1, 2))
+                           if d < length else 0)
+            rows.append(row)
+        return rows
+    k = [ONE if shape == "flat" else round(math.ldexp(p ** (length - 1 - i), 12))
+         for i in range(length)]
+    for start in range(0, top, length):
+        rows.append([0] * start + k + [0] * (top - start - length))
+    return rows
+
+
+def _largest_change(cap: float, grid: float) -> int:
+    """The largest ``rint((D + w)/g) − rint(D/g)`` over ``D`` and ``0 ≤ w ≤ cap`` (half to
+    even): ``c + 1`` for an odd integer ``c = cap/g``, ``c`` for an even one, else ``⌈c⌉``."""
+    c = Fraction(cap) / Fraction(grid)
+    if c.denominator == 1:
+        return int(c) + 1 if int(c) % 2 else int(c)
+    return math.ceil(c)
+
+
+def _footprint(mech: LsTreeMechanism, t: int, dq: int) -> dict[int, int]:
+    """Node id → shift of its measurement for a rounded change ``dq`` at tick ``t``: the leaf,
+    the nodes of each level over ``t`` (two triangles per hat level), at p = 1 from epoch 1 on
+    one super node per level whose span lies inside the epoch."""
+    from stream_dp.strategies._epochs import SUPER_BASE, epoch_of_block, super_levels
+
+    b = mech.block
+    top, offset = divmod(t - 1, b)
+    out = {t: dq}
+    shapes = mech.plan.shapes or ("decayed",) * len(mech.plan.levels)
+    for ell, (length, shape) in enumerate(zip(mech.plan.levels, shapes, strict=True), start=1):
+        if shape == "hat":
+            for r in range(b // length + 1):
+                d = abs(offset - (r * length - 1))
+                if d < length:
+                    k = ONE - math.floor(Fraction(ONE * d, length) + Fraction(1, 2))
+                    out[(ell << 40) | (top * (b // length + 1) + r)] = k * dq
+            continue
+        k = ONE if shape == "flat" else round(math.ldexp(mech.p ** (length - 1 - (t - 1) % length),
+                                                         12))
+        out[(ell << 40) | ((t - 1) // length)] = k * dq
+    if mech.super:
+        e, k, n_e = epoch_of_block(top, mech.first_blocks)
+        if e:
+            for level in range(1, super_levels(n_e) + 1):
+                low = (k >> level) << level
+                if low + (1 << level) <= n_e:
+                    out[SUPER_BASE | (level << 40) | (top - k + low)] = dq
+    return out
+
+
+def _exact_worst_spend(mech: LsTreeMechanism, ticks: int) -> tuple[Fraction, int]:
+    """The largest exact spend of one event over ticks ``1..ticks`` (and a tick reaching it),
+    at the scales really drawn by running the mechanism that far (and one block more)."""
+    from stream_dp.strategies._epochs import SUPER_BASE
+
+    rec = _Recorder()
+    state = mech.new_state(1)
+    for _ in range(ticks + mech.block):
+        mech.step(state, np.zeros(1), rec)  # type: ignore[arg-type]
+    dq = _largest_change(mech.cap, mech.grid)
+    pure = mech.model == "pure"
+    frac = {node: Fraction(scale) for node, (_, scale) in rec.nodes.items()}
+    cache: dict[tuple[tuple[int, Fraction], ...], Fraction] = {}
+    worst, where = Fraction(0), 0
+    for t in range(1, ticks + 1):
+        terms = []
+        for node, shift in _footprint(mech, t, dq).items():
+            if node not in frac:
+                assert node & SUPER_BASE, (t, node)  # only super nodes past the run are undrawn
+                continue
+            assert rec.nodes[node][0] == ("laplace" if pure else "gaussian")
+            terms.append((shift, frac[node]))
+        key = tuple(sorted(terms))
+        spend = cache.get(key)
+        if spend is None:
+            spend = sum((Fraction(s) / b if pure else Fraction(s) ** 2 / (2 * b * b)
+                         for s, b in terms), Fraction(0))
+            cache[key] = spend
+        if spend > worst:
+            worst, where = spend, t
+    return worst, where
+
+
+#: (p, horizon, privacy, cap): the planner's hat plans at the issue's decays and the default
+#: horizon, budgets from tiny to huge (float rounding of the scales), caps off the grid
+PLANNED = [
+    (0.99, 65_535, PureDP(1.0), 1.0),
+    (0.99, 65_535, PureDP(0.01), 1.0),
+    (0.99, 65_535, PureDP(1.0 / 3.0), 0.3),
+    (0.99, 65_535, PureDP(7.0), 5.5),
+    (0.99, 65_535, PureDP(100.0), 1.0),
+    (0.995, 32_767, PureDP(1.0), 1.0 + 2.0**-21),
+    (0.999, 65_535, PureDP(1.0), 1.0),
+    (0.9999, 32_767, PureDP(0.7), 2.0),
+    (0.99, 65_535, ZCDP(0.5), 1.0),
+    (0.99, 65_535, ZCDP(0.005), 0.3),
+    (0.999, 32_767, ZCDP(50.0), 1.0 + 2.0**-21),
+    (1.0, 8191, PureDP(1.0), 1.0 + 2.0**-21),
+    (1.0, 1000, ZCDP(0.5), 3.0),
+]
+
+
+@pytest.mark.parametrize(("p", "horizon", "privacy", "cap"), PLANNED,
+                         ids=[f"p{p}-T{h}-{pr!r}-cap{c}" for p, h, pr, c in PLANNED])
+def test_planned_hat_plans_spend_at_most_the_budget_exactly_at_every_tick(
+        p: float, horizon: int, privacy: object, cap: float) -> None:
+    """The planner's plan: its rows are the definitions', and one event at *any* tick of two top
+    blocks (p < 1) or of epochs 0 and 1 (p = 1: every per-block schedule, then the later
+    epoch's super levels) spends at most the budget, exactly, at the scales really drawn."""
+    mech = LsTreeMechanism(p, horizon, privacy, cap)  # type: ignore[arg-type]
+    shapes = mech.plan.level_shapes
+    assert "hat" in shapes, mech.plan
+    rows = [row for length, shape in zip(mech.plan.levels, shapes, strict=True)
+            for row in _definition_rows(p, shape, length, mech.block)]
+    assert np.array_equal(mech.coeffs, np.asarray(rows, dtype=np.int64))
+    ticks = mech.block * (3 * mech.first_blocks if mech.super else 2)
+    worst, where = _exact_worst_spend(mech, ticks)
+    budget = Fraction(privacy.epsilon if isinstance(privacy, PureDP)  # type: ignore[attr-defined]
+                      else privacy.rho)  # type: ignore[attr-defined]
+    assert worst <= budget, (where, float(worst / budget - 1))
+    # the budget is used, not wasted: all of it but the rounding slack the event cannot reach
+    used = Fraction(_largest_change(cap, mech.grid)) / Fraction(mech.slack_units)
+    if isinstance(privacy, ZCDP):
+        used *= used
+    assert worst >= budget * used * (1 - Fraction(1, 10**6)), float(worst / budget)
+
+
+@pytest.mark.parametrize("p", [math.nextafter(0.99, 0.0), 0.99, math.nextafter(0.99, 1.0)])
+def test_the_hat_switch_at_p_0_99(p: float) -> None:
+    """Below 0.99 no hat plan (every plan as before issue #36); at and above it the planner's hat
+    plan, and either way one event spends at most ε exactly at every tick of two blocks."""
+    mech = LsTreeMechanism(p, 65_535, PureDP(1.0), 1.0 + 2.0**-21)
+    assert ("hat" in mech.plan.level_shapes) == (p >= 0.99), mech.plan
+    worst, where = _exact_worst_spend(mech, 2 * mech.block)
+    assert worst <= 1, (where, float(worst - 1))
