@@ -302,3 +302,107 @@ def test_the_hat_switch_at_p_0_99(p: float) -> None:
     assert ("hat" in mech.plan.level_shapes) == (p >= 0.99), mech.plan
     worst, where = _exact_worst_spend(mech, 2 * mech.block)
     assert worst <= 1, (where, float(worst - 1))
+
+
+#: small hat plans for the per-person and checkpoint checks (a hat level whose triangles meet
+#: the top block's edges, two hat levels, a hat level under a decayed top)
+SMALL_HATS = [LsPlan((4, 16), (0.4, 0.3, 0.3), (), ("hat", "flat")),
+              LsPlan((2, 6, 24), (0.3, 0.2, 0.2, 0.3), (), ("hat", "hat", "flat")),
+              LsPlan((3, 12), (0.5, 0.45, 0.05), (), ("hat", "decayed"))]
+
+
+@pytest.mark.parametrize("plan", SMALL_HATS, ids=["hat-flat", "hat-hat-flat", "hat-decayed"])
+@pytest.mark.parametrize("privacy", [PureDP(1.0), ZCDP(0.5)], ids=["pure", "zcdp"])
+def test_per_person_factor_of_hat_plans_bounds_the_exact_spend_of_n_events(
+        plan: LsPlan, privacy: object) -> None:
+    """One person's ``n`` events (``n`` = 2 with ``b`` = 0, 1, 3 ticks apart, 3 with ``b`` = 0, 5;
+    all in one tick when ``b`` = 0) placed *everywhere* in two top blocks: the exact spend — the measurements'
+    summed shifts (overlapping triangles add up), ``Σ|shift|/b`` or ``Σ shift²/(2σ²)`` at the
+    scales really drawn — is at most ``stream_factor`` × the per-event budget."""
+    from stream_dp.user_level.accounting import stream_factor
+
+    mech = LsTreeMechanism(0.99, 255, privacy, 1.0 + 2.0**-21, plan=plan)  # type: ignore[arg-type]
+    ticks = 2 * mech.block
+    rec = _Recorder()
+    state = mech.new_state(1)
+    for _ in range(ticks + mech.block):
+        mech.step(state, np.zeros(1), rec)  # type: ignore[arg-type]
+    pure = isinstance(privacy, PureDP)
+    budget = Fraction(privacy.epsilon if pure else privacy.rho)  # type: ignore[attr-defined]
+    c = Fraction(mech.cap) / Fraction(mech.grid)  # an odd integer: each event moves q by c + 1
+    scale = {node: Fraction(s) for node, (_, s) in rec.nodes.items()}
+    for n, sep in ((2, 0), (2, 1), (2, 3), (3, 0), (3, 5)):
+        factor = stream_factor(mech, n, sep)
+        worst = Fraction(0)
+        starts = range(1, ticks + 1)
+        patterns = ([(s,) * n for s in starts] if sep == 0 else
+                    [combo for combo in itertools.combinations(starts, n)
+                     if all(b - a >= sep for a, b in itertools.pairwise(combo))])
+        for combo in patterns:
+            # n events in one tick move its rounded count by at most n·c + 1, else c + 1 each
+            shifts: dict[int, int] = {}
+            for s in set(combo):
+                dq = int(combo.count(s) * c) + 1
+                for node, amount in _footprint(mech, s, dq).items():
+                    shifts[node] = shifts.get(node, 0) + amount
+            spend = sum((abs(Fraction(a)) / scale[k] if pure
+                         else Fraction(a) ** 2 / (2 * scale[k] ** 2)
+                         for k, a in shifts.items()), Fraction(0))
+            worst = max(worst, spend)
+        assert worst <= budget * Fraction(factor.value), (n, sep, float(worst / budget), factor)
+
+
+@pytest.mark.parametrize(("p", "horizon", "plan"), [
+    (0.99, 255, None), (1.0, 100, None), (0.99, 255, SMALL_HATS[1]), (1.0, 40, SMALL_HATS[0]),
+], ids=["planned-p0.99", "planned-p1", "hat-hat-flat", "p1-hat-flat"])
+def test_a_hat_checkpoint_restored_mid_triangle_continues_bit_identically(
+        p: float, horizon: int, plan: LsPlan | None) -> None:
+    """Checkpoints at the nasty offsets (first block, inside a triangle, where two hat levels'
+    peaks meet the top block's end, a block's first tick, past the horizon at p = 1) restored —
+    by the planner from the stored settings and with the mechanism given — continue with
+    exactly the releases of the bank that never stopped."""
+    from stream_dp.counters import CounterBank
+
+    key = b"ls-tree-hat-checkpoint-review-key-01"
+    mech = LsTreeMechanism(p, horizon, PureDP(1.0), 1.0, plan=plan)
+    b = mech.block
+    assert "hat" in mech.plan.level_shapes
+    total = b * mech.first_blocks * 3 + 7 if mech.super else 3 * b + 7
+    rng = np.random.default_rng(37)
+    data = rng.integers(0, 3, size=(total, 2)).astype(np.float64)
+    whole = CounterBank(mech, ["a", "b"], key)
+    expected = np.array([whole.step(row) for row in data])
+    stops = sorted({1, 2, mech.plan.levels[0] - 1, mech.plan.levels[0] + 1, b - 1, b, b + 1,
+                    2 * b - 1, 2 * b + 3, mech.horizon, mech.horizon + 1})
+    stops = [s for s in stops if 1 <= s < total]
+    for stop in stops:
+        bank = CounterBank(mech, ["a", "b"], key)
+        for row in data[:stop]:
+            bank.step(row)
+        blob = bank.to_bytes()
+        for restored in (CounterBank.from_bytes(blob, key) if plan is None else None,
+                         CounterBank.from_bytes(blob, key, mechanism=LsTreeMechanism(
+                             p, horizon, PureDP(1.0), 1.0, plan=plan))):
+            if restored is None:
+                continue
+            again = np.array([restored.step(row) for row in data[stop:stop + 2 * b]])
+            assert np.array_equal(again, expected[stop:stop + 2 * b]), stop
+
+
+def test_a_hat_checkpoint_is_refused_by_a_mechanism_with_other_shapes() -> None:
+    """Same levels and shares, other node shapes (the residuals in the state were drawn for the
+    checkpoint's rows): refused, as is every restore into an all-decayed plan."""
+    from stream_dp.counters import CounterBank
+    from stream_dp.integrity import IntegrityError
+
+    key = b"ls-tree-hat-checkpoint-review-key-02"
+    plan = SMALL_HATS[0]
+    bank = CounterBank(LsTreeMechanism(0.99, 255, PureDP(1.0), 1.0, plan=plan), ["a"], key)
+    for _ in range(21):
+        bank.step(np.array([1.0]))
+    blob = bank.to_bytes()
+    for shapes in [(), ("decayed", "flat"), ("hat", "decayed"), ("flat", "flat")]:
+        other = LsPlan(plan.levels, plan.shares, (), shapes)
+        with pytest.raises(IntegrityError):
+            CounterBank.from_bytes(blob, key, mechanism=LsTreeMechanism(
+                0.99, 255, PureDP(1.0), 1.0, plan=other))
