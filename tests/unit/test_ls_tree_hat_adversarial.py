@@ -406,3 +406,29 @@ def test_a_hat_checkpoint_is_refused_by_a_mechanism_with_other_shapes() -> None:
         with pytest.raises(IntegrityError):
             CounterBank.from_bytes(blob, key, mechanism=LsTreeMechanism(
                 0.99, 255, PureDP(1.0), 1.0, plan=other))
+
+
+@pytest.mark.parametrize("plan", [SMALL_HATS[0], LsPlan((4, 16), (0.4, 0.3, 0.3))],
+                         ids=["hat-flat", "decayed"])
+def test_the_last_releasable_tick_draws_no_noise_id_of_an_earlier_measurement(
+        plan: LsPlan) -> None:
+    """Node ids are ``(level << 40) | index`` and a leaf's id is its tick: the leaf of tick
+    ``2**40`` would be drawn under the id of level 1's first node, whose noise block 0 already
+    released (through the residuals), at another scale — two measurements on one keyed noise.
+    The mechanism must refuse that tick (``ValueError``, state unchanged) rather than draw it."""
+    from stream_dp.strategies.ls_tree.mechanism import MAX_TICKS
+
+    mech = LsTreeMechanism(0.99, 255, PureDP(1.0), 1.0, plan=plan)
+    rec = _Recorder()
+    state = mech.new_state(1)
+    mech.step(state, np.zeros(1), rec)  # block 0: every node of it drawn
+    assert (1 << 40) in rec.nodes  # level 1, node 0
+    state["tick"] = np.array(MAX_TICKS - 2, dtype=np.int64)
+    released = []
+    for _ in range(2):
+        try:
+            mech.step(state, np.zeros(1), rec)  # the recorder asserts one scale per id
+        except ValueError:
+            break
+        released.append(int(state["tick"]))
+    assert released and max(released) < 1 << 40, released
