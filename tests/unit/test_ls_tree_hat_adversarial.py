@@ -442,3 +442,24 @@ def test_the_last_releasable_tick_draws_no_noise_id_of_an_earlier_measurement(
             break
         released.append(int(state["tick"]))
     assert released and max(released) < 1 << 40, released
+
+
+def test_nothing_published_about_a_hat_mechanism_moves_with_the_data() -> None:
+    """``describe()`` (which keys the noise and is printed by the tools), the fingerprint and
+    the size of a checkpoint are the same after two runs on very different data (all zeros vs
+    counts up to 10^6 × cap), on the planner's hat plan."""
+    from stream_dp.counters import CounterBank
+
+    key = b"ls-tree-hat-published-bytes-key-001"
+    mech = LsTreeMechanism(0.99, 255, PureDP(1.0), 1.0)
+    assert "hat" in mech.plan.level_shapes
+    before = (mech.canonical_bytes(), mech.fingerprint())
+    sizes = []
+    for high in (0.0, 1e6):
+        bank = CounterBank(mech, ["a", "b"], key)
+        rng = np.random.default_rng(38)
+        for _ in range(mech.block + 7):
+            bank.step(rng.uniform(0.0, high, size=2) if high else np.zeros(2))
+        sizes.append(len(bank.to_bytes()))
+        assert (mech.canonical_bytes(), mech.fingerprint()) == before
+    assert sizes[0] == sizes[1]
