@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -416,6 +417,34 @@ def test_a_hat_checkpoint_is_refused_by_a_mechanism_with_other_shapes() -> None:
         with pytest.raises(IntegrityError):
             CounterBank.from_bytes(blob, key, mechanism=LsTreeMechanism(
                 0.99, 255, PureDP(1.0), 1.0, plan=other))
+
+
+def test_a_hat_checkpoint_is_refused_by_a_library_that_makes_hats_otherwise() -> None:
+    """The description names how a hat's coefficients are made, not only that a level is a
+    hat: a library whose hat_rows peaked or rounded otherwise (same levels, shares, shapes)
+    would key the same noise on other rows, so it must refuse the checkpoint."""
+    from stream_dp.counters import CounterBank
+    from stream_dp.integrity import IntegrityError
+
+    class OtherHats(LsTreeMechanism):
+        def describe(self) -> dict[str, Any]:
+            return super().describe() | {"hat": "peak r*length, round half down"}
+
+    key = b"ls-tree-hat-checkpoint-review-key-03"
+    plan = SMALL_HATS[0]
+    mech = LsTreeMechanism(0.99, 255, PureDP(1.0), 1.0, plan=plan)
+    assert "hat" in mech.describe()
+    bank = CounterBank(mech, ["a"], key)
+    for _ in range(5):
+        bank.step(np.array([1.0]))
+    blob = bank.to_bytes()
+    CounterBank.from_bytes(blob, key, mechanism=LsTreeMechanism(0.99, 255, PureDP(1.0), 1.0,
+                                                                plan=plan))
+    with pytest.raises(IntegrityError):
+        CounterBank.from_bytes(blob, key, mechanism=OtherHats(0.99, 255, PureDP(1.0), 1.0,
+                                                              plan=plan))
+    no_hat = LsTreeMechanism(0.99, 255, PureDP(1.0), 1.0, plan=LsPlan((4, 16), (0.4, 0.3, 0.3)))
+    assert "hat" not in no_hat.describe()  # all-decayed plans describe themselves as before
 
 
 @pytest.mark.parametrize("plan", [SMALL_HATS[0], LsPlan((4, 16), (0.4, 0.3, 0.3))],

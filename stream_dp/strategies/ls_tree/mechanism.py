@@ -229,6 +229,11 @@ class LsTreeMechanism(Mechanism):
             # issue #36: only plans with hats say so (a checkpoint of an all-decayed plan keeps
             # its description, and one with hats is refused by a library without them)
             out |= {"shapes": list(self.plan.shapes)}
+            if HAT in self.plan.shapes:
+                # how a hat's coefficients are made (plan.hat_rows): a library that made them
+                # otherwise would key the same noise on other rows, so it must refuse these
+                # checkpoints (adversarial review of issue #36)
+                out |= {"hat": "peak r*length-1, 2**F - round_half_up(2**F*|i-peak|/length)"}
         if self.plan.schedule:
             # the scales each block really draws with: a library whose scales for the same
             # shares differ (e.g. the exact accounting's ulp nudges) keys other noise, so its
