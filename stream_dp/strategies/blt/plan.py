@@ -463,10 +463,70 @@ def _read_fit(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     return None
 
 
+#: Longest ``p = 1`` horizon whose fit is extended past :data:`_FIT_TICKS` (:func:`_extended`).
+_EXTEND_TICKS = 1 << 22
+
+
+def _extended(horizon: int, theta: tuple[float, ...], w: tuple[float, ...]
+              ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``p = 1``, ``horizon > 2**16`` (issue #36): the fit over ``2**16`` ticks plus one buffer
+    slower by ``r = horizon/2**16`` (``1 − θ_new = (1 − θ_slowest)/r``), whose weight
+    ``λ·w_slowest/√r`` (the square root's ``k^(−1/2)`` tail, as a mixture of decays, has
+    weights ``∝ √(1 − θ)``) is chosen by a golden-section search over ``log λ ∈ [log 1/64,
+    log 2]`` on the exact loss over the whole horizon (:func:`mean_factor`, unscaled, as the
+    fit's); kept only if it beats the ``2**16`` fit there. Without it the filter's slowest
+    decay is too fast for the block: 2.16× the lower bound at ``T = 2**20 − 1``, 1.063× with."""
+    n = int(horizon)
+    th, ww = np.asarray(theta, dtype=np.float64), np.asarray(w, dtype=np.float64)
+    if len(th) >= BUFFERS:
+        return theta, w
+    r = float(n) / float(_FIT_TICKS)
+    gap = (1.0 - float(th[0])) / r
+
+    def candidate(log_lam: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        new_w = math.exp(log_lam) * float(ww[0]) / math.sqrt(r)
+        return _quantised(np.concatenate(([1.0 - gap], th)), np.concatenate(([new_w], ww)))
+
+    def loss(log_lam: float) -> float:
+        return mean_factor(1.0, n, *candidate(log_lam))
+
+    lo, hi = math.log(1.0 / 64.0), math.log(2.0)
+    golden = (math.sqrt(5.0) - 1.0) / 2.0
+    a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+    fa, fb = loss(a), loss(b)
+    for _ in range(14):  # the bracket shrinks to 0.6% of its width
+        if fa <= fb:
+            hi, b, fb = b, a, fa
+            a = hi - golden * (hi - lo)
+            fa = loss(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + golden * (hi - lo)
+            fb = loss(b)
+    best = a if fa <= fb else b
+    if not min(fa, fb) < mean_factor(1.0, n, th, ww):
+        return theta, w
+    th_e, w_e = candidate(best)
+    if not _stable(th_e, w_e):  # pragma: no cover - positive weights, decays in (0, 1)
+        return theta, w
+    return tuple(float(t) for t in th_e), tuple(float(v) for v in w_e)
+
+
 @lru_cache(maxsize=128)
 def fit(p: float, horizon: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """``(θ, w)`` minimising the mean release error over ``min(horizon, 2**16)`` ticks (slowest
-    buffer first). Cached on disk; a cached fit is used only if it is a stable filter."""
+    buffer first); at ``p = 1`` with ``2**16 < horizon ≤ 2**22``, that fit extended by one slower
+    buffer fitted over the whole horizon (:func:`_extended`). Cached on disk; a cached fit is
+    used only if it is a stable filter."""
+    if float(p) >= 1.0 and _FIT_TICKS < int(horizon) <= _EXTEND_TICKS:
+        path = _cache_file(1.0, int(horizon))
+        for known in (_PACKAGED / _cache_name(1.0, int(horizon)), path):
+            found = _read_fit(known)
+            if found is not None:
+                return found
+        th, w = _extended(int(horizon), *fit(1.0, _FIT_TICKS))
+        _write_fit(path, th, w)
+        return th, w
     n = max(2, min(int(horizon), _FIT_TICKS))
     path = _cache_file(float(p), n)
     for known in (_PACKAGED / _cache_name(float(p), n), path):
@@ -474,6 +534,12 @@ def fit(p: float, horizon: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
         if found is not None:
             return found
     th, w = _search(float(p), n)
+    _write_fit(path, th, w)
+    return th, w
+
+
+def _write_fit(path: Path, th: tuple[float, ...], w: tuple[float, ...]) -> None:
+    """Store a fit in the disk cache (atomically; a read-only cache dir is no error)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
@@ -482,4 +548,3 @@ def fit(p: float, horizon: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
         os.replace(tmp, path)
     except OSError:
         pass  # read-only cache dir: the fit is still returned
-    return th, w
