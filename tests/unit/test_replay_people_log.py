@@ -56,3 +56,37 @@ def test_every_record_without_a_person_is_counted(tmp_path: Path) -> None:
     _check_log(path, "csv")  # event level: nothing to check there
     with pytest.raises(LogFormatError, match=r"p.csv:3: the person's identifier"):
         list(read_log(path, user_field="user"))
+
+
+def test_an_interrupted_replay_resumes_only_with_the_same_unit(tmp_path: Path) -> None:
+    """A replay interrupted at event level is not resumed keyed by person (its first records
+    went out keyed by stream), nor the other way round: one line, exit 2, nothing sent."""
+    import os
+    import subprocess
+    import sys
+
+    from agents.commands._replay_state import ReplayState, log_digest, state_path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAM_DP_")}
+    env["STREAM_DP_KEY"] = "a3f1c07e5b92d4186e0fa7c3b5d29e41f6087ac2d3e5b9f10c4a7e6d28b3f951"
+    env["STREAM_DP_REPLAY_HISTORY"] = str(tmp_path / "history.json")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "agents.cli", *args], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    log = tmp_path / "log.jsonl"
+    assert cli("simulate", "nettrace", "--ticks", "5", "--people", "9", "--out", str(log),
+               "--domain-out", str(tmp_path / "d.toml"),
+               "--settings-out", str(tmp_path / "s.toml")).returncode == 0
+    for before, config, said in ((None, "s.toml", "was event level, these settings say keyed "
+                                  "by the person's 'user'"),
+                                 ("user", None, "was keyed by the person's 'user', these "
+                                  "settings say event level")):
+        ReplayState(log=str(log), log_sha256=log_digest(log), topic="dp.events.v1", run_id="r",
+                    records_acked=1, user_field=before).save(state_path(log, None))
+        proc = cli("replay", str(log), "--no-close-markers", "--bootstrap", "127.0.0.1:1",
+                   *(("--config", str(tmp_path / config)) if config else ()))
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.count("\n") == 1 and said in proc.stderr, proc.stderr
