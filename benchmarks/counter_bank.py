@@ -10,10 +10,16 @@ epoch), and next to it, in the same run:
 * ``floor_row``: one pass reading the counts and writing one state row (the least any tick
   can touch), for a stricter comparison;
 * ``noise``: the keyed noise draw alone (one discrete Laplace sample per stream);
-* ``tick cpu`` / ``floor cpu``: the same, as process CPU time (robust to other load).
+* ``tick cpu`` / ``floor cpu``: the same, as process CPU time (robust to other load);
+* ``AES blk/tick``: the 16-byte AES blocks one tick really encrypts (counted at
+  :meth:`stream_dp.noise.prf.BlockPRF.blocks` over the timed ticks: every sample's bytes,
+  refinements included), and ``floor2 cpu``: issue #35's floor of the same work, the keyed
+  noise itself (those blocks × the CPU time of one AES-256 block, measured here on one big
+  buffer) plus one pass over the state (``floor cpu``); ``tick/floor2`` is the target's ratio
+  (≤ 2).
 
 Usage: python benchmarks/counter_bank.py [--streams 1000 100000 1000000] [--ticks 64]
-       [--strategy dmfda] [--p 0.999]   (``--strategy all``: every registered strategy; zCDP-only
+       [--strategy dmfda] [--p 0.999] [--horizon 1048575]   (``--strategy all``: every registered strategy; zCDP-only
        strategies such as ``sqrt`` run under ρ = 0.5 with discrete Gaussian noise)
 """
 
@@ -59,9 +65,13 @@ def main() -> None:
     ap.add_argument("--ticks", type=int, default=64)
     ap.add_argument("--strategy", nargs="+", default=["dmfda", "naive"])
     ap.add_argument("--p", type=float, default=0.999, help="decay per tick (default 0.999)")
+    ap.add_argument("--horizon", type=int, default=HORIZON,
+                    help=f"ticks per epoch the strategies are planned for (default {HORIZON})")
     args = ap.parse_args()
+    aes = _aes_block_cpu()
     print(
-        f"# CounterBank tick, T = 2**20 - 1, p = {args.p}, {args.ticks} ticks, "
+        f"# CounterBank tick, T = {args.horizon}, p = {args.p}, {args.ticks} ticks, "
+        f"AES-256 {aes * 1e9:.2f} ns CPU per 16-byte block, "
         f"nproc={os.cpu_count()}, "
         f"{platform.processor() or platform.machine()}, numpy {np.__version__}"
     )
@@ -69,21 +79,64 @@ def main() -> None:
         f"{'strategy':<12}{'S':>10}{'tick ms':>10}{'noise ms':>10}{'floor_state ms':>16}"
         f"{'tick/floor':>12}{'floor_row ms':>14}{'tick/row':>10}{'state MB':>10}"
         f"{'B/stream':>10}{'tick cpu':>12}{'floor cpu':>12}{'cpu ratio':>10}"
+        f"{'AES blk/tick':>14}{'floor2 cpu':>12}{'tick/floor2':>12}"
     )
     strategies = list(available()) if args.strategy == ["all"] else args.strategy
     for strategy in strategies:
         privacy: Privacy = PureDP(1.0) if "pure" in get(strategy).models else ZCDP(0.5)
-        mech = make_mechanism(strategy, args.p, HORIZON, privacy)
+        mech = make_mechanism(strategy, args.p, args.horizon, privacy)
         for S in args.streams:
-            print(_measure(strategy, mech, S, args.ticks), flush=True)
+            print(_measure(strategy, mech, S, args.ticks, aes), flush=True)
 
 
-def _measure(strategy: str, mech: Mechanism, S: int, ticks: int) -> str:
+def _aes_block_cpu(blocks: int = 1 << 20) -> float:
+    """CPU seconds per 16-byte AES-256 block, encrypted in one buffer the way
+    :class:`stream_dp.noise.prf.BlockPRF` does (ECB ``update_into``): best of 5."""
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    enc = Cipher(algorithms.AES(bytes(range(32))), modes.ECB()).encryptor()
+    src, dst = bytearray(16 * blocks), bytearray(16 * blocks + 16)
+
+    def run() -> None:
+        enc.update_into(src, dst)
+
+    return _best2(run, 5)[1] / blocks
+
+
+class _BlockCount:
+    """Counts the blocks :meth:`BlockPRF.blocks` encrypts while installed."""
+
+    def __init__(self) -> None:
+        from stream_dp.noise.prf import BlockPRF
+
+        self.n = 0
+        self._cls, self._orig = BlockPRF, BlockPRF.blocks
+
+        def counting(prf, ids, node, counters):  # type: ignore[no-untyped-def]
+            self.n += int(np.asarray(ids).shape[0])
+            return self._orig(prf, ids, node, counters)
+
+        self._counting = counting
+
+    def __enter__(self) -> _BlockCount:
+        self._cls.blocks = self._counting  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cls.blocks = self._orig  # type: ignore[method-assign]
+
+
+def _measure(strategy: str, mech: Mechanism, S: int, ticks: int, aes: float) -> str:
     bank = CounterBank(mech, [f"stream-{i}" for i in range(S)], bytes(range(32)))
     counts = np.random.default_rng(0).poisson(2.0, S).astype(np.float64)
     bank.step(counts)  # warm-up (plans, caches)
     # best of 3 blocks of K ticks (shared, noisy machine); CPU time is robust to other load
     tick, tick_cpu = _best2(lambda: bank.step(counts), 3, ticks)
+    # the blocks of the same number of further ticks (a counting wrapper: not in the timing)
+    with _BlockCount() as counted:
+        for _ in range(ticks):
+            bank.step(counts)
+    blocks = counted.n / ticks
     arrays = [a for a in bank._state.values() if a.ndim >= 1]
     mb = sum(a.nbytes for a in arrays) / 2**20
     row = np.zeros(S)
@@ -113,10 +166,12 @@ def _measure(strategy: str, mech: Mechanism, S: int, ticks: int) -> str:
 
     rep = 5 if S <= 100_000 else 3
     (fs, fs_cpu), fr, nz = _best2(floor_state, rep), _best(floor_row, rep), _best(draw, rep)
+    floor2 = blocks * aes + fs_cpu
     return (
         f"{strategy:<12}{S:>10}{tick * 1e3:>10.3f}{nz * 1e3:>10.3f}{fs * 1e3:>16.3f}"
         f"{tick / fs:>12.2f}{fr * 1e3:>14.3f}{tick / fr:>10.1f}{mb:>10.1f}"
         f"{mb * 2**20 / S:>10.0f}{tick_cpu * 1e3:>12.3f}{fs_cpu * 1e3:>12.3f}{tick_cpu / fs_cpu:>10.2f}"
+        f"{blocks:>14.0f}{floor2 * 1e3:>12.3f}{tick_cpu / floor2:>12.2f}"
     )
 
 

@@ -316,9 +316,20 @@ def _run_attributes(args: argparse.Namespace, produce: Producer | None) -> int:
                     settings_path.resolve().parent))
             except ValueError:
                 ref = str(Path(args.domain_out).resolve())
-        _write(settings_path, attribute_settings_toml(gen.start, tick_seconds, ref))
+        text = attribute_settings_toml(gen.start, tick_seconds, ref)
+        unit = ""
+        if crowd is not None:  # user level, as for the other scenarios
+            from simulators.person_settings import default_period_ticks, suggest, user_settings_toml
+
+            given = getattr(args, "user_period_ticks", None)
+            hint = suggest(crowd.attach(gen.log_events()), period_ticks=(
+                default_period_ticks(tick_seconds) if given is None else int(given)),
+                origin=gen.start, tick_seconds=tick_seconds)
+            text += user_settings_toml(crowd.user_field, hint)
+            unit = f"; user level, field {crowd.user_field!r}, {hint.describe()}"
+        _write(settings_path, text)
         print(f"worker settings written to {args.settings_out} (origin {gen.start:.3f}, "
-              f"tick {tick_seconds:g} s)", file=info)
+              f"tick {tick_seconds:g} s{unit})", file=info)
     if args.out:
         n = 0
         with contextlib.nullcontext(sys.stdout) if args.out == "-" else atomic_text(args.out) as out:

@@ -36,6 +36,7 @@ stream_dp.integrity.IntegrityError: demo was written under another configuration
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -70,6 +71,14 @@ def _mac_key(secret: bytes, purpose: str) -> bytes:
         raise ValueError(f"secret must be bytes of length ≥ {_MIN_SECRET} (the noise key)")
     if not isinstance(purpose, str) or not purpose:
         raise ValueError("purpose must be a non-empty string")
+    return _derived(secret, purpose)
+
+
+@functools.lru_cache(maxsize=64)
+def _derived(secret: bytes, purpose: str) -> bytes:
+    """The HKDF derivation itself, remembered: a user-level worker seals one changelog record
+    per person changed (10^5 and more per commit, 10^7 at a restore), and deriving the same
+    key each time was a large part of that work. The secret is in this process anyway."""
     hkdf = HKDF(algorithm=hashes.SHA256(), length=32, salt=_SALT, info=b"mac|" + purpose.encode())
     return hkdf.derive(secret)
 

@@ -58,8 +58,8 @@ def validate(args: argparse.Namespace) -> None:
             raise ValueError(f"{given[0]} needs --privacy-unit user")
         return
     if args.scenario != "web" or args.offline:
-        raise ValueError("--privacy-unit user runs with the web scenario only (binary-attribute "
-                         "deployments and --offline are event-level)")
+        raise ValueError("--privacy-unit user runs with the web scenario only (not with "
+                         "--scenario attributes or --offline)")
     for name, default in DEFAULTS.items():
         if getattr(args, name, None) is None:
             setattr(args, name, default)

@@ -98,8 +98,18 @@ def format_table_row(msg: dict[str, Any]) -> str:
         f"tick {msg.get('tick', '?'):>6}  epoch {msg.get('epoch', '?')}  "
         f"table {msg.get('table', '?')}/{msg.get('tables', '?')} {msg.get('kind', '?'):7} "
         f"[{','.join(names)}]  {_labelled_cells(msg.get('cells'), len(names))}  "
-        f"± {_num(msg.get('stderr'))}"
+        f"± {_num(msg.get('stderr'))}{_person_suffix(msg)}"
     )
+
+
+def _person_suffix(msg: dict[str, Any]) -> str:
+    """``  ε=1 · ε=3 per person per period`` for a user-level binary-attribute record (its
+    tables' budget per event and what it means for one person); nothing at event level, whose
+    lines stay as they were."""
+    privacy = msg.get("privacy")
+    if not isinstance(privacy, dict) or privacy.get("unit") != "person":
+        return ""
+    return f"  {privacy_text(privacy)}"
 
 
 def format_marginals(msg: dict[str, Any], prefix: str = "") -> str:
@@ -109,7 +119,7 @@ def format_marginals(msg: dict[str, Any], prefix: str = "") -> str:
         f"tick {msg.get('tick', '?')} (ends {_iso(msg.get('tick_end'))} UTC), epoch "
         f"{msg.get('epoch', '?')}: {len(msg.get('clusters') or ())} clusters, "
         f"{len(msg.get('bridges') or ())} bridges, total {_num(msg.get('total'), '.1f')}, "
-        f"residual {_num(diag.get('residual'), '.2e')}"
+        f"residual {_num(diag.get('residual'), '.2e')}{_person_suffix(msg)}"
     ]
     lines.append(f"  {CELLS_LEGEND}")
     for t in _tables_with(msg, prefix):

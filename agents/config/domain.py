@@ -64,9 +64,6 @@ def check_attribute_settings(settings: Settings, domain: Any) -> None:
         problems.append("shards = 1 (its tables are small: one shard releases them all)")
     if settings.compact_topic:
         problems.append("no compact_topic (its tables are published as dp.tables.v1 records)")
-    if settings.privacy_unit != "event":
-        problems.append("privacy_unit = 'event' (bounding a person's events across the "
-                        "tables is not built yet)")
     if problems:
         raise ValueError(f"a binary-attribute domain ({domain.name!r}) needs "
                          + "; ".join(problems))

@@ -328,7 +328,9 @@ class Settings:
     user_max_streams: int = _s(
         0,
         "privacy_unit = user: L, the most distinct streams (event keys) one person's counted "
-        "events reach per period; 0 = no bound beyond user_max_events.",
+        "events reach per period; 0 = no bound beyond user_max_events. On a binary-attribute "
+        "domain a stream is an event's attribute vector (one cell of the full table), for "
+        "user_max_events_per_stream too.",
     )
     user_max_events_per_stream: int = _s(
         0,

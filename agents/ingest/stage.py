@@ -53,6 +53,13 @@ CONFIG_RECHECK_S = 10.0
 RECHECK_TIMEOUT_S = 3.0
 
 
+
+async def _closed(admin: Any) -> None:
+    """Close an admin client, if any, ignoring its errors (it is dropped either way)."""
+    if admin is not None:
+        with contextlib.suppress(Exception):
+            await admin.close()
+
 class IngestHost(StageHost, Protocol):
     """What the ingest stage sees of the process that runs it, besides :class:`StageHost`."""
 
@@ -143,31 +150,44 @@ class IngestStage(_Stage):
         the schedule topic while the worker runs deletes the nonce and the closing points
         before the next start could refuse it, and an events topic switched to CreateTime lets
         producers' stamps close ticks (issue #32 review). A broker that does not answer is
-        tried again at the next round (the fetch loop reports an unreachable broker)."""
+        tried again at the next round (the fetch loop reports an unreachable broker). One
+        admin client serves every round (a new one per round cost a connection and a metadata
+        request each time); it is replaced after a failure and closed at the stop."""
         from agents.kafka.topics import (
             TopicConfigMismatch,
             check_events_topic,
             check_internal_topics,
+            started_admin,
         )
 
-        while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), CONFIG_RECHECK_S)
-            if stop.is_set():
-                return
-            try:
-                # short client timeouts: a broker that is away must not hold up a stop
-                await check_events_topic(self.s.bootstrap, self.s, timeout_s=RECHECK_TIMEOUT_S)
-                await check_internal_topics(self.s.bootstrap, self.s,
-                                            timeout_s=RECHECK_TIMEOUT_S)
-            except TopicConfigMismatch as exc:
-                if exc.unreported:  # a broker coming back may not report them yet
-                    log.debug("ingest: topic configs not reported, trying again: %s", exc)
-                    continue
-                self.w.fail(exc)
-                return
-            except Exception as exc:  # unreachable broker: the next round tries again
-                log.debug("ingest: re-reading topic configs failed: %s", exc)
+        admin: Any = None
+        try:
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), CONFIG_RECHECK_S)
+                if stop.is_set():
+                    return
+                try:
+                    # short client timeouts: a broker that is away must not hold up a stop
+                    if admin is None:
+                        admin = await started_admin(self.s.bootstrap, self.s,
+                                                     RECHECK_TIMEOUT_S)
+                    await check_events_topic(self.s.bootstrap, self.s,
+                                             timeout_s=RECHECK_TIMEOUT_S, admin=admin)
+                    await check_internal_topics(self.s.bootstrap, self.s,
+                                                timeout_s=RECHECK_TIMEOUT_S, admin=admin)
+                except TopicConfigMismatch as exc:
+                    if exc.unreported:  # a broker coming back may not report them yet
+                        log.debug("ingest: topic configs not reported, trying again: %s", exc)
+                        continue
+                    self.w.fail(exc)
+                    return
+                except Exception as exc:  # unreachable broker: the next round tries again
+                    log.debug("ingest: re-reading topic configs failed: %s", exc)
+                    await _closed(admin)
+                    admin = None
+        finally:
+            await _closed(admin)
 
     async def _clock_closes(self, stop: asyncio.Event) -> None:
         from agents.kafka.fetch_backoff import wake

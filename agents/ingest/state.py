@@ -30,6 +30,9 @@ from agents.kafka.codec import (
 )
 from stream_dp.contributions import cap_units, clip_limit_units, value_unit
 
+#: the version of user-level ingest checkpoints (the per-person table and its digest)
+USER_LEVEL_VERSION = 8
+
 
 class IngestState(RecordProcessing):
     """Offset, next open tick, open buckets and closing points of one events partition."""
@@ -109,8 +112,8 @@ class IngestState(RecordProcessing):
         #: checkpoint; None at event level (whose checkpoints are unchanged)
         self.users: UserState | None = None
         if settings.privacy_unit == "user":
-            if router.patterns:
-                raise ValueError("privacy_unit = user is not built for binary-attribute domains")
+            # a binary-attribute domain too: the bound's "stream" (L, k) is then the event's
+            # attribute pattern, its bucket key (docs/design/user-level.md §1)
             self.users = UserState(settings, partition, key)
 
     # ------------------------------------------------------------------ schedule
@@ -370,10 +373,12 @@ class IngestState(RecordProcessing):
             doc["v"] = 6
             doc["unsent"] = [[a, b, d] for a, b, d in self.unsent]
         if self.users is not None:
-            # Version 7: the per-person table, restored with these offsets (nothing counted
-            # twice after a restart). A worker that reads v5/v6 only refuses it rather than
-            # restart every person's budget; absent at event level
-            doc["v"] = 7
+            # Version 8: the per-person table, restored with these offsets (nothing counted
+            # twice after a restart), in changelog form with the keyed digest of the table the
+            # restore checks the changelog against (v7, the preview before it, had none). A
+            # worker that reads v5/v6/v7 only refuses it rather than restart every person's
+            # budget or skip the check; absent at event level
+            doc["v"] = USER_LEVEL_VERSION
             doc["users"] = self.users.to_doc()
         # ~4.6x faster on 3·10^5 open keys (the sums are finite); the columns as arrays
         return _fast_dumps(doc, numpy=True)
@@ -395,7 +400,10 @@ class IngestState(RecordProcessing):
 
     def load_user_changes(self, records: list[tuple[bytes, bytes | None]]) -> None:
         """The per-person table from its changelog partition (after :meth:`restore`); a
-        record that does not verify raises :class:`stream_dp.integrity.IntegrityError`."""
+        record that does not verify raises :class:`stream_dp.integrity.IntegrityError`, a
+        table other than the one the checkpoint sealed (lost, or assembled by a writer of the
+        topic out of genuine old records: :mod:`agents.ingest.user_digest`) a
+        :class:`ScheduleMismatch`."""
         assert self.users is not None
         if self._key is not None:
             from stream_dp.integrity import unseal
@@ -412,6 +420,13 @@ class IngestState(RecordProcessing):
                 f"{self.users.expected_people}: a lost or re-created changelog topic would "
                 "give people budgets they spent. Restore the topic, or start a new deployment "
                 "(stream-dp deployment new)")
+        if not self.users.digest.matches(self.users.expected_digest):
+            raise ScheduleMismatch(
+                f"events partition {self.partition}: the per-person changelog "
+                f"{self.settings.ingest_users_topic!r} does not hold the table the checkpoint "
+                "sealed (its digest differs: a record replayed, dropped or reordered by a writer "
+                "of the topic would give people budgets they spent). Restore the topic from this "
+                "deployment's own data, or start a new deployment (stream-dp deployment new)")
 
     def restore(self, data: bytes, seq: int, wall: float = 0.0) -> None:
         """Restore from :meth:`to_bytes`; a sealed checkpoint that is tampered with, written
@@ -422,17 +437,23 @@ class IngestState(RecordProcessing):
 
             data = unseal(self._key, "ingest checkpoint", self.context(), data)
         d = json.loads(data)
-        if d.get("v") not in (5, 6, 7) or d.get("partition") != self.partition:
+        if d.get("v") == 7:  # fatal (the worker stops): retrying cannot change it
+            raise ScheduleMismatch(
+                f"events partition {self.partition}: an ingest checkpoint of the user-level "
+                "preview before the per-person table digest (version 7): its changelog cannot "
+                "be checked against it; start a new deployment (stream-dp deployment new)")
+        if d.get("v") not in (5, 6, USER_LEVEL_VERSION) or d.get("partition") != self.partition:
             raise ValueError(
                 "ingest checkpoint of another version or partition (checkpoints written before "
                 "exact integer sums (v5) cannot be resumed: start a new deployment, stream-dp "
                 "deployment new)"
             )
-        if d["v"] != 7 and (d["v"] == 6) != bool(d.get("unsent")):
+        if d["v"] != USER_LEVEL_VERSION and (d["v"] == 6) != bool(d.get("unsent")):
             raise ValueError("ingest checkpoint: version 6 and a list of closed ticks to hand "
                              "over come together (v5 has none)")
-        if (d["v"] == 7) != (self.users is not None) or ("users" in d) != (d["v"] == 7):
-            raise ValueError("ingest checkpoint: a per-person table (version 7) comes with "
+        user_level = d["v"] == USER_LEVEL_VERSION
+        if user_level != (self.users is not None) or ("users" in d) != user_level:
+            raise ValueError("ingest checkpoint: a per-person table (version 8) comes with "
                              "privacy_unit = user, and only with it")
         if tuple(d["schedule"]) != self.schedule_id:
             raise ScheduleMismatch(

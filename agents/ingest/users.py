@@ -22,8 +22,10 @@ The identifier itself is never stored, logged, exported or checkpointed: only it
 which nobody without the noise key can steer into another person's slot. The table is restored
 with the same offsets as the rest of the partition's ingest state: in the worker through a
 compacted changelog topic (``ingest_users_topic``: one sealed record per person changed since
-the last commit, written in the same transaction, :meth:`UserState.take_changes`), in pure
-states of tests whole inside the checkpoint (:meth:`UserState.to_doc`). The slots of a period are
+the last commit, written in the same transaction, :meth:`UserState.take_changes`; the
+checkpoint carries the keyed digest of the table that the restore checks the changelog against,
+:mod:`agents.ingest.user_digest`), in pure states of tests whole inside the checkpoint
+(:meth:`UserState.to_doc`). The slots of a period are
 dropped once every tick of it is closed (:meth:`UserState.closed_before`).
 """
 
@@ -33,11 +35,13 @@ import json
 from typing import Any
 
 from agents.ingest.digest import _UNKEYED, _blake2b
+from agents.ingest.user_digest import TableDigest, table_digest_key
 from agents.kafka.codec import Rejection
 from agents.kafka.partitioner import key_partition
 from stream_dp.user_level import Bounder, UserBounds
 
-__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "user_bounds", "user_key"]
+__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "record_bytes", "user_bounds",
+           "user_key"]
 
 #: longest identifier, in UTF-8 bytes
 MAX_ID_BYTES = 256
@@ -62,6 +66,16 @@ def user_bounds(settings: Any) -> UserBounds:
         max_streams=int(settings.user_max_streams),
         max_events_per_stream=int(settings.user_max_events_per_stream),
         min_separation_ticks=int(settings.user_min_separation_ticks))
+
+
+def record_bytes(state: tuple[int, list[tuple[int, int, dict[Any, int]]]]) -> bytes:
+    """A person's changelog record (before its seal) for their state ``(last tick, periods)``
+    (:meth:`stream_dp.user_level.Bounder.person`): the JSON ``[last tick, [[period, count,
+    [[leaf, n], ...]], ...]]`` (a grid's leaf, a tuple of nodes, as a list)."""
+    last_tick, periods = state
+    return json.dumps([last_tick, [
+        [p, count, [[list(x) if type(x) is tuple else x, n] for x, n in per_leaf.items()]]
+        for p, count, per_leaf in periods]], separators=(",", ":")).encode()
 
 
 def _identifier(obj: Any, field: str) -> bytes | Rejection:
@@ -108,6 +122,10 @@ class UserState:
         self.touched: set[bytes] = set()
         #: changelog form: how many people the restored checkpoint says the table holds
         self.expected_people = 0
+        #: changelog form: the keyed digest of the table as written to the changelog, and the
+        #: tag of it that the restored checkpoint carries (agents.ingest.user_digest)
+        self.digest = TableDigest(table_digest_key(secret), record_bytes)
+        self.expected_digest = self.digest.tag()  # no checkpoint: the empty table
 
     def context(self) -> dict[str, Any]:
         """What the table depends on (bound into the ingest checkpoint's context)."""
@@ -139,8 +157,12 @@ class UserState:
         h = self._hash.copy()
         h.update(ident)
         person = h.digest()
+        if not self.changelog or person in self.touched:
+            return self.bounder.admit(person, tick, leaf)
+        was = self.bounder.person(person)  # as last written: the digest takes its term out
         counted = self.bounder.admit(person, tick, leaf)
-        if counted and self.changelog:  # a refusal changes nothing
+        if counted:  # a refusal changes nothing
+            self.digest.changing(person, was)
             self.touched.add(person)
         return counted
 
@@ -152,27 +174,28 @@ class UserState:
         if period > self.open_period:
             self.open_period = period
             changed = self.bounder.forget_before(period, open_tick=next_tick)
-            if self.changelog:
+            if self.changelog and changed:
                 self.touched.update(changed)  # type: ignore[arg-type]  # keyed hashes
+                self.digest.changed_unnoted()  # most people at once: summed whole, once
 
     # ------------------------------------------------------------------ checkpoint
     def take_changes(self) -> list[tuple[bytes, bytes | None]]:
         """The changelog records of every person changed since the last call, in hash order:
-        ``(keyed hash, JSON of (last tick, periods))``, or ``None`` (a tombstone) for a person
-        the table dropped. The caller seals them (:meth:`agents.ingest.state.IngestState.
-        user_changes`)."""
+        ``(keyed hash, JSON of (last tick, periods))`` (:func:`record_bytes`), or ``None`` (a
+        tombstone) for a person the table dropped; the table's digest moves with them. The
+        caller seals them (:meth:`agents.ingest.state.IngestState.user_changes`)."""
         out: list[tuple[bytes, bytes | None]] = []
         for person in sorted(self.touched):
             got = self.bounder.person(person)
-            if got is None:
-                out.append((person, None))
-                continue
-            last_tick, periods = got
-            out.append((person, json.dumps([last_tick, [
-                [p, count, [[list(x) if type(x) is tuple else x, n] for x, n in per_leaf.items()]]
-                for p, count, per_leaf in periods]], separators=(",", ":")).encode()))
+            out.append((person, None if got is None else record_bytes(got)))
         self.touched = set()
+        self.digest.written(out, self._table)
         return out
+
+    def _table(self) -> Any:
+        """Every person of the table with their state, for :class:`TableDigest`."""
+        return ((person, (last_tick, periods))
+                for person, last_tick, periods in self.bounder.export())
 
     def load_changes(self, records: list[tuple[bytes, bytes | None]]) -> None:
         """The table from the changelog's records in offset order (the last one per person
@@ -198,15 +221,17 @@ class UserState:
             raise ValueError(f"per-person changelog: unreadable record ({exc})") from None
         self.bounder = bounder
         self.touched = set()
+        self.digest.load(self._table())  # checked against the checkpoint's by the caller
 
     def to_doc(self) -> dict[str, Any]:
         """The table as JSON-able columns (:meth:`stream_dp.user_level.Bounder.columns`; the
         persons' keyed hashes as one hex string, 32 digits each; a grid's leaf, a tuple of
         nodes, as a list). In changelog form only the open period (the table is in the
         changelog, written in the same transaction)."""
-        if self.changelog:  # how many people: a lost changelog is refused, not trusted
+        if self.changelog:  # how many people and the digest of the table as written: a lost
+            # changelog, or one a writer of the topic rolled back, is refused, not trusted
             return {"open_period": self.open_period, "changelog": True,
-                    "people": len(self.bounder)}
+                    "people": len(self.bounder), "digest": self.digest.tag()}
         cols = self.bounder.columns()
         persons = cols.pop("persons")
         assert all(type(p) is bytes and len(p) == 16 for p in persons)  # keyed hashes (decide)
@@ -224,7 +249,9 @@ class UserState:
         if self.changelog:
             self.open_period = int(doc["open_period"])
             self.expected_people = int(doc["people"])
+            self.expected_digest = str(doc["digest"])
             self.bounder = Bounder(self.bounds)
+            self.digest.load(())
             return
         try:
             self.open_period = int(doc["open_period"])

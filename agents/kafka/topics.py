@@ -50,6 +50,7 @@ __all__ = [
     "ensure_topics",
     "internal_topic_problem",
     "internal_topic_roles",
+    "started_admin",
     "topic_specs",
 ]
 
@@ -161,7 +162,7 @@ async def ensure_topics(bootstrap: str, settings: Settings, timeout_s: float = 3
     """
     from aiokafka.admin import NewTopic
 
-    admin = await _started_admin(bootstrap, settings, timeout_s)
+    admin = await started_admin(bootstrap, settings, timeout_s)
     try:
         specs = topic_specs(settings)
         existing = set(await admin.list_topics())
@@ -205,7 +206,7 @@ class TopicConfigMismatch(ValueError):
         self.unreported = unreported
 
 
-async def _started_admin(bootstrap: str, settings: Settings, timeout_s: float) -> Any:
+async def started_admin(bootstrap: str, settings: Settings, timeout_s: float) -> Any:
     """A started admin client; closed again if it does not start (a broker that is away must
     not leave an unclosed client behind)."""
     from aiokafka.admin import AIOKafkaAdminClient
@@ -224,18 +225,28 @@ async def _started_admin(bootstrap: str, settings: Settings, timeout_s: float) -
     return admin
 
 
+async def _describe(bootstrap: str, settings: Settings, timeout_s: float, admin: Any,
+                    resources: list[Any]) -> Any:
+    """DescribeConfigs of ``resources`` through ``admin`` (left open: the caller's), or
+    through a client started for this one request when ``admin`` is ``None``."""
+    if admin is not None:
+        return await admin.describe_configs(resources)
+    own = await started_admin(bootstrap, settings, timeout_s)
+    try:
+        return await own.describe_configs(resources)
+    finally:
+        await own.close()
+
+
 async def topic_config(bootstrap: str, settings: Settings, topic: str, name: str,
-                       timeout_s: float = 30.0) -> str | None:
+                       timeout_s: float = 30.0, admin: Any = None) -> str | None:
     """The value of config ``name`` of ``topic`` as the broker reports it (DescribeConfigs),
-    or ``None`` if the broker does not report it."""
+    or ``None`` if the broker does not report it. ``admin``: a started admin client to ask
+    through (a periodic re-check keeps one), else one is started for the request."""
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-    admin = await _started_admin(bootstrap, settings, timeout_s)
-    try:
-        responses = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic, configs={name: None})])
-    finally:
-        await admin.close()
+    responses = await _describe(bootstrap, settings, timeout_s, admin, [
+        ConfigResource(ConfigResourceType.TOPIC, topic, configs={name: None})])
     for resp in responses:
         for res in resp.resources:
             if res[3] != topic:
@@ -250,13 +261,13 @@ async def topic_config(bootstrap: str, settings: Settings, topic: str, name: str
 
 
 async def check_events_topic(bootstrap: str, settings: Settings,
-                             timeout_s: float = 30.0) -> None:
+                             timeout_s: float = 30.0, admin: Any = None) -> None:
     """Refuse an events topic whose ``message.timestamp.type`` is not the setting
     ``events_timestamp_type``: the LogAppendTime closing rule trusts broker timestamps, and a
     CreateTime topic lets producers claim any timestamp (and on some brokers the LogAppendTime
     bit). Raises :class:`TopicConfigMismatch`."""
     found = await topic_config(bootstrap, settings, settings.events_topic,
-                               "message.timestamp.type", timeout_s=timeout_s)
+                               "message.timestamp.type", timeout_s=timeout_s, admin=admin)
     want = settings.events_timestamp_type
     if found is None:
         raise TopicConfigMismatch(
@@ -318,7 +329,7 @@ def internal_topic_problem(topic: str, role: str, configs: dict[str, str]) -> st
 
 
 async def check_internal_topics(bootstrap: str, settings: Settings,
-                                timeout_s: float = 30.0) -> None:
+                                timeout_s: float = 30.0, admin: Any = None) -> None:
     """Refuse internal topics whose broker-side settings would lose what they hold (a
     retention on the schedule topic, a checkpoint topic that is not compacted only): one
     DescribeConfigs request for all of them. Raises :class:`TopicConfigMismatch` (exit
@@ -327,13 +338,9 @@ async def check_internal_topics(bootstrap: str, settings: Settings,
 
     roles = internal_topic_roles(settings)
     names = sorted({name for keeps in _KEEPS.values() for name, _, _ in keeps})
-    admin = await _started_admin(bootstrap, settings, timeout_s)
-    try:
-        responses = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic, configs=dict.fromkeys(names))
-             for topic, _ in dict(roles).items()])
-    finally:
-        await admin.close()
+    responses = await _describe(bootstrap, settings, timeout_s, admin, [
+        ConfigResource(ConfigResourceType.TOPIC, topic, configs=dict.fromkeys(names))
+        for topic, _ in dict(roles).items()])
     found: dict[str, dict[str, str]] = {}
     for resp in responses:
         for res in resp.resources:

@@ -29,7 +29,9 @@ def attribute_accounting(settings: Settings, domain: Any) -> dict[str, Any]:
     """What the worker logs at start-up for a binary-attribute deployment: the ε one event
     spends, exactly (the largest ``ε₀ + K·ε_t`` over every table count an epoch can have, as
     its full decimal expansion; ``ε₀`` is 0 with one attribute, where no bootstrap runs), the
-    bound each table cell is clipped to and the first epoch's bank strategy."""
+    bound each table cell is clipped to and the first epoch's bank strategy; at user level the
+    person's figures (:func:`agents.release.person.person_summary`)."""
+    from agents.release.person import person_summary
     from stream_dp.attributes.live import check_live_range
     from stream_dp.attributes.release import max_tables, worst_spent
     from stream_dp.exact_budget import exact_decimal
@@ -42,6 +44,10 @@ def attribute_accounting(settings: Settings, domain: Any) -> dict[str, Any]:
         "tables_per_epoch_max": max_tables(c.m), "attributes": c.m,
         "structure_epoch_ticks": c.epoch_ticks, "cell_clip_events_per_tick": c.max_cell_count,
         "first_epoch_strategy": check_live_range(c),
+        # privacy_unit = user: a person's K counted events per period (no key at event level,
+        # whose log line is unchanged)
+        **({"per_person": person_summary(settings, domain)}
+           if settings.privacy_unit == "user" else {}),
     }
 
 

@@ -9,8 +9,16 @@ below it may receive more of a person's events) and in total over every stream a
 reach, in the same model as the block (ε for pure DP, ρ for zCDP), and whether both figures are
 exact or upper bounds. An event-level deployment's object is unchanged, byte for byte.
 
-The figures are the library's (:class:`stream_dp.user_level.UserAccountant`); this module only
-names the settings it reads and the wire form; the worker computes it once at start-up.
+A binary-attribute deployment (``dp.tables.v1``, and the ``dp.marginals.v1`` records built from
+them) is pure ε-DP per event over *all* its tables, so its figures are the group bound
+(:class:`stream_dp.user_level.GroupBudget`): ``stream`` and ``total`` are both ``K`` times the
+exact ε one event spends (the largest ``ε₀ + n·ε_t`` over every table count, rounded up), and
+``exact`` is false (an upper bound). Its bounding "stream" (for ``user_max_streams`` and
+``user_max_events_per_stream``) is the event's attribute pattern: one cell of the full table.
+
+The figures are the library's (:class:`stream_dp.user_level.UserAccountant`,
+:class:`~stream_dp.user_level.GroupBudget`); this module only names the settings it reads and
+the wire form; the worker computes it once at start-up.
 """
 
 from __future__ import annotations
@@ -19,7 +27,25 @@ from typing import Any
 
 from agents.config.settings import Settings
 
-__all__ = ["person_accountant", "person_summary", "privacy_block"]
+__all__ = ["attribute_person", "person_accountant", "person_summary", "privacy_block"]
+
+
+def _binary(domain: Any) -> bool:
+    return getattr(domain, "kind", "") == "binary"
+
+
+def attribute_person(settings: Settings, domain: Any) -> Any:
+    """The :class:`~stream_dp.user_level.GroupBudget` of a user-level binary-attribute
+    deployment (``None`` at event level): ``K`` times the exact ε one event spends."""
+    if settings.privacy_unit != "user":
+        return None
+    from agents.config.domain import attribute_config
+    from agents.ingest.users import user_bounds
+    from stream_dp.attributes.release import worst_spent
+    from stream_dp.user_level import GroupBudget
+
+    c = attribute_config(settings, domain)
+    return GroupBudget(worst_spent(c.epsilon, c.m, c.bootstrap_epsilon), user_bounds(settings))
 
 
 def person_accountant(settings: Settings, domain: Any, mech: Any) -> Any:
@@ -38,6 +64,12 @@ def person_accountant(settings: Settings, domain: Any, mech: Any) -> Any:
 
 
 def _figures(settings: Settings, domain: Any, mech: Any) -> dict[str, Any]:
+    if _binary(domain):
+        from stream_dp.user_level import float_up
+
+        bound = float_up(attribute_person(settings, domain).per_period)
+        return {"unit": "person", "period_ticks": int(settings.user_period_ticks),
+                "per_person": {"stream": bound, "total": bound, "exact": False}}
     acc = person_accountant(settings, domain, mech)
     stream = acc.per_node_max
     total, total_exact = acc.period_factor()
@@ -50,7 +82,8 @@ def _figures(settings: Settings, domain: Any, mech: Any) -> dict[str, Any]:
 
 def privacy_block(settings: Settings, domain: Any, mech: Any) -> dict[str, Any]:
     """The ``privacy`` object every release record of this deployment carries: the per-event
-    budget per stream, and at user level the person's figures (module doc)."""
+    budget per stream, and at user level the person's figures (module doc). ``mech`` is not
+    read for a binary-attribute domain (its tables' banks are chosen per epoch)."""
     block = dict(settings.privacy.as_dict())
     if settings.privacy_unit == "user":
         block.update(_figures(settings, domain, mech))
@@ -63,7 +96,16 @@ def person_summary(settings: Settings, domain: Any) -> list[str]:
     log); no lines at event level."""
     if settings.privacy_unit != "user":
         return []
+    if _binary(domain):
+        return attribute_summary(settings, domain)
     from agents.release.state import build_mechanism
 
     lines: list[str] = person_accountant(settings, domain, build_mechanism(settings)).summary()
+    return lines
+
+
+def attribute_summary(settings: Settings, domain: Any) -> list[str]:
+    """:func:`person_summary` of a binary-attribute domain: ``K`` times the exact ε of one
+    event, per period and over a year of periods, both upper bounds."""
+    lines: list[str] = attribute_person(settings, domain).summary(float(settings.tick_seconds))
     return lines

@@ -176,7 +176,9 @@ class Worker:
         if settings.privacy_unit == "user":
             from agents.release.person import privacy_block
 
-            self.privacy = privacy_block(settings, self.domain, self.mechanism())
+            binary = getattr(self.domain, "kind", "") == "binary"  # its banks: per epoch
+            self.privacy = privacy_block(settings, self.domain,
+                                         None if binary else self.mechanism())
         #: an error that must stop the worker (e.g. a log that differs from the released one)
         self.fatal: BaseException | None = None
         from agents.ingest.ticks import Schedule

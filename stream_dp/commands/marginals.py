@@ -74,6 +74,17 @@ shared) unless --verbose is given. A numeric
 --max-events-per-tick is part of what keys the noise (other bounds, other noise).
 Exit status 2 with a one-line message for invalid input.
 
+One person as the unit (--privacy-unit user; docs/privacy.md, "User-level privacy (preview)"):
+every event line names its person in --user-field (default "user": a string of 1 to 256 UTF-8
+bytes; a line without one is invalid input, exit 2). In file order, after every other check, a
+person's first --user-max-events K events of each period of --user-period-ticks T ticks count
+(optionally at most --user-max-streams L distinct cells — an event's cell is its attribute
+vector —, --user-max-events-per-stream k per cell, --user-min-separation-ticks b ticks apart:
+the service's settings of the same names); the rest are dropped before any noise. One event
+spends the exact ε printed, over every table, so one person's events of one period spend at
+most K times it (an upper bound), printed on the last line "per person per period". The bounds
+are part of what keys the noise.
+
 examples:
   stream-dp simulate attributes --attributes 32 --ticks 300 --out events.jsonl
   echo '[[0, 1, 2], [3, 7, 9, 12, 30]]' > queries.json
@@ -84,6 +95,11 @@ examples:
   stream-dp marginals --events events.jsonl --attributes 32 --epsilon 1 --decay 0.99 \\
       --tick-seconds 60 --origin 1704067200 --last-tick 300 --queries queries.json \\
       --out answers.json --key-file key.hex --report report.json
+  # one person as the unit: each line {"ts": ..., "attrs": "...", "user": "<id>"}; at most
+  # 10 events per person per day of 60 s ticks
+  stream-dp marginals --events events.jsonl --attributes 32 --epsilon 0.1 --decay 0.99 \\
+      --tick-seconds 60 --origin 1704067200 --last-tick 300 --queries queries.json \\
+      --out answers.json --privacy-unit user --user-max-events 10 --user-period-ticks 1440
 """
 
 #: Largest number of ticks one run may release (guards against a far-future timestamp).
@@ -225,8 +241,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--verbose",
         action="store_true",
         help="also print raw figures of the log on stderr (its number of events and lines, "
-        "the last event's tick): not private, keep such output to yourself",
+        "the last event's tick; at user level the events over their person's bounds): not "
+        "private, keep such output to yourself",
     )
+    from stream_dp.commands.marginals_user import add_arguments as add_user_arguments
+
+    add_user_arguments(parser)
 
 
 def _exact(x: Number) -> Fraction | int:
@@ -253,9 +273,11 @@ def read_events(
     tick_seconds: Number,
     max_ticks: int,
     progress: Callable[[str], None] | None = None,
+    person: _Person | None = None,
 ) -> tuple[NDArray[np.uint8], NDArray[np.int64], str]:
     """``(bits, ticks, sha256 hex of the file)``; ``InputError`` naming the line on bad input.
-    ``progress`` is told every 10^6 lines."""
+    ``progress`` is told every 10^6 lines. With ``person`` (``--privacy-unit user``) only the
+    events its bounder counts, in file order, after every other check of the line."""
     hasher = hashlib.sha256()
     rows = bytearray()
     ticks = array("q")
@@ -266,7 +288,8 @@ def read_events(
     with fh:
         for lineno, line in enumerate(fh, start=1):
             hasher.update(line)
-            _parse_line(line, lineno, path, m, origin, tick_seconds, max_ticks, rows, ticks)
+            _parse_line(line, lineno, path, m, origin, tick_seconds, max_ticks, rows, ticks,
+                        person)
             if progress is not None and lineno % 1_000_000 == 0:
                 progress(f"read {lineno} lines")
     # an empty log is released like any other (the ticks to release are public): refusing it
@@ -285,8 +308,10 @@ def _parse_line(
     max_ticks: int,
     rows: bytearray,
     ticks: array[int],
+    person: _Person | None = None,
 ) -> None:
-    """Validate one line and append its event (blank lines are skipped)."""
+    """Validate one line and append its event (blank lines are skipped); with ``person``, only
+    when the person's bound counts it (decided last: a bad line is an error, never a count)."""
     if not line.strip():
         return
     try:
@@ -316,8 +341,32 @@ def _parse_line(
             f"{path}:{lineno}: ts {ts} lies after tick {max_ticks} "
             "(the --last-tick given, else --max-ticks)"
         )
+    if person is not None:
+        from stream_dp.commands.marginals_user import identifier
+
+        try:
+            who = identifier(ev, person.field)
+        except ValueError as exc:
+            raise InputError(f"{path}:{lineno}: {exc}") from None
+        # the bound's "stream" is the event's attribute vector (one cell of the full table,
+        # as the pattern the service bounds by), here its bits as an integer
+        if not person.bounder.admit(who, t, int(attrs, 2)):
+            person.dropped += 1
+            return
     rows += attrs.encode("ascii")
     ticks.append(t)
+
+
+class _Person:
+    """``--privacy-unit user``: the identifier's field, the bounder (keyed by the identifier's
+    bytes: nothing outlives the run), and how many events it dropped (a raw figure)."""
+
+    def __init__(self, field: str, bounds: Any) -> None:
+        from stream_dp.user_level import Bounder
+
+        self.field = field
+        self.bounder = Bounder(bounds)
+        self.dropped = 0
 
 
 def read_queries(path: str, m: int) -> list[tuple[int, ...]]:
@@ -426,6 +475,13 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
     from stream_dp.attributes.release import run_offline
 
     _check_args(args)
+    from stream_dp.commands.marginals_user import bounds_from_args
+
+    try:
+        bounds = bounds_from_args(args)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    person = None if bounds is None else _Person(args.user_field, bounds)
     m = int(args.attributes)
     queries = read_queries(args.queries, m)
     key = _key(args)
@@ -441,10 +497,13 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
 
     limit = args.max_ticks if args.last_tick is None else args.last_tick
     bits, ticks, digest = read_events(
-        args.events, m, args.origin, args.tick_seconds, limit, progress=say if verbose else None
+        args.events, m, args.origin, args.tick_seconds, limit, progress=say if verbose else None,
+        person=person,
     )
     if verbose:  # raw statistics of the log: only when asked for
         say(f"{bits.shape[0]} events, the last in tick {int(ticks.max()) if ticks.size else '-'}")
+        if person is not None:
+            say(f"{person.dropped} events over their person's bounds dropped")
     say(f"releasing ticks 1..{args.last_tick}")
     description = (
         f"marginals/v1/m={m}/epsilon={float(args.epsilon)!r}/p={float(args.decay)!r}"
@@ -459,6 +518,11 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         # not share noise (the difference of their releases would be exact); the default
         # keeps the description, and so the noise, of earlier versions
         description += f"/max_events_per_tick={bound}"
+    if bounds is not None:
+        # the same: other bounds, other noise (event level keeps its description)
+        from stream_dp.commands.marginals_user import description as user_description
+
+        description += user_description(args, bounds)
     try:
         result = run_offline(
             bits,
@@ -503,6 +567,10 @@ def compute(args: argparse.Namespace) -> dict[str, Any]:
         "estimated_total": model.total,
         "query_stderr_bound": [model.stderr(q) for q in queries],
     }
+    if bounds is not None:
+        from stream_dp.commands.marginals_user import person_report
+
+        report["privacy"] = person_report(bounds, result.split.spent_exact, int(result.tick))
     return {"tick": result.tick, "answers": answers, "_report": report}
 
 
@@ -522,10 +590,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"stream-dp marginals: error: cannot write output: {exc.strerror}", file=sys.stderr)
         return 2
     b = report["budget"]
-    print(
-        f"stream-dp marginals: tick {doc['tick']}: {len(doc['answers'])} answers written to "
-        f"{args.out}; {b['n_tables']} tables, ε spent {b['spent_exact']} (exact) of "
-        f"{b['epsilon']!r}",
-        file=sys.stderr,
-    )
+    line = (f"stream-dp marginals: tick {doc['tick']}: {len(doc['answers'])} answers written to "
+            f"{args.out}; {b['n_tables']} tables, ε spent {b['spent_exact']} (exact) of "
+            f"{b['epsilon']!r}")
+    if "privacy" in report:
+        from stream_dp.commands.marginals_user import guarantee
+
+        line += f" per event; {guarantee(report['privacy'])}"
+    print(line, file=sys.stderr)
     return 0

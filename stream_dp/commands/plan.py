@@ -366,13 +366,22 @@ def run(args: argparse.Namespace) -> int:
         accountant.summary(args.delta)
         binary = binary_domain(getattr(args, "domain", None))
         attributes = None if binary is None else attribute_accounting(args, binary, privacy)
-        user = None
+        user: dict[str, Any] | None = None
         bounds = plan_user.bounds_from_args(args)
         if bounds is not None:
-            if binary is not None:
-                raise ValueError("--privacy-unit user is not accounted for binary-attribute "
-                                 "domains yet (docs/design/user-level.md); plan it per event")
-            user = plan_user.user_report(args, privacy, accountant, bounds)
+            if binary is not None:  # K × the exact ε per event, over every table
+                from fractions import Fraction
+
+                from stream_dp.user_level import GroupBudget
+
+                assert attributes is not None
+                group = GroupBudget(Fraction(attributes["spent_exact"]), bounds)
+                user = {"bounds": plan_user.bounds_dict(bounds),
+                        "tick_seconds": plan_user.tick_seconds(args),
+                        "per_person": group.report(plan_user.tick_seconds(args)),
+                        "_lines": group.summary(plan_user.tick_seconds(args))}
+            else:
+                user = plan_user.user_report(args, privacy, accountant, bounds)
     except ValueError as exc:
         print(f"stream-dp plan: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
@@ -392,7 +401,7 @@ def run(args: argparse.Namespace) -> int:
         if attributes is not None:
             doc["attributes"] = attributes
         if user is not None:
-            doc["user_level"] = user
+            doc["user_level"] = {k: v for k, v in user.items() if k != "_lines"}
         if isinstance(privacy, ZCDP):
             doc["implied_approx_dp"] = {
                 "epsilon": privacy.to_approx_dp(args.delta),
@@ -438,6 +447,8 @@ def run(args: argparse.Namespace) -> int:
                  else attribute_lines(attributes)):
         print(line)
     if user is not None:
-        for line in plan_user.lines(user, privacy):
+        shown: list[str] = (user["_lines"] if "_lines" in user
+                            else plan_user.lines(user, privacy))
+        for line in shown:
             print(line)
     return 0

@@ -127,6 +127,14 @@ def _layer_leaves(args: argparse.Namespace) -> tuple[int, ...]:
         raise ValueError(f"--domain: cannot read {path!r}: {exc.strerror}") from exc
 
 
+def bounds_dict(bounds: Any) -> dict[str, int]:
+    """The bounds as the JSON report names them."""
+    return {"max_events": bounds.max_events, "period_ticks": bounds.period_ticks,
+            "max_streams": bounds.max_streams,
+            "max_events_per_stream": bounds.max_events_per_stream,
+            "min_separation_ticks": bounds.min_separation_ticks}
+
+
 def user_report(args: argparse.Namespace, privacy: Privacy, accountant: Accountant,
                 bounds: Any) -> dict[str, Any]:
     """Everything the user-level section prints: candidates, pick, accounting (and a solved
@@ -143,10 +151,7 @@ def user_report(args: argparse.Namespace, privacy: Privacy, accountant: Accounta
     leaves = _layer_leaves(args)
     acc = UserAccountant(accountant, bounds, leaves, mech, tick_seconds(args))
     report: dict[str, Any] = {
-        "bounds": {"max_events": bounds.max_events, "period_ticks": bounds.period_ticks,
-                   "max_streams": bounds.max_streams,
-                   "max_events_per_stream": bounds.max_events_per_stream,
-                   "min_separation_ticks": bounds.min_separation_ticks},
+        "bounds": bounds_dict(bounds),
         "tick_seconds": tick_seconds(args),
         "strategies": [
             {"strategy": c.strategy, "factor": c.factor.value, "exact": c.factor.exact,

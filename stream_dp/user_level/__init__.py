@@ -10,6 +10,8 @@ Holds the maths of the person as unit of privacy, and nothing of Kafka or of the
   test oracle;
 * :mod:`.trees` — the zCDP factor of the tree strategies at a minimum separation: a program
   over the nested blocks, exact at ``p = 1``;
+* :mod:`.group` — :class:`GroupBudget`, a person's budget where one event costs one pure ε over
+  every output (the binary-attribute tables and ``stream-dp marginals``): ``K·ε`` per period;
 * :mod:`.accounting` — :func:`stream_factor` of a configured mechanism and
   :class:`UserAccountant`, the per-person budget per stream, per period in total and over a
   year (the lines ``stream-dp plan`` will print).
@@ -31,6 +33,7 @@ from stream_dp.user_level.accounting import (
 )
 from stream_dp.user_level.bounding import Bounder, keep_mask
 from stream_dp.user_level.bounds import UserBounds
+from stream_dp.user_level.group import GroupBudget, float_up
 from stream_dp.user_level.sensitivity import (
     brute_force_norm_sq,
     gram_upper_bound_sq,
@@ -43,10 +46,12 @@ from stream_dp.user_level.trees import tree_norm_sq, tree_period_norm_sq
 
 __all__ = [
     "Bounder",
+    "GroupBudget",
     "UserAccountant",
     "UserBounds",
     "UserFactor",
     "brute_force_norm_sq",
+    "float_up",
     "gram_upper_bound_sq",
     "keep_mask",
     "layer_leaves",

@@ -57,8 +57,12 @@ async def test_p1_p2_p3_neighbouring_logs_backlog_and_silent_partitions(
     b = _rename(a, f"{unique_name}-b", events_topic=f"{unique_name}-b.events")
     for s in (a, b):
         await ps.create_topics(s)
+    # The waves below are stamped with the wall clock and expected in ticks 1..4: tick 1 must
+    # still lie ahead once the topics exist (on a loaded machine creating six topics took longer
+    # than the 1-2 s live_settings leaves, and tick 1's wave was stamped into tick 2).
+    o = float(int(time.time())) + 2.0
+    a, b = a.replace(origin=o), b.replace(origin=o)
     domain = load_domain(a.domain_file)
-    o = a.origin
     stop = asyncio.Event()
     workers = [Worker(a), Worker(b)]
     tasks = [asyncio.create_task(w.run(stop)) for w in workers]

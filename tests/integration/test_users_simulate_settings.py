@@ -108,3 +108,16 @@ def test_worker_runs_the_simulated_people_at_user_level(
         msg = json.loads(got[key][0])
         assert abs(msg["value"] - want) <= bound_of(s) + 12 * msg["stderr"], (key, msg, want)
         assert msg["privacy"]["unit"] == "person"
+
+
+def test_attribute_settings_with_people_are_user_level_too(tmp_path: Path) -> None:
+    proc = stream_dp("simulate", "attributes", "--attributes", "8", "--ticks", "50",
+                     "--people", "200", "--user-period-ticks", "10",
+                     "--out", str(tmp_path / "a.jsonl"), "--domain-out", str(tmp_path / "d.toml"),
+                     "--settings-out", str(tmp_path / "s.toml"), check=True)
+    s = Settings.load(tmp_path / "s.toml", env={})
+    log = [json.loads(line) for line in (tmp_path / "a.jsonl").read_text().splitlines()]
+    k, dropped = _oracle_k(log, s.origin, s.tick_seconds, 10)
+    assert (s.privacy_unit, s.user_period_ticks, s.user_max_events) == ("user", 10, k)
+    assert f"K = {k} events per person per 10 ticks" in proc.stderr
+    assert f"the bound drops {dropped:,} of {len(log):,} events" in proc.stderr

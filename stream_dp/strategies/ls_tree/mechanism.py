@@ -36,7 +36,7 @@ post-processing of ``(y, Y)`` (docs/privacy.md, "Non-causal decoding"): the floa
 the formula is a deterministic function of the measurements and leaks nothing, and the argument
 holds for adaptively chosen data (the noise is drawn independently of it). The variance
 (:meth:`variance`) is exact for what is released; for ``p < 1`` no horizon or epochs are needed
-(node ids ``(level << 40) | index`` are unique for 2**40 ticks, :data:`MAX_TICKS`).
+(node ids ``(level << 40) | index`` are unique below tick 2**40, :data:`MAX_TICKS`).
 
 **p = 1** (plain running totals): a fixed tree would add one block's variance per block forever.
 The blocks are grouped into doubling epochs, and from the second epoch on a share of the budget
@@ -115,7 +115,8 @@ _NODE_SHIFT = 40
 #: |leaf noise| below this keeps Σ K_i·Z_i (≤ 2**12 terms of ≤ 2**F·|Z|) exact in int64; a
 #: sample beyond it (probability < exp(−2**19) at the noise scales used) stops the tick.
 _MAX_LEAF_NOISE = 2 ** (62 - COEFF_BITS - 12)
-#: Ticks a bank may release (node ids are unique below it).
+#: Node ids are unique below this tick: a bank releases ticks ``1..MAX_TICKS − 1`` (the leaf of
+#: tick ``2**40`` would draw under the id of level 1's first node, ``(1 << 40) | 0``).
 MAX_TICKS = 1 << 40
 
 
@@ -326,8 +327,9 @@ class LsTreeMechanism(Mechanism):
 
     def step(self, state: State, counts: Float64Array, noise: BoundNoise) -> Float64Array:
         t = int(state["tick"]) + 1
-        if t > MAX_TICKS:
-            raise ValueError(f"tree-ls releases at most {MAX_TICKS} ticks; state unchanged")
+        if t >= MAX_TICKS:
+            # leaf ids are ticks, node ids (level << 40) | index: tick 2**40 is level 1's node 0
+            raise ValueError(f"tree-ls releases at most {MAX_TICKS - 1} ticks; state unchanged")
         j = (t - 1) % self.block  # 0-based offset in the block
         q = np.asarray(counts, dtype=np.float64) / self.grid  # exact: power-of-two grid
         if q.size and max(float(q.max()), -float(q.min())) >= MAX_GRID_UNITS / 8:

@@ -30,7 +30,7 @@ block's edges), and the top block may be a plain sum (:data:`FLAT`). The decoder
 formulas above are unchanged (they hold for any integer rows ``K`` inside the top block); one
 event changes a hat level's rows by at most ``2**F·Δ`` in total, so the level is calibrated as a
 decayed one. Pure ε = 1, T = 32767, mean MSE: 47.07 → 38.83 (p = 0.99), 66.26 → 54.84 (0.995),
-126.1 → 101.7 (0.999), 249.8 → 205.0 (0.9999), 335.0 → 293.0 (1).
+126.1 → 101.7 (0.999), 249.8 → 202.5 (0.9999), 335.0 → 293.0 (1).
 """
 
 from __future__ import annotations

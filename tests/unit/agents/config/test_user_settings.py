@@ -74,11 +74,13 @@ def test_the_worker_refuses_bad_user_settings_in_one_line(tmp_path: Any) -> None
     assert_one_line(proc, 2, "privacy_unit = user needs user_max_events >= 1")
 
 
-def test_binary_attribute_domains_refuse_the_user_unit() -> None:
+def test_binary_attribute_domains_take_the_user_unit() -> None:
+    """Refused before the tables bounded persons; now the other rules still hold."""
     domain = BinaryDomain(["a", "b"])
     s = _s(**USER, shards=1, strategy="naive")
-    with pytest.raises(ValueError, match="privacy_unit = 'event'"):
-        check_attribute_settings(s, domain)
+    check_attribute_settings(s, domain)
+    with pytest.raises(ValueError, match="shards = 1"):
+        check_attribute_settings(s.replace(shards=2), domain)
 
 
 # ------------------------------------------------------------------ binding
