@@ -58,6 +58,11 @@ law: the person of rank r causes each event with probability proportional to r^-
 (--people-exponent S, default 1; 0 = all alike): most people a few events, a few people
 thousands. The events themselves (keys, times, values) are those of the same run without
 --people; the people are deterministic given --seed. Without --people nothing changes.
+With --settings-out the settings are user-level, so 'stream-dp worker' runs the log at user
+level as written: privacy_unit = "user", user_field, user_period_ticks (--user-period-ticks T,
+default a day of ticks) and user_max_events K, suggested from the simulated people: the 99th
+percentile of events per person and period (stated in the output line with how many events it
+drops). On real data, choose K from public knowledge, never from the data.
 
 Examples:
   stream-dp simulate restaurant --seed 7 --out sales.csv --domain-out domain.toml
@@ -67,7 +72,8 @@ Examples:
       --settings-out stream-dp.toml
   stream-dp simulate searchlogs --start now --ticks 600 --to-topic --speed 60
   stream-dp simulate worldcup98 --out - | gzip > worldcup98.csv.gz
-  stream-dp simulate searchlogs --ticks 1440 --people 10000 --out visits.jsonl
+  stream-dp simulate searchlogs --ticks 1440 --people 10000 --out visits.jsonl \\
+      --domain-out domain.toml --settings-out stream-dp.toml
 """
 
 
@@ -121,6 +127,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--user-field", metavar="NAME",
         help=f"with --people: the JSON field (CSV column) holding the identifier "
              f"(default {DEFAULT_USER_FIELD!r})",
+    )
+    parser.add_argument(
+        "--user-period-ticks", type=int, metavar="T",
+        help="with --people and --settings-out: the user-level bounding period in ticks "
+             "(user_period_ticks; default: the ticks of a day, at least 1)",
     )
 
 
@@ -189,8 +200,13 @@ def people(args: argparse.Namespace, *, build: bool = False) -> People | None:
     n = getattr(args, "people", None)
     exponent = getattr(args, "people_exponent", None)
     field = getattr(args, "user_field", None)
+    period = getattr(args, "user_period_ticks", None)
+    if period is not None and not 1 <= period <= 2**32 - 1:
+        raise ValueError(f"--user-period-ticks must be an integer in [1, {2**32 - 1}], got "
+                         f"{period}")
     if n is None:
-        for given, option in ((exponent, "--people-exponent"), (field, "--user-field")):
+        for given, option in ((exponent, "--people-exponent"), (field, "--user-field"),
+                              (period, "--user-period-ticks")):
             if given is not None:
                 raise ValueError(f"{option} needs --people N (the number of people)")
         return None
@@ -204,6 +220,14 @@ def people(args: argparse.Namespace, *, build: bool = False) -> People | None:
     if not build:
         return None
     return People(n, exponent, seed=args.seed, user_field=field)
+
+
+def period_ticks(args: argparse.Namespace, sim: Simulator) -> int:
+    """``--user-period-ticks``, else the ticks of a day (at least 1)."""
+    from simulators.person_settings import default_period_ticks
+
+    given = getattr(args, "user_period_ticks", None)
+    return default_period_ticks(sim.axis.tick_seconds) if given is None else int(given)
 
 
 def _with_people(events: Iterator[Event], crowd: People | None) -> Iterator[Event]:
@@ -292,9 +316,20 @@ def _run_attributes(args: argparse.Namespace, produce: Producer | None) -> int:
                     settings_path.resolve().parent))
             except ValueError:
                 ref = str(Path(args.domain_out).resolve())
-        _write(settings_path, attribute_settings_toml(gen.start, tick_seconds, ref))
+        text = attribute_settings_toml(gen.start, tick_seconds, ref)
+        unit = ""
+        if crowd is not None:  # user level, as for the other scenarios
+            from simulators.person_settings import default_period_ticks, suggest, user_settings_toml
+
+            given = getattr(args, "user_period_ticks", None)
+            hint = suggest(crowd.attach(gen.log_events()), period_ticks=(
+                default_period_ticks(tick_seconds) if given is None else int(given)),
+                origin=gen.start, tick_seconds=tick_seconds)
+            text += user_settings_toml(crowd.user_field, hint)
+            unit = f"; user level, field {crowd.user_field!r}, {hint.describe()}"
+        _write(settings_path, text)
         print(f"worker settings written to {args.settings_out} (origin {gen.start:.3f}, "
-              f"tick {tick_seconds:g} s)", file=info)
+              f"tick {tick_seconds:g} s{unit})", file=info)
     if args.out:
         n = 0
         with contextlib.nullcontext(sys.stdout) if args.out == "-" else atomic_text(args.out) as out:
@@ -391,9 +426,18 @@ def run(args: argparse.Namespace, produce: Producer | None = None) -> int:
                 )
             except ValueError:
                 domain_ref = str(Path(args.domain_out).resolve())
-        _write(settings_path, domain.settings_toml(sim.axis.start, domain_ref))
+        text = domain.settings_toml(sim.axis.start, domain_ref)
+        unit = ""
+        if crowd is not None:  # user level: the person's field, a period and K from the people
+            from simulators.person_settings import suggest, user_settings_toml
+
+            hint = suggest(crowd.attach(sim.events()), period_ticks=period_ticks(args, sim),
+                           origin=sim.axis.start, tick_seconds=sim.axis.tick_seconds)
+            text += user_settings_toml(crowd.user_field, hint)
+            unit = f"; user level, field {crowd.user_field!r}, {hint.describe()}"
+        _write(settings_path, text)
         print(f"worker settings written to {args.settings_out} "
-              f"(origin {sim.axis.start:.3f}, tick {sim.axis.tick_seconds:g} s)", file=info)
+              f"(origin {sim.axis.start:.3f}, tick {sim.axis.tick_seconds:g} s{unit})", file=info)
     if args.out:
         if args.out == "-":
             n = write_log(_with_people(sim.events(), crowd), sys.stdout, fmt)

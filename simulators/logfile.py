@@ -25,7 +25,7 @@ import io
 import itertools
 import json
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -96,6 +96,32 @@ class LogFormatError(ValueError):
     """A malformed log line; the message names the file, line number and problem."""
 
 
+#: longest person identifier, in UTF-8 bytes (the worker's limit: ``agents.ingest.users``)
+MAX_USER_BYTES = 256
+
+
+def user_problem(raw: object, field: str) -> str | None:
+    """Why ``raw`` (the value of the event's field ``field``) is not a valid person identifier
+    — the rule a user-level worker applies before dead-lettering ``invalid_user``: a string of
+    1 to :data:`MAX_USER_BYTES` UTF-8 bytes, taken as it is (nothing normalised) — or ``None``.
+    The text never repeats the identifier."""
+    if raw is None:
+        return f"the person's identifier (field {field!r}) is missing"
+    if not isinstance(raw, str):
+        return (f"the person's identifier (field {field!r}) must be a string, got "
+                f"{type(raw).__name__}")
+    try:
+        size = len(raw.encode("utf-8"))
+    except UnicodeEncodeError:
+        return f"the person's identifier (field {field!r}) is not valid Unicode"
+    if size == 0:
+        return f"the person's identifier (field {field!r}) is empty"
+    if size > MAX_USER_BYTES:
+        return (f"the person's identifier (field {field!r}) is {size} bytes long, more than "
+                f"{MAX_USER_BYTES}")
+    return None
+
+
 def detect_format(path: str | Path, explicit: str | None = None) -> LogFormat:
     """The log format from ``explicit`` (``"csv"``/``"jsonl"``) or the file suffix."""
     if explicit is not None:
@@ -159,12 +185,20 @@ def read_log(
     *,
     start_offset: int = 0,
     start_number: int = 0,
+    user_field: str | None = None,
+    on_bad_user: Callable[[str], None] | None = None,
 ) -> Iterator[LogRecord]:
     """Yield the log's events with their record numbers and byte offsets.
 
     ``start_offset``/``start_number`` resume after an earlier read (values from the last
     :class:`LogRecord` consumed); the CSV header is always read from the start of the file.
     Raises :class:`LogFormatError` naming the line for a malformed record.
+
+    ``user_field`` (user-level privacy): every event carries the person's identifier in this
+    JSON field (CSV column), read into :attr:`Event.user` (its record key then). A record
+    without a valid one (:func:`user_problem`) raises :class:`LogFormatError`, or, with
+    ``on_bad_user``, is passed over after ``on_bad_user(message naming the line)`` (to count
+    them all). Without ``user_field`` any such field is ignored, as before.
     """
     path = Path(path)
     fmt = fmt or detect_format(path)
@@ -177,6 +211,10 @@ def read_log(
             names = next(csv.reader([header.decode("utf-8-sig")]), [])
             columns = {name.strip().lower(): i for i, name in enumerate(names)}
             missing = {"ts", "key"} - columns.keys()
+            if user_field is not None and user_field.lower() not in columns:
+                raise LogFormatError(
+                    f"{path}:1: CSV header must name the column {user_field} (the person's "
+                    f"identifier, user_field of a user-level deployment); got {names!r}")
             if missing:
                 raise LogFormatError(
                     f"{path}:1: CSV header must name columns ts and key (optional value); "
@@ -199,14 +237,35 @@ def read_log(
             where = f"{path}:{line_no}" if line_no >= 0 else f"{path}: record {number}"
             try:
                 event = (
-                    _parse_csv_line(text, columns) if fmt == "csv" else _parse_json_line(text)
+                    _parse_csv_line(text, columns, user_field) if fmt == "csv"
+                    else _parse_json_line(text, user_field)
                 )
+            except _BadUser as exc:
+                if on_bad_user is None:
+                    raise LogFormatError(f"{where}: {exc}") from None
+                on_bad_user(f"{where}: {exc}")
+                continue
             except (ValueError, KeyError, TypeError) as exc:
                 raise LogFormatError(f"{where}: {exc}") from None
             yield LogRecord(number=number, end_offset=offset, event=event)
 
 
-def _parse_csv_line(text: str, columns: dict[str, int]) -> Event:
+class _BadUser(ValueError):
+    """A record whose person identifier is missing or invalid (:func:`user_problem`)."""
+
+
+def _with_user(event: Event, raw: object, user_field: str | None) -> Event:
+    """``event`` with its person from ``raw`` (``user_field`` given), or as it is."""
+    if user_field is None:
+        return event
+    problem = user_problem(raw, user_field)
+    if problem is not None:
+        raise _BadUser(problem)
+    assert isinstance(raw, str)
+    return Event(event.key, event.ts, event.value, event.attrs, raw, user_field)
+
+
+def _parse_csv_line(text: str, columns: dict[str, int], user_field: str | None = None) -> Event:
     row = text.split(",") if '"' not in text else next(csv.reader([text]))
 
     def cell(name: str) -> str | None:
@@ -216,7 +275,11 @@ def _parse_csv_line(text: str, columns: dict[str, int]) -> Event:
     ts_raw, key_raw = cell("ts"), cell("key")
     if ts_raw is None or key_raw is None:
         raise ValueError(f"expected columns ts and key, got {len(row)} cells")
-    return Event(key=_parse_key(key_raw), ts=parse_ts(ts_raw), value=_parse_value(cell("value")))
+    event = Event(key=_parse_key(key_raw), ts=parse_ts(ts_raw), value=_parse_value(cell("value")))
+    if user_field is None:
+        return event
+    # an empty cell is a missing identifier (CSV has no null)
+    return _with_user(event, cell(user_field.lower()) or None, user_field)
 
 
 def _parse_attrs(raw: object) -> str | tuple[str, ...]:
@@ -227,10 +290,15 @@ def _parse_attrs(raw: object) -> str | tuple[str, ...]:
     raise ValueError(f"attrs must be a string of 0/1 (at most 64) or a list of names, got {raw!r}")
 
 
-def _parse_json_line(text: str) -> Event:
+def _parse_json_line(text: str, user_field: str | None = None) -> Event:
     obj = json.loads(text)
     if not isinstance(obj, dict):
         raise ValueError("each JSON line must be an object with key, ts and optional value")
+    event = _parse_json_event(obj)
+    return _with_user(event, obj.get(user_field), user_field) if user_field else event
+
+
+def _parse_json_event(obj: dict[str, object]) -> Event:
     if "attrs" in obj:
         key = obj.get("key")
         if key is not None and not isinstance(key, str):

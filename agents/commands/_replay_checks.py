@@ -62,8 +62,20 @@ def validate_args(args: argparse.Namespace) -> None:
     detect_format(args.log, args.format)
 
 
-def _check_log(log: Path, fmt: LogFormat) -> None:
+def _check_log(log: Path, fmt: LogFormat, user_field: str | None = None) -> None:
     """Read the whole log once (``LogFormatError`` naming the first bad line): nothing is
-    recorded in the history nor sent for a log that would stop half-way."""
-    for _record in read_log(log, fmt):
-        pass
+    recorded in the history nor sent for a log that would stop half-way.
+
+    ``user_field`` (a user-level deployment): every record must carry a valid identifier in
+    that field; the records that do not are all counted and the error names the first one (a
+    worker would dead-letter each ``invalid_user``)."""
+    bad: list[str] = []
+    total = 0
+    for _record in read_log(log, fmt, user_field=user_field, on_bad_user=bad.append):
+        total += 1
+    if bad:
+        raise LogFormatError(
+            f"{len(bad)} of {len(bad) + total} records carry no valid person identifier in the "
+            f"field {user_field!r} that the user-level deployment keys and bounds by (its worker "
+            f"would dead-letter them invalid_user); the first: {bad[0]}. Give every record the "
+            "identifier, or replay into an event-level deployment")

@@ -354,4 +354,5 @@ def _shifted(records: Iterable[LogRecord], offset: float) -> Iterator[LogRecord]
     for r in records:
         e = r.event
         yield LogRecord(r.number, r.end_offset,
-                        Event(e.key, round((e.ts + offset) * 1000) / 1000.0, e.value, e.attrs))
+                        Event(e.key, round((e.ts + offset) * 1000) / 1000.0, e.value, e.attrs,
+                              e.user, e.user_field))

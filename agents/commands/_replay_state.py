@@ -50,6 +50,9 @@ class ReplayState:
     started: str = ""
     updated: str = ""
     version: int = STATE_VERSION
+    #: user-level deployments: the event field whose identifier keys every record (a resume
+    #: must key the rest alike); None (not written) for event-level replays
+    user_field: str | None = None
 
     @classmethod
     def load(cls, path: Path) -> ReplayState | None:
@@ -65,7 +68,10 @@ class ReplayState:
         """Atomic write (temporary file + rename), so a crash never leaves a torn state file."""
         self.updated = _now_iso()
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=2) + "\n", encoding="utf-8")
+        doc = dataclasses.asdict(self)
+        if doc["user_field"] is None:  # event level: the state file as before
+            del doc["user_field"]
+        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, path)
 
 

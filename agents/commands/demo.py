@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from agents.commands import _demo_users
 from agents.commands._demo_traffic import AttributeTraffic, Traffic
 from agents.kafka.processes import terminate_group, wait_group_gone
 from stream_dp.cli import EXIT_INTERRUPTED
@@ -50,6 +52,15 @@ measure, re-decides them every --epoch-ticks ticks from a charged bootstrap, and
 and the dashboard show the chosen clusters and the consistent tables (ε is then per event for
 the whole run, not per stream).
 
+--privacy-unit user runs the web traffic with people (--people N, heavy-tailed: most people a
+few events, a few people many) into a second, user-level deployment as well (each person's first
+--user-max-events K events per --user-period-ticks T ticks counted, ε / K per event, so one
+person's bounded contribution to a stream costs what one event costs at event level), and the
+table shows each stream at user level (released ± stderr) next to the event-level figure, with
+how many events the bound dropped so far: the operator-only metric
+stream_dp_user_bounded_events_total of the user-level worker (its /metrics, which the demo
+enables for that worker only; docs/privacy.md, "User-level privacy").
+
 --offline runs the library-only simulation instead (no broker, no Kafka): the exact decayed
 counts of a synthetic stream next to their private releases, for each strategy.
 
@@ -58,6 +69,7 @@ examples:
   stream-dp demo --duration 60 --epsilon 0.5 --p 0.95
   stream-dp demo --tick-seconds 2 --rate 200 --data-dir /tmp/demo   # keep logs and topics
   stream-dp demo --scenario attributes --attributes 16 --epoch-ticks 20
+  stream-dp demo --privacy-unit user --people 1000 --user-max-events 10
   stream-dp demo --offline
 """
 
@@ -92,6 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--scenario attributes: ticks per structure epoch (default 20)")
     parser.add_argument("--offline", action="store_true",
                         help="run the library-only offline simulation, without a broker")
+    _demo_users.add_arguments(parser)
 
 
 # --------------------------------------------------------------------------- child processes
@@ -171,12 +184,16 @@ def _depth(name: str, names: tuple[str, ...]) -> int:
     return 0 if name == names[0] else name.count("/") + 1
 
 
-def render(board: Board, tick: int, hist: dict[str, Any] | None, header: str) -> str:
-    """The table for ``tick``: stream, released ± stderr, consistent value."""
+def render(board: Board, tick: int, hist: dict[str, Any] | None, header: str,
+           user: Board | None = None, dropped: int | None = None) -> str:
+    """The table for ``tick``: stream, released ± stderr, consistent value; with ``user`` (the
+    user-level deployment's board) its release ± stderr beside them, and ``dropped``, the
+    events its bound dropped so far (the operator's view)."""
     lines = [header, ""]
     lines.append(f"tick {tick}" + ("" if hist else "   (consistent histogram pending)"))
-    lines.append(f"{'stream':<24} {'released':>10} {'± stderr':>9}   {'consistent':>10}")
-    lines.append("-" * 58)
+    wide = "" if user is None else f"   {'user level':>10} {'± stderr':>9}"
+    lines.append(f"{'stream':<24} {'released':>10} {'± stderr':>9}   {'consistent':>10}{wide}")
+    lines.append("-" * (58 if user is None else 81))
     if hist is not None:
         rows = [(n["stream"], n["noisy"], n["stderr"], n["value"]) for n in hist["nodes"]]
     else:
@@ -185,7 +202,8 @@ def render(board: Board, tick: int, hist: dict[str, Any] | None, header: str) ->
     for stream, value, stderr, consistent in rows:
         label = ("  " * _depth(stream, board.names) + stream)[:24]
         cons = f"{consistent:10.1f}" if consistent is not None else f"{'…':>10}"
-        lines.append(f"{label:<24} {value:10.1f} {'±':>2}{stderr:7.1f}   {cons}")
+        extra = "" if user is None else _demo_users.user_columns(user.counts.get(tick), stream)
+        lines.append(f"{label:<24} {value:10.1f} {'±':>2}{stderr:7.1f}   {cons}{extra}")
     if hist is not None:
         d = hist["diagnostics"]
         lines.append("")
@@ -193,6 +211,11 @@ def render(board: Board, tick: int, hist: dict[str, Any] | None, header: str) ->
             f"reconciled in {d['seconds'] * 1000:.2f} ms, {d['iterations']} iteration(s), "
             f"residual {d['residual']:.1e}"
         )
+    if user is not None:
+        lines.append("user level: the bound dropped "
+                     + ("… (waiting for the worker's /metrics)" if dropped is None else
+                        f"{dropped:,} events so far")
+                     + " (operator view: stream_dp_user_bounded_events_total)")
     return "\n".join(lines)
 
 
@@ -214,6 +237,10 @@ class Demo:
         self.stop_event: asyncio.Event | None = None
         self.tty = out.isatty() and not args.no_table
         self.footer = "Ctrl-C to stop"
+        #: --privacy-unit user: the user-level deployment's settings file, worker and web port
+        self.user_path: Path | None = None
+        self.user_worker: subprocess.Popen[bytes] | None = None
+        self.user_web_port = 0
 
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -226,9 +253,10 @@ class Demo:
             math.floor(time.time()))
         ticks = int(max(3600.0, (a.duration or 86_400.0) / tick + 10))
         attributes = a.scenario == "attributes"
+        people = a.people if getattr(a, "privacy_unit", "event") == "user" else None
         traffic: Any = (
             AttributeTraffic(origin, tick, a.rate, a.seed, ticks, a.attributes) if attributes
-            else Traffic(origin, tick, a.rate, a.seed, ticks))
+            else Traffic(origin, tick, a.rate, a.seed, ticks, people=people))
         key_path = self.data_dir / "noise.key"
         if not key_path.exists():
             fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -262,6 +290,15 @@ class Demo:
             lines.append(f"{k} = {json.dumps(v)}")
         path = self.data_dir / "stream-dp.toml"
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        if people is not None:
+            from agents.kafka.embedded_broker import free_port
+
+            self.user_web_port = free_port()
+            user = _demo_users.user_settings(settings, a, self.user_web_port)
+            self.user_path = self.data_dir / "stream-dp-user.toml"
+            self.user_path.write_text("\n".join(
+                ["# The user-level deployment of 'stream-dp demo --privacy-unit user'."]
+                + [f"{k} = {json.dumps(v)}" for k, v in user.items()]) + "\n", encoding="utf-8")
         return path, origin, traffic
 
     def _start_afresh(self, broker_dir: Path) -> None:
@@ -308,6 +345,13 @@ class Demo:
             [sys.executable, "-m", "agents.cli", "worker"],
             log_path=self.data_dir / "worker.log", env=env,
         )
+        if self.user_path is not None:
+            asyncio.run(create_topics(Settings.load(self.user_path, env={})))
+            self.user_worker = self.children.spawn(
+                [sys.executable, "-m", "agents.cli", "worker"],
+                log_path=self.data_dir / "worker-user.log",
+                env=env | {"STREAM_DP_CONFIG": str(self.user_path)},
+            )
         #: kept under every redraw of the live table: the screen is cleared each tick, and the
         #: broker address and dashboard URL are what guide §1 asks you to copy
         self.footer = (f"broker {self.broker.bootstrap} · dashboard "
@@ -317,6 +361,10 @@ class Demo:
         self.say(f"dashboard  http://127.0.0.1:{web_port}/dashboard/")
         self.say(f"metrics    http://127.0.0.1:{web_port}/metrics")
         self.say(f"traffic    {traffic.source}, ~{a.rate:g} events per {a.tick_seconds:g} s tick")
+        if self.user_worker is not None:
+            self.say(f"user level worker pid {self.user_worker.pid}, logs "
+                     f"{self.data_dir / 'worker-user.log'}, {a.people} people, K = "
+                     f"{a.user_max_events} per {a.user_period_ticks} ticks, ε / K per event")
         self.say("stop with Ctrl-C" + (f" (or after {a.duration:g} s)" if a.duration else ""))
         self.say("")
         return settings, traffic
@@ -354,7 +402,7 @@ class Demo:
             if isinstance(r, Exception) and not isinstance(r, asyncio.CancelledError):
                 self.say(f"demo: {type(r).__name__}: {r}")
                 rc = 1
-        if self.worker is not None and self.worker.poll() is not None:
+        if any(w is not None and w.poll() is not None for w in (self.worker, self.user_worker)):
             rc = 1
         self.say("")
         self.say(f"released ticks: {board.released_ticks}, consistent histograms: "
@@ -364,11 +412,12 @@ class Demo:
     async def _guard(self, stop: asyncio.Event) -> None:
         """Stop the demo if the worker dies."""
         while not stop.is_set():
-            if self.worker is not None and self.worker.poll() is not None:
-                self.say(f"demo: the worker exited with {self.worker.returncode}; last log lines:")
-                self.say(_tail(self.data_dir / "worker.log", 15))
-                stop.set()
-                return
+            for proc, log in ((self.worker, "worker.log"), (self.user_worker, "worker-user.log")):
+                if proc is not None and proc.poll() is not None:
+                    self.say(f"demo: the worker exited with {proc.returncode}; last log lines:")
+                    self.say(_tail(self.data_dir / log, 15))
+                    stop.set()
+                    return
             await asyncio.sleep(0.5)
 
     async def _feed(self, settings: Any, traffic: Traffic, stop: asyncio.Event) -> None:
@@ -389,9 +438,18 @@ class Demo:
                         await asyncio.wait_for(stop.wait(), delay)
                     if stop.is_set():
                         return
-                await producer.send(
-                    settings.events_topic, encode(ev.message()), key=ev.record_key,
-                )
+                if self.user_path is None:
+                    await producer.send(
+                        settings.events_topic, encode(ev.message()), key=ev.record_key,
+                    )
+                    continue
+                # the event-level deployment gets the very events, without the person; the
+                # user-level one each keyed by its person (Kafka's default partitioner)
+                plain = dataclasses.replace(ev, user=None)
+                await producer.send(settings.events_topic, encode(plain.message()),
+                                    key=plain.record_key)
+                await producer.send(_demo_users.APP_ID + ".events", encode(ev.message()),
+                                    key=ev.record_key)
         finally:
             await producer.stop()
 
@@ -406,8 +464,14 @@ class Demo:
     async def _watch(self, settings: Any, board: Board, stop: asyncio.Event) -> None:
         from aiokafka import AIOKafkaConsumer
 
+        user_counts = _demo_users.APP_ID + ".counts" if self.user_path is not None else None
+        topics = [settings.counts_topic, settings.histograms_topic]
+        if user_counts is not None:
+            topics.append(user_counts)
+        user = Board(names=board.names) if user_counts is not None else None
+        dropped: list[int | None] = [None]
         consumer = AIOKafkaConsumer(
-            settings.counts_topic, settings.histograms_topic,
+            *topics,
             bootstrap_servers=settings.bootstrap, group_id=None, **_security(settings),
             auto_offset_reset="earliest", enable_auto_commit=False,
             isolation_level="read_committed",
@@ -423,6 +487,13 @@ class Demo:
             header = (f"stream-dp demo · {self.args.attributes} yes/no attributes · ε = "
                       f"{self.args.epsilon:g} per event (whole run) · p = {self.args.p:g} · "
                       f"tables re-decided every {self.args.epoch_ticks} ticks")
+        per_person: dict[str, Any] | None = None
+
+        def table(tick: int, hist: dict[str, Any] | None) -> str:
+            head = f"{header} · strategy {board.strategy}"
+            if user is not None:
+                head += "\n" + _demo_users.header_line(per_person, self.args)
+            return render(board, tick, hist, head, user, dropped[0])
         waiting_since: dict[int, float] = {}
         try:
             while not stop.is_set():
@@ -443,13 +514,19 @@ class Demo:
                                     board.shown_tick = tick
                                     self._show(header + "\n\n" + format_marginals(msg))
                             continue
+                        if user is not None and tp.topic == user_counts:
+                            user.add_count(msg)
+                            per_person = msg.get("privacy", {}).get("per_person", per_person)
+                            continue
                         if tp.topic == settings.histograms_topic:
                             board.histograms += 1
                             tick = int(msg["tick"])
                             if tick > board.shown_tick:
                                 board.shown_tick = tick
-                                self._show(render(board, tick, msg,
-                                                  f"{header} · strategy {board.strategy}"))
+                                if user is not None:
+                                    dropped[0] = await asyncio.to_thread(
+                                        _demo_users.bounded_events, self.user_web_port)
+                                self._show(table(tick, msg))
                         else:
                             done = board.add_count(msg)
                             if done is not None:
@@ -461,8 +538,7 @@ class Demo:
                         del waiting_since[tick]
                     elif now - since > 3 * self.args.tick_seconds:
                         board.shown_tick = tick
-                        self._show(render(board, tick, None,
-                                          f"{header} · strategy {board.strategy}"))
+                        self._show(table(tick, None))
                         del waiting_since[tick]
         finally:
             await consumer.stop()
@@ -478,6 +554,8 @@ class Demo:
 
     # -- tear-down ----------------------------------------------------------------------------
     def close(self) -> None:
+        if self.user_worker is not None:
+            self.children.stop(self.user_worker, timeout=30.0)
         if self.worker is not None:
             rc = self.children.stop(self.worker, timeout=30.0)
             if rc not in (0, None, -signal.SIGTERM):
@@ -550,6 +628,10 @@ def _validate(args: argparse.Namespace) -> None:
     # the worker's defaults (horizon, cap): the strategy must accept this budget
     horizon, cap = Settings.horizon, Settings.cap  # class attributes: the defaults
     check_buildable(args.strategy, args.p, horizon, PureDP(args.epsilon), cap)
+    _demo_users.validate(args)
+    if getattr(args, "privacy_unit", "event") == "user":  # the user-level deployment's ε / K must build too
+        check_buildable(args.strategy, args.p, horizon,
+                        PureDP(args.epsilon / args.user_max_events), cap)
 
 
 def run(args: argparse.Namespace) -> int:

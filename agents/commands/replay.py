@@ -138,6 +138,14 @@ whose ticks' deadline + close_grace_s has not passed on its clock. A clock-sched
 (live) judges each event by its record's timestamp and dead-letters markers: use
 --no-close-markers; an old log then arrives late, unless retimed (--retime now --speed 1).
 
+People (user-level deployments): with settings saying privacy_unit = "user" (--config FILE or
+$STREAM_DP_CONFIG, the file 'stream-dp simulate --people N --settings-out FILE' writes), each log
+record must carry the person's identifier in the field user_field (JSON lines: that field; CSV: a
+column of that name) and is keyed by it (its UTF-8 bytes), so Kafka's default partitioner puts
+all of one person's records on the one partition the worker checks (else it dead-letters them
+wrong_partition). Records without a valid identifier (missing, empty, not a string, over 256
+bytes) are counted and refused before anything is sent. Event-level replays are unchanged.
+
 Noise key: required (--key-file, $STREAM_DP_KEY_FILE or $STREAM_DP_KEY, as the worker reads it):
 it signs the close markers and identifies the key in the replay history. A key file readable by
 group or others is refused (chmod 600).
@@ -181,6 +189,7 @@ Examples:
   # into the demo (clock schedule; 'stream-dp demo --data-dir /tmp/demo' keeps its key there):
   stream-dp replay web.csv --retime now --speed 1 --no-close-markers --key-file /tmp/demo/noise.key
   stream-dp replay sales.csv --json --until 2024-01-02T00:00:00Z   # machine-readable
+  stream-dp replay visits.jsonl --config stream-dp.toml --until 2024-01-02T00:00:00Z  # people
 """
 
 EXIT_INTERRUPTED = 130
@@ -260,6 +269,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the outcome as one JSON object on stdout (notes and progress go to stderr "
              "either way)",
     )
+    parser.add_argument(
+        "--config", type=Path, default=None, metavar="FILE",
+        help="the deployment's settings TOML (default: $STREAM_DP_CONFIG; STREAM_DP_* variables "
+             "apply as for the worker): with privacy_unit = \"user\" every record is keyed by "
+             "the person's identifier, read from the field user_field of each log record, and a "
+             "record without a valid one is refused before anything is sent. Without settings "
+             "(no --config, no $STREAM_DP_CONFIG, no $STREAM_DP_PRIVACY_UNIT) replay is "
+             "event-level",
+    )
+
+
+def _user_field(args: argparse.Namespace) -> str | None:
+    """The event field that names the person when the deployment's settings (``--config``,
+    ``$STREAM_DP_CONFIG`` and the ``STREAM_DP_*`` variables, as the worker reads them) say
+    ``privacy_unit = "user"``; ``None`` for event level, or when no settings are given.
+    ``ValueError`` (one line) for settings that do not load."""
+    from agents.config.settings import Settings
+
+    path = getattr(args, "config", None) or os.environ.get("STREAM_DP_CONFIG") or None
+    if path is None and "STREAM_DP_PRIVACY_UNIT" not in os.environ:
+        return None  # no deployment settings: event level, as before
+    try:
+        settings = Settings.load(path)
+    except (ValueError, OSError) as exc:
+        where = f"--config {path}" if getattr(args, "config", None) else (
+            f"$STREAM_DP_CONFIG={path}" if path else "the STREAM_DP_* settings")
+        raise ValueError(f"the deployment's settings ({where}) do not load: "
+                         f"{' '.join(str(exc).split())}") from None
+    return settings.user_field if settings.privacy_unit == "user" else None
 
 
 async def _async_run(args: argparse.Namespace) -> int:
@@ -277,6 +315,11 @@ async def _async_run(args: argparse.Namespace) -> int:
     if problem:
         print(f"stream-dp replay: {problem}", file=sys.stderr)
         return out.finish("error", 2, error=problem)
+    try:
+        user_field = _user_field(args)
+    except ValueError as exc:
+        print(f"stream-dp replay: {exc}", file=sys.stderr)
+        return out.finish("error", 2, error=str(exc))
     markers = not args.no_close_markers
     until = parse_ts(args.until) if args.until is not None else None
     fmt = detect_format(log, args.format)
@@ -339,8 +382,16 @@ async def _async_run(args: argparse.Namespace) -> int:
             print(f"stream-dp replay: the interrupted replay went to topic {previous.topic!r}, "
                   f"not {topic!r}; pass --topic {previous.topic} or --restart", file=sys.stderr)
             return out.finish("error", 2, error="interrupted replay went to another topic")
+        if previous.user_field != user_field:
+            def unit(field: str | None) -> str:
+                return "event level" if field is None else f"keyed by the person's {field!r}"
+
+            print(f"stream-dp replay: the interrupted replay recorded in {spath} was "
+                  f"{unit(previous.user_field)}, these settings say {unit(user_field)}; resume "
+                  "with the same settings, or --restart", file=sys.stderr)
+            return out.finish("error", 2, error="interrupted replay had another privacy unit")
     try:
-        _check_log(log, fmt)
+        _check_log(log, fmt, user_field)
     except LogFormatError as exc:
         print(f"stream-dp replay: {exc}; nothing was sent", file=sys.stderr)
         return out.finish("error", 2, error=str(exc), records=0)
@@ -438,7 +489,7 @@ async def _async_run(args: argparse.Namespace) -> int:
         state = ReplayState(
             log=str(log.resolve()), log_sha256=digest, topic=topic, run_id=uuid.uuid4().hex,
             key_fingerprint=fingerprint, scan_from=await end_offsets(bootstrap, topic),
-            started=_now_iso(), time_offset=offset,
+            started=_now_iso(), time_offset=offset, user_field=user_field,
         )
         if state.time_offset and verdict.key != "same":
             out.say(f"retimed by {state.time_offset:+.3f} s: these are NEW releases (other "
@@ -482,7 +533,8 @@ async def _async_run(args: argparse.Namespace) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
-    records = read_log(log, fmt, start_offset=state.byte_offset, start_number=state.records_acked)
+    records = read_log(log, fmt, start_offset=state.byte_offset, start_number=state.records_acked,
+                       user_field=user_field)
     if state.time_offset:
         records = _shifted(records, state.time_offset)
     try:
@@ -531,6 +583,9 @@ async def _async_run(args: argparse.Namespace) -> int:
     out.say(f"replayed {state.records_acked} records of {log} into {topic} "
             f"({report.sent} sent, {report.skipped} skipped as already delivered) in "
             f"{report.seconds:.1f} s ({rate:,.0f} records/s).")
+    if user_field is not None:
+        out.say(f"user level: every record keyed by its person's identifier (field "
+                f"{user_field!r}), so each person's records are on one partition.")
     if markers:
         out.say(f"close markers written: the final one closes every tick up to the one "
                 f"containing {args.until} (a deployment with schedule = \"markers\" releases "

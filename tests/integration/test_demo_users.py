@@ -1,0 +1,54 @@
+"""`stream-dp demo --privacy-unit user` as a user runs it (issue #34): the same traffic with
+people at user level next to event level — each stream's user-level release ± stderr beside
+the event-level one, the per-person guarantee from the release records, the events the bound
+dropped (the operator-only counter) — exit 0, no process left behind."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_demo import CLI, processes_mentioning, worker_problems
+
+K = 5
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_demo_user_level_next_to_event_level(tmp_path: Path) -> None:
+    data = tmp_path / "demo"
+    proc = subprocess.run(
+        [*CLI, "demo", "--duration", "25", "--data-dir", str(data), "--strategy", "naive",
+         "--privacy-unit", "user", "--people", "300", "--user-max-events", str(K),
+         "--user-period-ticks", "30"],
+        capture_output=True, text=True, timeout=240,
+    )
+    problems = worker_problems(data)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + problems
+    out = proc.stdout
+    assert processes_mentioning(str(data)) == []
+    # rows: stream, event-level released ± stderr, consistent, user-level released ± stderr
+    rows = re.findall(r"^\s*(\S+)\s+(-?\d+\.\d)\s+±\s+(\d+\.\d)\s+(-?\d+\.\d|…)\s+"
+                      r"(-?\d+\.\d)\s+±\s+(\d+\.\d)$", out, re.M)
+    assert {r[0] for r in rows} >= {"all", "www", "api", "cdn"}, out[-3000:]
+    # the user-level deployment spends ε / K per event: the same strategy's error bar K times
+    # the event-level one (one person's K events cost what one event costs at event level)
+    for _stream, _v, event_err, _c, _u, user_err in rows:
+        # (both printed to 0.1: a rounding error of at most 0.05·K + 0.05)
+        assert abs(float(user_err) - K * float(event_err)) <= 0.05 * K + 0.05 + 1e-9, rows[:3]
+    assert ("user level: ε = 1 per person per stream per period, 3 in total (K = 5 per person "
+            "per 30 ticks, 300 people)") in out
+    dropped = [int(n.replace(",", "")) for n in re.findall(
+        r"^user level: the bound dropped ([\d,]+) events so far \(operator view: "
+        r"stream_dp_user_bounded_events_total\)$", out, re.M)]
+    assert dropped and dropped == sorted(dropped) and dropped[-1] > 0, out[-3000:]
+    # the event-level figure is still there as before (its headline, its consistent values)
+    assert "ε = 3 per event (ε = 1 per stream × 3 streams each event feeds)" in out
+    assert "reconciled in" in out
+    # the identifiers never reach either worker's log
+    for log in ("worker.log", "worker-user.log"):
+        text = (data / log).read_text()
+        assert not re.search(r'"u\d+"', text), log
