@@ -20,6 +20,7 @@ trap 'rm -rf "$tmp"' EXIT
 gcc -shared -fPIC -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
     -fno-omit-frame-pointer -ffp-contract=off -fno-fast-math -std=c11 -I"$inc" \
     -I"$root/agents/ingest/csrc" "$root/agents/ingest/csrc/fastingest.c" "$root/agents/ingest/csrc/blake2b.c" \
+    "$root/agents/ingest/csrc/usertable.c" \
     -o "$tmp/agents/ingest/_fastingest$suffix"
 libs="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
 if [ $# -eq 0 ]; then

@@ -18,6 +18,16 @@ person's budget), in log order:
    events go on to their tick's bucket; the others are dropped (not dead-lettered) and only
    counted, for the operator-only metric ``stream_dp_user_bounded_events_total``.
 
+The table (:func:`person_table`) is the compiled compact one (``agents.ingest._fastingest.
+UserTable``, 32 bytes a person in a table kept between 1/2 and 3/4 full: 43–64 bytes per active
+person) when the extension is built and the bounds fit it — no per-leaf bound (``L = 0`` and
+``k ≥ K``), ``K ≤ 65535``, period and separation below ``2^32`` ticks —, else the library's
+:class:`~stream_dp.user_level.Bounder` (a dict, ~570 bytes a person). The compact table decides
+exactly as the ``Bounder`` (tests/unit/agents/ingest/test_user_table.py, decision by decision
+and export by export); a state it cannot hold (a third open period for one person, a tick past
+``2^32 − 1``) moves the partition's table to the ``Bounder`` for good, losing nothing (exports
+are the same). Both list persons in hash order in the checkpoint (:meth:`UserState.to_doc`).
+
 The identifier itself is never stored, logged, exported or checkpointed: only its keyed hash,
 which nobody without the noise key can steer into another person's slot. The table is restored
 with the same offsets as the rest of the partition's ingest state: in the worker through a
@@ -33,11 +43,14 @@ import json
 from typing import Any
 
 from agents.ingest.digest import _UNKEYED, _blake2b
+from agents.ingest.records import _fastingest
 from agents.kafka.codec import Rejection
 from agents.kafka.partitioner import key_partition
 from stream_dp.user_level import Bounder, UserBounds
+from stream_dp.user_level.bounding import columns_people, export_columns
 
-__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "user_bounds", "user_key"]
+__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "person_table", "user_bounds",
+           "user_key"]
 
 #: longest identifier, in UTF-8 bytes
 MAX_ID_BYTES = 256
@@ -62,6 +75,41 @@ def user_bounds(settings: Any) -> UserBounds:
         max_streams=int(settings.user_max_streams),
         max_events_per_stream=int(settings.user_max_events_per_stream),
         min_separation_ticks=int(settings.user_min_separation_ticks))
+
+
+#: the compact table's limits (agents/ingest/csrc/usertable.c): u16 counts, u32 ticks
+_TABLE_MAX_EVENTS = 0xFFFF
+_TABLE_MAX_TICKS = (1 << 32) - 1
+
+
+def person_table(bounds: UserBounds) -> Any:
+    """An empty per-person table for ``bounds``: the compiled compact ``UserTable`` when it is
+    built and the bounds fit it (no per-leaf bound, ``K ≤ 65535``), else a
+    :class:`~stream_dp.user_level.Bounder`. Both decide alike; ``UserTable.admit`` answers
+    ``None`` for a state it cannot hold (:meth:`UserState.decide_obj` then moves to the
+    ``Bounder``)."""
+    if (_fastingest is None or bounds.max_streams
+            or bounds.per_leaf_events < bounds.max_events
+            or bounds.max_events > _TABLE_MAX_EVENTS
+            or bounds.period_ticks > _TABLE_MAX_TICKS
+            or bounds.min_separation_ticks > _TABLE_MAX_TICKS):
+        return Bounder(bounds)
+    return _fastingest.UserTable(bounds.max_events, bounds.period_ticks,
+                                 bounds.min_separation_ticks)
+
+
+def _filled(bounds: UserBounds, people: list[Any]) -> Any:
+    """A :func:`person_table` holding ``people`` (as :meth:`Bounder.export` lists them;
+    ``ValueError`` for counts the bounds cannot give, as :meth:`Bounder.load` says it)."""
+    table = person_table(bounds)
+    if type(table) is not Bounder:
+        try:
+            table.load(people)
+            return table
+        except OverflowError:  # a state the compact table cannot hold: the Bounder decides
+            table = Bounder(bounds)
+    table.load(people)
+    return table
 
 
 def _identifier(obj: Any, field: str) -> bytes | Rejection:
@@ -95,7 +143,8 @@ class UserState:
         self.field = str(settings.user_field)
         self.partitions = int(settings.events_partitions)
         self.partition = partition
-        self.bounder = Bounder(self.bounds)
+        #: the table: a compact ``UserTable`` or a ``Bounder`` (:func:`person_table`)
+        self.bounder: Any = person_table(self.bounds)
         #: the keyed hash with its key block already absorbed (copied per record)
         self._hash = _blake2b(digest_size=16, key=user_key(secret))
         #: the first period some tick of which is still open (slots of earlier ones are gone)
@@ -139,7 +188,13 @@ class UserState:
         h = self._hash.copy()
         h.update(ident)
         person = h.digest()
-        counted = self.bounder.admit(person, tick, leaf)
+        counted: bool | None = self.bounder.admit(person, tick, leaf)
+        if counted is None:  # the compact table cannot hold this state: the Bounder for good
+            moved = Bounder(self.bounds)
+            moved.load(self.bounder.export())
+            self.bounder = moved
+            counted = moved.admit(person, tick, leaf)
+        assert counted is not None
         if counted and self.changelog:  # a refusal changes nothing
             self.touched.add(person)
         return counted
@@ -153,7 +208,7 @@ class UserState:
             self.open_period = period
             changed = self.bounder.forget_before(period, open_tick=next_tick)
             if self.changelog:
-                self.touched.update(changed)  # type: ignore[arg-type]  # keyed hashes
+                self.touched.update(changed)  # keyed hashes
 
     # ------------------------------------------------------------------ checkpoint
     def take_changes(self) -> list[tuple[bytes, bytes | None]]:
@@ -192,22 +247,23 @@ class UserState:
                     (int(p), int(count), {tuple(x) if type(x) is list else int(x): int(n)
                                           for x, n in per_leaf})
                     for p, count, per_leaf in periods]))
-            bounder = Bounder(self.bounds)
-            bounder.load(people)
+            bounder = _filled(self.bounds, people)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"per-person changelog: unreadable record ({exc})") from None
         self.bounder = bounder
         self.touched = set()
 
     def to_doc(self) -> dict[str, Any]:
-        """The table as JSON-able columns (:meth:`stream_dp.user_level.Bounder.columns`; the
-        persons' keyed hashes as one hex string, 32 digits each; a grid's leaf, a tuple of
-        nodes, as a list). In changelog form only the open period (the table is in the
-        changelog, written in the same transaction)."""
+        """The table as JSON-able columns (:meth:`stream_dp.user_level.Bounder.columns`, persons
+        in hash order whichever the table; the persons' keyed hashes as one hex string, 32
+        digits each; a grid's leaf, a tuple of nodes, as a list). In changelog form only the
+        open period (the table is in the changelog, written in the same transaction)."""
         if self.changelog:  # how many people: a lost changelog is refused, not trusted
             return {"open_period": self.open_period, "changelog": True,
                     "people": len(self.bounder)}
-        cols = self.bounder.columns()
+        rows: list[Any] = self.bounder.export()
+        rows.sort(key=lambda row: row[0])  # hash order (the compact table's export order)
+        cols = export_columns(rows)
         persons = cols.pop("persons")
         assert all(type(p) is bytes and len(p) == 16 for p in persons)  # keyed hashes (decide)
         cols["leaf"] = [list(x) if type(x) is tuple else x for x in cols["leaf"]]
@@ -224,7 +280,7 @@ class UserState:
         if self.changelog:
             self.open_period = int(doc["open_period"])
             self.expected_people = int(doc["people"])
-            self.bounder = Bounder(self.bounds)
+            self.bounder = person_table(self.bounds)
             return
         try:
             self.open_period = int(doc["open_period"])
@@ -235,8 +291,7 @@ class UserState:
                 "last_tick", "periods", "period", "count", "leaves", "leaf_count")}
             cols["persons"] = [raw[i:i + 16] for i in range(0, len(raw), 16)]
             cols["leaf"] = [tuple(x) if type(x) is list else int(x) for x in doc["leaf"]]
-            bounder = Bounder(self.bounds)
-            bounder.load_columns(cols)
+            bounder = _filled(self.bounds, columns_people(cols))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"ingest checkpoint: unreadable per-person table ({exc})") from None
         self.bounder = bounder

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "blake2b.h"
+#include "usertable.h"
 
 typedef struct {
     PyObject_HEAD
@@ -1449,6 +1450,10 @@ PyMODINIT_FUNC PyInit__fastingest(void) {
     Py_INCREF(&KeyIndexType);
     if (PyModule_AddObject(m, "KeyIndex", (PyObject *)&KeyIndexType) < 0) {
         Py_DECREF(&KeyIndexType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (usertable_add_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

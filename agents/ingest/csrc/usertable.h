@@ -1,0 +1,35 @@
+/* The compact per-person table of privacy_unit = "user" (agents/ingest/csrc/usertable.c). */
+#ifndef STREAM_DP_USERTABLE_H
+#define STREAM_DP_USERTABLE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+/* One person: 32 bytes. `count[i] == 0` means "no period i"; period 0 is the one inserted first
+ * (the order agents.ingest.users exports in). Empty slot: last_tick == 0 and no period. */
+typedef struct {
+    unsigned char h[16];  /* the keyed hash (BLAKE2b-128 of the identifier) */
+    uint32_t last_tick;   /* the largest counted tick; 0 = none */
+    uint32_t period[2];
+    uint16_t count[2];
+} UTSlot;
+
+typedef struct {
+    PyObject_HEAD
+    UTSlot *slots;
+    size_t cap;  /* slots allocated (any size: index = h0 * cap >> 64) */
+    size_t n;    /* persons held */
+    uint32_t max_events, period_ticks, sep;
+} UserTable;
+
+/* The person's next event at `tick` (>= 1): 1 counted (recorded), 0 dropped, -1 the table
+ * cannot represent it (a third open period, a tick beyond 2^32 - 1; nothing changed), -2 out of
+ * memory (a Python error is set). */
+int ut_admit(UserTable *t, const unsigned char h[16], long long tick);
+
+int usertable_add_type(PyObject *module);
+/* whether `o` is a UserTable */
+int ut_check(PyObject *o);
+
+#endif
