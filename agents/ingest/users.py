@@ -82,13 +82,14 @@ _TABLE_MAX_EVENTS = 0xFFFF
 _TABLE_MAX_TICKS = (1 << 32) - 1
 
 
-def person_table(bounds: UserBounds) -> Any:
+def person_table(bounds: UserBounds, compact: bool = True) -> Any:
     """An empty per-person table for ``bounds``: the compiled compact ``UserTable`` when it is
     built and the bounds fit it (no per-leaf bound, ``K ≤ 65535``), else a
     :class:`~stream_dp.user_level.Bounder`. Both decide alike; ``UserTable.admit`` answers
     ``None`` for a state it cannot hold (:meth:`UserState.decide_obj` then moves to the
-    ``Bounder``)."""
-    if (_fastingest is None or bounds.max_streams
+    ``Bounder``). ``compact=False``: the ``Bounder`` always (the authoritative side of the
+    agreement tests)."""
+    if (not compact or _fastingest is None or bounds.max_streams
             or bounds.per_leaf_events < bounds.max_events
             or bounds.max_events > _TABLE_MAX_EVENTS
             or bounds.period_ticks > _TABLE_MAX_TICKS
@@ -98,10 +99,10 @@ def person_table(bounds: UserBounds) -> Any:
                                  bounds.min_separation_ticks)
 
 
-def _filled(bounds: UserBounds, people: list[Any]) -> Any:
+def _filled(bounds: UserBounds, people: list[Any], compact: bool) -> Any:
     """A :func:`person_table` holding ``people`` (as :meth:`Bounder.export` lists them;
     ``ValueError`` for counts the bounds cannot give, as :meth:`Bounder.load` says it)."""
-    table = person_table(bounds)
+    table = person_table(bounds, compact)
     if type(table) is not Bounder:
         try:
             table.load(people)
@@ -143,10 +144,14 @@ class UserState:
         self.field = str(settings.user_field)
         self.partitions = int(settings.events_partitions)
         self.partition = partition
-        #: the table: a compact ``UserTable`` or a ``Bounder`` (:func:`person_table`)
+        #: the table: a compact ``UserTable`` or a ``Bounder`` (:func:`person_table`; set
+        #: ``compact`` false, then :meth:`restore`, for the ``Bounder`` whatever the bounds)
+        self.compact = True
         self.bounder: Any = person_table(self.bounds)
-        #: the keyed hash with its key block already absorbed (copied per record)
-        self._hash = _blake2b(digest_size=16, key=user_key(secret))
+        #: the identifiers' hash key (for the compiled scanner), and the keyed hash with its
+        #: key block already absorbed (copied per record)
+        self.key = user_key(secret)
+        self._hash = _blake2b(digest_size=16, key=self.key)
         #: the first period some tick of which is still open (slots of earlier ones are gone)
         self.open_period = 0
         #: the worker's form: the table lives in a compacted changelog topic (one record per
@@ -247,7 +252,7 @@ class UserState:
                     (int(p), int(count), {tuple(x) if type(x) is list else int(x): int(n)
                                           for x, n in per_leaf})
                     for p, count, per_leaf in periods]))
-            bounder = _filled(self.bounds, people)
+            bounder = _filled(self.bounds, people, self.compact)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"per-person changelog: unreadable record ({exc})") from None
         self.bounder = bounder
@@ -280,7 +285,7 @@ class UserState:
         if self.changelog:
             self.open_period = int(doc["open_period"])
             self.expected_people = int(doc["people"])
-            self.bounder = person_table(self.bounds)
+            self.bounder = person_table(self.bounds, self.compact)
             return
         try:
             self.open_period = int(doc["open_period"])
@@ -291,7 +296,7 @@ class UserState:
                 "last_tick", "periods", "period", "count", "leaves", "leaf_count")}
             cols["persons"] = [raw[i:i + 16] for i in range(0, len(raw), 16)]
             cols["leaf"] = [tuple(x) if type(x) is list else int(x) for x in doc["leaf"]]
-            bounder = _filled(self.bounds, columns_people(cols))
+            bounder = _filled(self.bounds, columns_people(cols), self.compact)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"ingest checkpoint: unreadable per-person table ({exc})") from None
         self.bounder = bounder
