@@ -49,8 +49,8 @@ from agents.kafka.partitioner import key_partition
 from stream_dp.user_level import Bounder, UserBounds
 from stream_dp.user_level.bounding import columns_people, export_columns
 
-__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "person_table", "user_bounds",
-           "user_key"]
+__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "person_table", "table_status",
+           "user_bounds", "user_key"]
 
 #: longest identifier, in UTF-8 bytes
 MAX_ID_BYTES = 256
@@ -97,6 +97,17 @@ def person_table(bounds: UserBounds, compact: bool = True) -> Any:
         return Bounder(bounds)
     return _fastingest.UserTable(bounds.max_events, bounds.period_ticks,
                                  bounds.min_separation_ticks)
+
+
+def table_status(bounds: UserBounds) -> str:
+    """One line for the start-up log: which path and table bound persons under ``bounds``."""
+    if type(person_table(bounds)) is not Bounder:
+        return ("the compiled scanner bounds persons in its own pass (the compact per-person "
+                "table, 32 bytes a person)")
+    why = ("the compiled ingest path is not available" if _fastingest is None else
+           "a leaf bound (user_max_streams, or user_max_events_per_stream below "
+           "user_max_events) or user_max_events above 65535")
+    return f"every record takes the pure Python path and the dict table ({why})"
 
 
 def _filled(bounds: UserBounds, people: list[Any], compact: bool) -> Any:

@@ -20,16 +20,6 @@
 
 #define UT_MIN_CAP 16
 
-static inline uint64_t ut_h0(const unsigned char *h) {
-    uint64_t v;
-    memcpy(&v, h, 8);
-    return v;
-}
-
-static inline size_t ut_home(const unsigned char *h, size_t cap) {
-    return (size_t)(((unsigned __int128)ut_h0(h) * cap) >> 64);
-}
-
 static inline int ut_empty(const UTSlot *s) { return s->last_tick == 0 && s->count[0] == 0; }
 
 /* The slot holding `h`, or the empty slot where it would go (*found says which). */

@@ -5,6 +5,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 /* One person: 32 bytes. `count[i] == 0` means "no period i"; period 0 is the one inserted first
  * (the order agents.ingest.users exports in). Empty slot: last_tick == 0 and no period. */
@@ -22,6 +23,22 @@ typedef struct {
     size_t n;    /* persons held */
     uint32_t max_events, period_ticks, sep;
 } UserTable;
+
+static inline uint64_t ut_h0(const unsigned char *h) {
+    uint64_t v;
+    memcpy(&v, h, 8);
+    return v;
+}
+
+/* A person's home slot (the hash is uniform: its first 8 bytes scaled to the capacity). */
+static inline size_t ut_home(const unsigned char *h, size_t cap) {
+    return (size_t)(((unsigned __int128)ut_h0(h) * cap) >> 64);
+}
+
+/* Start fetching the home slot of ``h`` (a hint: the table may grow before it is used). */
+static inline void ut_prefetch(const UserTable *t, const unsigned char *h) {
+    __builtin_prefetch(&t->slots[ut_home(h, t->cap)]);
+}
 
 /* The person's next event at `tick` (>= 1): 1 counted (recorded), 0 dropped, -1 the table
  * cannot represent it (a third open period, a tick beyond 2^32 - 1; nothing changed), -2 out of
