@@ -255,8 +255,7 @@ class RecordProcessing:
                     records, i, self.next_tick,
                     self.pending[0].offset if self.pending else _NO_STOP, horizon_ts,
                     lat and not self.replaying, buckets, declared, index,
-                    None if users is None else users.bounder,
-                    users.touched if users is not None and users.changelog else None)
+                    None if users is None else users.bounder)
                 digest += added
                 accepted += got
                 clamped += clipped

@@ -25,7 +25,7 @@ person) when the extension is built and the bounds fit it — no per-leaf bound 
 :class:`~stream_dp.user_level.Bounder` (a dict, ~570 bytes a person). The compact table decides
 exactly as the ``Bounder`` (tests/unit/agents/ingest/test_user_table.py, decision by decision
 and export by export); a state it cannot hold (a third open period for one person, a tick past
-``2^32 − 1``) moves the partition's table to the ``Bounder`` for good, losing nothing (exports
+``2^31 − 1``) moves the partition's table to the ``Bounder`` for good, losing nothing (exports
 are the same). Both list persons in hash order in the checkpoint (:meth:`UserState.to_doc`).
 
 The identifier itself is never stored, logged, exported or checkpointed: only its keyed hash,
@@ -165,14 +165,29 @@ class UserState:
         self._hash = _blake2b(digest_size=16, key=self.key)
         #: the first period some tick of which is still open (slots of earlier ones are gone)
         self.open_period = 0
-        #: the worker's form: the table lives in a compacted changelog topic (one record per
-        #: person changed, written with each commit), not in the checkpoint; pure states of
-        #: tests keep it whole in the checkpoint
-        self.changelog = False
-        #: persons (keyed hashes) changed since the last :meth:`take_changes`
+        self._changelog = False
+        #: persons (keyed hashes) changed since the last :meth:`take_changes` (those a compact
+        #: table counted it lists itself: ``UserTable.take_dirty``, no object per event)
         self.touched: set[bytes] = set()
         #: changelog form: how many people the restored checkpoint says the table holds
         self.expected_people = 0
+
+    @property
+    def changelog(self) -> bool:
+        """The worker's form: the table lives in a compacted changelog topic (one record per
+        person changed, written with each commit), not in the checkpoint; pure states of tests
+        keep it whole in the checkpoint."""
+        return self._changelog
+
+    @changelog.setter
+    def changelog(self, on: bool) -> None:
+        self._changelog = bool(on)
+        self._track()
+
+    def _track(self) -> None:
+        """A compact table collects the persons it counts iff in changelog form."""
+        if type(self.bounder) is not Bounder:
+            self.bounder.tracking = self._changelog
 
     def context(self) -> dict[str, Any]:
         """What the table depends on (bound into the ingest checkpoint's context)."""
@@ -208,10 +223,12 @@ class UserState:
         if counted is None:  # the compact table cannot hold this state: the Bounder for good
             moved = Bounder(self.bounds)
             moved.load(self.bounder.export())
+            self.touched.update(self.bounder.take_dirty())
             self.bounder = moved
             counted = moved.admit(person, tick, leaf)
         assert counted is not None
-        if counted and self.changelog:  # a refusal changes nothing
+        # a refusal changes nothing; a compact table lists whom it counted itself
+        if counted and self._changelog and type(self.bounder) is Bounder:
             self.touched.add(person)
         return counted
 
@@ -233,6 +250,8 @@ class UserState:
         the table dropped. The caller seals them (:meth:`agents.ingest.state.IngestState.
         user_changes`)."""
         out: list[tuple[bytes, bytes | None]] = []
+        if type(self.bounder) is not Bounder:
+            self.touched.update(self.bounder.take_dirty())
         for person in sorted(self.touched):
             got = self.bounder.person(person)
             if got is None:
@@ -267,6 +286,7 @@ class UserState:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"per-person changelog: unreadable record ({exc})") from None
         self.bounder = bounder
+        self._track()
         self.touched = set()
 
     def to_doc(self) -> dict[str, Any]:
@@ -297,6 +317,7 @@ class UserState:
             self.open_period = int(doc["open_period"])
             self.expected_people = int(doc["people"])
             self.bounder = person_table(self.bounds, self.compact)
+            self._track()
             return
         try:
             self.open_period = int(doc["open_period"])
@@ -311,3 +332,4 @@ class UserState:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"ingest checkpoint: unreadable per-person table ({exc})") from None
         self.bounder = bounder
+        self._track()

@@ -746,8 +746,8 @@ typedef struct {
     const KeyIndex *index; /* the declared keys' index while fresh, else NULL (the dict) */
     long long sum_u;       /* the units of sum_obj (the sum of a leaf's first event) */
     PyObject *sum_obj;
-    UserTable *table;   /* privacy_unit = user: the partition's per-person table */
-    PyObject *touched;  /* the changelog's set of persons changed, or NULL */
+    UserTable *table;   /* privacy_unit = user: the partition's per-person table (it lists
+                         * the persons it counts itself, for the changelog) */
     long long bounded;  /* events over their person's bounds (dropped) */
 } ScanCtx;
 
@@ -950,15 +950,6 @@ static int scan_one(ScanCtx *c, long long offset, long long rts_ms, long long rt
             Py_DECREF(nodes);
             return got == -2 ? -1 : 0; /* -1: a state the table cannot hold (pure path) */
         }
-        if (got == 1 && c->touched != NULL) {
-            PyObject *pb = PyBytes_FromStringAndSize((const char *)person, 16);
-            if (pb == NULL || PySet_Add(c->touched, pb) < 0) {
-                Py_XDECREF(pb);
-                Py_DECREF(nodes);
-                return -1;
-            }
-            Py_DECREF(pb);
-        }
         if (got == 0) { /* dropped: digested, never bucketed nor dead-lettered */
             Py_DECREF(nodes);
             c->acc += ((unsigned __int128)w1 << 64) | w0;
@@ -1069,7 +1060,7 @@ static int scan_object(ScanCtx *c, PyObject *r) {
 
 PyDoc_STRVAR(scan_doc,
 "scan(records, start, next_tick, stop_offset, horizon_ts, lat_active, buckets, declared,\n"
-"     index=None, table=None, touched=None)\n"
+"     index=None, table=None)\n"
 "-> (end, digest_add, accepted, clamped, bounded)\n\n"
 "Handle records[start:end] (each accepted on the fast path: digest added, units bucketed in\n"
 "``buckets`` = {tick: {bucket key: units}}) and stop at ``end``, the first record that needs\n"
@@ -1080,18 +1071,17 @@ PyDoc_STRVAR(scan_doc,
 "key; ``index``: a KeyIndex of ``declared`` (used while fresh, else the dict is). "
 "``digest_add`` is the sum of the records' digests modulo 2^128. After users(): ``table``,\n"
 "the partition's UserTable (each event's last decision: counted, or ``bounded``: digested\n"
-"and dropped), ``touched``: the set that collects the persons counted (changelog form).");
+"and dropped; the table lists the persons counted while ``tracking``).");
 
 static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
-    PyObject *records, *buckets, *declared, *index = Py_None, *table = Py_None,
-             *touched = Py_None;
+    PyObject *records, *buckets, *declared, *index = Py_None, *table = Py_None;
     Py_ssize_t start;
     long long next_tick, stop_offset;
     double horizon_ts;
     int lat_active;
-    if (!PyArg_ParseTuple(args, "OnLLdpO!O!|OOO", &records, &start, &next_tick, &stop_offset,
+    if (!PyArg_ParseTuple(args, "OnLLdpO!O!|OO", &records, &start, &next_tick, &stop_offset,
                           &horizon_ts, &lat_active, &PyDict_Type, &buckets, &PyDict_Type,
-                          &declared, &index, &table, &touched))
+                          &declared, &index, &table))
         return NULL;
     if (index != Py_None && Py_TYPE(index) != &KeyIndexType) {
         PyErr_SetString(PyExc_TypeError, "index must be a KeyIndex or None");
@@ -1101,14 +1091,9 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
         PyErr_SetString(PyExc_TypeError, "table: a UserTable with Scanner.users, else None");
         return NULL;
     }
-    if (touched != Py_None && !PySet_CheckExact(touched)) {
-        PyErr_SetString(PyExc_TypeError, "touched must be a set or None");
-        return NULL;
-    }
     ScanCtx c = {self, next_tick, stop_offset, horizon_ts, lat_active, buckets, declared,
                  0, 0, 0, 0, NULL, NULL, 0, NULL, -1, NULL,
-                 self->users ? (UserTable *)table : NULL, touched == Py_None ? NULL : touched,
-                 0};
+                 self->users ? (UserTable *)table : NULL, 0};
     /* checked once per call: nothing in the scan runs Python code that could change it */
     if (index != Py_None && KeyIndex_is_fresh((KeyIndex *)index, declared))
         c.index = (const KeyIndex *)index;

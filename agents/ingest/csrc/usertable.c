@@ -7,8 +7,9 @@
  * (no second hash): a person's home slot is `h0 * cap >> 64` (h0 = the hash's first 8 bytes,
  * little endian), so the capacity need not be a power of two and grows by 1.5x at a load of
  * 3/4 (between 43 and 64 bytes per person). Per person: the largest counted tick and up to two
- * open periods with their counts (u32 periods and ticks, u16 counts: K <= 65535). What it
- * cannot hold (a third open period, a tick past 2^32 - 1, leaf bounds) it refuses with -1
+ * open periods with their counts (u32 periods, ticks below 2^31 — the top bit marks a person
+ * changed since the changelog last took them —, u16 counts: K <= 65535). What it cannot hold
+ * (a third open period, a tick past 2^31 - 1, leaf bounds) it refuses with -1
  * before changing anything, and agents.ingest.users moves the table to the Bounder.
  *
  * A wholly closed period is dropped by one sweep when the period closes (forget_before), which
@@ -21,6 +22,24 @@
 #define UT_MIN_CAP 16
 
 static inline int ut_empty(const UTSlot *s) { return s->last_tick == 0 && s->count[0] == 0; }
+
+/* `s` counted an event: list it for the changelog (once until taken). 0, or -2. */
+static int ut_touch(UserTable *t, UTSlot *s) {
+    if (!t->tracking || (s->last_tick & UT_DIRTY)) return 0;
+    if (t->ndirty == t->dirty_cap) {
+        size_t cap = t->dirty_cap ? 2 * t->dirty_cap : 1024;
+        unsigned char *d = PyMem_RawRealloc(t->dirty, cap * 16);
+        if (d == NULL) {
+            PyErr_NoMemory();
+            return -2;
+        }
+        t->dirty = d;
+        t->dirty_cap = cap;
+    }
+    memcpy(t->dirty + 16 * t->ndirty++, s->h, 16);
+    s->last_tick |= UT_DIRTY;
+    return 0;
+}
 
 /* The slot holding `h`, or the empty slot where it would go (*found says which). */
 static inline UTSlot *ut_probe(const UserTable *t, const unsigned char *h, int *found) {
@@ -71,7 +90,7 @@ static int ut_reserve(UserTable *t) {
 }
 
 int ut_admit(UserTable *t, const unsigned char h[16], long long tick) {
-    if (tick < 1 || tick > (long long)UINT32_MAX) return -1;
+    if (tick < 1 || tick > (long long)(UT_DIRTY - 1)) return -1;
     uint32_t period = t->period_ticks ? (uint32_t)((tick - 1) / t->period_ticks) : 0;
     int found;
     UTSlot *s = ut_probe(t, h, &found);
@@ -87,9 +106,10 @@ int ut_admit(UserTable *t, const unsigned char h[16], long long tick) {
         s->period[1] = 0;
         s->count[1] = 0;
         t->n++;
-        return 1;
+        return ut_touch(t, s) < 0 ? -2 : 1;
     }
-    if (t->sep && s->last_tick && (uint64_t)tick < (uint64_t)s->last_tick + t->sep) return 0;
+    uint32_t last = UT_TICK(s);
+    if (t->sep && last && (uint64_t)tick < (uint64_t)last + t->sep) return 0;
     int i;
     if (s->count[0] && s->period[0] == period) i = 0;
     else if (s->count[1] && s->period[1] == period) i = 1;
@@ -99,8 +119,8 @@ int ut_admit(UserTable *t, const unsigned char h[16], long long tick) {
     if (s->count[i] == 0) s->period[i] = period;  /* a new period (its first event counts) */
     else if (s->count[i] >= t->max_events) return 0;
     s->count[i]++;
-    if ((uint32_t)tick > s->last_tick) s->last_tick = (uint32_t)tick;
-    return 1;
+    if ((uint32_t)tick > last) s->last_tick = (uint32_t)tick | (s->last_tick & UT_DIRTY);
+    return ut_touch(t, s) < 0 ? -2 : 1;
 }
 
 static PyObject *ut_state(const UTSlot *s) {
@@ -115,7 +135,7 @@ static PyObject *ut_state(const UTSlot *s) {
         }
         Py_DECREF(item);
     }
-    return Py_BuildValue("(IN)", s->last_tick, periods);
+    return Py_BuildValue("(IN)", UT_TICK(s), periods);
 }
 
 static int ut_person_arg(PyObject *o, const unsigned char **h) {
@@ -154,6 +174,7 @@ static int UserTable_init(UserTable *self, PyObject *args, PyObject *kw) {
 
 static void UserTable_dealloc(UserTable *self) {
     PyMem_RawFree(self->slots);
+    PyMem_RawFree(self->dirty);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -197,7 +218,7 @@ static PyObject *UserTable_forget_before(UserTable *self, PyObject *args, PyObje
             }
         }
         int dead = s->count[0] == 0 &&
-                   (!self->sep || (open_tick && (long long)s->last_tick + self->sep <= open_tick));
+                   (!self->sep || (open_tick && (long long)UT_TICK(s) + self->sep <= open_tick));
         if (dead || old) {
             PyObject *b = PyBytes_FromStringAndSize((const char *)s->h, 16);
             if (b == NULL || PyList_Append(changed, b) < 0) {
@@ -307,7 +328,7 @@ static PyObject *UserTable_load(UserTable *self, PyObject *people) {
             PyErr_SetString(PyExc_ValueError, "a person twice, or a negative last tick");
             goto fail;
         }
-        if (last > (long long)UINT32_MAX) goto cannot;
+        if (last > (long long)(UT_DIRTY - 1)) goto cannot;
         UTSlot slot;
         memset(&slot, 0, sizeof slot);
         memcpy(slot.h, h, 16);
@@ -361,11 +382,49 @@ fail:
     return NULL;
 }
 
+static PyObject *UserTable_take_dirty(UserTable *self, PyObject *Py_UNUSED(ignored)) {
+    PyObject *out = PyList_New((Py_ssize_t)self->ndirty);
+    if (out == NULL) return NULL;
+    for (size_t i = 0; i < self->ndirty; i++) {
+        const unsigned char *h = self->dirty + 16 * i;
+        int found;
+        UTSlot *s = ut_probe(self, h, &found);
+        if (found) s->last_tick &= ~UT_DIRTY;  /* (gone since: the caller writes a tombstone) */
+        PyObject *b = PyBytes_FromStringAndSize((const char *)h, 16);
+        if (b == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, b);
+    }
+    self->ndirty = 0;
+    if (self->dirty_cap > 65536) {  /* a burst's buffer is not kept for ever */
+        PyMem_RawFree(self->dirty);
+        self->dirty = NULL;
+        self->dirty_cap = 0;
+    }
+    return out;
+}
+
+static PyObject *UserTable_get_tracking(UserTable *self, void *closure) {
+    (void)closure;
+    return PyBool_FromLong(self->tracking);
+}
+
+static int UserTable_set_tracking(UserTable *self, PyObject *value, void *closure) {
+    (void)closure;
+    int on = value == NULL ? 0 : PyObject_IsTrue(value);
+    if (on < 0) return -1;
+    self->tracking = on;
+    return 0;
+}
+
 static Py_ssize_t UserTable_len(UserTable *self) { return (Py_ssize_t)self->n; }
 
 static PyObject *UserTable_nbytes(UserTable *self, void *closure) {
     (void)closure;
-    return PyLong_FromSize_t(sizeof(UserTable) + self->cap * sizeof(UTSlot));
+    return PyLong_FromSize_t(sizeof(UserTable) + self->cap * sizeof(UTSlot) +
+                             16 * self->dirty_cap);
 }
 
 static PyMethodDef UserTable_methods[] = {
@@ -380,11 +439,16 @@ static PyMethodDef UserTable_methods[] = {
     {"export", (PyCFunction)UserTable_export, METH_NOARGS,
      "export() -> [(person, last_tick, [(period, count, {})])], in hash order."},
     {"load", (PyCFunction)UserTable_load, METH_O, load_doc},
+    {"take_dirty", (PyCFunction)UserTable_take_dirty, METH_NOARGS,
+     "take_dirty() -> [person]: the persons counted since the last call while tracking (each "
+     "once; some may be gone since)."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef UserTable_getset[] = {
     {"nbytes", (getter)UserTable_nbytes, NULL, "bytes the table holds (its slots)", NULL},
+    {"tracking", (getter)UserTable_get_tracking, (setter)UserTable_set_tracking,
+     "collect the persons counted for take_dirty (the changelog form)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

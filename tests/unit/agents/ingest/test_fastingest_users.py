@@ -213,15 +213,15 @@ def test_the_scanner_bounds_persons_in_the_same_pass() -> None:
     recs = [Record(i, b"k", _event(LEAVES[i % 3], ts, people[i % 50]), int((ts + 0.1) * 1000), 0)
             for i in range(400)]
     buckets: dict[int, dict[Any, int]] = {}
-    touched: set[bytes] = set()
+    table = state.users.bounder
     end, _digest, accepted, _clamped, bounded = scanner.scan(
-        recs, 0, 1, _NO_STOP, math.inf, False, buckets, ROUTER.declared, None,
-        state.users.bounder, touched)
+        recs, 0, 1, _NO_STOP, math.inf, False, buckets, ROUTER.declared, None, table)
     assert (end, accepted, bounded) == (400, 100, 300)  # K = 2 of each person's 8
-    assert len(touched) == 50 and len(state.users.bounder) == 50
+    assert len(table) == 50 and table.tracking  # changelog form: it lists whom it counted
+    assert len(table.take_dirty()) == 50 and table.take_dirty() == []
     wrong = Record(400, b"k", _event("a/x", ts, _home(1, "q")), int((ts + 0.1) * 1000), 0)
     end, *_ = scanner.scan([*recs, wrong], 400, 1, _NO_STOP, math.inf, False, buckets,
-                           ROUTER.declared, None, state.users.bounder, touched)
+                           ROUTER.declared, None, table)
     assert end == 400  # wrong_partition: the pure path says it
 
 

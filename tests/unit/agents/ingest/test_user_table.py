@@ -27,6 +27,8 @@ fast = pytest.importorskip("agents.ingest._fastingest", reason="the compiled fas
 pytestmark = pytest.mark.skipif(ingest_records._fastingest is None, reason=FAST_PATH_STATUS)
 
 U32 = (1 << 32) - 1
+#: the largest tick the compact table holds (the top bit of its u32 marks a changed person)
+TICK_MAX = (1 << 31) - 1
 
 
 def _person(i: int) -> bytes:
@@ -39,8 +41,8 @@ def _table(bounds: UserBounds) -> Any:
 
 def _holds(bounder: Bounder, person: bytes, tick: int) -> bool:
     """Whether the compact table can hold ``person``'s state after an event at ``tick``: at
-    most two open periods, ticks within u32 (it may answer ``None`` only otherwise)."""
-    if not 1 <= tick <= U32:
+    most two open periods, ticks below 2^31 (it may answer ``None`` only otherwise)."""
+    if not 1 <= tick <= TICK_MAX:
         return False
     got = bounder.person(person)
     if got is None:
@@ -132,9 +134,26 @@ def test_states_it_cannot_hold_change_nothing() -> None:
     assert table.admit(p, 1, 0) and table.admit(p, 2, 0)
     before = table.export()
     assert table.admit(p, 3, 0) is None  # a third open period
-    assert table.admit(p, U32 + 1, 0) is None and table.admit(p, 0, 0) is None
+    assert table.admit(p, TICK_MAX + 1, 0) is None and table.admit(p, 0, 0) is None
     assert table.admit(_person(2), 1 << 70, 0) is None
     assert table.export() == before and len(table) == 1
+
+
+def test_the_changed_mark_never_shows_and_each_person_is_listed_once() -> None:
+    bounds = UserBounds(max_events=3, period_ticks=0)
+    table, ref = _table(bounds), Bounder(bounds)
+    table.tracking = True
+    p, q = _person(1), _person(2)
+    for person, tick in ((p, TICK_MAX - 1), (p, TICK_MAX), (q, 5), (p, TICK_MAX)):
+        assert table.admit(person, tick, 0) is ref.admit(person, tick, 0)
+    assert table.export() == sorted(ref.export())  # type: ignore[type-var]
+    assert sorted(table.take_dirty()) == sorted([p, q]) and table.take_dirty() == []
+    assert table.admit(q, 6, 0) and table.take_dirty() == [q]
+    table.tracking = False
+    assert table.admit(q, 7, 0) is True  # not listed: not tracking
+    assert table.admit(q, 8, 0) is False and table.admit(p, 1, 0) is False  # K = 3 reached
+    assert table.take_dirty() == []
+    assert {row[0]: row[1] for row in table.export()} == {p: TICK_MAX, q: 7}
 
 
 @pytest.mark.parametrize("people", [
@@ -159,7 +178,7 @@ def test_loading_what_the_bounds_cannot_give_is_refused_as_the_bounder_refuses(
     [(_person(1), 3, [(0, 1, {}), (1, 1, {}), (2, 1, {})])],  # three periods
     [(_person(1), 3, [(0, 0, {})])],  # a count of 0 (load accepts it, admit never makes it)
     [(_person(1), 0, [])],  # nothing at all
-    [(_person(1), U32 + 1, [(0, 1, {})])],
+    [(_person(1), TICK_MAX + 1, [(0, 1, {})])],
     [(_person(1), 3, [(U32 + 1, 1, {})])],
     [(_person(1), 3, [(0, 1, {7: 0})])],  # a per-leaf count
     [(b"short", 3, [(0, 1, {})])],
