@@ -8,11 +8,14 @@ The traffic: ``--events`` events over ``--people`` distinct people (event ``j`` 
 ``j mod people``'s, so every person is active), on ``--leaves`` leaves, spread over the first
 ticks (60 s ticks, clock schedule, records stamped just after their event time: all on time),
 one events partition, encoded as Kafka record batches of ``--batch`` records and read as record
-blocks (the worker's path: ``agents.ingest.raw_records``). The same events, in the same order,
+blocks (the worker's path: ``agents.ingest.raw_records``, installed as the worker does). The
+same events, in the same order,
 twice: at event level ``{"key", "ts"}`` (what an event-level deployment's producers send), at
 user level ``{"key", "ts", "user"}`` with ``user_max_events`` high enough that every event
 counts (the same buckets: the table's work is what differs) — or ``--max-events`` lower, to
-time the drops too. Timed: wall and this thread's CPU, median of ``--repeats`` fresh states.
+time the drops too. At user level twice: every event a new person's (the table grows to 10^6
+people as it goes: the worst case), and the same events again after them (every person already
+in the table: a period's later events). Timed: wall and this thread's CPU, median of ``--repeats`` fresh states.
 
 Memory: the compact table's own size (``UserTable.nbytes``) per person at the end, and
 tracemalloc's count of what a table of ``--people`` persons allocates (the compact one, and the
@@ -42,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.config.settings import Settings  # noqa: E402
-from agents.ingest.raw_records import raw_records  # noqa: E402
+from agents.ingest.raw_records import install, raw_records  # noqa: E402
 from agents.ingest.records import RecordBlock  # noqa: E402
 from agents.ingest.routing import Router  # noqa: E402
 from agents.ingest.state import IngestState  # noqa: E402
@@ -67,8 +70,9 @@ def _settings(tmp: Path, user: bool, max_events: int) -> Settings:
     return Settings(**kw)
 
 
-def _traffic(args: argparse.Namespace, leaves: list[str]) -> tuple[bytes, bytes]:
-    """The record batches of the events at event level and at user level."""
+def _traffic(args: argparse.Namespace, leaves: list[str]) -> tuple[bytes, bytes, bytes]:
+    """The record batches of the events at event level and at user level, and the user-level
+    ones again at the next offsets (the same people a second time)."""
     ev: list[tuple[bytes, bytes, int]] = []
     us: list[tuple[bytes, bytes, int]] = []
     span = 3 * TICK  # ticks 1..3
@@ -80,16 +84,23 @@ def _traffic(args: argparse.Namespace, leaves: list[str]) -> tuple[bytes, bytes]
         ev.append((leaf.encode(), json.dumps({"key": leaf, "ts": ts}).encode(), ms))
         us.append((person.encode(), json.dumps({"key": leaf, "ts": ts, "user": person})
                    .encode(), ms))
-    return _timed_bytes(ev, 0, args.batch), _timed_bytes(us, 0, args.batch)
+    return (_timed_bytes(ev, 0, args.batch), _timed_bytes(us, 0, args.batch),
+            _timed_bytes(us, len(us), args.batch))
 
 
-def _run(s: Settings, router: Router, raw: bytes, fast: bool, changelog: bool
-         ) -> tuple[float, float, IngestState]:
+def _run(s: Settings, router: Router, raw: bytes, fast: bool, changelog: bool,
+         before: bytes = b"") -> tuple[float, float, IngestState]:
+    """Time ``raw`` through a fresh state (after ``before``, untimed)."""
     state = IngestState(s, router, 0, offset=0, key=KEY)
     state.use_fast_path = fast
     if state.users is not None:
         state.users.changelog = changelog
     state.clock = lambda: ORIGIN + 4 * TICK
+    if before:
+        state.process_fetched(_fetch(before, raw_records if fast else None))
+        if state.users is not None:
+            state.user_changes()  # committed
+        state.out.clear()
     items = _fetch(raw, raw_records if fast else None)
     t0, c0 = time.perf_counter(), time.thread_time()
     state.process_fetched(items)
@@ -125,27 +136,29 @@ def main() -> None:
                     "(tests' form), not in the changelog (the worker's: the persons counted are "
                     "collected for the next commit)")
     args = ap.parse_args()
-    if RecordBlock is None:
+    if RecordBlock is None or not install():  # record blocks: the worker's fetch path
         sys.exit("user_ingest: the compiled ingest path is not built (pip install -e .)")
     leaves = [f"r{i // 10}/l{i % 10}" for i in range(args.leaves)]
     router = Router(Domain.from_paths(leaves), 1)
     t0 = time.perf_counter()
-    ev_raw, us_raw = _traffic(args, leaves)
+    ev_raw, us_raw, us_again = _traffic(args, leaves)
     print(f"# {args.events} events, {args.people} people, {args.leaves} leaves; encoded in "
           f"{time.perf_counter() - t0:.1f} s", flush=True)
     rows: dict[str, tuple[list[float], list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         s_ev = _settings(Path(tmp), False, 0)
         s_us = _settings(Path(tmp), True, args.max_events)
-        paths = [("compiled, event level", s_ev, ev_raw, True),
-                 ("compiled, user level", s_us, us_raw, True)]
+        paths = [("compiled, event level", s_ev, ev_raw, True, b""),
+                 ("compiled, user level", s_us, us_raw, True, b""),
+                 ("compiled, user level, people already in the table", s_us, us_again, True,
+                  us_raw)]
         if args.pure:
-            paths += [("pure, event level", s_ev, ev_raw, False),
-                      ("pure, user level", s_us, us_raw, False)]
+            paths += [("pure, event level", s_ev, ev_raw, False, b""),
+                      ("pure, user level", s_us, us_raw, False, b"")]
         last: dict[str, IngestState] = {}
         for _ in range(args.repeats):
-            for name, s, raw, fast in paths:
-                wall, cpu, state = _run(s, router, raw, fast, not args.no_changelog)
+            for name, s, raw, fast, before in paths:
+                wall, cpu, state = _run(s, router, raw, fast, not args.no_changelog, before)
                 got = state.out.accepted + state.out.bounded
                 assert got == args.events, (name, got, len(state.out.dead_letters))
                 rows.setdefault(name, ([], []))[0].append(wall)
