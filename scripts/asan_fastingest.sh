@@ -8,7 +8,8 @@
 #
 # Usage: scripts/asan_fastingest.sh [pytest args...]
 #   default: the compiled-path tests (test_fastingest, test_raw_records, test_key_index,
-#   test_bucket_columns, test_user_table, test_fastingest_users). FUZZ_EXAMPLES=2000 raises the property tests' example counts.
+#   test_bucket_columns, test_user_table, test_fastingest_users). FUZZ_EXAMPLES=2000 raises the
+#   property tests' example counts.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 py="$root/.venv/bin/python"
