@@ -30,8 +30,9 @@ setup(
     ext_modules=[
         Extension(
             "agents.ingest._fastingest",
-            sources=["agents/ingest/csrc/fastingest.c", "agents/ingest/csrc/blake2b.c"],
-            depends=["agents/ingest/csrc/blake2b.h"],
+            sources=["agents/ingest/csrc/fastingest.c", "agents/ingest/csrc/blake2b.c",
+                     "agents/ingest/csrc/usertable.c"],
+            depends=["agents/ingest/csrc/blake2b.h", "agents/ingest/csrc/usertable.h"],
             include_dirs=["agents/ingest/csrc"],
             extra_compile_args=COMPILE_ARGS,
             optional=True,

@@ -292,7 +292,10 @@ class Settings:
         "counted events are bounded per period by the user_* settings, in log order, before "
         "any noise; records must be keyed by that identifier so that Kafka's default "
         "partitioner puts all of a person's records on one events partition, others are "
-        "dead-lettered `wrong_partition`). With `user` the compiled ingest path is not used. "
+        "dead-lettered `wrong_partition`). The compiled ingest path bounds persons in its own "
+        "pass (32 bytes a person) unless a leaf bound is set (user_max_streams, or "
+        "user_max_events_per_stream below user_max_events) or user_max_events > 65535: then "
+        "the pure path does. "
         "docs/privacy.md, 'User-level privacy (preview)'.",
     )
     user_field: str = _s(

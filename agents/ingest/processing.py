@@ -143,9 +143,11 @@ class RecordProcessing:
     def _fast_scanner(self) -> Any:
         """The compiled scanner for this state's settings (built once per settings object), or
         ``None`` for the pure path (not built, disabled, a binary-attribute domain, or a person
-        as the unit of privacy: the compiled scanner does not bound persons)."""
+        as the unit of privacy whose table is not the compact one: see
+        :func:`agents.ingest.users.person_table`)."""
+        users = self.users
         if _fastingest is None or self.router.patterns or not self.use_fast_path or (
-                self.users is not None):
+                users is not None and type(users.bounder) is not _fastingest.UserTable):
             return None
         s = self.settings
         cached = self.__dict__.get("_scanner")
@@ -157,6 +159,9 @@ class RecordProcessing:
             float(s.allowed_lateness_s), float(s.close_grace_s), float(s.max_future_skew_s),
             float(s.max_event_age_s) if s.max_event_age_s > 0 else math.inf,
             self.markers, s.strategy == "naive-int")
+        if users is not None:
+            scanner.users(users.field.encode("utf-8"), users.partitions, users.partition,
+                          users.key)
         self.__dict__["_scanner"] = (s, scanner)
         return scanner
 
@@ -239,16 +244,22 @@ class RecordProcessing:
         index = _key_index(self.router) if scanner is not None else None
         i = start
         while i < n_records:
+            if scanner is not None and users is not None and type(
+                    users.bounder) is not _fastingest.UserTable:
+                scanner = None  # the table moved to the Bounder (users.py): pure from here
             if scanner is not None:
                 # Compiled fast path (agents/ingest/csrc/fastingest.c): the records it is sure about,
-                # up to the first one that needs the code below (or a closing point).
-                i, added, got, clipped = scanner.scan(
+                # up to the first one that needs the code below (or a closing point). At user
+                # level the person's bound is its last decision, in the same pass.
+                i, added, got, clipped, dropped = scanner.scan(
                     records, i, self.next_tick,
                     self.pending[0].offset if self.pending else _NO_STOP, horizon_ts,
-                    lat and not self.replaying, buckets, declared, index)
+                    lat and not self.replaying, buckets, declared, index,
+                    None if users is None else users.bounder)
                 digest += added
                 accepted += got
                 clamped += clipped
+                bounded += dropped
                 if i >= n_records:
                     break
                 end = i + 1

@@ -105,9 +105,10 @@ class IngestStage(_Stage):
         # schedule or checkpoint topics would lose the nonce, the closing points or the state
         await check_internal_topics(self.s.bootstrap, self.s)
         if self.s.privacy_unit == "user":
-            log.info("ingest: privacy_unit = user: every record takes the pure Python path (the "
-                     "compiled scanner does not bound persons yet); each person's events are "
-                     "bounded per %s",
+            from agents.ingest.users import table_status, user_bounds
+
+            log.info("%s; privacy_unit = user: %s; each person's events are bounded per %s",
+                     FAST_PATH_STATUS, table_status(user_bounds(self.s)),
                      f"period of {self.s.user_period_ticks} ticks"
                      if self.s.user_period_ticks else "deployment")
         else:

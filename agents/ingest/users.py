@@ -18,6 +18,16 @@ person's budget), in log order:
    events go on to their tick's bucket; the others are dropped (not dead-lettered) and only
    counted, for the operator-only metric ``stream_dp_user_bounded_events_total``.
 
+The table (:func:`person_table`) is the compiled compact one (``agents.ingest._fastingest.
+UserTable``, 32 bytes a person in a table kept between 1/2 and 3/4 full: 43–64 bytes per active
+person) when the extension is built and the bounds fit it — no per-leaf bound (``L = 0`` and
+``k ≥ K``), ``K ≤ 65535``, period and separation below ``2^32`` ticks —, else the library's
+:class:`~stream_dp.user_level.Bounder` (a dict, ~570 bytes a person). The compact table decides
+exactly as the ``Bounder`` (tests/unit/agents/ingest/test_user_table.py, decision by decision
+and export by export); a state it cannot hold (a third open period for one person, a tick past
+``2^31 − 1``) moves the partition's table to the ``Bounder`` for good, losing nothing (exports
+are the same). Both list persons in hash order in the checkpoint (:meth:`UserState.to_doc`).
+
 The identifier itself is never stored, logged, exported or checkpointed: only its keyed hash,
 which nobody without the noise key can steer into another person's slot. The table is restored
 with the same offsets as the rest of the partition's ingest state: in the worker through a
@@ -35,13 +45,15 @@ import json
 from typing import Any
 
 from agents.ingest.digest import _UNKEYED, _blake2b
+from agents.ingest.records import _fastingest
 from agents.ingest.user_digest import TableDigest, table_digest_key
 from agents.kafka.codec import Rejection
 from agents.kafka.partitioner import key_partition
 from stream_dp.user_level import Bounder, UserBounds
+from stream_dp.user_level.bounding import columns_people, export_columns
 
-__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "record_bytes", "user_bounds",
-           "user_key"]
+__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "person_table", "record_bytes",
+           "table_status", "user_bounds", "user_key"]
 
 #: longest identifier, in UTF-8 bytes
 MAX_ID_BYTES = 256
@@ -78,6 +90,53 @@ def record_bytes(state: tuple[int, list[tuple[int, int, dict[Any, int]]]]) -> by
         for p, count, per_leaf in periods]], separators=(",", ":")).encode()
 
 
+#: the compact table's limits (agents/ingest/csrc/usertable.c): u16 counts, u32 ticks
+_TABLE_MAX_EVENTS = 0xFFFF
+_TABLE_MAX_TICKS = (1 << 32) - 1
+
+
+def person_table(bounds: UserBounds, compact: bool = True) -> Any:
+    """An empty per-person table for ``bounds``: the compiled compact ``UserTable`` when it is
+    built and the bounds fit it (no per-leaf bound, ``K ≤ 65535``), else a
+    :class:`~stream_dp.user_level.Bounder`. Both decide alike; ``UserTable.admit`` answers
+    ``None`` for a state it cannot hold (:meth:`UserState.decide_obj` then moves to the
+    ``Bounder``). ``compact=False``: the ``Bounder`` always (the authoritative side of the
+    agreement tests)."""
+    if (not compact or _fastingest is None or bounds.max_streams
+            or bounds.per_leaf_events < bounds.max_events
+            or bounds.max_events > _TABLE_MAX_EVENTS
+            or bounds.period_ticks > _TABLE_MAX_TICKS
+            or bounds.min_separation_ticks > _TABLE_MAX_TICKS):
+        return Bounder(bounds)
+    return _fastingest.UserTable(bounds.max_events, bounds.period_ticks,
+                                 bounds.min_separation_ticks)
+
+
+def table_status(bounds: UserBounds) -> str:
+    """One line for the start-up log: which path and table bound persons under ``bounds``."""
+    if type(person_table(bounds)) is not Bounder:
+        return ("the compiled scanner bounds persons in its own pass (the compact per-person "
+                "table, 32 bytes a person)")
+    why = ("the compiled ingest path is not available" if _fastingest is None else
+           "a leaf bound (user_max_streams, or user_max_events_per_stream below "
+           "user_max_events) or user_max_events above 65535")
+    return f"every record takes the pure Python path and the dict table ({why})"
+
+
+def _filled(bounds: UserBounds, people: list[Any], compact: bool) -> Any:
+    """A :func:`person_table` holding ``people`` (as :meth:`Bounder.export` lists them;
+    ``ValueError`` for counts the bounds cannot give, as :meth:`Bounder.load` says it)."""
+    table = person_table(bounds, compact)
+    if type(table) is not Bounder:
+        try:
+            table.load(people)
+            return table
+        except OverflowError:  # a state the compact table cannot hold: the Bounder decides
+            table = Bounder(bounds)
+    table.load(people)
+    return table
+
+
 def _identifier(obj: Any, field: str) -> bytes | Rejection:
     """The identifier's UTF-8 bytes from a decoded event (a JSON object), or why there is
     none. The detail never repeats the identifier."""
@@ -109,16 +168,19 @@ class UserState:
         self.field = str(settings.user_field)
         self.partitions = int(settings.events_partitions)
         self.partition = partition
-        self.bounder = Bounder(self.bounds)
-        #: the keyed hash with its key block already absorbed (copied per record)
-        self._hash = _blake2b(digest_size=16, key=user_key(secret))
+        #: the table: a compact ``UserTable`` or a ``Bounder`` (:func:`person_table`; set
+        #: ``compact`` false, then :meth:`restore`, for the ``Bounder`` whatever the bounds)
+        self.compact = True
+        self.bounder: Any = person_table(self.bounds)
+        #: the identifiers' hash key (for the compiled scanner), and the keyed hash with its
+        #: key block already absorbed (copied per record)
+        self.key = user_key(secret)
+        self._hash = _blake2b(digest_size=16, key=self.key)
         #: the first period some tick of which is still open (slots of earlier ones are gone)
         self.open_period = 0
-        #: the worker's form: the table lives in a compacted changelog topic (one record per
-        #: person changed, written with each commit), not in the checkpoint; pure states of
-        #: tests keep it whole in the checkpoint
-        self.changelog = False
-        #: persons (keyed hashes) changed since the last :meth:`take_changes`
+        self._changelog = False
+        #: persons (keyed hashes) changed since the last :meth:`take_changes` (those a compact
+        #: table counted it lists itself: ``UserTable.take_dirty``, no object per event)
         self.touched: set[bytes] = set()
         #: changelog form: how many people the restored checkpoint says the table holds
         self.expected_people = 0
@@ -126,6 +188,23 @@ class UserState:
         #: tag of it that the restored checkpoint carries (agents.ingest.user_digest)
         self.digest = TableDigest(table_digest_key(secret), record_bytes)
         self.expected_digest = self.digest.tag()  # no checkpoint: the empty table
+
+    @property
+    def changelog(self) -> bool:
+        """The worker's form: the table lives in a compacted changelog topic (one record per
+        person changed, written with each commit), not in the checkpoint; pure states of tests
+        keep it whole in the checkpoint."""
+        return self._changelog
+
+    @changelog.setter
+    def changelog(self, on: bool) -> None:
+        self._changelog = bool(on)
+        self._track()
+
+    def _track(self) -> None:
+        """A compact table collects the persons it counts iff in changelog form."""
+        if type(self.bounder) is not Bounder:
+            self.bounder.tracking = self._changelog
 
     def context(self) -> dict[str, Any]:
         """What the table depends on (bound into the ingest checkpoint's context)."""
@@ -157,14 +236,42 @@ class UserState:
         h = self._hash.copy()
         h.update(ident)
         person = h.digest()
-        if not self.changelog or person in self.touched:
-            return self.bounder.admit(person, tick, leaf)
-        was = self.bounder.person(person)  # as last written: the digest takes its term out
+        if type(self.bounder) is Bounder and self._changelog and person not in self.touched:
+            was = self.bounder.person(person)  # as last written: the digest takes its term out
+            counted: bool | None = self.bounder.admit(person, tick, leaf)
+            if counted:  # a refusal changes nothing
+                self.digest.changing(person, was)
+                self.touched.add(person)
+            return bool(counted)
         counted = self.bounder.admit(person, tick, leaf)
-        if counted:  # a refusal changes nothing
+        if counted is None:  # the compact table cannot hold this state: the Bounder for good
+            moved = Bounder(self.bounds)
+            moved.load(self.bounder.export())
+            self._take_dirty()
+            self.bounder = moved
+            return self.decide_person(person, tick, leaf)
+        # a refusal changes nothing; a compact table lists whom it counted itself (with the
+        # state each had before, for the digest: UserTable.take_dirty)
+        return counted
+
+    def decide_person(self, person: bytes, tick: int, leaf: Any) -> bool:
+        """:meth:`decide_obj`'s last step for a person's keyed hash (the table moved to the
+        :class:`~stream_dp.user_level.Bounder`)."""
+        if self._changelog and person not in self.touched:
+            was = self.bounder.person(person)
+            counted = bool(self.bounder.admit(person, tick, leaf))
+            if counted:
+                self.digest.changing(person, was)
+                self.touched.add(person)
+            return counted
+        return bool(self.bounder.admit(person, tick, leaf))
+
+    def _take_dirty(self) -> None:
+        """The persons a compact table counted since the last call, into :attr:`touched`,
+        each noted for the digest with their state before their first change."""
+        for person, was in self.bounder.take_dirty(states=True):
             self.digest.changing(person, was)
             self.touched.add(person)
-        return counted
 
     def closed_before(self, next_tick: int) -> None:
         """Every tick before ``next_tick`` is closed: drop the slots of the periods wholly
@@ -175,7 +282,7 @@ class UserState:
             self.open_period = period
             changed = self.bounder.forget_before(period, open_tick=next_tick)
             if self.changelog and changed:
-                self.touched.update(changed)  # type: ignore[arg-type]  # keyed hashes
+                self.touched.update(changed)  # keyed hashes
                 self.digest.changed_unnoted()  # most people at once: summed whole, once
 
     # ------------------------------------------------------------------ checkpoint
@@ -185,6 +292,8 @@ class UserState:
         tombstone) for a person the table dropped; the table's digest moves with them. The
         caller seals them (:meth:`agents.ingest.state.IngestState.user_changes`)."""
         out: list[tuple[bytes, bytes | None]] = []
+        if type(self.bounder) is not Bounder:
+            self._take_dirty()
         for person in sorted(self.touched):
             got = self.bounder.person(person)
             out.append((person, None if got is None else record_bytes(got)))
@@ -215,24 +324,26 @@ class UserState:
                     (int(p), int(count), {tuple(x) if type(x) is list else int(x): int(n)
                                           for x, n in per_leaf})
                     for p, count, per_leaf in periods]))
-            bounder = Bounder(self.bounds)
-            bounder.load(people)
+            bounder = _filled(self.bounds, people, self.compact)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"per-person changelog: unreadable record ({exc})") from None
         self.bounder = bounder
+        self._track()
         self.touched = set()
         self.digest.load(self._table())  # checked against the checkpoint's by the caller
 
     def to_doc(self) -> dict[str, Any]:
-        """The table as JSON-able columns (:meth:`stream_dp.user_level.Bounder.columns`; the
-        persons' keyed hashes as one hex string, 32 digits each; a grid's leaf, a tuple of
-        nodes, as a list). In changelog form only the open period (the table is in the
-        changelog, written in the same transaction)."""
+        """The table as JSON-able columns (:meth:`stream_dp.user_level.Bounder.columns`, persons
+        in hash order whichever the table; the persons' keyed hashes as one hex string, 32
+        digits each; a grid's leaf, a tuple of nodes, as a list). In changelog form only the
+        open period (the table is in the changelog, written in the same transaction)."""
         if self.changelog:  # how many people and the digest of the table as written: a lost
             # changelog, or one a writer of the topic rolled back, is refused, not trusted
             return {"open_period": self.open_period, "changelog": True,
                     "people": len(self.bounder), "digest": self.digest.tag()}
-        cols = self.bounder.columns()
+        rows: list[Any] = self.bounder.export()
+        rows.sort(key=lambda row: row[0])  # hash order (the compact table's export order)
+        cols = export_columns(rows)
         persons = cols.pop("persons")
         assert all(type(p) is bytes and len(p) == 16 for p in persons)  # keyed hashes (decide)
         cols["leaf"] = [list(x) if type(x) is tuple else x for x in cols["leaf"]]
@@ -250,7 +361,8 @@ class UserState:
             self.open_period = int(doc["open_period"])
             self.expected_people = int(doc["people"])
             self.expected_digest = str(doc["digest"])
-            self.bounder = Bounder(self.bounds)
+            self.bounder = person_table(self.bounds, self.compact)
+            self._track()
             self.digest.load(())
             return
         try:
@@ -262,8 +374,8 @@ class UserState:
                 "last_tick", "periods", "period", "count", "leaves", "leaf_count")}
             cols["persons"] = [raw[i:i + 16] for i in range(0, len(raw), 16)]
             cols["leaf"] = [tuple(x) if type(x) is list else int(x) for x in doc["leaf"]]
-            bounder = Bounder(self.bounds)
-            bounder.load_columns(cols)
+            bounder = _filled(self.bounds, columns_people(cols), self.compact)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"ingest checkpoint: unreadable per-person table ({exc})") from None
         self.bounder = bounder
+        self._track()

@@ -27,13 +27,13 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from stream_dp.user_level.bounds import UserBounds
 
-__all__ = ["Bounder", "keep_mask"]
+__all__ = ["Bounder", "columns_people", "export_columns", "keep_mask"]
 
 
 @dataclass
@@ -139,48 +139,12 @@ class Bounder:
         ``persons``, ``last_tick`` (one each), ``periods`` (how many each), then per period
         ``period``, ``count``, ``leaves`` (how many per-leaf counts), then per leaf ``leaf``,
         ``leaf_count``. :meth:`load_columns` reads it back."""
-        cols: dict[str, list[Any]] = {k: [] for k in (
-            "persons", "last_tick", "periods", "period", "count", "leaves", "leaf",
-            "leaf_count")}
-        persons, last, n_periods = cols["persons"], cols["last_tick"], cols["periods"]
-        period, count, n_leaves = cols["period"], cols["count"], cols["leaves"]
-        leaf, leaf_count = cols["leaf"], cols["leaf_count"]
-        for person, state in self._people.items():
-            persons.append(person)
-            last.append(state.last_tick)
-            n_periods.append(len(state.periods))
-            for p, slot in state.periods.items():
-                period.append(p)
-                count.append(slot.count)
-                n_leaves.append(len(slot.per_leaf))
-                if slot.per_leaf:
-                    leaf.extend(slot.per_leaf)
-                    leaf_count.extend(slot.per_leaf.values())
-        return cols
+        return export_columns(self.export())
 
     def load_columns(self, cols: Mapping[str, Sequence[Any]]) -> None:
         """Add the persons of :meth:`columns` (``ValueError`` for columns that do not fit
         together or counts the bounds cannot have produced)."""
-        people = []
-        it_p = iter(zip(cols["period"], cols["count"], cols["leaves"], strict=True))
-        it_l = iter(zip(cols["leaf"], cols["leaf_count"], strict=True))
-        try:
-            for person, last_tick, n in zip(cols["persons"], cols["last_tick"],
-                                            cols["periods"], strict=True):
-                periods = []
-                for _ in range(n):
-                    p, c, n_leaf = next(it_p)
-                    per_leaf = {}
-                    for _ in range(n_leaf):
-                        leaf, n_on_leaf = next(it_l)
-                        per_leaf[leaf] = n_on_leaf
-                    periods.append((p, c, per_leaf))
-                people.append((person, last_tick, periods))
-        except StopIteration:
-            raise ValueError("columns that do not fit together") from None
-        if next(it_p, None) is not None or next(it_l, None) is not None:
-            raise ValueError("columns that do not fit together")
-        self.load(people)
+        self.load(columns_people(cols))
 
     def load(self, people: Sequence[tuple[Hashable, int, Sequence[tuple[int, int, dict[Any, int]]]]]
              ) -> None:
@@ -196,6 +160,55 @@ class Bounder:
                         per_leaf.values()) not in ((count,) if self._track_leaves else (0,)):
                     raise ValueError(f"a period's counts ({count}) the bounds cannot give")
                 state.periods[p] = _Period(count=count, per_leaf=dict(per_leaf))
+
+
+def export_columns(people: Iterable[tuple[Hashable, int, Sequence[tuple[int, int, Mapping[Any, int]]]]]
+                   ) -> dict[str, list[Any]]:
+    """:meth:`Bounder.columns` of persons listed as :meth:`Bounder.export` lists them."""
+    cols: dict[str, list[Any]] = {k: [] for k in (
+        "persons", "last_tick", "periods", "period", "count", "leaves", "leaf", "leaf_count")}
+    persons, last, n_periods = cols["persons"], cols["last_tick"], cols["periods"]
+    period, count, n_leaves = cols["period"], cols["count"], cols["leaves"]
+    leaf, leaf_count = cols["leaf"], cols["leaf_count"]
+    for person, last_tick, periods in people:
+        persons.append(person)
+        last.append(last_tick)
+        n_periods.append(len(periods))
+        for p, c, per_leaf in periods:
+            period.append(p)
+            count.append(c)
+            n_leaves.append(len(per_leaf))
+            if per_leaf:
+                leaf.extend(per_leaf)
+                leaf_count.extend(per_leaf.values())
+    return cols
+
+
+def columns_people(cols: Mapping[str, Sequence[Any]]
+                   ) -> list[tuple[Any, Any, list[tuple[Any, Any, dict[Any, Any]]]]]:
+    """The persons of :meth:`Bounder.columns` as :meth:`Bounder.export` lists them
+    (``ValueError`` for columns that do not fit together; the counts are checked by
+    :meth:`Bounder.load`)."""
+    people = []
+    it_p = iter(zip(cols["period"], cols["count"], cols["leaves"], strict=True))
+    it_l = iter(zip(cols["leaf"], cols["leaf_count"], strict=True))
+    try:
+        for person, last_tick, n in zip(cols["persons"], cols["last_tick"], cols["periods"],
+                                        strict=True):
+            periods = []
+            for _ in range(n):
+                p, c, n_leaf = next(it_p)
+                per_leaf = {}
+                for _ in range(n_leaf):
+                    leaf, n_on_leaf = next(it_l)
+                    per_leaf[leaf] = n_on_leaf
+                periods.append((p, c, per_leaf))
+            people.append((person, last_tick, periods))
+    except StopIteration:
+        raise ValueError("columns that do not fit together") from None
+    if next(it_p, None) is not None or next(it_l, None) is not None:
+        raise ValueError("columns that do not fit together")
+    return people
 
 
 def keep_mask(events: list[tuple[Hashable, int, int]], bounds: UserBounds) -> list[bool]:

@@ -87,7 +87,8 @@ def test_a_changed_unit_of_privacy_or_person_bound_is_refused(
     assert "ingest-users.v1' does not exist" in lines[0] and "stream-dp topics create" in lines[0]
     assert cli("topics", "create", env={**env, **user}).returncode == 0  # + its changelog
     _first_run({**env, **user}, tmp_path / "first.log")
-    assert "privacy_unit = user: every record takes the pure Python path" in (
+    # no leaf bound: the compiled scanner bounds persons (agents.ingest.users.table_status)
+    assert "privacy_unit = user: the compiled scanner bounds persons in its own pass" in (
         tmp_path / "first.log").read_text()
 
     line = _refused({**env, **user, "STREAM_DP_USER_MAX_EVENTS": "6"})

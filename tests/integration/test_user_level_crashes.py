@@ -55,11 +55,15 @@ def _message(person: str, leaf: str, ts: float, value: float) -> tuple[bytes, by
                                         "user": person}).encode()
 
 
-def _user_settings(kafka_broker: str, tmp_path: Path, unique_name: str, **kw: Any) -> Any:
+def _user_settings(kafka_broker: str, tmp_path: Path, unique_name: str,
+                   leaf_bounds: bool = True, **kw: Any) -> Any:
+    """Leaf bounds (L, k): the pure ingest path over the dict table; without: the compiled
+    scanner bounds persons in its compact table (agents.ingest.users.person_table)."""
+    if leaf_bounds:
+        kw.update(user_max_streams=3, user_max_events_per_stream=2)
     return ps.make_settings(kafka_broker, tmp_path, unique_name, ps.hierarchy_paths(2, 3, 4),
                             epsilon=1e4, tick_seconds=1.0, transaction_timeout_s=10.0,
-                            privacy_unit="user", user_period_ticks=10, user_max_events=4,
-                            user_max_streams=3, user_max_events_per_stream=2, **kw)
+                            privacy_unit="user", user_period_ticks=10, user_max_events=4, **kw)
 
 
 async def _check_bounded_releases(s: Any, log: list[tuple[str, str, float, float]]) -> None:
@@ -133,10 +137,12 @@ async def test_partitions_moving_between_workers_take_their_people_along(
     await _check_bounded_releases(s, log)
 
 
+@pytest.mark.parametrize("leaf_bounds", [True, False], ids=["pure-path", "compiled-path"])
 async def test_kill9_and_restarts_with_per_person_state(kafka_broker: str, unique_name: str,
-                                                        tmp_path: Path) -> None:
+                                                        tmp_path: Path, leaf_bounds: bool
+                                                        ) -> None:
     leaves = ps.hierarchy_paths(2, 3, 4)
-    s = _user_settings(kafka_broker, tmp_path, unique_name)
+    s = _user_settings(kafka_broker, tmp_path, unique_name, leaf_bounds=leaf_bounds)
     await ps.create_topics(s)
     domain = load_domain(s.domain_file)
     log = _people_log(s, leaves, 12_000)
@@ -176,7 +182,8 @@ async def test_kill9_and_restarts_with_per_person_state(kafka_broker: str, uniqu
         code = worker.terminate()
     text = worker.log_path.read_text()
     assert code == 0, text[-3000:]
-    assert "privacy_unit = user: every record takes the pure Python path" in text
+    assert ("privacy_unit = user: every record takes the pure Python path" if leaf_bounds else
+            "privacy_unit = user: the compiled scanner bounds persons in its own pass") in text
     for person in ("u0", "u1", "u17"):  # identifiers are never logged
         assert f'"{person}"' not in text and f"'{person}'" not in text
 

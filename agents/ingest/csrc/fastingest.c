@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "blake2b.h"
+#include "usertable.h"
 
 typedef struct {
     PyObject_HEAD
@@ -33,6 +34,13 @@ typedef struct {
     double max_value, cap, inv_unit, origin, tick_seconds, lateness, grace, skew, max_age;
     long long cap_u;
     int markers, whole;
+    /* privacy_unit = user (Scanner.users): the identifier's field, Kafka's default
+     * partitioner over `partitions` must give `partition`, the persons' hash key */
+    int users;
+    char ufield[256];
+    Py_ssize_t ufield_len;
+    uint32_t partitions, partition;
+    sdp_blake2b_key ukey;
 } Scanner;
 
 static PyObject *s_offset, *s_key, *s_value, *s_timestamp, *s_timestamp_type, *s_headers;
@@ -44,6 +52,8 @@ typedef struct {
     Py_ssize_t key_len;
     double ts, value;
     int has_ts, has_value;
+    const char *user;  /* the identifier's bytes (a string without escapes), or NULL */
+    Py_ssize_t user_len;
 } Event;
 
 static inline const char *skip_ws(const char *p, const char *end) {
@@ -121,11 +131,32 @@ static int parse_number(const char **pp, const char *end, double *out) {
     return 0;
 }
 
+/* A JSON string's content at ``*pp`` (just past its opening quote) without escapes or control
+ * characters: 0 (``*s``, ``*n`` set, ``*pp`` past the closing quote), or -1. */
+static int plain_string(const char **pp, const char *end, const char **s, Py_ssize_t *n) {
+    const char *p = *pp, *start = p;
+    while (p < end) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') break;
+        if (c == '\\' || c < 0x20) return -1;
+        p++;
+    }
+    if (p >= end) return -1;
+    *s = start;
+    *n = p - start;
+    *pp = p + 1;
+    return 0;
+}
+
 /* Parse ``{"key": str, "ts": number, "value": number}`` (each member at most once, any order,
- * no other member). 0 on success, -1 on anything else. */
-static int parse_event(const char *p, const char *end, Event *ev) {
+ * no other member) — plus, when ``ufield`` is given (privacy_unit = user), that member as a
+ * string without escapes, required. 0 on success, -1 on anything else. */
+static int parse_event(const char *p, const char *end, Event *ev, const char *ufield,
+                       Py_ssize_t ufield_len) {
     ev->key = NULL;
     ev->key_len = 0;
+    ev->user = NULL;
+    ev->user_len = 0;
     ev->has_ts = ev->has_value = 0;
     p = skip_ws(p, end);
     if (p >= end || *p != '{') return -1;
@@ -161,6 +192,12 @@ static int parse_event(const char *p, const char *end, Event *ev) {
         } else if (name_len == 5 && memcmp(name, "value", 5) == 0) {
             if (ev->has_value || parse_number(&p, end, &ev->value) < 0) return -1;
             ev->has_value = 1;
+        } else if (ufield != NULL && name_len == ufield_len &&
+                   memcmp(name, ufield, (size_t)name_len) == 0) {
+            /* a string (null, a number, ... : the pure path says invalid_user) */
+            if (ev->user != NULL || p >= end || *p != '"') return -1;
+            p++;
+            if (plain_string(&p, end, &ev->user, &ev->user_len) < 0) return -1;
         } else {
             return -1;
         }
@@ -175,8 +212,63 @@ static int parse_event(const char *p, const char *end, Event *ev) {
         if (p != end) return -1;
         break;
     }
-    if (ev->key == NULL || !ev->has_ts) return -1;
+    if (ev->key == NULL || !ev->has_ts || (ufield != NULL && ev->user == NULL)) return -1;
     return 0;
+}
+
+/* Whether ``n`` bytes are valid UTF-8 as Python's strict decoder takes it (no overlong forms,
+ * no surrogates, nothing past U+10FFFF). */
+static int utf8_valid(const unsigned char *p, Py_ssize_t n) {
+    const unsigned char *end = p + n;
+    while (p < end) {
+        unsigned char c = *p;
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        int len;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) len = 2;
+        else if (c == 0xE0) { len = 3; lo = 0xA0; }
+        else if (c >= 0xE1 && c <= 0xEC) len = 3;
+        else if (c == 0xED) { len = 3; hi = 0x9F; }  /* no surrogates */
+        else if (c >= 0xEE && c <= 0xEF) len = 3;
+        else if (c == 0xF0) { len = 4; lo = 0x90; }
+        else if (c >= 0xF1 && c <= 0xF3) len = 4;
+        else if (c == 0xF4) { len = 4; hi = 0x8F; }
+        else return 0;
+        if (end - p < len || p[1] < lo || p[1] > hi) return 0;
+        for (int k = 2; k < len; k++)
+            if (p[k] < 0x80 || p[k] > 0xBF) return 0;
+        p += len;
+    }
+    return 1;
+}
+
+/* Kafka's murmur2 (agents/kafka/partitioner.py), unsigned 32 bits. */
+static uint32_t kafka_murmur2(const unsigned char *data, Py_ssize_t length) {
+    const uint32_t m = 0x5bd1e995u;
+    uint32_t h = 0x9747b28cu ^ (uint32_t)length;
+    Py_ssize_t whole = length - length % 4;
+    for (Py_ssize_t i = 0; i < whole; i += 4) {
+        uint32_t k = (uint32_t)data[i] | ((uint32_t)data[i + 1] << 8) |
+                     ((uint32_t)data[i + 2] << 16) | ((uint32_t)data[i + 3] << 24);
+        k *= m;
+        k ^= k >> 24;
+        k *= m;
+        h = (h * m) ^ k;
+    }
+    switch (length % 4) {
+    case 3: h ^= (uint32_t)data[whole + 2] << 16; /* fall through */
+    case 2: h ^= (uint32_t)data[whole + 1] << 8;  /* fall through */
+    case 1:
+        h ^= (uint32_t)data[whole];
+        h *= m;
+    }
+    h ^= h >> 13;
+    h *= m;
+    h ^= h >> 15;
+    return h;
 }
 
 /* ------------------------------------------------------------------ helpers */
@@ -654,6 +746,9 @@ typedef struct {
     const KeyIndex *index; /* the declared keys' index while fresh, else NULL (the dict) */
     long long sum_u;       /* the units of sum_obj (the sum of a leaf's first event) */
     PyObject *sum_obj;
+    UserTable *table;   /* privacy_unit = user: the partition's per-person table (it lists
+                         * the persons it counts itself, for the changelog) */
+    long long bounded;  /* events over their person's bounds (dropped) */
 } ScanCtx;
 
 /* One record without headers: 1 = accepted on the fast path (digest and bucket updated),
@@ -665,6 +760,8 @@ typedef struct {
     Event ev;
     uint64_t kh;
     int ok; /* 0: not parsed ahead (scan_one parses it, or leaves it to the pure path) */
+    int has_person; /* user level: ``person`` is the keyed hash of ev.user */
+    unsigned char person[16];
 } Ahead;
 
 /* Parse record ``j`` of ``blk`` ahead (no side effect on any state: only parsing and
@@ -675,10 +772,20 @@ static void look_ahead(const ScanCtx *c, const RecordBlock *blk, Py_ssize_t j, A
     const RecInfo *ri = &blk->recs[j];
     if (ri->value_len < 0 || ri->value_len > c->self->max_bytes) return;
     const char *v = PyBytes_AS_STRING(blk->buf) + ri->value_pos;
-    if (parse_event(v, v + ri->value_len, &a->ev) < 0) return;
+    if (parse_event(v, v + ri->value_len, &a->ev, c->self->users ? c->self->ufield : NULL,
+                    c->self->ufield_len) < 0)
+        return;
     a->kh = ki_hash(a->ev.key, a->ev.key_len);
     __builtin_prefetch(&c->index->slots[a->kh & c->index->mask]);
     a->ok = 1;
+    a->has_person = 0;
+    if (c->table != NULL && a->ev.user_len >= 1 && a->ev.user_len <= 256) {
+        /* the person's slot is a cache miss at 10^6 people: fetched two records ahead */
+        sdp_blake2b(&c->self->ukey, (const uint8_t *)a->ev.user, (size_t)a->ev.user_len,
+                    a->person);
+        ut_prefetch(c->table, a->person);
+        a->has_person = 1;
+    }
 }
 
 /* One record later (its slot has arrived): start fetching the entry it names (the key bytes
@@ -721,8 +828,18 @@ static int scan_one(ScanCtx *c, long long offset, long long rts_ms, long long rt
     Event ev;
     if (pre != NULL && pre->ok)
         ev = pre->ev; /* parse_event of these very bytes */
-    else if (parse_event(vptr, vptr + vlen, &ev) < 0)
+    else if (parse_event(vptr, vptr + vlen, &ev, self->users ? self->ufield : NULL,
+                         self->ufield_len) < 0)
         return 0;
+    if (self->users) {
+        /* an identifier the pure path would refuse (invalid_user, wrong_partition, or a
+         * record that is not UTF-8): it decides, with its reasons */
+        if (ev.user_len < 1 || ev.user_len > 256 ||
+            !utf8_valid((const unsigned char *)ev.user, ev.user_len) ||
+            (kafka_murmur2((const unsigned char *)ev.user, ev.user_len) & 0x7fffffffu) %
+                    self->partitions != self->partition)
+            return 0;
+    }
     const double rts = ev.ts, rv = ev.has_value ? ev.value : 1.0;
     if (!(origin <= rts && 0.0 <= rv && rv <= self->max_value &&
           rts <= c->horizon_ts &&
@@ -803,6 +920,42 @@ static int scan_one(ScanCtx *c, long long offset, long long rts_ms, long long rt
         nodes = KeyIndex_find(c->index, kh, ev.key, ev.key_len); /* borrowed */
         if (nodes == NULL) return 0;
         Py_INCREF(nodes);
+    }
+    if (self->users) {
+        /* the last decision, after every event-level one (as on the pure path): the
+         * person's bound. Nothing above changed any state; the admit does, so every way
+         * back to the pure path is taken before it (the bucket's type included). */
+        if (c->cur_bucket == NULL || tick != c->cur_tick) {
+            PyObject *tobj = PyLong_FromLongLong(tick);
+            if (tobj == NULL) {
+                Py_DECREF(nodes);
+                return -1;
+            }
+            PyObject *b = PyDict_GetItemWithError(c->buckets, tobj);
+            Py_DECREF(tobj);
+            if ((b == NULL && PyErr_Occurred()) || (b != NULL && !PyDict_CheckExact(b))) {
+                Py_DECREF(nodes);
+                if (PyErr_Occurred()) return -1;
+                return 0;
+            }
+        }
+        unsigned char person_buf[16];
+        const unsigned char *person = person_buf;
+        if (pre != NULL && pre->ok && pre->has_person)
+            person = pre->person; /* the same bytes' hash, computed ahead */
+        else
+            sdp_blake2b(&self->ukey, (const uint8_t *)ev.user, (size_t)ev.user_len, person_buf);
+        int got = ut_admit(c->table, person, tick);
+        if (got < 0) {
+            Py_DECREF(nodes);
+            return got == -2 ? -1 : 0; /* -1: a state the table cannot hold (pure path) */
+        }
+        if (got == 0) { /* dropped: digested, never bucketed nor dead-lettered */
+            Py_DECREF(nodes);
+            c->acc += ((unsigned __int128)w1 << 64) | w0;
+            c->bounded++;
+            return 1;
+        }
     }
     /* the units: min(round(rv * inv_unit), cap_u), round half to even */
     int clamped = rv > self->cap;
@@ -907,8 +1060,8 @@ static int scan_object(ScanCtx *c, PyObject *r) {
 
 PyDoc_STRVAR(scan_doc,
 "scan(records, start, next_tick, stop_offset, horizon_ts, lat_active, buckets, declared,\n"
-"     index=None)\n"
-"-> (end, digest_add, accepted, clamped)\n\n"
+"     index=None, table=None)\n"
+"-> (end, digest_add, accepted, clamped, bounded)\n\n"
 "Handle records[start:end] (each accepted on the fast path: digest added, units bucketed in\n"
 "``buckets`` = {tick: {bucket key: units}}) and stop at ``end``, the first record that needs\n"
 "the pure path (or len(records)). ``records``: a sequence of record objects, or a\n"
@@ -916,24 +1069,31 @@ PyDoc_STRVAR(scan_doc,
 "past it are left to the pure path); ``horizon_ts``: the worker clock's bound on event times\n"
 "(Unix s); ``lat_active``: the LogAppendTime rule is live; ``declared``: event key -> bucket\n"
 "key; ``index``: a KeyIndex of ``declared`` (used while fresh, else the dict is). "
-"``digest_add`` is the sum of the records' digests modulo 2^128.");
+"``digest_add`` is the sum of the records' digests modulo 2^128. After users(): ``table``,\n"
+"the partition's UserTable (each event's last decision: counted, or ``bounded``: digested\n"
+"and dropped; the table lists the persons counted while ``tracking``).");
 
 static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
-    PyObject *records, *buckets, *declared, *index = Py_None;
+    PyObject *records, *buckets, *declared, *index = Py_None, *table = Py_None;
     Py_ssize_t start;
     long long next_tick, stop_offset;
     double horizon_ts;
     int lat_active;
-    if (!PyArg_ParseTuple(args, "OnLLdpO!O!|O", &records, &start, &next_tick, &stop_offset,
+    if (!PyArg_ParseTuple(args, "OnLLdpO!O!|OO", &records, &start, &next_tick, &stop_offset,
                           &horizon_ts, &lat_active, &PyDict_Type, &buckets, &PyDict_Type,
-                          &declared, &index))
+                          &declared, &index, &table))
         return NULL;
     if (index != Py_None && Py_TYPE(index) != &KeyIndexType) {
         PyErr_SetString(PyExc_TypeError, "index must be a KeyIndex or None");
         return NULL;
     }
+    if (self->users ? !ut_check(table) : table != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "table: a UserTable with Scanner.users, else None");
+        return NULL;
+    }
     ScanCtx c = {self, next_tick, stop_offset, horizon_ts, lat_active, buckets, declared,
-                 0, 0, 0, 0, NULL, NULL, 0, NULL, -1, NULL};
+                 0, 0, 0, 0, NULL, NULL, 0, NULL, -1, NULL,
+                 self->users ? (UserTable *)table : NULL, 0};
     /* checked once per call: nothing in the scan runs Python code that could change it */
     if (index != Py_None && KeyIndex_is_fresh((KeyIndex *)index, declared))
         c.index = (const KeyIndex *)index;
@@ -1002,11 +1162,44 @@ static PyObject *Scanner_scan(Scanner *self, PyObject *args) {
     Py_XDECREF(hi);
     Py_XDECREF(sh);
     if (digest == NULL) return NULL;
-    return Py_BuildValue("nNLL", i, digest, c.accepted, c.clamped);
+    return Py_BuildValue("nNLLL", i, digest, c.accepted, c.clamped, c.bounded);
+}
+
+PyDoc_STRVAR(users_doc,
+"users(field, partitions, partition, key): decide privacy_unit = user on the fast path\n"
+"(agents/ingest/users.py): an event must carry ``field`` (bytes of the member name) as a\n"
+"string without escapes, of 1 to 256 bytes of valid UTF-8, that Kafka's default partitioner\n"
+"over ``partitions`` puts on ``partition``; its person is BLAKE2b-128 of it under ``key``\n"
+"(32 bytes), bounded by the UserTable given to scan(). Anything else: the pure path.");
+
+static PyObject *Scanner_users(Scanner *self, PyObject *args) {
+    Py_buffer field, key;
+    unsigned long long partitions, partition;
+    if (!PyArg_ParseTuple(args, "y*KKy*", &field, &partitions, &partition, &key)) return NULL;
+    int bad = field.len < 1 || field.len > (Py_ssize_t)sizeof self->ufield || partitions < 1 ||
+              partitions > 0x7fffffffULL || partition >= partitions || key.len < 1 ||
+              key.len > 64;
+    if (!bad) {
+        memcpy(self->ufield, field.buf, (size_t)field.len);
+        self->ufield_len = field.len;
+        bad = sdp_blake2b_init_key(&self->ukey, 16, key.buf, (size_t)key.len) < 0;
+    }
+    PyBuffer_Release(&field);
+    PyBuffer_Release(&key);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "users(field of 1..256 bytes, partitions >= 1, "
+                        "partition < partitions, key of 1..64 bytes)");
+        return NULL;
+    }
+    self->partitions = (uint32_t)partitions;
+    self->partition = (uint32_t)partition;
+    self->users = 1;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef Scanner_methods[] = {
     {"scan", (PyCFunction)Scanner_scan, METH_VARARGS, scan_doc},
+    {"users", (PyCFunction)Scanner_users, METH_VARARGS, users_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1305,7 +1498,7 @@ static PyObject *fi_parse_event(PyObject *mod, PyObject *arg) {
     }
     Event ev;
     const char *b = PyBytes_AS_STRING(arg);
-    if (parse_event(b, b + PyBytes_GET_SIZE(arg), &ev) < 0) Py_RETURN_NONE;
+    if (parse_event(b, b + PyBytes_GET_SIZE(arg), &ev, NULL, 0) < 0) Py_RETURN_NONE;
     PyObject *key = PyUnicode_DecodeUTF8(ev.key, ev.key_len, NULL);
     if (key == NULL) {
         PyErr_Clear();
@@ -1449,6 +1642,10 @@ PyMODINIT_FUNC PyInit__fastingest(void) {
     Py_INCREF(&KeyIndexType);
     if (PyModule_AddObject(m, "KeyIndex", (PyObject *)&KeyIndexType) < 0) {
         Py_DECREF(&KeyIndexType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (usertable_add_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

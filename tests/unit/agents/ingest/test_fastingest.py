@@ -121,7 +121,7 @@ def test_scanner_accepts_plain_events(tmp_path: Path) -> None:
     assert scanner is not None
     recs = [Record(i, b"k", json.dumps({"key": "a/x", "ts": ORIGIN + i, "value": 1.0}).encode(),
                    -1, 0, ()) for i in range(5)]
-    end, added, accepted, clamped = scanner.scan(recs, 0, 1, _NO_STOP, math.inf, False,
+    end, added, accepted, clamped, _bounded = scanner.scan(recs, 0, 1, _NO_STOP, math.inf, False,
                                                  {}, _ROUTER.declared)
     assert (end, accepted, clamped) == (5, 5, 0)
     want = sum(record_digest(state._dkey, r.offset, -1, 0, r.key, r.value) for r in recs)
@@ -139,7 +139,7 @@ def test_a_leaf_with_many_events_in_one_scan_sums_them_all(tmp_path: Path) -> No
     recs = [Record(i, None, json.dumps({"key": k, "ts": ORIGIN + 1.0, "value": v}).encode(),
                    -1, 0, ()) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
     buckets: dict[int, dict[Any, int]] = {}
-    end, _added, accepted, _clamped = scanner.scan(recs, 0, 1, _NO_STOP, math.inf,
+    end, _added, accepted, _clamped, _bounded = scanner.scan(recs, 0, 1, _NO_STOP, math.inf,
                                                    False, buckets, _ROUTER.declared)
     u = 1 << 23  # units of 1.0 (cap 1.0)
     leaf = _ROUTER.declared

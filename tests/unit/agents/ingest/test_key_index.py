@@ -113,7 +113,7 @@ def _scan(router: Router, d: dict[str, Any], ix: Any, recs: list[Record],
     state = IngestState(s, router, 0, offset=0)
     scanner = state._fast_scanner()
     buckets: dict[int, dict[Any, int]] = {}
-    end, _added, _accepted, _clamped = scanner.scan(recs, 0, 1, _NO_STOP, math.inf,
+    end, _added, _accepted, _clamped, _bounded = scanner.scan(recs, 0, 1, _NO_STOP, math.inf,
                                                     False, buckets, d, ix)
     return end, buckets
 
