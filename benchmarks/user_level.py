@@ -30,9 +30,10 @@
    the changelog read to its end; the interpreter's start-up included, as
    ``benchmarks/soak.py`` measures a restore), the worker's own ``ingest partition P restored
    ... in X s`` lines (longest; they include the changelog read), and its RSS once ready.
-   With ``--restore-people N`` (default 10^7 when the machine's available memory holds about
-   1.5 kB per person, else 0 = skipped) the same for a second user-level deployment of N people,
-   one event each (its ingest rate and RSS are printed as well).
+   With ``--restore-people N`` the same for a second user-level deployment of N people, one
+   event each (its ingest rate and RSS are printed as well). By default 10^7 people when the
+   figures of this run project that to fit in half the available memory and ten minutes
+   (printed either way), else skipped.
 
 Prints the command, the machine and the date, then the tables (Markdown). The machine is the
 one the workers share with the broker and this process (a preload of 10^7 events takes minutes
@@ -247,13 +248,26 @@ def table_memory(people: int, args: Any) -> float:
     return (after - before) / people
 
 
-def _fits_restore(people: int) -> bool:
-    """Whether the machine's available memory holds ~1.5 kB per person (the pure table's
-    ~600 B in the worker, the events and changelog in the broker, this process's copy)."""
+def _mem_available() -> int:
+    """The machine's available memory (bytes, ``/proc/meminfo``)."""
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024 > 1500 * people
-    return False
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def project(args: Any, res: dict[str, dict[str, Any]], byt: dict[Any, tuple[int, int]],
+            people: int) -> tuple[float, float]:
+    """``(bytes, seconds)`` a user-level run of ``people`` people (one event each) is projected
+    to need from this run's figures, linearly: the worker's memory per person, and in the
+    embedded broker (which keeps every topic in memory) an event and a changelog record per
+    person; the ingest at this run's user-level rate, the preload at ~20 µs per event."""
+    us, ev = res["user"], res["event"]
+    per_person = max(us["rss_mib"] - ev["rss_mib"], 0.0) * 2**20 / args.people
+    n_log, b_log = byt["user", "log"]
+    per_record = b_log / max(n_log, 1)
+    need = people * (per_person + per_record + 200)
+    return need, people / us["whole"] + people * 20e-6
 
 
 async def run(args: Any) -> None:
@@ -291,6 +305,17 @@ async def run(args: Any) -> None:
                 r.stop()
         tm = table_memory(args.tracemalloc_people, args) if args.tracemalloc_people else None
         report(args, res, byt, rest, tm, (load0, os.getloadavg()))
+        if args.restore_people < 0:  # default: 10^7 if it fits in memory and ~10 minutes
+            need, secs = project(args, res, byt, 10_000_000)
+            free = _mem_available()
+            fits = need < 0.5 * free and secs < 600
+            print(f"\n10^7 people projected from these figures: {need / 2**30:.1f} GiB (the "
+                  f"worker's table, the events and the changelog in the broker), "
+                  f"{secs / 60:.0f} minutes of preload and ingest; available memory "
+                  f"{free / 2**30:.1f} GiB: "
+                  + ("run" if fits else "skipped (more than half the available memory or 10 "
+                     "minutes; --restore-people N runs it)"), flush=True)
+            args.restore_people = 10_000_000 if fits else 0
         if args.restore_people:
             big: dict[str, Any] = {}
             n = args.restore_people
@@ -403,8 +428,9 @@ def main() -> None:
     ap.add_argument("--user-period-ticks", type=int, default=1440,
                     help="user_period_ticks (1440: a day of 60 s ticks)")
     ap.add_argument("--restore-people", type=int, default=-1,
-                    help="people of the second restore run (default 10^7 if the memory "
-                    "available holds ~1.5 kB per person, else 0: skipped)")
+                    help="people of the second restore run (default: 10^7 if this run's "
+                    "figures project it into half the available memory and 10 minutes, "
+                    "else skipped; 0: skipped)")
     ap.add_argument("--tracemalloc-people", type=int, default=200_000,
                     help="people of the in-process tracemalloc cross-check (0: skipped)")
     ap.add_argument("--timeout", type=float, default=3600.0,
@@ -416,8 +442,6 @@ def main() -> None:
         ap.error("--events must be at least --people (every person has an event)")
     if args.events > args.user_max_events * args.people:
         ap.error("--events over --user-max-events per person: the bound would drop events")
-    if args.restore_people < 0:
-        args.restore_people = 10_000_000 if _fits_restore(10_000_000) else 0
     print("command: python benchmarks/user_level.py " + " ".join(sys.argv[1:]), flush=True)
     # SIGTERM unwinds like Ctrl-C: the workers and the embedded broker are stopped on the way
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
