@@ -367,10 +367,14 @@ def report(args: Any, res: dict[str, dict[str, Any]], byt: dict[Any, tuple[int, 
               f"{r['cpu_s']:.1f} | {r['rss_mib']:,.0f} | {r['accepted']:,.0f} | "
               f"{r['bounded']:,.0f} | {r['dead'] + r['late']:,.0f} |")
     ev, us = res["event"], res["user"]
-    print(f"\nratio user / event: {us['steady'] / ev['steady']:.2f} (10 % → 90 %), "
-          f"{us['whole'] / ev['whole']:.2f} (whole drain), "
-          f"{ev['cpu_us_per_event'] / us['cpu_us_per_event']:.2f} (event / user worker CPU per "
-          "event: what the ratio would be with a core each); target ≥ 0.8")
+
+    def ratio(a: float, b: float) -> float:  # a run too short for a figure: nan, not a crash
+        return a / b if b else float("nan")
+
+    print(f"\nratio user / event: {ratio(us['steady'], ev['steady']):.2f} (10 % → 90 %), "
+          f"{ratio(us['whole'], ev['whole']):.2f} (whole drain), "
+          f"{ratio(ev['cpu_us_per_event'], us['cpu_us_per_event']):.2f} (event / user worker "
+          "CPU per event: what the ratio would be with a core each); target ≥ 0.8")
     per = (us["rss_mib"] - ev["rss_mib"]) * 2**20 / args.people
     print(f"\nmemory per person: (user RSS − event RSS) / people = "
           f"({us['rss_mib']:,.0f} − {ev['rss_mib']:,.0f}) MiB / {args.people:,} = "
