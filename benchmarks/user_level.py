@@ -217,10 +217,23 @@ class Run:
                 "own_lines": len(own), "rss_mib": rss}
 
 
-async def topic_bytes(bootstrap: str, topic: str) -> tuple[int, int]:
-    """``(records, key + value bytes)`` of the committed records of ``topic``."""
+async def topic_bytes(bootstrap: str, topic: str) -> tuple[int, int, int]:
+    """``(records, key + value bytes, offsets)`` of ``topic``: its committed records now — both
+    topics are compacted, so the broker may have removed older records of a key already — and
+    the sum of its partitions' end offsets (every record written, plus one transaction marker
+    per transaction and partition)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
     recs = await ps.read_topic(bootstrap, topic, timeout_s=1800.0)
-    return len(recs), sum(len(r.key or b"") + len(r.value or b"") for r in recs)
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await c.start()
+    try:
+        await c.topics()
+        tps = [TopicPartition(topic, q) for q in sorted(c.partitions_for_topic(topic) or ())]
+        offsets = sum((await c.end_offsets(tps)).values()) if tps else 0
+    finally:
+        await c.stop()
+    return len(recs), sum(len(r.key or b"") + len(r.value or b"") for r in recs), offsets
 
 
 def table_memory(people: int, args: Any) -> float:
@@ -264,7 +277,7 @@ def project(args: Any, res: dict[str, dict[str, Any]], byt: dict[Any, tuple[int,
     person; the ingest at this run's user-level rate, the preload at ~20 µs per event."""
     us, ev = res["user"], res["event"]
     per_person = max(us["rss_mib"] - ev["rss_mib"], 0.0) * 2**20 / args.people
-    n_log, b_log = byt["user", "log"]
+    n_log, b_log, _ = byt["user", "log"]
     per_record = b_log / max(n_log, 1)
     need = people * (per_person + per_record + 200)
     return need, people / us["whole"] + people * 20e-6
@@ -381,14 +394,21 @@ def report(args: Any, res: dict[str, dict[str, Any]], byt: dict[Any, tuple[int, 
           f"**{per:,.0f} B**" + (f"; cross-check, tracemalloc of the table alone "
                                  f"(UserState in-process, {args.tracemalloc_people:,} people): "
                                  f"{tm:,.0f} B" if tm is not None else ""))
-    print(f"\n## checkpoint bytes ({args.ticks} ticks of data; key + value of committed "
-          "records)")
-    print("| topic | records | bytes | bytes per tick | bytes per record |")
-    print("|---|---|---|---|---|")
-    for (unit, kind), (n, b) in byt.items():
+    print(f"\n## checkpoint bytes ({args.ticks} ticks of data; key + value)")
+    print("Both topics are compacted: 'now' is what the broker holds after compacting; "
+          "'written' ≈ the offsets used less one transaction marker per ingest transaction "
+          "(each writes one checkpoint record and one marker on its checkpoint partition: "
+          "transactions ≈ checkpoint offsets / 2), at the bytes per record now.")
+    print("| topic | records now | bytes now | bytes per record | offsets used | ≈ records "
+          "written | ≈ bytes written | ≈ bytes written per tick |")
+    print("|---|---|---|---|---|---|---|---|")
+    for (unit, kind), (n, b, offs) in byt.items():
         name = {"ckpt": "ingest checkpoints", "log": "per-person changelog"}[kind]
-        print(f"| {name} ({unit} level) | {n:,} | {b:,} | {b / args.ticks:,.0f} | "
-              f"{b / max(n, 1):,.0f} |")
+        txns = byt[unit, "ckpt"][2] / 2
+        written = offs - txns
+        per = b / max(n, 1)
+        print(f"| {name} ({unit} level) | {n:,} | {b:,} | {per:,.0f} | {offs:,} | "
+              f"{written:,.0f} | {written * per:,.0f} | {written * per / args.ticks:,.0f} |")
     print("\n## restore after kill -9 (user level, everything committed)")
     print("| people | start to /readyz 200 (s) | longest own restore line (s) | RSS once "
           "ready (MiB) |")
