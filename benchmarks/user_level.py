@@ -176,11 +176,16 @@ class Run:
         t10, n10 = next((t, n) for t, n in samples if n >= 0.1 * n_events)
         t90, n90 = next((t, n) for t, n in samples if n >= 0.9 * n_events)
         steady = (n90 - n10) / (t90 - t10) if t90 > t10 else float("nan")
+        # drained (nearly) before /readyz first answered: no rate from ready on either (more
+        # events make one)
+        early = samples[0][1] >= 0.5 * n_events
         await asyncio.sleep(2.0)  # settle: the last commit's buffers, a release in flight
-        return {"steady": steady, "whole": n_events / (samples[-1][0] - t_ready),
+        return {"steady": steady,
+                "whole": float("nan") if early else n_events / (samples[-1][0] - t_ready),
                 "ready_s": t_ready - t_start, "rss_mib": _rss_mb(self.proc.pid),
                 "cpu_s": pid_cpu(self.proc.pid),
-                "cpu_us_per_event": (cpu_done - cpu_ready) / n_events * 1e6,
+                "cpu_us_per_event": (float("nan") if early
+                                     else (cpu_done - cpu_ready) / n_events * 1e6),
                 "accepted": m.get(ACCEPTED, 0.0),
                 "bounded": m.get(BOUNDED, 0.0), "dead": m.get(DEAD, 0.0),
                 "late": m.get(LATE, 0.0)}
