@@ -71,7 +71,8 @@ def pid_switches(pid: int) -> tuple[int, int, float, float]:
 
 
 def _scrape(port: int) -> dict[str, float]:
-    """The unlabelled counters of the worker's ``/metrics`` (name -> value); {} if down."""
+    """The counters of the worker's ``/metrics`` (name -> value; a labelled one as
+    ``name{label="value"}``, as the exposition writes it); {} if down."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
             text = r.read().decode()
@@ -79,7 +80,7 @@ def _scrape(port: int) -> dict[str, float]:
         return {}
     out: dict[str, float] = {}
     for line in text.splitlines():
-        m = re.match(r"^(stream_dp_[a-z_]+_total) ([0-9.e+]+)$", line)
+        m = re.match(r"^(stream_dp_[a-z_]+_total(?:\{[^}]*\})?) ([0-9.e+]+)$", line)
         if m:
             out[m.group(1)] = float(m.group(2))
     return out
@@ -98,6 +99,18 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
     import signal
 
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def spawn_worker(env: dict[str, str], log_path: Path, tree: Path = ROOT,
+                 dashboard: bool = False) -> subprocess.Popen[bytes]:
+    """``python -m agents.cli worker [--no-dashboard]`` (what ``stream-dp worker`` runs) from
+    ``tree`` with the settings in ``env`` (:func:`tests.integration.pipeline_support.
+    settings_env`), its output appended to ``log_path``; it dies with this process."""
+    with open(log_path, "ab") as log:
+        cmd = [sys.executable, "-m", "agents.cli", "worker"] + ([] if dashboard else
+                                                                ["--no-dashboard"])
+        return subprocess.Popen(cmd, env=env, cwd=str(tree), stdout=log,
+                                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
 
 
 def _top_leaves(raw: Path, n: int = 12) -> list[tuple[str, int]]:
@@ -149,12 +162,7 @@ async def idle_run(broker: Any, tmp: Path, label: str, tree: Path, n_streams: in
     env["PYTHONPATH"] = str(tree)
     env["OPENBLAS_NUM_THREADS"] = "1"
     log_path = work / "worker.log"
-    with open(log_path, "wb") as log:
-        cmd = [sys.executable, "-m", "agents.cli", "worker"] + ([] if dashboard else
-                                                                ["--no-dashboard"])
-        proc = subprocess.Popen(cmd,
-                                env=env, cwd=str(tree), stdout=log, stderr=subprocess.STDOUT,
-                                preexec_fn=_die_with_parent)
+    proc = spawn_worker(env, log_path, tree, dashboard)
     try:
         t_start = time.time()
         while not _ready(port):
