@@ -54,11 +54,12 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from stream_dp.noise import _exact
+from stream_dp.noise import _exact, _fast
 
 __all__ = [
     "MAX_SCALE",
@@ -186,6 +187,9 @@ def laplace_core(
         k = _MIN_T.bit_length() - t.bit_length()
         t, j = t << k, j + k
     plan = _plan(t, j)
+    kernels = _fast.kernels
+    if kernels is not None and GEOMETRIC_WINDOW == 1:
+        return _laplace_compiled(kernels, source, ids, counters, plan)
 
     def attempt(
         c_ids: NDArray[np.uint64], c_ctr: NDArray[np.uint64]
@@ -194,6 +198,69 @@ def laplace_core(
         return accepted, values, c_ctr + np.uint64(1)
 
     return _exact.rejection_loop(ids, counters, attempt)
+
+
+def _laplace_compiled(
+    kernels: Any,
+    source: _exact.DrawSource,
+    ids: NDArray[np.uint64],
+    counters: NDArray[np.uint64],
+    plan: _Plan,
+) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+    """:func:`laplace_core` with each attempt's common path in one compiled loop.
+
+    The same draws and decisions as :func:`_attempt` under :func:`_exact.rejection_loop` (every
+    element reads its own blocks at its own counters, attempt after attempt); only the
+    bookkeeping differs: accepted values are written straight into the result, and scratch
+    buffers are reused across chunks."""
+    n = ids.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    after = counters + np.uint64(1)
+    m = min(n, _exact.CHUNK)
+    status = np.empty(m, dtype=np.uint8)
+    scratch = np.empty(2 * m + 2, dtype=np.uint64)
+    pending: list[NDArray[np.intp]] = []
+    for s in range(0, n, _exact.CHUNK):
+        e = min(n, s + _exact.CHUNK)
+        st = status[: e - s]
+        _run_compiled(kernels, source, ids[s:e], counters[s:e], plan, scratch, st, out[s:e])
+        pending.append(np.flatnonzero(st != _ACCEPT) + s)
+    pos = np.concatenate(pending) if pending else np.zeros(0, dtype=np.intp)
+    while pos.shape[0]:  # about 6% of the elements per round
+        k = pos.shape[0]
+        vals = np.empty(k, dtype=np.int64)
+        st = np.empty(k, dtype=np.uint8)
+        _run_compiled(kernels, source, ids[pos], after[pos], plan, None, st, vals)
+        after[pos] += np.uint64(1)  # positions are distinct
+        ok = st == _ACCEPT
+        out[pos[ok]] = vals[ok]
+        pos = pos[~ok]
+    return out, after
+
+
+def _run_compiled(
+    kernels: Any,
+    source: _exact.DrawSource,
+    ids: NDArray[np.uint64],
+    ctrs: NDArray[np.uint64],
+    plan: _Plan,
+    scratch: NDArray[np.uint64] | None,
+    status: NDArray[np.uint8],
+    values: NDArray[np.int64],
+) -> None:
+    """One attempt per element: ``status`` 1 (accepted, value written to ``values``) or 0."""
+    words = source.draw(ids, ctrs, scratch)
+    kernels.laplace_attempt(words, plan.tp, -1.0 / plan.t, plan.j, _exact.margin(), plan.table,
+                            plan.thresh, status, values)
+    for e in np.flatnonzero(status >= _EXACT_D).tolist():
+        res = _laplace_exact_one(source, int(ids[e]), int(ctrs[e]), plan,
+                                 int(words[e, 0]) % plan.tp, int(words[e, 1]),
+                                 int(status[e]) == _EXACT_V)
+        if res is None:
+            status[e] = 0
+        else:
+            status[e] = _ACCEPT
+            values[e] = res
 
 
 def _attempt(
@@ -259,6 +326,10 @@ def _attempt(
             accepted[e] = True
             values[e] = res
     return accepted, values
+
+
+#: Status codes of the compiled attempt (stream_dp/csrc/fastnoise.c).
+_ACCEPT, _EXACT_D, _EXACT_V = 1, 2, 3
 
 
 def _laplace_exact_one(
