@@ -275,7 +275,45 @@ done:
     return ret;
 }
 
+/* prf_input(ids, node_hi, counters, blocks) -> max counter: the AES input blocks
+ * (id, node_hi | counter) of stream_dp.noise.prf.BlockPRF.blocks, in one pass; ids, counters:
+ * n uint64; blocks: 2n uint64 (out). */
+static PyObject *prf_input(PyObject *self, PyObject *args) {
+    Py_buffer idb, cb, ob;
+    unsigned long long node_hi;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*Ky*w*", &idb, &node_hi, &cb, &ob)) return NULL;
+    PyObject *ret = NULL;
+    Py_ssize_t n = idb.len / 8;
+    if (idb.len % 8 || check_len(&cb, 8 * n, "counters") || ob.len < 16 * n) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad prf_input arguments");
+        goto done;
+    }
+    {
+        const uint64_t *id = (const uint64_t *)idb.buf, *c = (const uint64_t *)cb.buf;
+        uint64_t *o = (uint64_t *)ob.buf;
+        const uint64_t hi = (uint64_t)node_hi;
+        uint64_t mx = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t ci = c[i];
+            mx = ci > mx ? ci : mx;
+            o[2 * i] = id[i];
+            o[2 * i + 1] = hi | ci;
+        }
+        Py_END_ALLOW_THREADS
+        ret = PyLong_FromUnsignedLongLong(mx);
+    }
+done:
+    PyBuffer_Release(&idb);
+    PyBuffer_Release(&cb);
+    PyBuffer_Release(&ob);
+    return ret;
+}
+
 static PyMethodDef methods[] = {
+    {"prf_input", prf_input, METH_VARARGS,
+     "The AES input blocks (id, node << 16 | counter) and the largest counter."},
     {"laplace_attempt", laplace_attempt, METH_VARARGS,
      "One discrete Laplace attempt per block (stream_dp.noise.laplace)."},
     {"gaussian_accept", gaussian_accept, METH_VARARGS,

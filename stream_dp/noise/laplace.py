@@ -178,18 +178,26 @@ def _geometric_by_search(
     return v, amb
 
 
+def _scaled_plan(t: int, j: int) -> _Plan:
+    """The plan of ``t / 2**j``, written with ``t ≥ 2**12`` (same rational, larger numerator:
+    the U step rarely rejects)."""
+    if t < _MIN_T:
+        k = _MIN_T.bit_length() - t.bit_length()
+        t, j = t << k, j + k
+    return _plan(t, j)
+
+
 def laplace_core(
     source: _exact.DrawSource, ids: NDArray[np.uint64], counters: NDArray[np.uint64], t: int, j: int
 ) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
     """Discrete Laplace with scale ``t / 2**j`` for streams ``ids`` whose next draws are at
     ``counters``: (samples, counters after)."""
-    if t < _MIN_T:  # same rational t/2^j with a larger numerator: the U step rarely rejects
-        k = _MIN_T.bit_length() - t.bit_length()
-        t, j = t << k, j + k
-    plan = _plan(t, j)
+    plan = _scaled_plan(t, j)
     kernels = _fast.kernels
     if kernels is not None and GEOMETRIC_WINDOW == 1:
-        return _laplace_compiled(kernels, source, ids, counters, plan)
+        values, after = _laplace_compiled(kernels, source, ids, counters, plan)
+        assert after is not None
+        return values, after
 
     def attempt(
         c_ids: NDArray[np.uint64], c_ctr: NDArray[np.uint64]
@@ -206,8 +214,10 @@ def _laplace_compiled(
     ids: NDArray[np.uint64],
     counters: NDArray[np.uint64],
     plan: _Plan,
-) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
-    """:func:`laplace_core` with each attempt's common path in one compiled loop.
+    want_after: bool = True,
+) -> tuple[NDArray[np.int64], NDArray[np.uint64] | None]:
+    """:func:`laplace_core` with each attempt's common path in one compiled loop (the counters
+    after only if ``want_after``).
 
     The same draws and decisions as :func:`_attempt` under :func:`_exact.rejection_loop` (every
     element reads its own blocks at its own counters, attempt after attempt); only the
@@ -215,7 +225,6 @@ def _laplace_compiled(
     buffers are reused across chunks."""
     n = ids.shape[0]
     out = np.empty(n, dtype=np.int64)
-    after = counters + np.uint64(1)
     m = min(n, _exact.CHUNK)
     status = np.empty(m, dtype=np.uint8)
     scratch = np.empty(2 * m + 2, dtype=np.uint64)
@@ -226,15 +235,23 @@ def _laplace_compiled(
         _run_compiled(kernels, source, ids[s:e], counters[s:e], plan, scratch, st, out[s:e])
         pending.append(np.flatnonzero(st != _ACCEPT) + s)
     pos = np.concatenate(pending) if pending else np.zeros(0, dtype=np.intp)
+    ctr = counters[pos] + np.uint64(1)  # the pending elements' next draws
+    done: list[tuple[NDArray[np.intp], NDArray[np.uint64]]] = []
     while pos.shape[0]:  # about 6% of the elements per round
         k = pos.shape[0]
         vals = np.empty(k, dtype=np.int64)
         st = np.empty(k, dtype=np.uint8)
-        _run_compiled(kernels, source, ids[pos], after[pos], plan, None, st, vals)
-        after[pos] += np.uint64(1)  # positions are distinct
+        _run_compiled(kernels, source, ids[pos], ctr, plan, None, st, vals)
+        ctr += np.uint64(1)
         ok = st == _ACCEPT
         out[pos[ok]] = vals[ok]
-        pos = pos[~ok]
+        done.append((pos[ok], ctr[ok]))
+        pos, ctr = pos[~ok], ctr[~ok]
+    if not want_after:
+        return out, None
+    after = counters + np.uint64(1)
+    for p, c in done:
+        after[p] = c
     return out, after
 
 
@@ -363,5 +380,10 @@ def sample_discrete_laplace(
 ) -> NDArray[np.int64]:
     """One exact discrete Laplace sample per stream id (draw counters start at 0)."""
     t, j = discrete_laplace_params(scale)
-    values, _ = laplace_core(source, ids, np.zeros(ids.shape[0], dtype=np.uint64), t, j)
+    start = np.zeros(ids.shape[0], dtype=np.uint64)
+    kernels = _fast.kernels
+    if kernels is not None and GEOMETRIC_WINDOW == 1:  # without the counters after (unused)
+        return _laplace_compiled(kernels, source, ids, start, _scaled_plan(t, j),
+                                 want_after=False)[0]
+    values, _ = laplace_core(source, ids, start, t, j)
     return values

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from numpy.typing import NDArray
 
+from stream_dp.noise import _fast
 from stream_dp.noise.keys import SecretKey
 
 __all__ = ["MAX_DRAWS", "MAX_NODE", "BlockPRF", "derive_aes_key"]
@@ -97,14 +98,21 @@ class BlockPRF:
         ids = np.asarray(stream_ids, dtype=np.uint64)
         n = ids.shape[0]
         ctr = np.asarray(counters, dtype=np.uint64)
-        if ctr.size and int(ctr.max()) >= MAX_DRAWS:
+        kernels = _fast.kernels
+        fill = (kernels is not None and ctr.shape == ids.shape and ids.flags.c_contiguous
+                and ctr.flags.c_contiguous)
+        if not fill and ctr.size and int(ctr.max()) >= MAX_DRAWS:
             raise ValueError("counters must be in [0, 2**16)")
         with self._lock:
             if self._in.shape[0] < n:
                 self._in = np.empty((n, 2), dtype="<u8")
             blk = self._in[:n]
-            blk[:, 0] = ids
-            np.bitwise_or(np.uint64(int(node) << 16), ctr, out=blk[:, 1])
+            if fill:  # one compiled pass: the blocks and the largest counter
+                if kernels.prf_input(ids, int(node) << 16, ctr, blk) >= MAX_DRAWS:
+                    raise ValueError("counters must be in [0, 2**16)")
+            else:
+                blk[:, 0] = ids
+                np.bitwise_or(np.uint64(int(node) << 16), ctr, out=blk[:, 1])
             if out is None or out.shape[0] < 2 * n + 2:
                 out = np.empty(2 * n + 2, dtype="<u8")  # fresh: the caller keeps the result
             else:

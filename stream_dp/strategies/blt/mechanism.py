@@ -316,21 +316,25 @@ class BltMechanism(Mechanism):
                 buffers_lo[...] = 0.0
             if index:
                 sigma = self.sigma_units1
+        # in place where the arrays are this tick's own (same operations, fewer temporaries)
+        f = self.feedback(buffers)
         if self.scales is not None:  # p = 1: column scaling (d_j ≥ 1 at block position j)
             scale = float(self.scales[j])
-            n = (noise.discrete_gaussian(t, sigma / scale)
-                 - np.rint(self.feedback(buffers) / scale).astype(np.int64))
-            fed = n.astype(np.float64) * scale  # the buffers filter the scaled noise d·N
+            f /= scale
+            n = noise.discrete_gaussian(t, sigma / scale) - np.rint(f, out=f).astype(np.int64)
+            fed = n.astype(np.float64)
+            fed *= scale  # the buffers filter the scaled noise d·N
         else:
-            n = noise.discrete_gaussian(t, sigma) - np.rint(self.feedback(buffers)).astype(np.int64)
+            n = noise.discrete_gaussian(t, sigma) - np.rint(f, out=f).astype(np.int64)
             fed = n.astype(np.float64)
         y = x + n
-        self.update_buffers(buffers, buffers_lo, np.clip(fed, -self.clip, self.clip))
+        self.update_buffers(buffers, buffers_lo, np.clip(fed, -self.clip, self.clip, out=fed))
         if self.super:
             release = self._running_total(state, index, j, x, y, noise)
         else:
-            release = (self.p * np.asarray(state["release"], dtype=np.float64)
-                       + y.astype(np.float64) * self.unit)
+            release = y.astype(np.float64)
+            release *= self.unit
+            release += self.p * np.asarray(state["release"], dtype=np.float64)
         state["release"] = release
         state["tick"] = np.array(t, dtype=np.int64)
         return np.array(release, dtype=np.float64, copy=True)
