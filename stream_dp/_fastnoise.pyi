@@ -9,7 +9,7 @@ from numpy.typing import NDArray
 
 def laplace_attempt(
     words: NDArray[Any], tp: int, neg_inv_t: float, j: int, margin: float, table: NDArray[Any],
-    thresh: NDArray[Any], status: NDArray[Any], values: NDArray[Any], /,
+    thresh: NDArray[Any], exp_digits: NDArray[Any], status: NDArray[Any], values: NDArray[Any], /,
 ) -> None: ...
 def gaussian_accept(
     words: NDArray[Any], y: NDArray[Any], q: float, two_s2: float, margin2: float, tiny: float,

@@ -33,23 +33,27 @@ static int check_len(Py_buffer *b, Py_ssize_t want, const char *what) {
     return 0;
 }
 
-/* laplace_attempt(words, tp, neg_inv_t, j, margin, table, thresh, status, values)
+/* laplace_attempt(words, tp, neg_inv_t, j, margin, table, thresh, exp_digits, status, values)
  * words: n blocks (w0, w1) uint64; table: 2**14 int64; thresh: m ascending int64;
+ * exp_digits: 3×1024 float64, exp(−x·2^(10k)/t) for the 10-bit digits x of U (k = 0, 1, 2),
+ * or empty (then exp(U·neg_inv_t)); both within a relative 2^-49 of exp(−U/t), far inside the
+ * margin (stream_dp/noise/laplace.py);
  * status: n uint8 (out); values: n int64 (out, meaningful where status == ST_ACCEPT). */
 static PyObject *laplace_attempt(PyObject *self, PyObject *args) {
-    Py_buffer words, table, thresh, status, values;
+    Py_buffer words, table, thresh, edig, status, values;
     unsigned long long tp;
     double neg_inv_t, margin;
     int j;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*Kdidy*y*w*w*", &words, &tp, &neg_inv_t, &j, &margin, &table,
-                          &thresh, &status, &values))
+    if (!PyArg_ParseTuple(args, "y*Kdidy*y*y*w*w*", &words, &tp, &neg_inv_t, &j, &margin, &table,
+                          &thresh, &edig, &status, &values))
         return NULL;
     PyObject *ret = NULL;
     Py_ssize_t n = status.len;
     if (check_len(&words, 16 * n, "words") || check_len(&values, 8 * n, "values") ||
         check_len(&table, 8 * ((Py_ssize_t)1 << TAB_BITS), "table") || thresh.len % 8 ||
-        tp == 0 || j < 0 || j > 63) {
+        tp == 0 || j < 0 || j > 63 || (edig.len != 0 && edig.len != 8 * 3 * 1024) ||
+        (edig.len != 0 && tp > ((unsigned long long)1 << 30))) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad laplace_attempt arguments");
         goto done;
     }
@@ -57,6 +61,7 @@ static PyObject *laplace_attempt(PyObject *self, PyObject *args) {
         const uint64_t *w = (const uint64_t *)words.buf;
         const int64_t *tab = (const int64_t *)table.buf;
         const int64_t *thr = (const int64_t *)thresh.buf;
+        const double *ed = edig.len ? (const double *)edig.buf : NULL;
         Py_ssize_t m = thresh.len / 8;
         uint8_t *st = (uint8_t *)status.buf;
         int64_t *val = (int64_t *)values.buf;
@@ -78,7 +83,13 @@ static PyObject *laplace_attempt(PyObject *self, PyObject *args) {
                 }
                 u = w0 % t64;
             }
-            double p31 = exp((double)u * neg_inv_t);
+            double p31;
+            if (ed) {
+                p31 = ed[u & 1023] * ed[1024 + ((u >> 10) & 1023)];
+                p31 *= ed[2048 + (u >> 20)];
+            } else {
+                p31 = exp((double)u * neg_inv_t);
+            }
             p31 *= 2147483648.0;
             double diff = p31 - (double)(w1 >> 33);
             p31 *= margin;
@@ -127,6 +138,7 @@ done:
     PyBuffer_Release(&words);
     PyBuffer_Release(&table);
     PyBuffer_Release(&thresh);
+    PyBuffer_Release(&edig);
     PyBuffer_Release(&status);
     PyBuffer_Release(&values);
     return ret;

@@ -34,7 +34,9 @@ bit is ``B``.
 **Exactness of the comparisons.** Step 2 compares the 31-bit prefix of ``A`` with ``exp(−U/t)``
 in float64: ``U < 2^53`` is exact, ``U·fl(−1/t)`` is within a relative 2^-52 of ``−U/t`` (so
 ``γ = U/t ≤ 1/8`` is within 2^-55 absolutely) and numpy's ``exp`` is accurate to a few ulp, so the
-float value is within a relative 2^-50 of the truth; the fast path decides only when the prefix
+float value is within a relative 2^-50 of the truth (the compiled kernel instead multiplies three
+table entries ``exp(−x/t)`` for the 10-bit digits of ``U``, each within a relative 2^-50.9,
+with two roundings: within 2^-49); the fast path decides only when the prefix
 interval is farther than a relative ``2**FLOAT_MARGIN_LOG2`` (default 2^-40) from it. Step 3
 compares the 32-bit prefix of ``W`` with the exact integer thresholds ``⌊2^32 exp(−v t'/t)⌋``
 (computed once per scale with rational arithmetic, via a 2^14-cell lookup table). Any
@@ -134,6 +136,9 @@ class _Plan:
     rate: Fraction  # t'/t: P(V ≥ v) = exp(−v·rate)
     thresh: NDArray[np.int64]  # ascending ⌊2^32 exp(−v·rate)⌋ ≥ 1
     table: NDArray[np.int64]  # V for each top-14-bit cell of W, −1 where not constant
+    #: exp(−x·2^(10k)/t) for the three 10-bit digits x of U (k = 0, 1, 2), or empty when
+    #: t' > 2^30 (the compiled kernel then calls exp)
+    exp_digits: NDArray[np.float64]
 
 
 @lru_cache(maxsize=256)
@@ -158,7 +163,13 @@ def _plan(t: int, j: int) -> _Plan:
     counts = thresh.shape[0] - np.searchsorted(thresh, starts, side="right")
     table = np.where(clean, counts, -1).astype(np.int64)
     table[0] = -1  # W's prefix 0 is never decided by 32 bits
-    return _Plan(t=t, j=j, tp=tp, rate=rate, thresh=thresh, table=table)
+    exp_digits = np.zeros(0, dtype=np.float64)
+    if tp <= 1 << 30:
+        digit = np.arange(1 << 10, dtype=np.float64)
+        # x·2^(10k) is exact, the quotient one rounding (t < 2^53 is exact), exp a few ulp
+        exp_digits = np.concatenate([np.exp(-(digit * float(1 << (10 * k))) / float(t))
+                                     for k in range(3)])
+    return _Plan(t=t, j=j, tp=tp, rate=rate, thresh=thresh, table=table, exp_digits=exp_digits)
 
 
 def _geometric_by_search(
@@ -268,7 +279,7 @@ def _run_compiled(
     """One attempt per element: ``status`` 1 (accepted, value written to ``values``) or 0."""
     words = source.draw(ids, ctrs, scratch)
     kernels.laplace_attempt(words, plan.tp, -1.0 / plan.t, plan.j, _exact.margin(), plan.table,
-                            plan.thresh, status, values)
+                            plan.thresh, plan.exp_digits, status, values)
     for e in np.flatnonzero(status >= _EXACT_D).tolist():
         res = _laplace_exact_one(source, int(ids[e]), int(ctrs[e]), plan,
                                  int(words[e, 0]) % plan.tp, int(words[e, 1]),
