@@ -223,12 +223,13 @@ def _laplace_compiled(
     kernels: Any,
     source: _exact.DrawSource,
     ids: NDArray[np.uint64],
-    counters: NDArray[np.uint64],
+    counters: NDArray[np.uint64] | None,
     plan: _Plan,
     want_after: bool = True,
 ) -> tuple[NDArray[np.int64], NDArray[np.uint64] | None]:
     """:func:`laplace_core` with each attempt's common path in one compiled loop (the counters
-    after only if ``want_after``).
+    after only if ``want_after``; ``counters=None``: every stream starts at draw 0, without an
+    array of n zeros).
 
     The same draws and decisions as :func:`_attempt` under :func:`_exact.rejection_loop` (every
     element reads its own blocks at its own counters, attempt after attempt); only the
@@ -240,13 +241,17 @@ def _laplace_compiled(
     status = np.empty(m, dtype=np.uint8)
     scratch = np.empty(2 * m + 2, dtype=np.uint64)
     pending: list[NDArray[np.intp]] = []
+    zeros = np.zeros(m if counters is None else 0, dtype=np.uint64)
     for s in range(0, n, _exact.CHUNK):
         e = min(n, s + _exact.CHUNK)
         st = status[: e - s]
-        _run_compiled(kernels, source, ids[s:e], counters[s:e], plan, scratch, st, out[s:e])
+        first = zeros[: e - s] if counters is None else counters[s:e]
+        _run_compiled(kernels, source, ids[s:e], first, plan, scratch, st, out[s:e])
         pending.append(np.flatnonzero(st != _ACCEPT) + s)
     pos = np.concatenate(pending) if pending else np.zeros(0, dtype=np.intp)
-    ctr = counters[pos] + np.uint64(1)  # the pending elements' next draws
+    # the pending elements' next draws
+    ctr = (np.ones(pos.shape[0], dtype=np.uint64) if counters is None
+           else counters[pos] + np.uint64(1))
     done: list[tuple[NDArray[np.intp], NDArray[np.uint64]]] = []
     while pos.shape[0]:  # about 6% of the elements per round
         k = pos.shape[0]
@@ -260,7 +265,7 @@ def _laplace_compiled(
         pos, ctr = pos[~ok], ctr[~ok]
     if not want_after:
         return out, None
-    after = counters + np.uint64(1)
+    after = (np.ones(n, dtype=np.uint64) if counters is None else counters + np.uint64(1))
     for p, c in done:
         after[p] = c
     return out, after
@@ -391,10 +396,9 @@ def sample_discrete_laplace(
 ) -> NDArray[np.int64]:
     """One exact discrete Laplace sample per stream id (draw counters start at 0)."""
     t, j = discrete_laplace_params(scale)
-    start = np.zeros(ids.shape[0], dtype=np.uint64)
     kernels = _fast.kernels
     if kernels is not None and GEOMETRIC_WINDOW == 1:  # without the counters after (unused)
-        return _laplace_compiled(kernels, source, ids, start, _scaled_plan(t, j),
+        return _laplace_compiled(kernels, source, ids, None, _scaled_plan(t, j),
                                  want_after=False)[0]
-    values, _ = laplace_core(source, ids, start, t, j)
+    values, _ = laplace_core(source, ids, np.zeros(ids.shape[0], dtype=np.uint64), t, j)
     return values
