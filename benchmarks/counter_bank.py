@@ -112,9 +112,9 @@ class _BlockCount:
         self.n = 0
         self._cls, self._orig = BlockPRF, BlockPRF.blocks
 
-        def counting(prf, ids, node, counters):  # type: ignore[no-untyped-def]
+        def counting(prf, ids, node, counters, out=None):  # type: ignore[no-untyped-def]
             self.n += int(np.asarray(ids).shape[0])
-            return self._orig(prf, ids, node, counters)
+            return self._orig(prf, ids, node, counters, out)
 
         self._counting = counting
 

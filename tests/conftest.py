@@ -26,18 +26,22 @@ ALLOW_PURE_ENV = "STREAM_DP_TEST_ALLOW_PURE"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """Fail the run when the compiled ingest path is missing: ``pip install`` goes on without it
-    (it is optional) and the tests comparing it with the pure path would only be skipped, so a
-    build broken by a compiler or a Python version would pass unnoticed (issue 38)."""
+    """Fail the run when a compiled path (the ingest loop, the library's noise kernels) is
+    missing: ``pip install`` goes on without them (they are optional) and the tests comparing
+    them with the pure path would only be skipped, so a build broken by a compiler or a Python
+    version would pass unnoticed (issues 38 and 35)."""
     if os.environ.get(ALLOW_PURE_ENV, "") not in ("", "0"):
         return
     from agents.ingest.records import FAST_PATH_STATUS, _fastingest
+    from stream_dp.noise import _fast
 
-    if _fastingest is None:
-        raise pytest.UsageError(
-            f"{FAST_PATH_STATUS}; the compiled-vs-pure tests need it: rebuild with "
-            f"`pip install -v -e .` to see the compiler's error, or set {ALLOW_PURE_ENV}=1 "
-            "where no C compiler is expected")
+    for status, missing in ((FAST_PATH_STATUS, _fastingest is None),
+                            (_fast.FAST_PATH_STATUS, _fast.kernels is None)):
+        if missing:
+            raise pytest.UsageError(
+                f"{status}; the compiled-vs-pure tests need it: rebuild with "
+                f"`pip install -v -e .` to see the compiler's error, or set {ALLOW_PURE_ENV}=1 "
+                "where no C compiler is expected")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

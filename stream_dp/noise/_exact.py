@@ -41,14 +41,20 @@ CHANNEL_GAUSS_ACCEPT = 3
 class DrawSource(Protocol):
     """Pseudo-random 128-bit blocks addressed by ``(stream id, draw counter)`` (node fixed).
 
-    ``draw(ids, counters)`` returns one block per element as an ``(m, 2)`` uint64 array; the
+    ``draw(ids, counters, out=None)`` returns one block per element as an ``(m, 2)`` uint64
+    array (in ``out``'s storage if given: a scratch buffer of at least ``2m + 2`` uint64); the
     caller advances its counters. ``refine(stream_id, counter, channel, round)`` returns 128
     further bits (a Python int) for the block drawn at ``counter``: an independent sequence per
     ``(channel, round)``, used only by the exact paths, so the main counters never depend on the
     fast path's margins.
     """
 
-    def draw(self, ids: NDArray[np.uint64], counters: NDArray[np.uint64]) -> NDArray[np.uint64]: ...
+    def draw(
+        self,
+        ids: NDArray[np.uint64],
+        counters: NDArray[np.uint64],
+        out: NDArray[np.uint64] | None = None,
+    ) -> NDArray[np.uint64]: ...
 
     def refine(self, stream_id: int, counter: int, channel: int, round_: int) -> int: ...
 

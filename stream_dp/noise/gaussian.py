@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from stream_dp.noise import _exact
+from stream_dp.noise import _exact, _fast
 from stream_dp.noise.laplace import laplace_core
 
 __all__ = [
@@ -91,6 +92,9 @@ def gaussian_core(
     s = validate_sigma(sigma)
     t = math.floor(s) + 1
     consts = (t, Fraction(s) ** 2, s * s / t, 2.0 * s * s)
+    kernels = _fast.kernels
+    if kernels is not None:
+        return _gaussian_compiled(kernels, source, ids, counters, consts)
 
     def attempt(
         c_ids: NDArray[np.uint64], c_ctr: NDArray[np.uint64]
@@ -98,6 +102,74 @@ def gaussian_core(
         return _attempt(source, c_ids, c_ctr, consts)
 
     return _exact.rejection_loop(ids, counters, attempt)
+
+
+def _gaussian_compiled(
+    kernels: Any,
+    source: _exact.DrawSource,
+    ids: NDArray[np.uint64],
+    counters: NDArray[np.uint64],
+    consts: tuple[int, Fraction, float, float],
+) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+    """:func:`gaussian_core` with the acceptance test in one compiled loop: the same draws and
+    decisions as :func:`_attempt` under :func:`_exact.rejection_loop`, less bookkeeping (values
+    go straight into the result, one scratch buffer for the blocks)."""
+    n = ids.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    after = np.empty(n, dtype=np.uint64)
+    m = min(n, _exact.CHUNK)
+    status = np.empty(m, dtype=np.uint8)
+    scratch = np.empty(2 * m + 2, dtype=np.uint64)
+    pending: list[NDArray[np.intp]] = []
+    for s in range(0, n, _exact.CHUNK):
+        e = min(n, s + _exact.CHUNK)
+        st = status[: e - s]
+        y, ctr = _accept_compiled(kernels, source, ids[s:e], counters[s:e], consts, scratch, st)
+        out[s:e] = y  # the rejected ones are overwritten by a later round
+        after[s:e] = ctr
+        pending.append(np.flatnonzero(st != 1) + s)
+    pos = np.concatenate(pending) if pending else np.zeros(0, dtype=np.intp)
+    while pos.shape[0]:
+        st = np.empty(pos.shape[0], dtype=np.uint8)
+        y, ctr = _accept_compiled(kernels, source, ids[pos], after[pos], consts, None, st)
+        after[pos] = ctr
+        ok = st == 1
+        out[pos[ok]] = y[ok]
+        pos = pos[~ok]
+    return out, after
+
+
+def _accept_compiled(
+    kernels: Any,
+    source: _exact.DrawSource,
+    ids: NDArray[np.uint64],
+    ctrs: NDArray[np.uint64],
+    consts: tuple[int, Fraction, float, float],
+    scratch: NDArray[np.uint64] | None,
+    status: NDArray[np.uint8],
+) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
+    """One attempt per element (``status`` 1 = accepted): (Laplace proposals, counters after)."""
+    t, s2_exact, q, two_s2 = consts
+    y, ctrs = laplace_core(source, ids, ctrs, t, 0)
+    words = source.draw(ids, ctrs, scratch)
+    kernels.gaussian_accept(words, y, q, two_s2, 2.0 ** (_exact.FLOAT_MARGIN_LOG2 + 1), _TINY,
+                            status)
+    for e in np.flatnonzero(status == 2).tolist():
+        status[e] = _exact_accept(source, int(ids[e]), int(ctrs[e]), int(y[e]),
+                                  int(words[e, 0]), t, s2_exact)
+    ctrs += np.uint64(1)
+    return y, ctrs
+
+
+def _exact_accept(source: _exact.DrawSource, sid: int, ctr: int, y: int, w0: int, t: int,
+                  s2_exact: Fraction) -> bool:
+    """Step 2 decided exactly for one element (the fast path could not)."""
+    gamma_exact = (abs(y) - s2_exact / t) ** 2 / (2 * s2_exact)
+
+    def more(r: int) -> int:
+        return source.refine(sid, ctr, _exact.CHANNEL_GAUSS_ACCEPT, r)
+
+    return _exact.uniform_below_exp(w0 >> 11, 53, gamma_exact, more)
 
 
 def _attempt(
@@ -110,6 +182,18 @@ def _attempt(
     t, s2_exact, q, two_s2 = consts
     y, ctrs = laplace_core(source, ids, ctrs, t, 0)
     words = source.draw(ids, ctrs)
+    accepted, undecided = _accept_test(words, y, q, two_s2)
+    for e in undecided.tolist():
+        if _exact_accept(source, int(ids[e]), int(ctrs[e]), int(y[e]), int(words[e, 0]), t,
+                         s2_exact):
+            accepted[e] = True
+    return accepted, y, ctrs + np.uint64(1)
+
+
+def _accept_test(
+    words: NDArray[np.uint64], y: NDArray[np.int64], q: float, two_s2: float
+) -> tuple[NDArray[np.bool_], NDArray[np.intp]]:
+    """Step 2's fast path in NumPy: (accepted, positions left to the exact comparison)."""
     a = (words[:, 0] >> np.uint64(11)).astype(np.float64)
     a *= _TWO53
     ay = np.abs(y)
@@ -129,19 +213,7 @@ def _attempt(
     if big.any():
         acc &= ~big
         rej &= ~big
-    accepted = acc
-    for e in np.flatnonzero(~(acc | rej)).tolist():
-        sid = int(ids[e])
-        ctr = int(ctrs[e])
-        yy = abs(int(y[e]))
-        gamma_exact = (yy - s2_exact / t) ** 2 / (2 * s2_exact)
-
-        def more(r: int, sid: int = sid, ctr: int = ctr) -> int:
-            return source.refine(sid, ctr, _exact.CHANNEL_GAUSS_ACCEPT, r)
-
-        if _exact.uniform_below_exp(int(words[e, 0]) >> 11, 53, gamma_exact, more):
-            accepted[e] = True
-    return accepted, y, ctrs + np.uint64(1)
+    return acc, np.flatnonzero(~(acc | rej))
 
 
 def sample_discrete_gaussian(

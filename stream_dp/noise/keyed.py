@@ -98,12 +98,21 @@ class _Source:
         self._channel = channel
         self._node = node
 
-    def draw(self, ids: NDArray[np.uint64], counters: NDArray[np.uint64]) -> NDArray[np.uint64]:
-        if counters.size and int(counters.max()) >= MAX_DRAWS:
-            raise NoiseExhaustedError(
-                f"a stream exhausted its {MAX_DRAWS} pseudo-random draws for node {self._node}"
-            )
-        return self._channel.prf.blocks(ids, self._node, counters)
+    def draw(
+        self,
+        ids: NDArray[np.uint64],
+        counters: NDArray[np.uint64],
+        out: NDArray[np.uint64] | None = None,
+    ) -> NDArray[np.uint64]:
+        try:  # the PRF checks the counters (in the same pass as it builds its input)
+            return self._channel.prf.blocks(ids, self._node, counters, out)
+        except ValueError:
+            if counters.size and int(counters.max()) >= MAX_DRAWS:
+                raise NoiseExhaustedError(
+                    f"a stream exhausted its {MAX_DRAWS} pseudo-random draws for node "
+                    f"{self._node}"
+                ) from None
+            raise
 
     def refine(self, stream_id: int, counter: int, channel: int, round_: int) -> int:
         if round_ >= MAX_DRAWS:  # pragma: no cover - probability ≈ 2^(-12·65536)

@@ -34,7 +34,9 @@ bit is ``B``.
 **Exactness of the comparisons.** Step 2 compares the 31-bit prefix of ``A`` with ``exp(−U/t)``
 in float64: ``U < 2^53`` is exact, ``U·fl(−1/t)`` is within a relative 2^-52 of ``−U/t`` (so
 ``γ = U/t ≤ 1/8`` is within 2^-55 absolutely) and numpy's ``exp`` is accurate to a few ulp, so the
-float value is within a relative 2^-50 of the truth; the fast path decides only when the prefix
+float value is within a relative 2^-50 of the truth (the compiled kernel instead multiplies three
+table entries ``exp(−x/t)`` for the 10-bit digits of ``U``, each within a relative 2^-50.9,
+with two roundings: within 2^-49); the fast path decides only when the prefix
 interval is farther than a relative ``2**FLOAT_MARGIN_LOG2`` (default 2^-40) from it. Step 3
 compares the 32-bit prefix of ``W`` with the exact integer thresholds ``⌊2^32 exp(−v t'/t)⌋``
 (computed once per scale with rational arithmetic, via a 2^14-cell lookup table). Any
@@ -54,11 +56,12 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from stream_dp.noise import _exact
+from stream_dp.noise import _exact, _fast
 
 __all__ = [
     "MAX_SCALE",
@@ -133,6 +136,9 @@ class _Plan:
     rate: Fraction  # t'/t: P(V ≥ v) = exp(−v·rate)
     thresh: NDArray[np.int64]  # ascending ⌊2^32 exp(−v·rate)⌋ ≥ 1
     table: NDArray[np.int64]  # V for each top-14-bit cell of W, −1 where not constant
+    #: exp(−x·2^(10k)/t) for the three 10-bit digits x of U (k = 0, 1, 2), or empty when
+    #: t' > 2^30 (the compiled kernel then calls exp)
+    exp_digits: NDArray[np.float64]
 
 
 @lru_cache(maxsize=256)
@@ -157,7 +163,13 @@ def _plan(t: int, j: int) -> _Plan:
     counts = thresh.shape[0] - np.searchsorted(thresh, starts, side="right")
     table = np.where(clean, counts, -1).astype(np.int64)
     table[0] = -1  # W's prefix 0 is never decided by 32 bits
-    return _Plan(t=t, j=j, tp=tp, rate=rate, thresh=thresh, table=table)
+    exp_digits = np.zeros(0, dtype=np.float64)
+    if tp <= 1 << 30:
+        digit = np.arange(1 << 10, dtype=np.float64)
+        # x·2^(10k) is exact, the quotient one rounding (t < 2^53 is exact), exp a few ulp
+        exp_digits = np.concatenate([np.exp(-(digit * float(1 << (10 * k))) / float(t))
+                                     for k in range(3)])
+    return _Plan(t=t, j=j, tp=tp, rate=rate, thresh=thresh, table=table, exp_digits=exp_digits)
 
 
 def _geometric_by_search(
@@ -177,15 +189,26 @@ def _geometric_by_search(
     return v, amb
 
 
+def _scaled_plan(t: int, j: int) -> _Plan:
+    """The plan of ``t / 2**j``, written with ``t ≥ 2**12`` (same rational, larger numerator:
+    the U step rarely rejects)."""
+    if t < _MIN_T:
+        k = _MIN_T.bit_length() - t.bit_length()
+        t, j = t << k, j + k
+    return _plan(t, j)
+
+
 def laplace_core(
     source: _exact.DrawSource, ids: NDArray[np.uint64], counters: NDArray[np.uint64], t: int, j: int
 ) -> tuple[NDArray[np.int64], NDArray[np.uint64]]:
     """Discrete Laplace with scale ``t / 2**j`` for streams ``ids`` whose next draws are at
     ``counters``: (samples, counters after)."""
-    if t < _MIN_T:  # same rational t/2^j with a larger numerator: the U step rarely rejects
-        k = _MIN_T.bit_length() - t.bit_length()
-        t, j = t << k, j + k
-    plan = _plan(t, j)
+    plan = _scaled_plan(t, j)
+    kernels = _fast.kernels
+    if kernels is not None and GEOMETRIC_WINDOW == 1:
+        values, after = _laplace_compiled(kernels, source, ids, counters, plan)
+        assert after is not None
+        return values, after
 
     def attempt(
         c_ids: NDArray[np.uint64], c_ctr: NDArray[np.uint64]
@@ -194,6 +217,83 @@ def laplace_core(
         return accepted, values, c_ctr + np.uint64(1)
 
     return _exact.rejection_loop(ids, counters, attempt)
+
+
+def _laplace_compiled(
+    kernels: Any,
+    source: _exact.DrawSource,
+    ids: NDArray[np.uint64],
+    counters: NDArray[np.uint64] | None,
+    plan: _Plan,
+    want_after: bool = True,
+) -> tuple[NDArray[np.int64], NDArray[np.uint64] | None]:
+    """:func:`laplace_core` with each attempt's common path in one compiled loop (the counters
+    after only if ``want_after``; ``counters=None``: every stream starts at draw 0, without an
+    array of n zeros).
+
+    The same draws and decisions as :func:`_attempt` under :func:`_exact.rejection_loop` (every
+    element reads its own blocks at its own counters, attempt after attempt); only the
+    bookkeeping differs: accepted values are written straight into the result, and scratch
+    buffers are reused across chunks."""
+    n = ids.shape[0]
+    out = np.empty(n, dtype=np.int64)
+    m = min(n, _exact.CHUNK)
+    status = np.empty(m, dtype=np.uint8)
+    scratch = np.empty(2 * m + 2, dtype=np.uint64)
+    pending: list[NDArray[np.intp]] = []
+    zeros = np.zeros(m if counters is None else 0, dtype=np.uint64)
+    for s in range(0, n, _exact.CHUNK):
+        e = min(n, s + _exact.CHUNK)
+        st = status[: e - s]
+        first = zeros[: e - s] if counters is None else counters[s:e]
+        _run_compiled(kernels, source, ids[s:e], first, plan, scratch, st, out[s:e])
+        pending.append(np.flatnonzero(st != _ACCEPT) + s)
+    pos = np.concatenate(pending) if pending else np.zeros(0, dtype=np.intp)
+    # the pending elements' next draws
+    ctr = (np.ones(pos.shape[0], dtype=np.uint64) if counters is None
+           else counters[pos] + np.uint64(1))
+    done: list[tuple[NDArray[np.intp], NDArray[np.uint64]]] = []
+    while pos.shape[0]:  # about 6% of the elements per round
+        k = pos.shape[0]
+        vals = np.empty(k, dtype=np.int64)
+        st = np.empty(k, dtype=np.uint8)
+        _run_compiled(kernels, source, ids[pos], ctr, plan, None, st, vals)
+        ctr += np.uint64(1)
+        ok = st == _ACCEPT
+        out[pos[ok]] = vals[ok]
+        done.append((pos[ok], ctr[ok]))
+        pos, ctr = pos[~ok], ctr[~ok]
+    if not want_after:
+        return out, None
+    after = (np.ones(n, dtype=np.uint64) if counters is None else counters + np.uint64(1))
+    for p, c in done:
+        after[p] = c
+    return out, after
+
+
+def _run_compiled(
+    kernels: Any,
+    source: _exact.DrawSource,
+    ids: NDArray[np.uint64],
+    ctrs: NDArray[np.uint64],
+    plan: _Plan,
+    scratch: NDArray[np.uint64] | None,
+    status: NDArray[np.uint8],
+    values: NDArray[np.int64],
+) -> None:
+    """One attempt per element: ``status`` 1 (accepted, value written to ``values``) or 0."""
+    words = source.draw(ids, ctrs, scratch)
+    kernels.laplace_attempt(words, plan.tp, -1.0 / plan.t, plan.j, _exact.margin(), plan.table,
+                            plan.thresh, plan.exp_digits, status, values)
+    for e in np.flatnonzero(status >= _EXACT_D).tolist():
+        res = _laplace_exact_one(source, int(ids[e]), int(ctrs[e]), plan,
+                                 int(words[e, 0]) % plan.tp, int(words[e, 1]),
+                                 int(status[e]) == _EXACT_V)
+        if res is None:
+            status[e] = 0
+        else:
+            status[e] = _ACCEPT
+            values[e] = res
 
 
 def _attempt(
@@ -261,6 +361,10 @@ def _attempt(
     return accepted, values
 
 
+#: Status codes of the compiled attempt (stream_dp/csrc/fastnoise.c).
+_ACCEPT, _EXACT_D, _EXACT_V = 1, 2, 3
+
+
 def _laplace_exact_one(
     source: _exact.DrawSource, sid: int, ctr: int, plan: _Plan, u: int, w1: int, acc_d: bool
 ) -> int | None:
@@ -292,5 +396,9 @@ def sample_discrete_laplace(
 ) -> NDArray[np.int64]:
     """One exact discrete Laplace sample per stream id (draw counters start at 0)."""
     t, j = discrete_laplace_params(scale)
+    kernels = _fast.kernels
+    if kernels is not None and GEOMETRIC_WINDOW == 1:  # without the counters after (unused)
+        return _laplace_compiled(kernels, source, ids, None, _scaled_plan(t, j),
+                                 want_after=False)[0]
     values, _ = laplace_core(source, ids, np.zeros(ids.shape[0], dtype=np.uint64), t, j)
     return values

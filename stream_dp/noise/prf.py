@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from numpy.typing import NDArray
 
+from stream_dp.noise import _fast
 from stream_dp.noise.keys import SecretKey
 
 __all__ = ["MAX_DRAWS", "MAX_NODE", "BlockPRF", "derive_aes_key"]
@@ -77,12 +78,18 @@ class BlockPRF:
         return BlockPRF(self._secret, f"{self.tag}|{suffix}")
 
     def blocks(
-        self, stream_ids: NDArray[np.uint64], node: int, counters: NDArray[np.uint64] | int
+        self,
+        stream_ids: NDArray[np.uint64],
+        node: int,
+        counters: NDArray[np.uint64] | int,
+        out: NDArray[np.uint64] | None = None,
     ) -> NDArray[np.uint64]:
         """One block per stream: array of shape ``(n, 2)`` of uint64 words ``(w0, w1)``.
 
         ``counters`` is one draw counter per stream (or one for all), each in ``[0, 2**16)``;
-        ``node`` in ``[0, 2**48)``. The result is a fresh array (safe to keep).
+        ``node`` in ``[0, 2**48)``. The result is a fresh array (safe to keep), or ``out``'s
+        first ``2n + 2`` words (a reused scratch buffer, uint64, contiguous: the caller's hot
+        loop then allocates nothing per call).
         """
         if isinstance(node, bool) or not isinstance(node, (int, np.integer)):
             raise ValueError(f"node must be an integer in [0, 2**48), got {node!r}")
@@ -91,15 +98,25 @@ class BlockPRF:
         ids = np.asarray(stream_ids, dtype=np.uint64)
         n = ids.shape[0]
         ctr = np.asarray(counters, dtype=np.uint64)
-        if ctr.size and int(ctr.max()) >= MAX_DRAWS:
+        kernels = _fast.kernels
+        fill = (kernels is not None and ctr.shape == ids.shape and ids.flags.c_contiguous
+                and ctr.flags.c_contiguous)
+        if not fill and ctr.size and int(ctr.max()) >= MAX_DRAWS:
             raise ValueError("counters must be in [0, 2**16)")
         with self._lock:
             if self._in.shape[0] < n:
                 self._in = np.empty((n, 2), dtype="<u8")
             blk = self._in[:n]
-            blk[:, 0] = ids
-            np.bitwise_or(np.uint64(int(node) << 16), ctr, out=blk[:, 1])
-            out = np.empty(2 * n + 2, dtype="<u8")  # fresh: the caller keeps the result
+            if fill:  # one compiled pass: the blocks and the largest counter
+                if kernels.prf_input(ids, int(node) << 16, ctr, blk) >= MAX_DRAWS:
+                    raise ValueError("counters must be in [0, 2**16)")
+            else:
+                blk[:, 0] = ids
+                np.bitwise_or(np.uint64(int(node) << 16), ctr, out=blk[:, 1])
+            if out is None or out.shape[0] < 2 * n + 2:
+                out = np.empty(2 * n + 2, dtype="<u8")  # fresh: the caller keeps the result
+            else:
+                out = out[: 2 * n + 2]
             written = self._enc.update_into(blk.data.cast("B"), out.data.cast("B"))
             if written != 16 * n:  # pragma: no cover - ECB on whole blocks never buffers
                 raise RuntimeError("AES-ECB returned a partial block")

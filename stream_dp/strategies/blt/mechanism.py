@@ -76,6 +76,7 @@ import numpy as np
 
 from stream_dp.budget import Privacy
 from stream_dp.mechanism import BoundNoise, Float64Array, Mechanism, State
+from stream_dp.noise import _fast
 from stream_dp.noise.gaussian import (
     MAX_SIGMA,
     MIN_SIGMA,
@@ -132,6 +133,8 @@ class BltMechanism(Mechanism):
         theta, w = _plan.fit(self.p, self.horizon)
         self.theta = np.asarray(theta, dtype=np.float64)
         self.w = np.asarray(w, dtype=np.float64)
+        self._theta_c = np.ascontiguousarray(self.theta)  # the compiled kernels' operands
+        self._w_c = np.ascontiguousarray(self.w)
         # h = 2^e with cap/h in (2^(UNIT_BITS-1), 2^UNIT_BITS]
         self.unit = math.ldexp(1.0, math.frexp(self.cap)[1] - UNIT_BITS)
         d_units = self.cap / self.unit + 1.0
@@ -313,21 +316,25 @@ class BltMechanism(Mechanism):
                 buffers_lo[...] = 0.0
             if index:
                 sigma = self.sigma_units1
+        # in place where the arrays are this tick's own (same operations, fewer temporaries)
+        f = self.feedback(buffers)
         if self.scales is not None:  # p = 1: column scaling (d_j ≥ 1 at block position j)
             scale = float(self.scales[j])
-            n = (noise.discrete_gaussian(t, sigma / scale)
-                 - np.rint(self.feedback(buffers) / scale).astype(np.int64))
-            fed = n.astype(np.float64) * scale  # the buffers filter the scaled noise d·N
+            f /= scale
+            n = noise.discrete_gaussian(t, sigma / scale) - np.rint(f, out=f).astype(np.int64)
+            fed = n.astype(np.float64)
+            fed *= scale  # the buffers filter the scaled noise d·N
         else:
-            n = noise.discrete_gaussian(t, sigma) - np.rint(self.feedback(buffers)).astype(np.int64)
+            n = noise.discrete_gaussian(t, sigma) - np.rint(f, out=f).astype(np.int64)
             fed = n.astype(np.float64)
         y = x + n
-        self.update_buffers(buffers, buffers_lo, np.clip(fed, -self.clip, self.clip))
+        self.update_buffers(buffers, buffers_lo, np.clip(fed, -self.clip, self.clip, out=fed))
         if self.super:
             release = self._running_total(state, index, j, x, y, noise)
         else:
-            release = (self.p * np.asarray(state["release"], dtype=np.float64)
-                       + y.astype(np.float64) * self.unit)
+            release = y.astype(np.float64)
+            release *= self.unit
+            release += self.p * np.asarray(state["release"], dtype=np.float64)
         state["release"] = release
         state["tick"] = np.array(t, dtype=np.int64)
         return np.array(release, dtype=np.float64, copy=True)
@@ -335,6 +342,11 @@ class BltMechanism(Mechanism):
     def feedback(self, buffers: Float64Array) -> Float64Array:
         """``f̂ = Σ_i w_i·s_i`` over the buffers' high parts, in float64 (units; the error bound
         is :attr:`float_error`)."""
+        kernels = _fast.kernels
+        if kernels is not None and buffers.flags.c_contiguous:  # one pass, same operations
+            out: Float64Array = np.empty(buffers.shape[1], dtype=np.float64)
+            kernels.dd_feedback(buffers, self._w_c, out)
+            return out
         f: Float64Array = self.w[0] * buffers[0]
         for i in range(1, len(self.theta)):
             f = f + self.w[i] * buffers[i]
@@ -344,6 +356,12 @@ class BltMechanism(Mechanism):
                        clipped: Float64Array) -> None:
         """``s_i ← θ_i·s_i + clip(N_t)`` in double-double arithmetic, in place (``clipped`` is a
         float64 integer, ``|clipped| ≤ clip``)."""
+        kernels = _fast.kernels
+        if (kernels is not None and buffers.flags.c_contiguous and buffers_lo.flags.c_contiguous
+                and clipped.flags.c_contiguous):
+            # _dd.mul then _dd.add, operation by operation, in one pass (stream_dp/csrc)
+            kernels.dd_update(buffers, buffers_lo, self._theta_c, clipped)
+            return
         for i in range(len(self.theta)):
             hi, lo = _dd.mul(buffers[i], buffers_lo[i], float(self.theta[i]))
             buffers[i], buffers_lo[i] = _dd.add(hi, lo, clipped)

@@ -81,7 +81,14 @@ class NaiveMechanism(Mechanism):
         np.rint(release, out=release)
         release += noise.discrete_laplace(t, self.scale_units)  # exact in float64 (< 2**53)
         release *= self.grid
-        release += self.p * np.asarray(state["release"], dtype=np.float64)
+        # p·s_(t−1) + D̃_t, reusing the previous release's array (same two roundings)
+        previous = np.asarray(state["release"], dtype=np.float64)
+        if previous.flags.writeable and previous.shape == release.shape:
+            previous *= self.p
+            previous += release
+            release = previous
+        else:
+            release += self.p * previous
         state["release"] = release
         state["tick"] = np.array(t, dtype=np.int64)
         return release.copy()
