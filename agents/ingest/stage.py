@@ -20,6 +20,7 @@ from agents.ingest.routing import Router
 from agents.ingest.schedule import ScheduleEntry, ScheduleMismatch
 from agents.ingest.state import IngestState
 from agents.ingest.ticks import Schedule
+from agents.kafka.batches import send_batched
 from agents.kafka.checkpoint_reader import read_all
 from agents.kafka.codec import dlq_key, dlq_message, encode
 from agents.kafka.stage import _kafka, _Stage
@@ -475,8 +476,8 @@ class IngestStage(_Stage):
                     s.schedule_topic, entry.encode(state.entry_key),
                     key=f"{s.app_id}/{s.events_topic}/{p}".encode(), partition=p,
                 ))
-            for person, value in user_changes:
-                await prod.send(s.ingest_users_topic, value, key=person, partition=p)
+            # whole record batches: one send per person was most of a user-level worker's CPU
+            await send_batched(prod, s.ingest_users_topic, p, user_changes)
             marks.append(time.time())
             await self._send_checkpoint(prod, p, state)
             marks.append(time.time())

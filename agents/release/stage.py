@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from agents.ingest.routing import Partial, Router
 from agents.ingest.stage import IngestStage
+from agents.kafka.batches import send_batched
 from agents.kafka.checkpoints import CheckpointRefused, Progress, progress_message
 from agents.kafka.stage import _kafka, _Stage
 from agents.kafka.stage_host import StageHost
@@ -362,15 +363,7 @@ class ReleaseStage(_Stage):
             for part, kv in zip(partition_of, rel.messages(self.s, self.w.privacy), strict=True):
                 by_part.setdefault(part, []).append(kv)
         for part, items in sorted(by_part.items()):
-            batch = prod.create_batch()
-            for key, value in items:
-                if batch.append(key=key, value=value, timestamp=None) is None:
-                    await prod.send_batch(batch, topic, partition=part)
-                    batch = prod.create_batch()
-                    if batch.append(key=key, value=value, timestamp=None) is None:
-                        raise ValueError("a count message does not fit an empty batch")
-            if batch.record_count():
-                await prod.send_batch(batch, topic, partition=part)
+            await send_batched(prod, topic, part, items)
 
     async def _send_compact(self, prod: Any, shard: int, releases: list[Release],
                             sent: list[tuple[Any, bytes]] | None = None) -> bool:
