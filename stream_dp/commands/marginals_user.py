@@ -22,17 +22,10 @@ import argparse
 from fractions import Fraction
 from typing import Any
 
+from stream_dp.commands.plan_user import BOUND_OPTIONS, bound_values
+
 #: longest identifier, in UTF-8 bytes (the service's rule, agents.ingest.users)
 MAX_ID_BYTES = 256
-
-#: the options and the UserBounds field each sets, with its smallest value
-BOUND_OPTIONS = {
-    "user_max_events": ("--user-max-events", "max_events", 1),
-    "user_period_ticks": ("--user-period-ticks", "period_ticks", 0),
-    "user_max_streams": ("--user-max-streams", "max_streams", 0),
-    "user_max_events_per_stream": ("--user-max-events-per-stream", "max_events_per_stream", 0),
-    "user_min_separation_ticks": ("--user-min-separation-ticks", "min_separation_ticks", 0),
-}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,23 +72,7 @@ def bounds_from_args(args: argparse.Namespace) -> Any:
         args.user_field = "user"
     if not args.user_field:
         raise ValueError("--user-field must name a field, got ''")
-    values: dict[str, int] = {}
-    for key, (flag, field, minimum) in BOUND_OPTIONS.items():
-        text = getattr(args, key, None)
-        if text is None:
-            if key in ("user_max_events", "user_period_ticks"):
-                what = ("counted events per person per period, >= 1" if minimum else
-                        "ticks per period, 0 = the whole run")
-                raise ValueError(f"--privacy-unit user needs {flag} ({what})")
-            text = "0"
-        try:
-            value = int(str(text))
-        except ValueError:
-            raise ValueError(f"{flag} must be an integer, got {text!r}") from None
-        if not minimum <= value < 1 << 32:
-            raise ValueError(f"{flag} must be an integer in [{minimum}, {(1 << 32) - 1}], "
-                             f"got {value}")
-        values[field] = value
+    values = bound_values(args, "the whole run")
     return UserBounds(**values)
 
 

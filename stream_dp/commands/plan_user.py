@@ -89,23 +89,35 @@ def bounds_from_args(args: argparse.Namespace) -> Any:
         if given:
             raise ValueError(f"{given[0]} belongs to --privacy-unit user; add --privacy-unit user")
         return None
-    values: dict[str, int] = {}
-    for key, (flag, field, minimum) in BOUND_OPTIONS.items():
-        value = getattr(args, key, None)
-        if value is None:
-            if key in ("user_max_events", "user_period_ticks"):
-                what = ("counted events per person per period, >= 1" if minimum else
-                        "ticks per period, 0 = the whole epoch")
-                raise ValueError(f"--privacy-unit user needs {flag} ({what})")
-            value = 0
-        if not minimum <= value < 1 << 32:
-            raise ValueError(f"{flag} must be an integer in [{minimum}, {(1 << 32) - 1}], "
-                             f"got {value}")
-        values[field] = value
+    values = bound_values(args, "the whole epoch")
     tick = tick_seconds(args)
     if not (math.isfinite(tick) and tick > 0):
         raise ValueError(f"--tick-seconds must be a finite number > 0, got {tick!r}")
     return UserBounds(**values)
+
+
+def bound_values(args: argparse.Namespace, whole: str) -> dict[str, int]:
+    """The :class:`~stream_dp.user_level.bounds.UserBounds` fields the ``--user-*`` options of
+    ``args`` give (integers or their text), checked; one-line ``ValueError`` naming the option.
+    ``whole``: what a period of 0 ticks means to the command."""
+    values: dict[str, int] = {}
+    for key, (flag, field, minimum) in BOUND_OPTIONS.items():
+        text = getattr(args, key, None)
+        if text is None:
+            if key in ("user_max_events", "user_period_ticks"):
+                what = ("counted events per person per period, >= 1" if minimum else
+                        f"ticks per period, 0 = {whole}")
+                raise ValueError(f"--privacy-unit user needs {flag} ({what})")
+            text = 0
+        try:
+            value = int(str(text))
+        except ValueError:
+            raise ValueError(f"{flag} must be an integer, got {text!r}") from None
+        if not minimum <= value < 1 << 32:
+            raise ValueError(f"{flag} must be an integer in [{minimum}, {(1 << 32) - 1}], "
+                             f"got {value}")
+        values[field] = value
+    return values
 
 
 def tick_seconds(args: argparse.Namespace) -> float:
