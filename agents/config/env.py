@@ -36,7 +36,8 @@ OTHER_VARIABLES: dict[str, tuple[str, str]] = {
     "STREAM_DP_TEST_PYTHONS": ("`scripts/test`", "the Python versions to test (default: every "
                                "supported one; README, \"Development\")"),
     "STREAM_DP_TEST_ALLOW_PURE": ("`scripts/test`, the test suite", "1: do not fail the test run "
-                                  "when the compiled ingest path did not build (platforms "
+                                  "when a compiled path (the ingest loop, the library's noise "
+                                  "kernels `stream_dp._fastnoise`) did not build (platforms "
                                   "without a C compiler)"),
 }
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from stream_dp.commands.plan_user import BOUND_OPTIONS, bound_values
 
-#: longest identifier, in UTF-8 bytes (the service's rule, agents.ingest.users)
+#: longest identifier, in UTF-8 bytes (the service's rule for its identifiers)
 MAX_ID_BYTES = 256
 
 
