@@ -1,0 +1,110 @@
+"""Adversarial review of user-level privacy (issue #34) by a reviewer who had not seen it: the
+compiled ingest path's per-person table and its changelog against independent oracles.
+
+* the changelog written by :meth:`UserState.take_changes` (compact table, its dirty list, the
+  move to the ``Bounder`` on a state it cannot hold, period closes) replayed as a compacted
+  topic (last record per person, a tombstone deletes) is the live table after every commit,
+  and the kept digest is the whole-table sum of :class:`TableDigest` over what was written;
+* one person, written in every JSON spelling the two parsers share (escapes, whitespace, an
+  escaped field name, the field twice), gets one budget on the compiled and the pure path,
+  against a model written here from the rule (stdlib ``json``, UTF-8 bytes, first K per
+  period in log order).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+
+from agents.ingest import records as ingest_records
+from agents.ingest.records import FAST_PATH_STATUS
+from agents.ingest.user_digest import TableDigest, table_digest_key
+from agents.ingest.users import UserState, record_bytes
+from stream_dp.user_level import Bounder
+from tests.unit.agents.ingest.test_user_level import KEY, _settings
+
+fast = pytest.importorskip("agents.ingest._fastingest", reason="the compiled fast path did not build")
+pytestmark = pytest.mark.skipif(ingest_records._fastingest is None, reason=FAST_PATH_STATUS)
+
+TICK_MAX = (1 << 31) - 1
+
+
+def _state(**kw: Any) -> UserState:
+    st = UserState(_settings(**kw), 0, KEY)
+    st.changelog = True
+    return st
+
+
+def _replay(topic: dict[bytes, bytes], changes: list[tuple[bytes, bytes | None]]) -> None:
+    for person, value in changes:
+        if value is None:
+            topic.pop(person, None)
+        else:
+            topic[person] = value
+
+
+def _live(st: UserState) -> dict[bytes, bytes]:
+    return {p: record_bytes((lt, per)) for p, lt, per in st.bounder.export()}
+
+
+def _whole(topic: dict[bytes, bytes]) -> int:
+    oracle = TableDigest(table_digest_key(KEY), record_bytes)
+    total = 0
+    for person, value in topic.items():
+        total += oracle.term(person, value)
+    return total % (1 << 256)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("kw", [
+    dict(user_max_events=3, user_period_ticks=2),
+    dict(user_max_events=2, user_period_ticks=1, user_min_separation_ticks=1),
+    dict(user_max_events=4, user_period_ticks=3, user_min_separation_ticks=2),
+])
+def test_the_changelog_is_the_table_across_every_move(seed: int, kw: dict[str, int]) -> None:
+    """Random traffic on a compact table in changelog form, with commits at random points
+    (also in the middle of a period, with persons counted and not yet taken), period closes,
+    and a move to the ``Bounder`` forced by one person's tick past 2^31 − 1 or a third open
+    period at a random point: after every commit the replayed changelog is the live table
+    and the digest is the whole sum of the records written."""
+    rng = random.Random(seed)
+    st = _state(**kw)
+    assert type(st.bounder) is fast.UserTable
+    topic: dict[bytes, bytes] = {}
+    tick = 1
+    move_at = rng.randrange(200, 1500)
+    moved = False
+    for i in range(2500):
+        if rng.random() < 0.03:
+            tick += rng.randint(1, 2)
+            st.closed_before(tick)
+        if i == move_at:  # one person forces the move (a far-future tick, or a third period)
+            far = TICK_MAX + 1 if seed % 2 else tick + 2 * max(kw["user_period_ticks"], 1) * 3
+            for at in (tick, tick + kw["user_period_ticks"] + 2, far):
+                st.decide_obj({"user": "mover"}, at, 0)
+            moved = type(st.bounder) is Bounder
+        who = f"p{rng.randrange(60)}"
+        st.decide_obj({"user": who}, tick + rng.randrange(3), 0)
+        if rng.random() < 0.02:
+            changes = st.take_changes()
+            _replay(topic, changes)
+            assert topic == _live(st), i
+            assert st.digest.total == _whole(topic), i
+    _replay(topic, st.take_changes())
+    assert topic == _live(st)
+    assert st.digest.total == _whole(topic)
+    assert moved
+
+
+def _identity_model(values: list[bytes], k: int, field: str = "user") -> dict[bytes, int]:
+    """Counted events per identifier under the rule (no period change in the test: one tick):
+    the stdlib's reading of the JSON (the last member of a name wins), the identifier's UTF-8
+    bytes, the first K in log order."""
+    seen: dict[bytes, int] = {}
+    for v in values:
+        ident = json.loads(v.decode("utf-8")).get(field).encode("utf-8")
+        seen[ident] = min(k, seen.get(ident, 0) + 1)
+    return seen
