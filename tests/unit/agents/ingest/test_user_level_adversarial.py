@@ -108,3 +108,61 @@ def _identity_model(values: list[bytes], k: int, field: str = "user") -> dict[by
         ident = json.loads(v.decode("utf-8")).get(field).encode("utf-8")
         seen[ident] = min(k, seen.get(ident, 0) + 1)
     return seen
+
+
+def _spellings(ident: str, other: str, ts: float) -> list[bytes]:
+    """One event of ``ident`` in every spelling the JSON grammar allows for it (and two with
+    the field given twice: the last one names the person)."""
+    esc = "".join(f"\\u{ord(c):04x}" if ord(c) < 0x10000 else c for c in ident)
+    raw = json.dumps(ident, ensure_ascii=False)[1:-1]
+    asc = json.dumps(ident)[1:-1]  # \uXXXX escapes, surrogate pairs for astral characters
+    t = repr(ts)
+    return [s.encode("utf-8") for s in (
+        f'{{"key": "a/x", "ts": {t}, "user": "{raw}"}}',
+        f'{{"key":"a/x","ts":{t},"user":"{raw}"}}',
+        f' \n{{ "user" :\t"{raw}" , "ts" : {t} ,"key" : "a/x" }}\r\n',
+        f'{{"key": "a/x", "ts": {t}, "user": "{asc}"}}',
+        f'{{"key": "a/x", "ts": {t}, "user": "{esc}"}}',
+        f'{{"key": "a/x", "ts": {t}, "\\u0075ser": "{raw}"}}',
+        f'{{"key": "a/x", "ts": {t}, "us\\u0065r": "{raw}", "value": 1}}',
+        f'{{"key": "a/x", "ts": {t}, "user": "{other}", "user": "{raw}"}}',
+        f'{{"user": "{raw}", "key": "a/x", "ts": {t}, "user": "{other}"}}',
+        f'{{"key": "a\\/x", "ts": {t}, "user": "{raw}"}}',
+    )]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("base", ["ann", "é-\u0301e", "😀x", "a/b\\c\"d"])
+def test_one_person_in_every_spelling_has_one_budget(compiled: bool, base: str) -> None:
+    """Every spelling of one identifier (raw UTF-8, ``\\u`` escapes, surrogate pairs, an
+    escaped field name, whitespace, the field twice) counts against one budget of K, on the
+    compiled and on the pure path, exactly as the model from the rule says; a person named
+    only as the first of two fields is not charged."""
+    from agents.ingest.records import Record
+    from agents.ingest.state import IngestState
+    from tests.unit.agents.ingest.test_user_level import NOW, ORIGIN, ROUTER, _home
+
+    k = 4
+    s = _settings(user_max_events=k, user_period_ticks=0)
+    ident = _home(0, base)
+    other = _home(0, "bob")
+    ts = ORIGIN + 1.0
+    values = _spellings(ident, other, ts) * 3
+    random.Random(5).shuffle(values)
+    state = IngestState(s, ROUTER, 0, offset=0, key=KEY)
+    state.clock = lambda: NOW
+    state.use_fast_path = compiled
+    assert state.users is not None
+    if not compiled:
+        state.users.compact = False
+        state.users.bounder = Bounder(state.users.bounds)
+    state.process_batch([Record(i, ident.encode(), v, int((ts + 0.1) * 1000), 0)
+                         for i, v in enumerate(values)])
+    want = _identity_model(values, k)
+    assert set(want) == {ident.encode(), other.encode()}
+    assert [r.reason for _, r, _, _ in state.out.dead_letters] == []
+    units = sum(sum(b.values()) for b in state.buckets.values())
+    assert want[ident.encode()] == k  # 27 events of one person in 9 spellings: K count
+    assert units // state.cap_u == sum(want.values())
+    assert state.out.bounded == len(values) - sum(want.values())
+    assert len(state.users.bounder) == 2
