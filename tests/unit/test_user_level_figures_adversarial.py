@@ -1,0 +1,76 @@
+"""Adversarial review of user-level privacy (issue #34): the per-person figures printed
+(``stream-dp plan``, the worker's start-up log, every record's ``privacy.per_person``) are
+said to be valid upper bounds, exact where they say exact. Oracle: exact rational arithmetic
+on the very floats configured, with the closed forms of pure DP without spacing (a person's
+``n`` events on one node cost ``n·ε``; a period ``h·K·ε``)."""
+
+from __future__ import annotations
+
+import json
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from agents.config.domain import load_domain
+from agents.config.settings import Settings
+from agents.release.person import privacy_block
+from agents.release.state import build_mechanism
+from stream_dp.accounting import Accountant
+from stream_dp.budget import PureDP
+from stream_dp.planner import make_mechanism
+from stream_dp.user_level import UserAccountant, UserBounds
+
+#: per-event budgets whose products with small integers round *down* as floats (0.7·3) or
+#: whose 6-digit display rounds down (0.1234567·3 = 0.3703701 → "0.37037")
+EPSILONS = [0.7, 0.1234567, 0.3, 1.1]
+
+
+def _numbers(line: str) -> list[Fraction]:
+    return [Fraction(x) for x in re.findall(r"ε = ([0-9.e+-]+)", line)]
+
+
+@pytest.mark.parametrize("eps", EPSILONS)
+@pytest.mark.parametrize("k", [3, 7])
+def test_plan_and_start_up_figures_are_never_below_the_exact_product(eps: float, k: int) -> None:
+    """A flat deployment, naive strategy, pure DP: one person's K events on one stream cost
+    exactly ``K·ε`` (said exact). Neither the JSON figures nor the printed lines may show less
+    than the exact product of the configured float and K."""
+    bounds = UserBounds(max_events=k, period_ticks=10)
+    privacy = PureDP(eps)
+    acc = UserAccountant(Accountant(privacy, nodes_touched=1, cap=1.0), bounds, (1,),
+                         make_mechanism("naive", 0.9, 63, privacy, 1.0), 60.0)
+    exact = Fraction(eps) * k
+    figures = acc.figures()
+    for key in ("stream", "period"):
+        assert figures[key]["exact"] is True
+        assert Fraction(figures[key]["privacy"]["epsilon"]) >= exact, (key, figures[key])
+    lines = acc.summary()
+    shown = [n for line in lines if "per period" in line for n in _numbers(line)]
+    assert shown, lines
+    assert all(n >= exact for n in shown), (lines, float(exact))
+
+
+@pytest.mark.parametrize("eps", EPSILONS)
+def test_every_records_per_person_figures_are_never_below_the_exact_product(
+        tmp_path: Path, eps: float) -> None:
+    """The ``privacy`` block of every release record: ``stream`` = K·ε, ``total`` = h·K·ε
+    (hierarchy of h = 3 nodes per event, pure DP, naive, b = 0: both exact), never below the
+    exact products of the configured floats."""
+    domain_file = tmp_path / "domain.toml"
+    paths = [f"r{i}/l{j}" for i in range(2) for j in range(3)]
+    domain_file.write_text('name = "t"\nkind = "hierarchy"\nroot = "all"\npaths = ['
+                           + ", ".join(json.dumps(p) for p in paths) + "]\n")
+    s = Settings(origin=1000.0, domain_file=str(domain_file), strategy="naive", p=0.9,
+                 horizon=63, epsilon=eps, privacy_unit="user", user_period_ticks=10,
+                 user_max_events=3)
+    domain = load_domain(s.domain_file)
+    h = Accountant.for_domain(domain, s.privacy).nodes_touched
+    assert h == 3
+    block = privacy_block(s, domain, build_mechanism(s))
+    per_node = Fraction(block["epsilon"])
+    per = block["per_person"]
+    assert per["exact"] is True
+    assert Fraction(per["stream"]) >= 3 * per_node, (per, float(3 * per_node))
+    assert Fraction(per["total"]) >= h * 3 * per_node, (per, float(h * 3 * per_node))
