@@ -68,6 +68,7 @@ import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from numpy.typing import NDArray
@@ -76,6 +77,7 @@ from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.domain import Domain
 from stream_dp.user_level.bounds import UserBounds
+from stream_dp.user_level.group import float_up, format_up
 from stream_dp.user_level.sensitivity import max_spaced_sums
 from stream_dp.user_level.trees import (
     nested_period_norm_sq,
@@ -552,8 +554,11 @@ class UserAccountant:
                    ), False
 
     def _scaled(self, factor: float) -> Privacy:
+        # the exact product of the two floats, rounded up: a float product may round below it
+        # (0.7 × 3 = 2.0999999999999996), and a per-person figure is an upper bound
         per = self.event.per_node
-        return PureDP(per.value * factor) if isinstance(per, PureDP) else ZCDP(per.value * factor)
+        value = float_up(Fraction(per.value) * Fraction(factor))
+        return PureDP(value) if isinstance(per, PureDP) else ZCDP(value)
 
     def figures(self) -> dict[str, dict[str, object]]:
         """The per-person figures (``stream``, ``period``, ``year``) as budgets with their factor
@@ -623,7 +628,7 @@ def _periods(b: UserBounds, tick_seconds: float) -> str:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.6g}"
+    return format_up(x)
 
 
 def _duration(seconds: float) -> str:
