@@ -81,3 +81,31 @@ def test_every_records_per_person_figures_are_never_below_the_exact_product(
     shown = re.search(r"· ε=([0-9.e+-]+) per person per period", privacy_text(block))
     assert shown is not None, privacy_text(block)
     assert Fraction(shown.group(1)) >= 3 * per_node * (1 - Fraction(1, 10**12)), shown.group(0)
+
+
+@pytest.mark.parametrize(("name", "p"), [("sqrt", 0.9), ("blt", 0.9)])
+@pytest.mark.parametrize(("count", "sep", "period"), [(4, 5, 8), (3, 4, 6), (5, 10, 20)])
+def test_zcdp_toeplitz_factor_said_exact_is_reached_within_one_period(
+        name: str, p: float, count: int, sep: int, period: int) -> None:
+    """A Toeplitz strategy's zCDP factor with ``b ≥ 1`` is said exact. With a period of T
+    ticks, at most ``⌊(T − 1)/b⌋ + 1`` events b apart fit in it, so the exact factor is the
+    brute-force maximum over the patterns *within one period* (the first one: the columns'
+    norms only shrink after it), not over ``count`` events spread past the period's end."""
+    import numpy as np
+
+    from stream_dp.budget import ZCDP
+    from stream_dp.strategies.blt import _oracle as blt_oracle
+    from stream_dp.strategies.sqrt import _oracle as sqrt_oracle
+    from stream_dp.user_level import brute_force_norm_sq, stream_factor
+
+    mech = make_mechanism(name, p, 15, ZCDP(0.5))
+    f = stream_factor(mech, count, sep, period)
+    oracle = sqrt_oracle if name == "sqrt" else blt_oracle
+    big_l, _, var = oracle.dense(mech, 60)  # type: ignore[attr-defined]
+    m = big_l / np.sqrt(var)[:, None]
+    single = float((m[:, 0] ** 2).sum())
+    within = max(brute_force_norm_sq(m[:, q * period:(q + 1) * period], count, sep)
+                 for q in range(60 // period)) / single
+    assert f.value >= within * (1 - 1e-9)  # a bound, always
+    if f.exact:  # said exact: reached by a pattern the period holds
+        assert f.value == pytest.approx(within, rel=1e-6), (f, within)
