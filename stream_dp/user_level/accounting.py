@@ -21,7 +21,8 @@ every such pattern:
   non-negative and non-increasing (checked): the autocorrelation ``G(d) = Σ_k c_k c_{k+d}`` of the
   coefficients (of the infinite stream: a finite horizon only drops non-negative terms) is
   non-increasing in ``d``, so spacing the events exactly ``b`` apart makes every pairwise distance
-  as small as any pattern allows: ``Σ_{a,a'<n} G(|a−a'|·b) / G(0)`` — exact;
+  as small as any pattern allows: ``Σ_{a,a'<n} G(|a−a'|·b) / G(0)`` with ``n`` the events that
+  fit in a period ``b`` apart (at most ``⌊(T − 1)/b⌋ + 1``) — exact;
 * zCDP, trees (``tree``, ``binary-tree``), ``b ≥ 1``: the program over the blocks of
   :mod:`stream_dp.user_level.trees`, maximised over every alignment a period can have within a
   top block — exact at ``p = 1``, and at ``p < 1`` while the Pareto sets of the decayed block
@@ -167,8 +168,12 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
         return UserFactor(float(events) ** 2, True, "n events in one tick: n²")
     g = _toeplitz_autocorrelation(mech)
     if g is not None:
-        return UserFactor(_spaced_sum(g, events, min_sep), True,
-                          "Toeplitz: events exactly b apart (non-increasing autocorrelation)")
+        # no more than ⌊(T − 1)/b⌋ + 1 events b apart fit in a period: the worst pattern is
+        # that many, exactly b apart from the period's first tick (more would overstate it)
+        fit = events if period_ticks == 0 else min(events, (period_ticks - 1) // min_sep + 1)
+        return UserFactor(_spaced_sum(g, fit, min_sep), True,
+                          "Toeplitz: events exactly b apart (non-increasing autocorrelation), "
+                          "as many as a period holds")
     if name in _TREES:
         levels = tuple(int(v) for v in mech.levels)  # type: ignore[attr-defined]
         weights = tuple(float(w) for w in np.asarray(mech.weights))  # type: ignore[attr-defined]
