@@ -109,3 +109,36 @@ def test_zcdp_toeplitz_factor_said_exact_is_reached_within_one_period(
     assert f.value >= within * (1 - 1e-9)  # a bound, always
     if f.exact:  # said exact: reached by a pattern the period holds
         assert f.value == pytest.approx(within, rel=1e-6), (f, within)
+
+
+def _periods_any_year(tick_seconds: Fraction, period_ticks: int) -> int:
+    """The most aligned periods one interval ``[x, x + 365 days)`` of event times touches, by
+    brute force over its start ``x`` (event time ``t`` is in tick ``⌊t/S⌋ + 1``): starts on a
+    fine grid over several periods, and just before every tick boundary."""
+    year = Fraction(365 * 86_400)
+    best = 0
+    span = 3 * period_ticks * tick_seconds
+    starts = {span * i / 997 for i in range(997)}
+    starts |= {k * tick_seconds - Fraction(1, 10**6) for k in range(1, 3 * period_ticks + 1)}
+    for x in starts:
+        if x < 0:
+            continue
+        first = int(x // tick_seconds) + 1
+        end = (x + year) / tick_seconds  # the last time is just before x + year
+        last = int(end) if end.denominator == 1 else int(end) + 1
+        best = max(best, (last - 1) // period_ticks - (first - 1) // period_ticks + 1)
+    return best
+
+
+@pytest.mark.parametrize(("ticks_per_year", "period"), [(10, 3), (10, 9), (10, 5), (12, 11),
+                                                        (Fraction(21, 2), 3), (7, 2)])
+def test_the_years_periods_cover_a_year_that_starts_inside_a_tick(
+        ticks_per_year: Fraction | int, period: int) -> None:
+    """"Any 365 days": a year that starts inside a tick meets one tick more than a year that
+    starts on a tick boundary (10 ticks a year meet 11), so it may touch one period more; the
+    yearly figure's count of periods must cover the brute force."""
+    from stream_dp.user_level.accounting import year_periods
+
+    s = Fraction(365 * 86_400) / Fraction(ticks_per_year)
+    want = _periods_any_year(s, period)
+    assert year_periods(period, float(s)) >= want, (year_periods(period, float(s)), want)
