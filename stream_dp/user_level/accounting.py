@@ -408,16 +408,19 @@ TREE_MAX_OFFSETS = 1024
 
 def year_periods(period_ticks: int, tick_seconds: float) -> int:
     """The most periods one year — *any* 365 days, not only a year that starts on a period
-    boundary — can touch: its ``W = ⌈year / tick_seconds⌉`` consecutive ticks meet at most
-    ``⌈(W − 1) / T⌉ + 1`` aligned periods of ``T`` ticks (1 for ``period_ticks = 0``, a period
-    that never ends). A year of daily periods touches 366 of them, a year of yearly ones 2.
+    boundary — can touch: its event times meet at most ``W = ⌈year / tick_seconds⌉ + 1``
+    consecutive ticks (one more than ``⌈year / tick_seconds⌉`` when it starts inside a tick:
+    a year of exactly 10 ticks meets 11), and those meet at most ``⌈(W − 1) / T⌉ + 1`` aligned
+    periods of ``T`` ticks (1 for ``period_ticks = 0``, a period that never ends). A year of
+    daily periods touches 366 of them, a year of yearly ones 2.
 
     >>> year_periods(1440, 60.0), year_periods(525_600, 60.0), year_periods(0, 60.0)
     (366, 2, 1)
     """
     if period_ticks == 0:
         return 1
-    ticks = max(1, math.ceil(YEAR_SECONDS / tick_seconds))
+    # exact: a float quotient may round across an integer
+    ticks = math.ceil(Fraction(YEAR_SECONDS) / Fraction(tick_seconds)) + 1
     return -(-(ticks - 1) // period_ticks) + 1
 
 
