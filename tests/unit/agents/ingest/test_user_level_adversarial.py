@@ -166,3 +166,79 @@ def test_one_person_in_every_spelling_has_one_budget(compiled: bool, base: str) 
     assert units // state.cap_u == sum(want.values())
     assert state.out.bounded == len(values) - sum(want.values())
     assert len(state.users.bounder) == 2
+
+
+def _run_log(values: list[tuple[bytes, float]], compiled: bool) -> Any:
+    from agents.ingest.records import Record
+    from agents.ingest.state import IngestState
+    from tests.unit.agents.ingest.test_user_level import NOW, ROUTER
+
+    s = _settings(user_max_events=3, user_period_ticks=1)
+    state = IngestState(s, ROUTER, 0, offset=0, key=KEY)
+    state.clock = lambda: NOW
+    state.use_fast_path = compiled
+    state.users.changelog = True  # type: ignore[union-attr]
+    for lo in range(0, len(values), 37):  # batches of 37: the move lands inside one
+        state.process_batch([Record(state.offset + i, b"k", v, int(at * 1000), 0)
+                             for i, (v, at) in enumerate(values[lo:lo + 37])])
+    return state
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_person_who_forces_the_move_to_the_bounder_changes_nothing_else(seed: int) -> None:
+    """A person whose events open a third period (periods of one tick, events for the next
+    ticks within the future skew) moves the partition's table to the ``Bounder`` and every
+    later record to the pure path. Against the same log without that person (which stays on
+    the compiled table): every other person's decisions, dead letters and counts are the
+    same, and the buckets differ by exactly that person's first K per period, per the rule
+    (an oracle written here)."""
+    from tests.unit.agents.ingest.test_user_level import LEAVES, ORIGIN, L, _event, _home
+
+    rng = random.Random(seed)
+    others = [_home(0, f"o{seed}-{i}") for i in range(25)] + [_home(1, f"w{seed}")]
+    mover = _home(0, f"mover{seed}")
+    log: list[tuple[str, bytes, float, int, str]] = []
+    for _ in range(400):
+        who = rng.choice(others + [mover] * 5)
+        tick = rng.randint(1, 2) if who != mover else rng.randint(1, 4)
+        # every record arrives early in tick 1: later ticks are its future, up to the skew
+        # of 30 s (tick 4 only in its first 0.4 s)
+        ts = ORIGIN + (tick - 1) * L + rng.uniform(0.0, 0.4 if tick == 4 else L - 0.01)
+        at = ORIGIN + 0.5
+        leaf = rng.choice(LEAVES)
+        log.append((who, _event(leaf, ts, who), at, tick, leaf))
+    with_mover = [(v, at) for _, v, at, _, _ in log]
+    without = [(v, at) for who, v, at, _, _ in log if who != mover]
+    for compiled in (True, False):
+        a, b = _run_log(with_mover, compiled), _run_log(without, compiled)
+        if compiled:
+            assert type(a.users.bounder) is Bounder  # the mover moved it
+            assert type(b.users.bounder) is fast.UserTable
+        # the mover's counted events by the rule: first 3 per period (= tick), in log order
+        kept: dict[tuple[int, str], int] = {}
+        per_period: dict[int, int] = {}
+        for who, _, _, tick, leaf in log:
+            if who == mover and per_period.get(tick, 0) < 3:
+                per_period[tick] = per_period.get(tick, 0) + 1
+                kept[(tick, leaf)] = kept.get((tick, leaf), 0) + 1
+        leaf_index = ROUTER_LEAVES()
+        diff: dict[tuple[int, int], int] = {}
+        for tick in set(a.buckets) | set(b.buckets):
+            ba, bb = a.buckets.get(tick, {}), b.buckets.get(tick, {})
+            for leaf in set(ba) | set(bb):
+                d = ba.get(leaf, 0) - bb.get(leaf, 0)
+                if d:
+                    diff[(tick, leaf)] = d // a.cap_u
+        assert diff == {(t, leaf_index[lf]): n for (t, lf), n in kept.items()}
+        dead_a = [(r.reason, r.detail, v) for _, r, v, _ in a.out.dead_letters]
+        dead_b = [(r.reason, r.detail, v) for _, r, v, _ in b.out.dead_letters]
+        assert dead_a == dead_b  # the mover's records are all on their partition and valid
+        assert not any(r == "future" for r, _, _ in dead_a)
+        assert a.out.bounded - b.out.bounded == sum(1 for w, *_ in log if w == mover) - sum(
+            kept.values())
+
+
+def ROUTER_LEAVES() -> dict[str, int]:  # noqa: N802 - the test's leaf key -> bucket key
+    from tests.unit.agents.ingest.test_user_level import ROUTER
+
+    return dict(ROUTER.declared)
