@@ -10,6 +10,7 @@ import json
 import re
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,8 @@ def test_plan_and_start_up_figures_are_never_below_the_exact_product(eps: float,
     figures = acc.figures()
     for key in ("stream", "period"):
         assert figures[key]["exact"] is True
-        assert Fraction(figures[key]["privacy"]["epsilon"]) >= exact, (key, figures[key])
+        privacy: Any = figures[key]["privacy"]
+        assert Fraction(privacy["epsilon"]) >= exact, (key, figures[key])
     lines = acc.summary()
     shown = [n for line in lines if "per period" in line for n in _numbers(line)]
     assert shown, lines
@@ -101,7 +103,7 @@ def test_zcdp_toeplitz_factor_said_exact_is_reached_within_one_period(
     mech = make_mechanism(name, p, 15, ZCDP(0.5))
     f = stream_factor(mech, count, sep, period)
     oracle = sqrt_oracle if name == "sqrt" else blt_oracle
-    big_l, _, var = oracle.dense(mech, 60)  # type: ignore[attr-defined]
+    big_l, _, var = oracle.dense(mech, 60)
     m = big_l / np.sqrt(var)[:, None]
     single = float((m[:, 0] ** 2).sum())
     within = max(brute_force_norm_sq(m[:, q * period:(q + 1) * period], count, sep)

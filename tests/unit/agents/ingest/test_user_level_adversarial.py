@@ -221,7 +221,7 @@ def test_a_person_who_forces_the_move_to_the_bounder_changes_nothing_else(seed: 
             if who == mover and per_period.get(tick, 0) < 3:
                 per_period[tick] = per_period.get(tick, 0) + 1
                 kept[(tick, leaf)] = kept.get((tick, leaf), 0) + 1
-        leaf_index = ROUTER_LEAVES()
+        leaf_index = _leaf_index()
         diff: dict[tuple[int, int], int] = {}
         for tick in set(a.buckets) | set(b.buckets):
             ba, bb = a.buckets.get(tick, {}), b.buckets.get(tick, {})
@@ -238,7 +238,7 @@ def test_a_person_who_forces_the_move_to_the_bounder_changes_nothing_else(seed: 
             kept.values())
 
 
-def ROUTER_LEAVES() -> dict[str, int]:  # noqa: N802 - the test's leaf key -> bucket key
+def _leaf_index() -> dict[str, int]:  # the test domain: leaf key -> bucket key
     from tests.unit.agents.ingest.test_user_level import ROUTER
 
     return dict(ROUTER.declared)
