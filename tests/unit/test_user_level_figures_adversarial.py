@@ -47,8 +47,8 @@ def test_plan_and_start_up_figures_are_never_below_the_exact_product(eps: float,
     figures = acc.figures()
     for key in ("stream", "period"):
         assert figures[key]["exact"] is True
-        privacy: Any = figures[key]["privacy"]
-        assert Fraction(privacy["epsilon"]) >= exact, (key, figures[key])
+        got: Any = figures[key]["privacy"]
+        assert Fraction(got["epsilon"]) >= exact, (key, figures[key])
     lines = acc.summary()
     shown = [n for line in lines if "per period" in line for n in _numbers(line)]
     assert shown, lines
