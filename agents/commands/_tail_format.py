@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from stream_dp.user_level.group import format_up
+from stream_dp.user_level.rounding import format_up
 
 
 def _iso(ts: Any) -> str:

@@ -78,7 +78,7 @@ from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.domain import Domain
 from stream_dp.user_level.bounds import UserBounds
-from stream_dp.user_level.group import float_up, format_up
+from stream_dp.user_level.rounding import float_up, format_up
 from stream_dp.user_level.sensitivity import max_spaced_sums
 from stream_dp.user_level.trees import (
     nested_period_norm_sq,

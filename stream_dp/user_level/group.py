@@ -24,34 +24,14 @@ rational one.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Context
 from fractions import Fraction
 from typing import Any
 
 from stream_dp.user_level.bounds import UserBounds
+from stream_dp.user_level.rounding import float_up, format_up
 
 __all__ = ["GroupBudget", "float_up", "format_up"]
-
-
-def float_up(value: Fraction) -> float:
-    """The smallest float ≥ ``value`` (so a bound printed as a float still bounds)."""
-    out = float(value)
-    if Fraction(out) < value:
-        out = math.nextafter(out, math.inf)
-    return out
-
-
-def format_up(x: float) -> str:
-    """``x`` with 6 significant digits, rounded *up* (a per-person figure shown is an upper
-    bound: rounding to the nearest would show 0.37037 for 0.3703701) — except a float's own
-    noise (below 10^-12 of ``x``: the figure of ε = 0.1 times 10 is 1.0000000000000002) is
-    shown as the decimal it stands for, as the configured budget itself is (``ε = 0.1``)."""
-    text = f"{x:.6g}"
-    if math.isfinite(x) and x - float(text) > 1e-12 * abs(x):
-        text = f"{float(Context(prec=6, rounding=ROUND_CEILING).create_decimal(x)):.6g}"
-    return text
 
 
 @dataclass(frozen=True)
