@@ -7,6 +7,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from stream_dp.user_level.rounding import format_up
+
 
 def _iso(ts: Any) -> str:
     try:
@@ -27,7 +29,10 @@ def privacy_text(privacy: Any) -> str:
     text = f"{sym}={_g(privacy.get(key))}"
     person = privacy.get("per_person")
     if privacy.get("unit") == "person" and isinstance(person, dict):
-        text += f" · {sym}={_g(person.get('stream'))} per person per period"
+        stream = person.get("stream")  # an upper bound: shown rounded up
+        shown = (format_up(stream) if isinstance(stream, int | float) and not isinstance(
+            stream, bool) else "?")
+        text += f" · {sym}={shown} per person per period"
     return text
 
 

@@ -23,6 +23,7 @@ the wire form; the worker computes it once at start-up.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Any
 
 from agents.config.settings import Settings
@@ -70,13 +71,18 @@ def _figures(settings: Settings, domain: Any, mech: Any) -> dict[str, Any]:
         bound = float_up(attribute_person(settings, domain).per_period)
         return {"unit": "person", "period_ticks": int(settings.user_period_ticks),
                 "per_person": {"stream": bound, "total": bound, "exact": False}}
+    from stream_dp.user_level import float_up
+
     acc = person_accountant(settings, domain, mech)
     stream = acc.per_node_max
     total, total_exact = acc.period_factor()
     per = settings.privacy.as_dict()
-    value = float(per["epsilon"] if per["model"] == "pure" else per["rho"])
+    value = Fraction(per["epsilon"] if per["model"] == "pure" else per["rho"])
+    # the exact products of the floats, rounded up (a float product may round below them:
+    # 0.7 × 3 = 2.0999999999999996), as every per-person figure is an upper bound
     return {"unit": "person", "period_ticks": int(settings.user_period_ticks),
-            "per_person": {"stream": value * stream.value, "total": value * total,
+            "per_person": {"stream": float_up(value * Fraction(stream.value)),
+                           "total": float_up(value * Fraction(total)),
                            "exact": bool(stream.exact and total_exact)}}
 
 

@@ -33,7 +33,7 @@ from stream_dp.user_level.accounting import (
 )
 from stream_dp.user_level.bounding import Bounder, keep_mask
 from stream_dp.user_level.bounds import UserBounds
-from stream_dp.user_level.group import GroupBudget, float_up
+from stream_dp.user_level.group import GroupBudget, float_up, format_up
 from stream_dp.user_level.sensitivity import (
     brute_force_norm_sq,
     gram_upper_bound_sq,
@@ -52,6 +52,7 @@ __all__ = [
     "UserFactor",
     "brute_force_norm_sq",
     "float_up",
+    "format_up",
     "gram_upper_bound_sq",
     "keep_mask",
     "layer_leaves",

@@ -21,7 +21,8 @@ every such pattern:
   non-negative and non-increasing (checked): the autocorrelation ``G(d) = Σ_k c_k c_{k+d}`` of the
   coefficients (of the infinite stream: a finite horizon only drops non-negative terms) is
   non-increasing in ``d``, so spacing the events exactly ``b`` apart makes every pairwise distance
-  as small as any pattern allows: ``Σ_{a,a'<n} G(|a−a'|·b) / G(0)`` — exact;
+  as small as any pattern allows: ``Σ_{a,a'<n} G(|a−a'|·b) / G(0)`` with ``n`` the events that
+  fit in a period ``b`` apart (at most ``⌊(T − 1)/b⌋ + 1``) — exact;
 * zCDP, trees (``tree``, ``binary-tree``), ``b ≥ 1``: the program over the blocks of
   :mod:`stream_dp.user_level.trees`, maximised over every alignment a period can have within a
   top block — exact at ``p = 1``, and at ``p < 1`` while the Pareto sets of the decayed block
@@ -68,6 +69,7 @@ import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from numpy.typing import NDArray
@@ -76,6 +78,7 @@ from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.domain import Domain
 from stream_dp.user_level.bounds import UserBounds
+from stream_dp.user_level.rounding import float_up, format_up
 from stream_dp.user_level.sensitivity import max_spaced_sums
 from stream_dp.user_level.trees import (
     nested_period_norm_sq,
@@ -165,8 +168,12 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
         return UserFactor(float(events) ** 2, True, "n events in one tick: n²")
     g = _toeplitz_autocorrelation(mech)
     if g is not None:
-        return UserFactor(_spaced_sum(g, events, min_sep), True,
-                          "Toeplitz: events exactly b apart (non-increasing autocorrelation)")
+        # no more than ⌊(T − 1)/b⌋ + 1 events b apart fit in a period: the worst pattern is
+        # that many, exactly b apart from the period's first tick (more would overstate it)
+        fit = events if period_ticks == 0 else min(events, (period_ticks - 1) // min_sep + 1)
+        return UserFactor(_spaced_sum(g, fit, min_sep), True,
+                          "Toeplitz: events exactly b apart (non-increasing autocorrelation), "
+                          "as many as a period holds")
     if name in _TREES:
         levels = tuple(int(v) for v in mech.levels)  # type: ignore[attr-defined]
         weights = tuple(float(w) for w in np.asarray(mech.weights))  # type: ignore[attr-defined]
@@ -401,16 +408,19 @@ TREE_MAX_OFFSETS = 1024
 
 def year_periods(period_ticks: int, tick_seconds: float) -> int:
     """The most periods one year — *any* 365 days, not only a year that starts on a period
-    boundary — can touch: its ``W = ⌈year / tick_seconds⌉`` consecutive ticks meet at most
-    ``⌈(W − 1) / T⌉ + 1`` aligned periods of ``T`` ticks (1 for ``period_ticks = 0``, a period
-    that never ends). A year of daily periods touches 366 of them, a year of yearly ones 2.
+    boundary — can touch: its event times meet at most ``W = ⌈year / tick_seconds⌉ + 1``
+    consecutive ticks (one more than ``⌈year / tick_seconds⌉`` when it starts inside a tick:
+    a year of exactly 10 ticks meets 11), and those meet at most ``⌈(W − 1) / T⌉ + 1`` aligned
+    periods of ``T`` ticks (1 for ``period_ticks = 0``, a period that never ends). A year of
+    daily periods touches 366 of them, a year of yearly ones 2.
 
     >>> year_periods(1440, 60.0), year_periods(525_600, 60.0), year_periods(0, 60.0)
     (366, 2, 1)
     """
     if period_ticks == 0:
         return 1
-    ticks = max(1, math.ceil(YEAR_SECONDS / tick_seconds))
+    # exact: a float quotient may round across an integer
+    ticks = math.ceil(Fraction(YEAR_SECONDS) / Fraction(tick_seconds)) + 1
     return -(-(ticks - 1) // period_ticks) + 1
 
 
@@ -552,8 +562,11 @@ class UserAccountant:
                    ), False
 
     def _scaled(self, factor: float) -> Privacy:
+        # the exact product of the two floats, rounded up: a float product may round below it
+        # (0.7 × 3 = 2.0999999999999996), and a per-person figure is an upper bound
         per = self.event.per_node
-        return PureDP(per.value * factor) if isinstance(per, PureDP) else ZCDP(per.value * factor)
+        value = float_up(Fraction(per.value) * Fraction(factor))
+        return PureDP(value) if isinstance(per, PureDP) else ZCDP(value)
 
     def figures(self) -> dict[str, dict[str, object]]:
         """The per-person figures (``stream``, ``period``, ``year``) as budgets with their factor
@@ -623,7 +636,7 @@ def _periods(b: UserBounds, tick_seconds: float) -> str:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.6g}"
+    return format_up(x)
 
 
 def _duration(seconds: float) -> str:

@@ -24,22 +24,14 @@ rational one.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from stream_dp.user_level.bounds import UserBounds
+from stream_dp.user_level.rounding import float_up, format_up
 
-__all__ = ["GroupBudget", "float_up"]
-
-
-def float_up(value: Fraction) -> float:
-    """The smallest float ≥ ``value`` (so a bound printed as a float still bounds)."""
-    out = float(value)
-    if Fraction(out) < value:
-        out = math.nextafter(out, math.inf)
-    return out
+__all__ = ["GroupBudget", "float_up", "format_up"]
 
 
 @dataclass(frozen=True)

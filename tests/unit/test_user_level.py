@@ -405,8 +405,9 @@ def test_zcdp_year_bound_covers_every_multi_period_pattern() -> None:
     assert year >= best / float(c @ c) * (1 - 1e-12)
 
 
-# a year of 9 ticks touches at most 3 periods of 4 ticks (⌈8 / 4⌉ + 1)
-YEAR_SECONDS_FOR_THREE_PERIODS = 365 * 86_400 / 9
+# a year of 8 ticks meets at most 9 (one more when it starts inside a tick), which touch at
+# most 3 periods of 4 ticks (⌈8 / 4⌉ + 1)
+YEAR_SECONDS_FOR_THREE_PERIODS = 365 * 86_400 / 8
 
 
 # --- the trees' zCDP program (trees.py) ----------------------------------------------------------
@@ -579,7 +580,7 @@ def test_tree_year_against_brute_force(period: int, sep: int, exact: bool) -> No
     assert 1 << mech.levels[-1] == 4  # type: ignore[attr-defined]
     b = UserBounds(max_events=2, period_ticks=period, min_separation_ticks=sep)
     acc = UserAccountant(Accountant.for_domain(Domain.flat(["a"]), ZCDP(0.5)), b, (1,), mech,
-                         tick_seconds=365 * 86_400 / (2 * period + 1))
+                         tick_seconds=365 * 86_400 / (2 * period))
     assert year_periods(period, acc.tick_seconds) == 3
     year, is_exact = acc.year_factor()
     brute = _year_brute(mech, 2, sep, period, 3)
