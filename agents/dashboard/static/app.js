@@ -156,6 +156,16 @@
 
   // a record's privacy is its stream's budget; one event feeds several streams, so the
   // guarantee per event is that times the multiplier the server sends (budget_units)
+  // a budget shown with 6 significant digits, rounded up (a figure shown is an upper bound:
+  // to the nearest, 0.3703701 would show as 0.37037), a float's own noise (below 1e-12 of it)
+  // shown as the decimal it stands for (stream_dp.user_level.rounding.format_up)
+  function upTo6(x) {
+    const near = Number(x.toPrecision(6));
+    if (!(x - near > 1e-12 * Math.abs(x))) return near;
+    const step = Math.pow(10, Math.floor(Math.log10(Math.abs(x))) - 5);
+    return Number((Math.ceil(x / step) * step).toPrecision(6));
+  }
+
   function budgetLabel(privacy) {
     if (!privacy) return "";
     const pure = privacy.model === "pure";
@@ -163,13 +173,13 @@
     if (!isFinite(v)) return "";
     const sym = pure ? "ε" : "ρ";
     const labels = state.budgetUnits
-      .map(([unit, k]) => `${sym}=${Number((k * v).toPrecision(6))} per ${unit}`);
+      .map(([unit, k]) => `${sym}=${upTo6(k * v)} per ${unit}`);
     // a user-level record says what its budget means for one person per period (per stream
     // and over every stream a person reaches): privacy.unit = "person"
     const person = privacy.unit === "person" ? privacy.per_person : null;
     if (person && isFinite(Number(person.stream)) && isFinite(Number(person.total))) {
-      labels.push(`${sym}=${Number(Number(person.total).toPrecision(6))} per person per period`
-        + ` (${sym}=${Number(Number(person.stream).toPrecision(6))} per stream)`);
+      labels.push(`${sym}=${upTo6(Number(person.total))} per person per period`
+        + ` (${sym}=${upTo6(Number(person.stream))} per stream)`);
     }
     return labels.join(" · ");
   }
