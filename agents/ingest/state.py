@@ -24,14 +24,16 @@ from agents.ingest.records import (
 from agents.ingest.routing import Partial, Router
 from agents.ingest.schedule import Close, ScheduleEntry, ScheduleMismatch
 from agents.ingest.ticks import Schedule
+from agents.ingest.user_records import ChangelogMac
 from agents.ingest.users import UserState
 from agents.kafka.codec import (
     marker_key,
 )
 from stream_dp.contributions import cap_units, clip_limit_units, value_unit
 
-#: the version of user-level ingest checkpoints (the per-person table and its digest)
-USER_LEVEL_VERSION = 8
+#: the version of user-level ingest checkpoints (the per-person table and its digest; 9: the
+#: changelog's binary records, agents.ingest.user_records)
+USER_LEVEL_VERSION = 9
 
 
 class IngestState(RecordProcessing):
@@ -385,18 +387,11 @@ class IngestState(RecordProcessing):
 
     def user_changes(self) -> list[tuple[bytes, bytes | None]]:
         """The per-person changelog records to write with the next checkpoint (changelog
-        form): key = a person's keyed hash, value sealed with a MAC bound to :meth:`context`
-        and that key (``None``: a tombstone)."""
+        form): key = a person's keyed hash, value its state tagged with a MAC bound to
+        :meth:`context` and that key (``None``: a tombstone;
+        :mod:`agents.ingest.user_records`)."""
         assert self.users is not None
-        changes = self.users.take_changes()
-        if self._key is None:
-            return changes
-        from stream_dp.integrity import seal
-
-        context = self.context()
-        return [(person, None if value is None else
-                 seal(self._key, "user changelog", context + b"|" + person, value))
-                for person, value in changes]
+        return self.users.take_changes(ChangelogMac(self._key, self.context()))
 
     def load_user_changes(self, records: list[tuple[bytes, bytes | None]]) -> None:
         """The per-person table from its changelog partition (after :meth:`restore`); a
@@ -405,13 +400,9 @@ class IngestState(RecordProcessing):
         topic out of genuine old records: :mod:`agents.ingest.user_digest`) a
         :class:`ScheduleMismatch`."""
         assert self.users is not None
-        if self._key is not None:
-            from stream_dp.integrity import unseal
-
-            context = self.context()
-            records = [(person, None if value is None else
-                        unseal(self._key, "user changelog", context + b"|" + person, value))
-                       for person, value in records]
+        mac = ChangelogMac(self._key, self.context())
+        records = [(person, None if value is None else mac.open(person, value))
+                   for person, value in records]
         self.users.load_changes(records)
         if len(self.users.bounder) != self.users.expected_people:
             raise ScheduleMismatch(
@@ -437,11 +428,13 @@ class IngestState(RecordProcessing):
 
             data = unseal(self._key, "ingest checkpoint", self.context(), data)
         d = json.loads(data)
-        if d.get("v") == 7:  # fatal (the worker stops): retrying cannot change it
+        if d.get("v") in (7, 8):  # fatal (the worker stops): retrying cannot change it
             raise ScheduleMismatch(
                 f"events partition {self.partition}: an ingest checkpoint of the user-level "
-                "preview before the per-person table digest (version 7): its changelog cannot "
-                "be checked against it; start a new deployment (stream-dp deployment new)")
+                f"preview (version {d['v']}): its per-person changelog was written in an "
+                "earlier format (" + ("before the per-person table digest" if d["v"] == 7 else
+                                     "JSON records") + ") that this version does not read; "
+                "start a new deployment (stream-dp deployment new)")
         if d.get("v") not in (5, 6, USER_LEVEL_VERSION) or d.get("partition") != self.partition:
             raise ValueError(
                 "ingest checkpoint of another version or partition (checkpoints written before "
@@ -453,7 +446,7 @@ class IngestState(RecordProcessing):
                              "over come together (v5 has none)")
         user_level = d["v"] == USER_LEVEL_VERSION
         if user_level != (self.users is not None) or ("users" in d) != user_level:
-            raise ValueError("ingest checkpoint: a per-person table (version 8) comes with "
+            raise ValueError("ingest checkpoint: a per-person table (version 9) comes with "
                              "privacy_unit = user, and only with it")
         if tuple(d["schedule"]) != self.schedule_id:
             raise ScheduleMismatch(

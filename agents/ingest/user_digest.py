@@ -92,6 +92,8 @@ class TableDigest:
     """
 
     def __init__(self, key: bytes, encode: Callable[[Any], bytes]) -> None:
+        #: ``k`` (the compiled table computes the same terms under it: ``UserTable.changelog``)
+        self.key = key
         self._term = _blake2b(digest_size=32, key=key, person=_TERM)
         self._tag = _blake2b(digest_size=32, key=key, person=_TAG)
         self._encode = encode
@@ -144,15 +146,29 @@ class TableDigest:
         self._was = {}
         self._whole = False
 
-    def load(self, table: Iterable[tuple[bytes, Any]]) -> None:
-        """``D`` of a whole table: every ``(person, state)`` in it (after a restore, or once
-        per closed period)."""
-        encode, total = self._encode, 0
-        for person, state in table:
-            total += self.term(person, encode(state))
+    def written_sum(self, delta: int, whole: Callable[[], int]) -> None:
+        """A commit of the compiled table, which notes the persons it counts and sums their
+        terms itself: ``delta`` is ``Σ F_k(p, new) − Σ F_k(p, old)`` over them; ``whole()``
+        ``D`` of the whole table (called instead when persons changed unnoted)."""
+        self.total = (whole() if self._whole or self._was else self.total + delta) % _MOD
+        self._was = {}
+        self._whole = False
+
+    def load_sum(self, total: int) -> None:
+        """``D`` of a whole table, summed by the compiled table (``UserTable.digest_sum``)."""
         self.total = total % _MOD
         self._was = {}
         self._whole = False
+
+    def sum_of(self, table: Iterable[tuple[bytes, Any]]) -> int:
+        """``D`` of a whole table: every ``(person, state)`` in it."""
+        encode = self._encode
+        return sum(self.term(person, encode(state)) for person, state in table) % _MOD
+
+    def load(self, table: Iterable[tuple[bytes, Any]]) -> None:
+        """``D`` of a whole table: every ``(person, state)`` in it (after a restore, or once
+        per closed period)."""
+        self.load_sum(self.sum_of(table))
 
     def tag(self) -> str:
         """What the checkpoint carries: ``BLAKE2b-256_k(D)`` in 64 hex digits (never ``D``:

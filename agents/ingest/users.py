@@ -47,6 +47,7 @@ from typing import Any
 from agents.ingest.digest import _UNKEYED, _blake2b
 from agents.ingest.records import _fastingest
 from agents.ingest.user_digest import TableDigest, table_digest_key
+from agents.ingest.user_records import ChangelogMac, decode_state, encode_state
 from agents.kafka.codec import Rejection
 from agents.kafka.partitioner import key_partition
 from stream_dp.user_level import Bounder, UserBounds
@@ -81,13 +82,10 @@ def user_bounds(settings: Any) -> UserBounds:
 
 
 def record_bytes(state: tuple[int, list[tuple[int, int, dict[Any, int]]]]) -> bytes:
-    """A person's changelog record (before its seal) for their state ``(last tick, periods)``
-    (:meth:`stream_dp.user_level.Bounder.person`): the JSON ``[last tick, [[period, count,
-    [[leaf, n], ...]], ...]]`` (a grid's leaf, a tuple of nodes, as a list)."""
-    last_tick, periods = state
-    return json.dumps([last_tick, [
-        [p, count, [[list(x) if type(x) is tuple else x, n] for x, n in per_leaf.items()]]
-        for p, count, per_leaf in periods]], separators=(",", ":")).encode()
+    """A person's changelog value (before its tag) for their state ``(last tick, periods)``
+    (:meth:`stream_dp.user_level.Bounder.person`): :func:`agents.ingest.user_records.
+    encode_state`, a few bytes."""
+    return encode_state(state)
 
 
 #: the compact table's limits (agents/ingest/csrc/usertable.c): u16 counts, u32 ticks
@@ -286,25 +284,40 @@ class UserState:
                 self.digest.changed_unnoted()  # most people at once: summed whole, once
 
     # ------------------------------------------------------------------ checkpoint
-    def take_changes(self) -> list[tuple[bytes, bytes | None]]:
+    def take_changes(self, mac: ChangelogMac | None = None) -> list[tuple[bytes, bytes | None]]:
         """The changelog records of every person changed since the last call, in hash order:
-        ``(keyed hash, JSON of (last tick, periods))`` (:func:`record_bytes`), or ``None`` (a
-        tombstone) for a person the table dropped; the table's digest moves with them. The
-        caller seals them (:meth:`agents.ingest.state.IngestState.user_changes`)."""
-        out: list[tuple[bytes, bytes | None]] = []
+        ``(keyed hash, value)``, the value their state's bytes (:func:`record_bytes`) tagged
+        by ``mac`` (untagged without one), or ``None`` (a tombstone) for a person the table
+        dropped; the table's digest moves with them. A compact table writes them in its own
+        pass (``UserTable.changelog``, byte for byte the same)."""
         if type(self.bounder) is not Bounder:
-            self._take_dirty()
+            mac = mac or ChangelogMac(None, b"")
+            out, delta = self.bounder.changelog(sorted(self.touched), mac.key,
+                                                mac.context_hash, self.digest.key)
+            self.touched = set()
+            self.digest.written_sum(int.from_bytes(delta, "little"), self._table_sum)
+            return out  # type: ignore[no-any-return]
+        raw: list[tuple[bytes, bytes | None]] = []
         for person in sorted(self.touched):
             got = self.bounder.person(person)
-            out.append((person, None if got is None else record_bytes(got)))
+            raw.append((person, None if got is None else record_bytes(got)))
         self.touched = set()
-        self.digest.written(out, self._table)
-        return out
+        self.digest.written(raw, self._table)
+        if mac is None:
+            return raw
+        return [(person, None if value is None else mac.seal(person, value))
+                for person, value in raw]
 
     def _table(self) -> Any:
         """Every person of the table with their state, for :class:`TableDigest`."""
         return ((person, (last_tick, periods))
                 for person, last_tick, periods in self.bounder.export())
+
+    def _table_sum(self) -> int:
+        """``D`` of the whole table (:mod:`agents.ingest.user_digest`)."""
+        if type(self.bounder) is not Bounder:
+            return int.from_bytes(self.bounder.digest_sum(self.digest.key), "little")
+        return self.digest.sum_of(self._table())
 
     def load_changes(self, records: list[tuple[bytes, bytes | None]]) -> None:
         """The table from the changelog's records in offset order (the last one per person
@@ -319,18 +332,15 @@ class UserState:
                     continue
                 if len(person) != 16:
                     raise ValueError("a person's hash is not 16 bytes")
-                last_tick, periods = json.loads(value)
-                people.append((person, int(last_tick), [
-                    (int(p), int(count), {tuple(x) if type(x) is list else int(x): int(n)
-                                          for x, n in per_leaf})
-                    for p, count, per_leaf in periods]))
+                last_tick, periods = decode_state(value)
+                people.append((person, last_tick, periods))
             bounder = _filled(self.bounds, people, self.compact)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"per-person changelog: unreadable record ({exc})") from None
         self.bounder = bounder
         self._track()
         self.touched = set()
-        self.digest.load(self._table())  # checked against the checkpoint's by the caller
+        self.digest.load_sum(self._table_sum())  # checked against the checkpoint's by the caller
 
     def to_doc(self) -> dict[str, Any]:
         """The table as JSON-able columns (:meth:`stream_dp.user_level.Bounder.columns`, persons

@@ -56,8 +56,7 @@ def _build(out_dir: Path, *extra: str) -> Path:
     out = out_dir / f"_fastingest{sysconfig.get_config_var('EXT_SUFFIX')}"
     cmd = [*_compiler(), "-shared", "-fPIC", *_compile_args(), *extra,
            f"-I{sysconfig.get_paths()['include']}", f"-I{CSRC}",
-           str(CSRC / "fastingest.c"), str(CSRC / "blake2b.c"),
-           str(CSRC / "usertable.c"), "-o", str(out)]
+           *(str(c) for c in sorted(CSRC.glob("*.c"))), "-o", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return out

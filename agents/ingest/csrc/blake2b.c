@@ -69,9 +69,18 @@ static void compress(uint64_t h[8], const uint8_t block[128], uint64_t t, int la
 }
 
 int sdp_blake2b_init_key(sdp_blake2b_key *k, size_t outlen, const uint8_t *key, size_t keylen) {
+    return sdp_blake2b_init_key_person(k, outlen, key, keylen, NULL);
+}
+
+int sdp_blake2b_init_key_person(sdp_blake2b_key *k, size_t outlen, const uint8_t *key,
+                                size_t keylen, const uint8_t *person) {
     if (outlen < 1 || outlen > 64 || keylen > 64) return -1;
     memcpy(k->h, IV, sizeof IV);
     k->h[0] ^= 0x01010000ULL ^ ((uint64_t)keylen << 8) ^ (uint64_t)outlen;
+    if (person != NULL) {  /* the parameter block's bytes 48..63 */
+        k->h[6] ^= load64(person);
+        k->h[7] ^= load64(person + 8);
+    }
     k->outlen = outlen;
     k->keyed = keylen > 0;
     memcpy(k->h0, k->h, sizeof k->h);

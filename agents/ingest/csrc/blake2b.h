@@ -2,9 +2,9 @@
  * (https://github.com/BLAKE2/BLAKE2, CC0 1.0 / OpenSSL / Apache 2.0): one-shot hashing of a
  * message under a key whose block is compressed once and reused for every message.
  *
- * Only what the ingest fast path needs: digest lengths 1..64 bytes, keys 1..64 bytes, messages
- * given in one piece. Output is bit-identical to hashlib.blake2b(data, key=..., digest_size=n)
- * (a unit test compares them). */
+ * Only what the ingest fast path needs: digest lengths 1..64 bytes, keys 1..64 bytes, an optional
+ * personalisation, messages given in one piece. Output is bit-identical to
+ * hashlib.blake2b(data, key=..., digest_size=n, person=...) (unit tests compare them). */
 #ifndef STREAM_DP_BLAKE2B_H
 #define STREAM_DP_BLAKE2B_H
 
@@ -22,6 +22,11 @@ typedef struct {
 /* Prepare the state for digests of ``outlen`` bytes under ``key`` (``keylen`` 0..64).
  * Returns 0, or -1 for a length out of range. */
 int sdp_blake2b_init_key(sdp_blake2b_key *k, size_t outlen, const uint8_t *key, size_t keylen);
+
+/* The same with a 16-byte personalisation (hashlib.blake2b's ``person``, zero-padded to 16
+ * bytes); ``person`` NULL: none. */
+int sdp_blake2b_init_key_person(sdp_blake2b_key *k, size_t outlen, const uint8_t *key,
+                                size_t keylen, const uint8_t *person);
 
 /* The digest of ``data`` (``len`` bytes) under the prepared key, written to ``out``
  * (``k->outlen`` bytes). */

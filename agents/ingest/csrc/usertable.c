@@ -15,13 +15,12 @@
  * A wholly closed period is dropped by one sweep when the period closes (forget_before), which
  * rebuilds the table without the persons that are gone: no tombstones, no per-tick work. */
 #include "usertable.h"
+#include "userlog.h"
 
 #include <limits.h>
 #include <string.h>
 
 #define UT_MIN_CAP 16
-
-static inline int ut_empty(const UTSlot *s) { return s->last_tick == 0 && s->count[0] == 0; }
 
 /* `s` counted an event: list it for the changelog (once until taken), with `was`, its slot
  * before this change (NULL: a new person). 0, or -2. */
@@ -94,6 +93,12 @@ static int ut_rebuild(UserTable *t, size_t cap) {
     t->n = n;
     PyMem_RawFree(old);
     return 0;
+}
+
+UTSlot *ut_find(const UserTable *t, const unsigned char h[16]) {
+    int found;
+    UTSlot *s = ut_probe(t, h, &found);
+    return found ? s : NULL;
 }
 
 /* Room for one more person (load <= 3/4 after it). */
@@ -397,6 +402,21 @@ fail:
     return NULL;
 }
 
+void ut_clear_dirty(UserTable *t) {
+    for (size_t i = 0; i < t->ndirty; i++) {
+        UTSlot *s = ut_find(t, t->dirty + 16 * i);
+        if (s != NULL) s->last_tick &= ~UT_DIRTY;  /* (gone since: the caller writes a tombstone) */
+    }
+    t->ndirty = 0;
+    if (t->dirty_cap > 65536) {  /* a burst's buffer is not kept for ever */
+        PyMem_RawFree(t->dirty);
+        PyMem_RawFree(t->dirty_was);
+        t->dirty = NULL;
+        t->dirty_was = NULL;
+        t->dirty_cap = 0;
+    }
+}
+
 static PyObject *UserTable_take_dirty(UserTable *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"states", NULL};
     int states = 0;
@@ -432,19 +452,7 @@ static PyObject *UserTable_take_dirty(UserTable *self, PyObject *args, PyObject 
         PyList_SET_ITEM(out, (Py_ssize_t)i, b);
     }
     /* clear the marks only once the list exists: an error above leaves them to the next call */
-    for (size_t i = 0; i < self->ndirty; i++) {
-        int found;
-        UTSlot *s = ut_probe(self, self->dirty + 16 * i, &found);
-        if (found) s->last_tick &= ~UT_DIRTY;  /* (gone since: the caller writes a tombstone) */
-    }
-    self->ndirty = 0;
-    if (self->dirty_cap > 65536) {  /* a burst's buffer is not kept for ever */
-        PyMem_RawFree(self->dirty);
-        PyMem_RawFree(self->dirty_was);
-        self->dirty = NULL;
-        self->dirty_was = NULL;
-        self->dirty_cap = 0;
-    }
+    ut_clear_dirty(self);
     return out;
 }
 
@@ -486,6 +494,18 @@ static PyMethodDef UserTable_methods[] = {
      "take_dirty(states=False) -> [person]: the persons counted since the last call while "
      "tracking (each once; some may be gone since); states=True: [(person, state before "
      "their first change since then, as person() gave it, or None for a new person)]."},
+    {"changelog", (PyCFunction)ul_changelog, METH_VARARGS,
+     "changelog(extra, mac_key, context_hash, digest_key) -> ([(person, value or None)], "
+     "delta): the changelog records (agents.ingest.user_records: the state's bytes, tagged "
+     "under mac_key unless it is None) of every person counted since the last take and of "
+     "`extra` (persons a caller changed), in hash order, each once, None for a person gone; "
+     "delta: the table digest's change over the persons counted (agents.ingest.user_digest: "
+     "their new terms less their terms as last written), 32 bytes little endian, mod 2^256 "
+     "(meaningless for persons in `extra` that were not counted: the caller sums the whole "
+     "table then). Takes the persons as take_dirty does."},
+    {"digest_sum", (PyCFunction)ul_digest_sum, METH_O,
+     "digest_sum(digest_key) -> 32 bytes: the table digest's sum over every person "
+     "(agents.ingest.user_digest.TableDigest.load), little endian, mod 2^256."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -54,6 +54,14 @@ static inline void ut_prefetch(const UserTable *t, const unsigned char *h) {
  * period, a tick beyond 2^31 - 1; nothing changed), -2 out of memory (a Python error is set). */
 int ut_admit(UserTable *t, const unsigned char h[16], long long tick);
 
+static inline int ut_empty(const UTSlot *s) { return s->last_tick == 0 && s->count[0] == 0; }
+
+/* The slot holding `h`, or NULL. */
+UTSlot *ut_find(const UserTable *t, const unsigned char h[16]);
+
+/* Forget the persons listed since the last take (their marks and the list). */
+void ut_clear_dirty(UserTable *t);
+
 int usertable_add_type(PyObject *module);
 /* whether `o` is a UserTable */
 int ut_check(PyObject *o);

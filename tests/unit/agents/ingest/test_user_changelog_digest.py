@@ -289,16 +289,19 @@ def test_the_digest_is_incremental_and_equals_the_whole_sum() -> None:
     assert whole_sums == [3]  # the fourth commit: the one after period 0 closed
 
 
-def test_a_version_7_checkpoint_is_refused_in_one_line() -> None:
-    """The preview's checkpoints (version 7) carry no digest: their changelog cannot be
-    checked, so a restore refuses them (a fatal mismatch: the worker stops, exit 3)."""
+@pytest.mark.parametrize("version", [7, 8])
+def test_a_preview_checkpoint_is_refused_in_one_line(version: int) -> None:
+    """The preview's checkpoints carry no digest (version 7) or point at a changelog of JSON
+    records (version 8): neither can be read, so a restore refuses them (a fatal mismatch: the
+    worker stops, exit 3)."""
     p = _Partition(key=None)
     _history(p)
     doc = json.loads(p.checkpoint)
-    assert doc["v"] == 8 and len(doc["users"]["digest"]) == 64
-    doc["v"] = 7
-    del doc["users"]["digest"]
+    assert doc["v"] == 9 and len(doc["users"]["digest"]) == 64
+    doc["v"] = version
+    if version == 7:
+        del doc["users"]["digest"]
     again = p.fresh()
-    with pytest.raises(ScheduleMismatch, match="version 7") as got:
+    with pytest.raises(ScheduleMismatch, match=f"version {version}") as got:
         again.restore(json.dumps(doc).encode(), seq=1)
     assert "\n" not in str(got.value) and "deployment new" in str(got.value)
