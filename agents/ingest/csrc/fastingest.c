@@ -148,9 +148,39 @@ static int plain_string(const char **pp, const char *end, const char **s, Py_ssi
     return 0;
 }
 
-/* Parse ``{"key": str, "ts": number, "value": number}`` (each member at most once, any order,
- * no other member) — plus, when ``ufield`` is given (privacy_unit = user), that member as a
- * string without escapes, required. 0 on success, -1 on anything else. */
+static int utf8_valid(const unsigned char *p, Py_ssize_t n);
+
+/* Skip the value of a member the pure path ignores (codec.decode_event reads key, ts and value
+ * only), when it is sure that Python's json takes it: a string without escapes or control
+ * characters in valid UTF-8, a number as parse_number takes it, true, false or null. -1 for
+ * anything else (an object, an array, NaN, an odd number...: the pure path decides). */
+static int skip_value(const char **pp, const char *end) {
+    const char *p = *pp;
+    if (p >= end) return -1;
+    if (*p == '"') {
+        const char *s;
+        Py_ssize_t n;
+        p++;
+        if (plain_string(&p, end, &s, &n) < 0 || !utf8_valid((const unsigned char *)s, n))
+            return -1;
+    } else if (*p == '-' || (*p >= '0' && *p <= '9')) {
+        double d;
+        if (parse_number(&p, end, &d) < 0) return -1;
+    } else if (end - p >= 4 && (memcmp(p, "true", 4) == 0 || memcmp(p, "null", 4) == 0)) {
+        p += 4;
+    } else if (end - p >= 5 && memcmp(p, "false", 5) == 0) {
+        p += 5;
+    } else {
+        return -1;
+    }
+    *pp = p;
+    return 0;
+}
+
+/* Parse ``{"key": str, "ts": number, "value": number}`` (each member at most once, any order)
+ * — plus, when ``ufield`` is given (privacy_unit = user), that member as a string without
+ * escapes, required —, skipping other members with plain values (skip_value; their names
+ * without escapes or control characters, in valid UTF-8). 0 on success, -1 on anything else. */
 static int parse_event(const char *p, const char *end, Event *ev, const char *ufield,
                        Py_ssize_t ufield_len) {
     ev->key = NULL;
@@ -199,7 +229,12 @@ static int parse_event(const char *p, const char *end, Event *ev, const char *uf
             p++;
             if (plain_string(&p, end, &ev->user, &ev->user_len) < 0) return -1;
         } else {
-            return -1;
+            /* another member: its name as Python's json would take it (no control character,
+             * valid UTF-8; escapes stopped the name loop above), its value plain */
+            for (Py_ssize_t j = 0; j < name_len; j++)
+                if ((unsigned char)name[j] < 0x20) return -1;
+            if (!utf8_valid((const unsigned char *)name, name_len) || skip_value(&p, end) < 0)
+                return -1;
         }
         p = skip_ws(p, end);
         if (p >= end) return -1;

@@ -84,6 +84,10 @@ def test_vendored_blake2b_matches_hashlib(key_len: int) -> None:
      ("é/ü", 1e6, 0.5)),
     (b'{"key": "a/x", "ts": -0.0, "value": 1.0000000000000002}',
      ("a/x", -0.0, 1.0000000000000002)),
+    # other members with plain values: ignored by the pure path, skipped here
+    (b'{"user": "u1", "key": "a/x", "ts": 1, "n": null, "t": true, "f": false, "x": -2.5e3,'
+     b' "\xc3\xa9": "\xc3\xbc", "": ""}', ("a/x", 1.0, 1.0)),
+    (b'{"key": "a/x", "ts": 1, "extra": 0}', ("a/x", 1.0, 1.0)),
 ])
 def test_strict_parser_takes_the_plain_shape(raw: bytes, expected: tuple[str, float, float]
                                              ) -> None:
@@ -95,7 +99,13 @@ def test_strict_parser_takes_the_plain_shape(raw: bytes, expected: tuple[str, fl
 @pytest.mark.parametrize("raw", [
     b'{"key": "a\\u002fx", "ts": 1}',  # an escape: the pure path decides
     b'{"key": "a/x", "key": "a/y", "ts": 1}',  # duplicate member
-    b'{"key": "a/x", "ts": 1, "extra": 0}',  # another member
+    b'{"key": "a/x", "ts": 1, "extra": [0]}', b'{"key": "a/x", "ts": 1, "extra": {}}',
+    b'{"key": "a/x", "ts": 1, "extra": NaN}', b'{"key": "a/x", "ts": 1, "extra": 1e400}',
+    b'{"key": "a/x", "ts": 1, "extra": "\\n"}', b'{"key": "a/x", "ts": 1, "extra": "\xff"}',
+    b'{"key": "a/x", "ts": 1, "extra": "a\x01"}', b'{"key": "a/x", "ts": 1, "e\x01": 0}',
+    b'{"key": "a/x", "ts": 1, "\xed\xa0\x80": 0}', b'{"key": "a/x", "ts": 1, "extra": tru}',
+    b'{"key": "a/x", "ts": 1, "extra": nulll}', b'{"key": "a/x", "ts": 1, "extra": 01}',
+    b'{"key": "a/x", "ts": 1, "extra":}',
     b'{"key": "a/x", "ts": NaN}', b'{"key": "a/x", "ts": Infinity}',
     b'{"key": "a/x", "ts": 1e400}', b'{"key": "a/x", "ts": 1e-400}',
     b'{"key": "a/x", "ts": 123456789012345678901234567890}',
@@ -199,8 +209,13 @@ def _payload(draw: st.DrawFn, arrival: float) -> bytes:
         members.append(("value", v_text))
     if kind == "odd":
         if draw(st.booleans()):
-            members.append((draw(st.sampled_from(["key", "ts", "value", "extra", "k\\u0065y"])),
-                            draw(st.sampled_from(['"a/y"', "1", "2.5", "null", "[]"]))))
+            members.append((draw(st.sampled_from(["key", "ts", "value", "extra", "k\\u0065y",
+                                                  "user", "", "\u00e9", "e\x01", "\udc80"])),
+                            draw(st.one_of(
+                                st.sampled_from(['"a/y"', "1", "2.5", "null", "[]", "true",
+                                                 "false", "tru", '"\\n"', '"a\x01"',
+                                                 '"\udc80"', '"\u00fc"', '{"key": "a/y"}']),
+                                _ODD_NUMBERS))))
         members = draw(st.permutations(members))
     ws = draw(_WS)
     body = "{" + ws + ("," + ws).join(f'"{k}"{ws}:{ws}{v}' for k, v in members) + ws + "}"
