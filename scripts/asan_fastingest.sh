@@ -8,7 +8,8 @@
 #
 # Usage: scripts/asan_fastingest.sh [pytest args...]
 #   default: the compiled-path tests (test_fastingest, test_raw_records, test_key_index,
-#   test_bucket_columns, test_user_table, test_fastingest_users). FUZZ_EXAMPLES=2000 raises the
+#   test_bucket_columns, test_user_table, test_fastingest_users, test_user_changelog_c,
+#   test_user_changelog_restore, test_fastingest_extra_members). FUZZ_EXAMPLES=2000 raises the
 #   property tests' example counts.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,13 +22,16 @@ trap 'rm -rf "$tmp"' EXIT
 gcc -shared -fPIC -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
     -fno-omit-frame-pointer -ffp-contract=off -fno-fast-math -std=c11 -I"$inc" \
     -I"$root/agents/ingest/csrc" "$root/agents/ingest/csrc/fastingest.c" "$root/agents/ingest/csrc/blake2b.c" \
-    "$root/agents/ingest/csrc/usertable.c" \
+    "$root/agents/ingest/csrc/usertable.c" "$root/agents/ingest/csrc/userlog.c" \
     -o "$tmp/agents/ingest/_fastingest$suffix"
 libs="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
 if [ $# -eq 0 ]; then
     set -- tests/unit/agents/ingest/test_fastingest.py tests/unit/agents/ingest/test_raw_records.py \
         tests/unit/agents/ingest/test_key_index.py tests/unit/agents/ingest/test_bucket_columns.py \
-        tests/unit/agents/ingest/test_user_table.py tests/unit/agents/ingest/test_fastingest_users.py -q
+        tests/unit/agents/ingest/test_user_table.py tests/unit/agents/ingest/test_fastingest_users.py \
+        tests/unit/agents/ingest/test_user_changelog_c.py \
+        tests/unit/agents/ingest/test_user_changelog_restore.py \
+        tests/unit/agents/ingest/test_fastingest_extra_members.py -q
 fi
 cd "$tmp"
 # detect_leaks=0: CPython keeps its interned objects at exit; replay history kept out of ~

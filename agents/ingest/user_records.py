@@ -158,7 +158,7 @@ class ChangelogMac:
                      hashlib.blake2b(digest_size=TAG_BYTES, key=self.key))
 
     def tag(self, person: bytes, value: bytes) -> bytes:
-        """The tag of ``value`` for ``person`` (16 bytes)."""
+        """The tag of ``value`` for ``person`` (32 bytes; ``person``: 16)."""
         assert self._mac is not None
         h = self._mac.copy()
         h.update(self.context_hash)

@@ -88,6 +88,7 @@ def test_the_tag_binds_the_value_the_person_and_the_context() -> None:
     mac = ChangelogMac(KEY, CONTEXT)
     person, value = bytes(range(16)), encode_state((70, [(0, 3, {})]))
     sealed = mac.seal(person, value)
+    assert mac.key is not None
     assert len(sealed) == len(value) + 32
     assert mac.open(person, sealed) == value
     expected = hashlib.blake2b(hashlib.blake2b(CONTEXT, digest_size=32).digest() + person
