@@ -117,3 +117,40 @@ def test_an_older_record_or_a_tombstone_appended_is_refused(compact: bool) -> No
             else:
                 assert back.digest.tag() == committed, j
     assert refused > 10
+
+
+def test_a_commit_of_many_persons_is_written_in_hash_order_as_python_writes_it() -> None:
+    """More than 4096 persons in one commit (the compiled pass sorts them by buckets, not by
+    ``qsort``) and more than 65536 (the burst's buffer is freed after the take): the records
+    and the digest are the Python ones, persons counted and persons a closed period changed
+    (``extra``) alike, and the restore reads them back."""
+    mac = ChangelogMac(KEY, CONTEXT)
+    writers = [UserState(_Settings(2, 3, 0), 0, KEY) for _ in range(2)]
+    writers[1].compact = False
+    writers[1].bounder = Bounder(writers[1].bounds)
+    for w in writers:
+        w.changelog = True
+    assert type(writers[0].bounder) is not Bounder
+    topic: list[tuple[bytes, bytes | None]] = []
+    rng = random.Random(9)
+    n = 70_000
+    for rnd, (lo, hi, tick) in enumerate([(0, n, 1), (0, 6000, 2), (3000, 9000, 4),
+                                          (0, 5000, 5), (0, 0, 7)]):
+        if rnd == 3:  # period 0 closes: every person changes (most of them dropped)
+            for w in writers:
+                w.closed_before(4)
+        if rnd == 4:
+            for w in writers:
+                w.closed_before(7)
+        for j in rng.sample(range(lo, hi), hi - lo):
+            obj = {"user": f"many{j}"}
+            assert writers[0].decide_obj(obj, tick, 0) == writers[1].decide_obj(obj, tick, 0)
+        got, want = (w.take_changes(mac) for w in writers)
+        assert got == want, rnd
+        assert [p for p, _ in got] == sorted({p for p, _ in got}), rnd
+        assert writers[0].digest.total == writers[1].digest.total, rnd
+        topic.extend(got)
+        for compact in (True, False):
+            back = _restored(2, 3, 0, topic, mac, compact)
+            assert back.digest.tag() == writers[0].digest.tag(), rnd
+            assert len(back.bounder) == len(writers[1].bounder), rnd
