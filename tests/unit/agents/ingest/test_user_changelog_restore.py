@@ -154,3 +154,26 @@ def test_a_commit_of_many_persons_is_written_in_hash_order_as_python_writes_it()
             back = _restored(2, 3, 0, topic, mac, compact)
             assert back.digest.tag() == writers[0].digest.tag(), rnd
             assert len(back.bounder) == len(writers[1].bounder), rnd
+
+
+@pytest.mark.parametrize("last", [1, 2**31 - 1])
+def test_the_longest_compact_record_is_written_whole(last: int) -> None:
+    """The compact table's largest state (a tick of 2^31 - 1, two periods near 2^32, counts of
+    65535: a 25-byte value, the compiled pass's UL_MAX_VALUE) is written byte for byte as
+    Python writes it, tagged, and its digest term is Python's."""
+    from agents.ingest.user_digest import TableDigest
+    from agents.ingest.users import record_bytes
+
+    mac = ChangelogMac(KEY, CONTEXT)
+    table = ingest_records._fastingest.UserTable(65535, 2**32 - 1, 0)  # type: ignore[union-attr]
+    person = bytes(range(200, 216))
+    state = (last, [(2**32 - 1, 65535, {}), (2**32 - 2, 65534, {})])
+    table.load([(person, *state)])
+    digest = TableDigest(bytes(range(32)), record_bytes)
+    out, delta = table.changelog([person], mac.key, mac.context_hash, digest.key)
+    value = record_bytes(state)
+    assert len(value) == (25 if last > 2**28 else 21)
+    assert out == [(person, mac.seal(person, value))]
+    term = digest.term(person, value)
+    assert int.from_bytes(table.digest_sum(digest.key), "little") == term
+    assert int.from_bytes(delta, "little") == term  # (an extra person: the caller sums whole)
