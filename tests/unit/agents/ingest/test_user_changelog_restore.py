@@ -165,9 +165,10 @@ def test_the_longest_compact_record_is_written_whole(last: int) -> None:
     from agents.ingest.users import record_bytes
 
     mac = ChangelogMac(KEY, CONTEXT)
-    table = ingest_records._fastingest.UserTable(65535, 2**32 - 1, 0)  # type: ignore[union-attr]
+    table = ingest_records._fastingest.UserTable(65535, 2**32 - 1, 0)
     person = bytes(range(200, 216))
-    state = (last, [(2**32 - 1, 65535, {}), (2**32 - 2, 65534, {})])
+    state: tuple[int, list[tuple[int, int, dict[Any, int]]]] = (
+        last, [(2**32 - 1, 65535, {}), (2**32 - 2, 65534, {})])
     table.load([(person, *state)])
     digest = TableDigest(bytes(range(32)), record_bytes)
     out, delta = table.changelog([person], mac.key, mac.context_hash, digest.key)
