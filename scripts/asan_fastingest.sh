@@ -21,9 +21,8 @@ trap 'rm -rf "$tmp"' EXIT
 (cd "$root" && git ls-files | tar cf - -T -) | (cd "$tmp" && tar xf -)
 gcc -shared -fPIC -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=undefined \
     -fno-omit-frame-pointer -ffp-contract=off -fno-fast-math -std=c11 -I"$inc" \
-    -I"$root/agents/ingest/csrc" "$root/agents/ingest/csrc/fastingest.c" "$root/agents/ingest/csrc/blake2b.c" \
-    "$root/agents/ingest/csrc/usertable.c" "$root/agents/ingest/csrc/userlog.c" \
-    -o "$tmp/agents/ingest/_fastingest$suffix"
+    -I"$root/agents/ingest/csrc" "$root"/agents/ingest/csrc/*.c \
+    -o "$tmp/agents/ingest/_fastingest$suffix"  # every source (as setup.py and the build test)
 libs="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)"
 if [ $# -eq 0 ]; then
     set -- tests/unit/agents/ingest/test_fastingest.py tests/unit/agents/ingest/test_raw_records.py \
