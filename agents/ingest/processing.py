@@ -24,7 +24,7 @@ from agents.ingest.records import _NO_STOP, Record, RecordBlock, _fast_loads, _f
 from agents.ingest.routing import Partial, Router
 from agents.ingest.schedule import Close, ScheduleEntry
 from agents.ingest.ticks import Schedule
-from agents.ingest.users import UserState
+from agents.ingest.users import UserState, scanner_field
 from agents.kafka.codec import (
     CLOSE_HEADER,
     Rejection,
@@ -147,7 +147,8 @@ class RecordProcessing:
         :func:`agents.ingest.users.person_table`)."""
         users = self.users
         if _fastingest is None or self.router.patterns or not self.use_fast_path or (
-                users is not None and type(users.bounder) is not _fastingest.UserTable):
+                users is not None and (type(users.bounder) is not _fastingest.UserTable
+                                       or scanner_field(users.field) is None)):
             return None
         s = self.settings
         cached = self.__dict__.get("_scanner")
@@ -160,7 +161,7 @@ class RecordProcessing:
             float(s.max_event_age_s) if s.max_event_age_s > 0 else math.inf,
             self.markers, s.strategy == "naive-int")
         if users is not None:
-            scanner.users(users.field.encode("utf-8"), users.partitions, users.partition,
+            scanner.users(scanner_field(users.field), users.partitions, users.partition,
                           users.key)
         self.__dict__["_scanner"] = (s, scanner)
         return scanner

@@ -109,7 +109,7 @@ class IngestStage(_Stage):
             from agents.ingest.users import table_status, user_bounds
 
             log.info("%s; privacy_unit = user: %s; each person's events are bounded per %s",
-                     FAST_PATH_STATUS, table_status(user_bounds(self.s)),
+                     FAST_PATH_STATUS, table_status(user_bounds(self.s), self.s.user_field),
                      f"period of {self.s.user_period_ticks} ticks"
                      if self.s.user_period_ticks else "deployment")
         else:

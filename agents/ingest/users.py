@@ -54,7 +54,7 @@ from stream_dp.user_level import Bounder, UserBounds
 from stream_dp.user_level.bounding import columns_people, export_columns
 
 __all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "person_table", "record_bytes",
-           "table_status", "user_bounds", "user_key"]
+           "scanner_field", "table_status", "user_bounds", "user_key"]
 
 #: longest identifier, in UTF-8 bytes
 MAX_ID_BYTES = 256
@@ -110,11 +110,31 @@ def person_table(bounds: UserBounds, compact: bool = True) -> Any:
                                  bounds.min_separation_ticks)
 
 
-def table_status(bounds: UserBounds) -> str:
-    """One line for the start-up log: which path and table bound persons under ``bounds``."""
-    if type(person_table(bounds)) is not Bounder:
+def scanner_field(field: str) -> bytes | None:
+    """``user_field`` as the compiled scanner matches it (its UTF-8 bytes against a member
+    name's raw bytes), or ``None`` when it cannot match it as Python's json reads the name:
+    more than 256 UTF-8 bytes (the scanner's limit; the setting counts characters), a control
+    character (raw in a record, json refuses it: the scanner would count what the pure path
+    dead-letters), a quote or a backslash (only ever escaped in a record), or no UTF-8 at all
+    (a lone surrogate). The pure path then decides every record."""
+    try:
+        raw = field.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    if not 1 <= len(raw) <= 256 or any(b < 0x20 or b in b'"\\' for b in raw):
+        return None
+    return raw
+
+
+def table_status(bounds: UserBounds, field: str = "user") -> str:
+    """One line for the start-up log: which path and table bound persons under ``bounds``
+    with the identifier in ``field``."""
+    if type(person_table(bounds)) is not Bounder and scanner_field(field) is not None:
         return ("the compiled scanner bounds persons in its own pass (the compact per-person "
                 "table, 32 bytes a person)")
+    if type(person_table(bounds)) is not Bounder:
+        return ("every record takes the pure Python path (user_field has a control character, "
+                "a quote or a backslash, or more than 256 UTF-8 bytes); the compact table")
     why = ("the compiled ingest path is not available" if _fastingest is None else
            "a leaf bound (user_max_streams, or user_max_events_per_stream below "
            "user_max_events) or user_max_events above 65535")

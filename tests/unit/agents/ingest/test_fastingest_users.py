@@ -21,6 +21,7 @@ from agents.config.settings import Settings
 from agents.ingest import records as ingest_records
 from agents.ingest.records import _NO_STOP, FAST_PATH_STATUS, Record
 from agents.ingest.state import IngestState
+from agents.ingest.users import table_status, user_bounds
 from agents.kafka.partitioner import key_partition as kafka_partition
 from stream_dp.user_level import Bounder
 from tests.unit.agents.ingest.test_user_level import (
@@ -232,3 +233,31 @@ def test_event_level_parser_skips_a_user_member() -> None:
     raw = b'{"key": "a/x", "ts": 1, "user": "ann"}'
     assert fast.parse_event(raw) == ("a/x", 1.0, 1.0)
     assert json.loads(raw)["key"] == "a/x"
+
+
+@pytest.mark.parametrize("field", ["u\x01", "id\t", "é" * 200, "x" * 256],
+                         ids=["control", "tab", "400-bytes", "256-bytes"])
+def test_a_user_field_the_compiled_parser_cannot_match_raw_leaves_it_to_the_pure_path(
+        field: str) -> None:
+    """``user_field`` is 1 to 256 *characters*: a name with a control character (raw in a
+    record, Python's json refuses it: ``malformed_json``; the compiled parser matched its bytes
+    and counted the event) or of more than 256 UTF-8 bytes (the compiled scanner refused to
+    start: a traceback on the first batch) is decided by the pure path alone, alike."""
+    s = _settings(user_field=field)
+    fb = field.encode()
+    ts = ORIGIN + 1.0
+    user = _home(0, "ann").encode()
+    values = [b'{"key": "a/x", "ts": %r, "%s": "%s"}' % (ts, fb, user),
+              b'{"key": "a/x", "ts": %r, "%s": "%s"}' % (ts, json.dumps(field)[1:-1].encode(),
+                                                          user)]
+    recs = [Record(i, b"k", v, int((ts + 0.1) * 1000), 0) for i, v in enumerate(values)]
+    snaps = []
+    for compiled in (True, False):
+        state = _new(s, 0, compiled, True)
+        state.process_batch(recs)
+        snaps.append(_snap(state))
+    assert snaps[0] == snaps[1]
+    # (the escaped spelling is always a valid record: one of the two counts)
+    assert snaps[1]["counters"][0] >= 1
+    compiled = table_status(user_bounds(s), field).startswith("the compiled scanner")
+    assert compiled == (field == "x" * 256)
