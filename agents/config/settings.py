@@ -303,7 +303,10 @@ class Settings:
         "privacy_unit = user: the event JSON field holding the person's identifier, a string "
         "of 1 to 256 UTF-8 bytes (bytes are the identity: nothing is normalised). An event "
         "without it, or with another value, is dead-lettered (`invalid_user`). The identifier "
-        "is never stored, logged or exported: the per-person state is keyed by a keyed hash.",
+        "is never stored, logged or exported: the per-person state is keyed by a keyed hash. "
+        "A field name with a control character, a quote or backslash, or more than 256 UTF-8 "
+        "bytes runs every record on the pure Python ingest path (slower; the start-up log "
+        "says so).",
     )
     ingest_users_topic: str = _s(
         "",
