@@ -129,10 +129,11 @@ def scanner_field(field: str) -> bytes | None:
 def table_status(bounds: UserBounds, field: str = "user") -> str:
     """One line for the start-up log: which path and table bound persons under ``bounds``
     with the identifier in ``field``."""
-    if type(person_table(bounds)) is not Bounder and scanner_field(field) is not None:
+    compact = type(person_table(bounds)) is not Bounder
+    if compact and scanner_field(field) is not None:
         return ("the compiled scanner bounds persons in its own pass (the compact per-person "
                 "table, 32 bytes a person)")
-    if type(person_table(bounds)) is not Bounder:
+    if compact:
         return ("every record takes the pure Python path (user_field has a control character, "
                 "a quote or a backslash, or more than 256 UTF-8 bytes); the compact table")
     why = ("the compiled ingest path is not available" if _fastingest is None else
@@ -312,7 +313,8 @@ class UserState:
         pass (``UserTable.changelog``, byte for byte the same)."""
         if type(self.bounder) is not Bounder:
             mac = mac or ChangelogMac(None, b"")
-            out, delta = self.bounder.changelog(sorted(self.touched), mac.key,
+            # (the compiled pass sorts and merges them with its own list: no sort here)
+            out, delta = self.bounder.changelog(list(self.touched), mac.key,
                                                 mac.context_hash, self.digest.key)
             self.touched = set()
             self.digest.written_sum(int.from_bytes(delta, "little"), self._table_sum)
