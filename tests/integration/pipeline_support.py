@@ -292,6 +292,14 @@ def exact_decayed(
     return out
 
 
+def within_noise(message: dict[str, Any], want: float, sigmas: float = 10.0) -> bool:
+    """Whether a release's ``value`` is ``want`` up to its own claimed noise: ``sigmas`` times the
+    ``stderr`` it carries (10σ: a Gaussian exceeds it with probability 2·10^-23, a sum of decayed
+    Laplace draws below 10^-6), plus float slack. A miscount of one event at a high ε is still
+    hundreds of σ away, so the check fails where a count is wrong."""
+    return abs(float(message["value"]) - want) <= sigmas * float(message["stderr"]) + 1e-9
+
+
 class WorkerProcess:
     """A worker subprocess running ``python -m agents.worker.pipeline`` with settings in its env."""
 
