@@ -54,7 +54,13 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
         raise ValueError(
             f"domain_file {settings.domain_file!r} cannot be read: {exc.strerror or exc}"
         ) from None
-    check_memory(settings, len(domain.names))
+    compact = True
+    if settings.privacy_unit == "user":
+        from agents.ingest.users import person_table, user_bounds
+        from stream_dp.user_level import Bounder
+
+        compact = type(person_table(user_bounds(settings))) is not Bounder
+    check_memory(settings, len(domain.names), compact_people=compact)
     from agents.config.domain import check_attribute_settings
 
     check_attribute_settings(settings, domain)  # binary: the table banks' range, at ε_t

@@ -90,6 +90,7 @@ NOT_BINDING: dict[str, str] = {
     "max_batch": "fetch size (closing points are offsets, not batches)",
     "checkpoint_chunk_bytes": "checkpoint encoding", "metrics_event_counts": "metrics",
     "max_memory_mb": "resource limit",
+    "user_expected_people": "resource estimate (start-up memory check)",
 }
 
 

@@ -1,4 +1,4 @@
-"""The memory limit a worker checks its strategy and streams against (bytes).
+"""The memory limit a worker checks its strategy, streams and people against (bytes).
 """
 
 from __future__ import annotations
@@ -9,6 +9,14 @@ from pathlib import Path
 
 from agents.config.settings import Settings
 from agents.config.values import env_var
+
+#: bytes a worker reserves per expected active person (``user_expected_people``) with the
+#: compiled compact table and with the pure path's table: the peak per person of one
+#: ``agents.ingest.users.UserState`` in changelog form holding 10^5 to 10^6 people through a
+#: commit that changes all of them (296 and 934 bytes traced, 317 and 953 of RSS; of it 105 and
+#: 825 the table, the rest the changelog in flight), plus a fifth for the table's growth steps
+COMPACT_PERSON_BYTES = 384
+PURE_PERSON_BYTES = 1152
 
 
 def memory_limit_bytes(settings: Settings) -> int:
@@ -28,12 +36,40 @@ def memory_limit_bytes(settings: Settings) -> int:
     return min(candidates) if candidates else 1 << 62
 
 
-def check_memory(settings: Settings, n_streams: int) -> None:
+def people_bytes(settings: Settings, compact: bool = True) -> int:
+    """The memory reserved for ``user_expected_people`` (0 at event level); ``compact``: the
+    compiled compact table holds them (``agents.ingest.users.person_table``), else the pure
+    path's."""
+    if settings.privacy_unit != "user":
+        return 0
+    per = COMPACT_PERSON_BYTES if compact else PURE_PERSON_BYTES
+    return int(settings.user_expected_people) * per
+
+
+def check_memory(settings: Settings, n_streams: int, *, compact_people: bool = True) -> None:
     """Refuse (``ValueError``, one line) a strategy and horizon whose tables and ``n_streams``
-    streams cannot fit :func:`memory_limit_bytes`; run before connecting to the broker."""
+    streams, with the people a user-level worker expects (:func:`people_bytes`), cannot fit
+    :func:`memory_limit_bytes`; run before connecting to the broker."""
     from stream_dp.limits import check_memory as _check
+    from stream_dp.limits import estimate_memory
 
     setting = (f"max_memory_mb setting ({env_var('max_memory_mb')})" if settings.max_memory_mb
                else "memory available to this process (set max_memory_mb to change it)")
-    _check(settings.strategy, settings.horizon, n_streams, memory_limit_bytes(settings),
+    limit = memory_limit_bytes(settings)
+    people = people_bytes(settings, compact_people)
+    if people:
+        est = estimate_memory(settings.strategy, settings.horizon, n_streams,
+                              settings.privacy_model)
+        if est.total_bytes + people > limit:
+            mib = 1 << 20
+            per = COMPACT_PERSON_BYTES if compact_people else PURE_PERSON_BYTES
+            raise ValueError(
+                f"{settings.user_expected_people} expected people (user_expected_people, "
+                f"{env_var('user_expected_people')}) need about {people / mib:.0f} MiB ({per} "
+                f"bytes a person) and {n_streams} streams up to {est.total_bytes / mib:.0f} MiB "
+                f"(strategy {settings.strategy}, horizon {settings.horizon}): together above the "
+                f"{setting} of {limit / mib:.0f} MiB: raise the limit, or spread the events "
+                "partitions (and their people) over more workers"
+            )
+    _check(settings.strategy, settings.horizon, n_streams, limit,
            model=settings.privacy_model, setting=setting)

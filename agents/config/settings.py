@@ -348,6 +348,16 @@ class Settings:
         "privacy_unit = user: b, the fewest ticks between two counted events of one person "
         "(any period; an event for a tick before one already counted is dropped); 0 = none.",
     )
+    user_expected_people: int = _s(
+        1_000_000,
+        "privacy_unit = user: the active persons (those with state in the current or last "
+        "period) one worker holds over all its events partitions, for the start-up memory "
+        "check only: it reserves 384 bytes a person with the compact table or 1152 with the pure "
+        "path's (leaf bounds, K > 65535): the table and, at a commit that changes everyone (a "
+        "period's close), its changelog in flight (the peak measured at 10^6 people, 317 and "
+        "953 bytes, and a fifth more). Never a limit: more people are all counted (refusing one would make a "
+        "person's fate depend on others); size max_memory_mb for them. 0 = reserve nothing.",
+    )
     leader_topic: str = _s(
         "",
         "One-partition topic of the reconcile side agent's leader election (never written to)."
@@ -457,7 +467,8 @@ class Settings:
     max_memory_mb: int = _s(
         0,
         "Refuse to start when the estimated memory of the strategy's tables and of all declared "
-        "streams (`stream_dp.limits.estimate_memory`, an upper bound) exceeds this many MiB; 0 = "
+        "streams (`stream_dp.limits.estimate_memory`, an upper bound), with privacy_unit = user "
+        "plus user_expected_people persons (agents.config.memory), exceeds this many MiB; 0 = "
         "the memory available to the process (cgroup limit, else physical memory).",
     )
 
@@ -708,6 +719,7 @@ def _check_inputs(settings: Settings) -> None:
                     f"surrogates), got {value!r}"
                 ) from None
     _check_int("max_memory_mb", settings.max_memory_mb, 0, 2**40)
+    _check_int("user_expected_people", settings.user_expected_people, 0, 1 << 40)
     _check_int("metrics_event_counts", settings.metrics_event_counts, 0, 1)
     pure = settings.privacy_model == "pure"
     check_parameters(

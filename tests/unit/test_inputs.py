@@ -179,6 +179,8 @@ def test_commands_refuse_before_connecting(
 
 #: a recent origin (a far-away one is refused for its backlog), a good key
 WORKER_ENV = {"STREAM_DP_ORIGIN": str(float(int(time.time()) // 60 * 60)), "STREAM_DP_KEY": GOOD_KEY}
+USER_ENV = {"STREAM_DP_PRIVACY_UNIT": "user", "STREAM_DP_USER_PERIOD_TICKS": "60",
+            "STREAM_DP_USER_MAX_EVENTS": "5"}
 
 
 @pytest.mark.parametrize(
@@ -193,6 +195,11 @@ WORKER_ENV = {"STREAM_DP_ORIGIN": str(float(int(time.time()) // 60 * 60)), "STRE
           "STREAM_DP_HORIZON": str(2**31 - 1)}, ("horizon",)),
         ({"STREAM_DP_HORIZON": str(2**24 - 1), "STREAM_DP_MAX_MEMORY_MB": "64"},
          ("max_memory_mb", "MiB")),
+        (dict(USER_ENV, STREAM_DP_USER_EXPECTED_PEOPLE=str(10**8),
+              STREAM_DP_MAX_MEMORY_MB="4096"), ("user_expected_people", "MiB")),
+        # 10^6 people: 366 MiB on the compact table fit 512 MiB, 1099 on the pure path's do not
+        (dict(USER_ENV, STREAM_DP_USER_MAX_STREAMS="2", STREAM_DP_MAX_MEMORY_MB="512"),
+         ("user_expected_people", "1152 bytes a person")),
         ({"STREAM_DP_KEY": "6b" * 32}, ("low entropy", "token_hex")),
         ({"STREAM_DP_KEY": "0123456789abcdef"}, ("at least 32 bytes",)),
         ({"STREAM_DP_APP_ID": "a\udcff"}, ("app_id", "UTF-8")),
@@ -233,6 +240,56 @@ def test_memory_estimate_bounds_a_real_build() -> None:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         assert estimate_memory(strategy, horizon, 1000, privacy.model).total_bytes >= peak, strategy
+
+
+@pytest.mark.parametrize("leaf_bound", [False, True])
+def test_people_reserve_bounds_a_real_table_through_a_period_close(
+    leaf_bound: bool, tmp_path: Path
+) -> None:
+    """The bytes reserved per expected person bound what a user-level table of 10^5 people
+    really allocates, at its peak: all counted, one commit's changelog of all, then a period's
+    close tombstoning all (on the compact table and, with a leaf bound, the pure path's)."""
+    import tracemalloc
+
+    from agents.config.memory import people_bytes
+    from agents.config.settings import Settings
+    from agents.ingest.users import UserState
+    from stream_dp.user_level import Bounder
+
+    n = 100_000
+    s = Settings(origin=1_700_000_000.0, events_partitions=1, privacy_unit="user",
+                 user_period_ticks=10,
+                 user_max_events=5, user_max_streams=2 if leaf_bound else 0,
+                 user_expected_people=n)
+    tracemalloc.start()
+    state = UserState(s, 0, bytes.fromhex(GOOD_KEY))
+    state.changelog = True
+    for i in range(n):
+        state.decide_obj({"key": "a", "ts": 0.0, "user": f"u{i:09d}"}, 1, 0)
+    assert len(state.take_changes()) == n
+    state.closed_before(25)
+    assert len(state.take_changes()) == n
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    compact = type(state.bounder) is not Bounder
+    assert compact is not leaf_bound
+    assert people_bytes(s, compact) >= peak
+    assert people_bytes(s, compact) <= 3 * peak  # a reserve, not a guess far off
+
+
+def test_people_reserve_refuses_exactly_what_does_not_fit() -> None:
+    """Streams plus people at 384 bytes each (compact table): 10^6 fit 512 MiB and 1.5·10^6
+    do not; event level reserves nothing for people whatever the setting says."""
+    from agents.config.memory import check_memory
+    from agents.config.settings import Settings
+
+    base = {"origin": 1_700_000_000.0, "max_memory_mb": 512}
+    user = {**base, "privacy_unit": "user", "user_period_ticks": 10, "user_max_events": 5}
+    check_memory(Settings(**user, user_expected_people=10**6), 100)
+    with pytest.raises(ValueError, match="user_expected_people"):
+        check_memory(Settings(**user, user_expected_people=1_500_000), 100)
+    check_memory(Settings(**base, user_expected_people=10**9), 100)
+    check_memory(Settings(**user, user_expected_people=0), 100)
 
 
 def test_worker_console_script_returns_at_once_on_a_closed_port(tmp_path: Path) -> None:
