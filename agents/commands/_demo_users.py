@@ -19,8 +19,8 @@ import re
 import urllib.request
 from typing import Any
 
-__all__ = ["DEFAULTS", "add_arguments", "bounded_events", "user_columns", "user_settings",
-           "validate"]
+__all__ = ["DEFAULTS", "add_arguments", "bounded_events", "dropped_line", "marginals_block",
+           "user_columns", "user_settings", "validate"]
 
 #: the demo's people and bounds when not given: a heavy tail over 1 000 people, at most 10
 #: counted events per person per minute of 1 s ticks
@@ -57,9 +57,9 @@ def validate(args: argparse.Namespace) -> None:
         if given:
             raise ValueError(f"{given[0]} needs --privacy-unit user")
         return
-    if args.scenario != "web" or args.offline:
-        raise ValueError("--privacy-unit user runs with the web scenario only (not with "
-                         "--scenario attributes or --offline)")
+    if args.offline:
+        raise ValueError("--privacy-unit user needs the live demo (not --offline: the "
+                         "library-only simulation has no people)")
     for name, default in DEFAULTS.items():
         if getattr(args, name, None) is None:
             setattr(args, name, default)
@@ -128,3 +128,24 @@ def header_line(per_person: dict[str, Any] | None, args: argparse.Namespace) -> 
         return f"user level: {bound}"
     return (f"user level: ε = {per_person['stream']:g} per person per stream per period, "
             f"{per_person['total']:g} in total ({bound}, {args.people} people)")
+
+
+def dropped_line(dropped: int | None) -> str:
+    """The operator's line under the user-level figures: the events the bound dropped so far."""
+    return ("user level: the bound dropped "
+            + ("… (waiting for the worker's /metrics)" if dropped is None else
+               f"{dropped:,} events so far")
+            + " (operator view: stream_dp_user_bounded_events_total)")
+
+
+def marginals_block(msg: dict[str, Any] | None, args: argparse.Namespace,
+                    dropped: int | None) -> str:
+    """``--scenario attributes``: the user-level deployment's latest consistent marginals
+    (``dp.marginals.v1``, its per-person guarantee on the first line), or a pending line."""
+    from agents.commands._tail_format import format_marginals
+
+    bound = (f"K = {args.user_max_events} per person per {args.user_period_ticks} ticks, "
+             f"{args.people} people, ε / K per event")
+    body = (format_marginals(msg) if msg is not None
+            else "… (waiting for the user-level worker's first consistent tables)")
+    return f"user level ({bound}):\n{body}\n{dropped_line(dropped)}"

@@ -52,14 +52,16 @@ measure, re-decides them every --epoch-ticks ticks from a charged bootstrap, and
 and the dashboard show the chosen clusters and the consistent tables (ε is then per event for
 the whole run, not per stream).
 
---privacy-unit user runs the web traffic with people (--people N, heavy-tailed: most people a
-few events, a few people many) into a second, user-level deployment as well (each person's first
+--privacy-unit user runs the traffic with people (--people N, heavy-tailed: most people a few
+events, a few people many) into a second, user-level deployment as well (each person's first
 --user-max-events K events per --user-period-ticks T ticks counted, ε / K per event, so one
 person's bounded contribution to a stream costs what one event costs at event level), and the
 table shows each stream at user level (released ± stderr) next to the event-level figure, with
 how many events the bound dropped so far: the operator-only metric
 stream_dp_user_bounded_events_total of the user-level worker (its /metrics, which the demo
-enables for that worker only; docs/privacy.md, "User-level privacy").
+enables for that worker only; docs/privacy.md, "User-level privacy"). With --scenario
+attributes the user-level deployment's consistent marginal tables follow the event-level ones,
+with its per-person guarantee and the same dropped-events line.
 
 --offline runs the library-only simulation instead (no broker, no Kafka): the exact decayed
 counts of a synthetic stream next to their private releases, for each strategy.
@@ -70,6 +72,7 @@ examples:
   stream-dp demo --tick-seconds 2 --rate 200 --data-dir /tmp/demo   # keep logs and topics
   stream-dp demo --scenario attributes --attributes 16 --epoch-ticks 20
   stream-dp demo --privacy-unit user --people 1000 --user-max-events 10
+  stream-dp demo --scenario attributes --privacy-unit user --people 500
   stream-dp demo --offline
 """
 
@@ -212,10 +215,7 @@ def render(board: Board, tick: int, hist: dict[str, Any] | None, header: str,
             f"residual {d['residual']:.1e}"
         )
     if user is not None:
-        lines.append("user level: the bound dropped "
-                     + ("… (waiting for the worker's /metrics)" if dropped is None else
-                        f"{dropped:,} events so far")
-                     + " (operator view: stream_dp_user_bounded_events_total)")
+        lines.append(_demo_users.dropped_line(dropped))
     return "\n".join(lines)
 
 
@@ -255,7 +255,8 @@ class Demo:
         attributes = a.scenario == "attributes"
         people = a.people if getattr(a, "privacy_unit", "event") == "user" else None
         traffic: Any = (
-            AttributeTraffic(origin, tick, a.rate, a.seed, ticks, a.attributes) if attributes
+            AttributeTraffic(origin, tick, a.rate, a.seed, ticks, a.attributes, people=people)
+            if attributes
             else Traffic(origin, tick, a.rate, a.seed, ticks, people=people))
         key_path = self.data_dir / "noise.key"
         if not key_path.exists():
@@ -465,9 +466,12 @@ class Demo:
         from aiokafka import AIOKafkaConsumer
 
         user_counts = _demo_users.APP_ID + ".counts" if self.user_path is not None else None
+        user_marginals = (_demo_users.APP_ID + ".histograms" if self.user_path is not None
+                          else None)
+        attributes = self.args.scenario == "attributes"
         topics = [settings.counts_topic, settings.histograms_topic]
         if user_counts is not None:
-            topics.append(user_counts)
+            topics.append(user_marginals if attributes else user_counts)
         user = Board(names=board.names) if user_counts is not None else None
         dropped: list[int | None] = [None]
         consumer = AIOKafkaConsumer(
@@ -477,7 +481,8 @@ class Demo:
             isolation_level="read_committed",
         )
         await consumer.start()
-        attributes = self.args.scenario == "attributes"
+        #: --scenario attributes at user level: the user-level deployment's latest marginals
+        user_tables: list[dict[str, Any] | None] = [None]
         if not attributes:
             header = (f"stream-dp demo · {self._budget_headline(settings)} · "
                       f"p = {self.args.p:g} · tick {self.args.tick_seconds:g} s")
@@ -506,13 +511,22 @@ class Demo:
                             continue
                         if attributes:
                             tick = int(msg.get("tick", 0))
-                            if msg.get("schema") == "dp.tables.v1":
+                            if tp.topic == user_marginals:
+                                if msg.get("schema") == "dp.marginals.v1":
+                                    user_tables[0] = msg
+                            elif msg.get("schema") == "dp.tables.v1":
                                 board.released_ticks = max(board.released_ticks, tick)
                             elif msg.get("schema") == "dp.marginals.v1":
                                 board.histograms += 1
                                 if tick > board.shown_tick:
                                     board.shown_tick = tick
-                                    self._show(header + "\n\n" + format_marginals(msg))
+                                    shown = header + "\n\n" + format_marginals(msg)
+                                    if user_marginals is not None:
+                                        dropped[0] = await asyncio.to_thread(
+                                            _demo_users.bounded_events, self.user_web_port)
+                                        shown += "\n\n" + _demo_users.marginals_block(
+                                            user_tables[0], self.args, dropped[0])
+                                    self._show(shown)
                             continue
                         if user is not None and tp.topic == user_counts:
                             user.add_count(msg)

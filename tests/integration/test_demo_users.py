@@ -52,3 +52,36 @@ def test_demo_user_level_next_to_event_level(tmp_path: Path) -> None:
     for log in ("worker.log", "worker-user.log"):
         text = (data / log).read_text()
         assert not re.search(r'"u\d+"', text), log
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_demo_attributes_at_user_level_next_to_event_level(tmp_path: Path) -> None:
+    """``--scenario attributes --privacy-unit user``: the event-level marginals, then the
+    user-level deployment's own consistent tables with its per-person guarantee and the
+    events its bound dropped; exit 0, nothing left running, no identifier in a log."""
+    data = tmp_path / "demo"
+    proc = subprocess.run(
+        [*CLI, "demo", "--duration", "25", "--data-dir", str(data), "--scenario", "attributes",
+         "--attributes", "6", "--epoch-ticks", "5", "--privacy-unit", "user", "--people", "200",
+         "--user-max-events", "3", "--user-period-ticks", "30"],
+        capture_output=True, text=True, timeout=240,
+    )
+    problems = worker_problems(data)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + problems
+    out = proc.stdout
+    assert processes_mentioning(str(data)) == []
+    blocks = re.findall(r"^user level \(K = 3 per person per 30 ticks, 200 people, ε / K per "
+                        r"event\):\n(.*)\n", out, re.M)
+    assert blocks, out[-3000:]
+    # the user-level worker's own tables: a tick line whose guarantee is per person per period
+    shown = [b for b in blocks if b.startswith("tick ")]
+    assert shown and all(re.search(r"ε=[\d.e-]+ · ε=[\d.e+-]+ per person per period$", b)
+                         for b in shown), shown[:3]
+    dropped = [int(n.replace(",", "")) for n in re.findall(
+        r"^user level: the bound dropped ([\d,]+) events so far \(operator view: "
+        r"stream_dp_user_bounded_events_total\)$", out, re.M)]
+    assert dropped and dropped == sorted(dropped) and dropped[-1] > 0, out[-3000:]
+    for log in ("worker.log", "worker-user.log"):
+        text = (data / log).read_text()
+        assert not re.search(r'"u\d+"', text), log

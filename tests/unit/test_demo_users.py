@@ -70,7 +70,7 @@ def test_the_user_level_deployment_settings() -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--people", "10"], "--people needs --privacy-unit user"),
     (["--user-max-events", "3"], "--user-max-events needs --privacy-unit user"),
-    (["--privacy-unit", "user", "--scenario", "attributes"], "with the web scenario only"),
+    (["--privacy-unit", "user", "--offline"], "not --offline"),
     (["--privacy-unit", "user", "--people", "0"], "--people must be an integer in [1, "),
     (["--privacy-unit", "user", "--user-max-events", "0"], "--user-max-events must be"),
     (["--privacy-unit", "user", "--user-period-ticks", "0"], "--user-period-ticks must be"),
