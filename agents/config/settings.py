@@ -403,7 +403,8 @@ class Settings:
     commit_interval_s: float = _s(
         2.0,
         "Longest time between ingest commits (checkpoint + offsets + dead letters) when no tick "
-        "closes; a partition whose open state takes long to encode is committed at most every "
+        "closes; a partition whose open state takes long to encode (with privacy_unit = user: "
+        "its checkpoint and its per-person changelog records) is committed at most every "
         "20 times its encoding time (checkpoints then cost at most 5% of the time; every tick "
         "close commits anyway).",
     )

@@ -458,8 +458,10 @@ class IngestStage(_Stage):
         through = state.handed_over_through()
         # the people changed since the last commit (lost with the transaction if it fails:
         # the restore that follows reads the table back from the committed changelog)
+        t_table = time.perf_counter()
         user_changes = state.user_changes() if state.users is not None and (
             state.users.changelog) else []
+        table_s = time.perf_counter() - t_table
         try:
             await prod.begin_transaction()
             for key, rej, raw, offset in out.dead_letters:
@@ -480,6 +482,9 @@ class IngestStage(_Stage):
             await send_batched(prod, s.ingest_users_topic, p, user_changes)
             marks.append(time.time())
             await self._send_checkpoint(prod, p, state)
+            # the per-person changelog is the table's part of the checkpoint and paces the
+            # commits with it (~0.9 s of CPU at 10^6 people changed: one record each)
+            self.encode_seconds[p] = self.encode_seconds.get(p, 0.0) + table_s
             marks.append(time.time())
             await prod.commit_transaction()
             state.mark_written(through)
