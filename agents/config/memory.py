@@ -11,12 +11,15 @@ from agents.config.settings import Settings
 from agents.config.values import env_var
 
 #: bytes a worker reserves per expected active person (``user_expected_people``) with the
-#: compiled compact table and with the pure path's table: the peak per person of one
-#: ``agents.ingest.users.UserState`` in changelog form holding 10^5 to 10^6 people through a
-#: commit that changes all of them (296 and 934 bytes traced, 317 and 953 of RSS; of it 105 and
-#: 825 the table, the rest the changelog in flight), plus a fifth for the table's growth steps
-COMPACT_PERSON_BYTES = 384
-PURE_PERSON_BYTES = 1152
+#: compiled compact table and with the pure path's table. Measured through a commit that
+#: changes every person (a period's close): a ``stream-dp worker`` grew by 573 bytes of RSS a
+#: person over the event-level worker on the same 8·10^6 events of 10^6 people
+#: (``benchmarks/user_level.py --events 8000000``); of that, one
+#: ``agents.ingest.users.UserState`` in changelog form peaks at 296 bytes traced (the table
+#: 105, the records built the rest) and the producer's record batches hold the remaining 277.
+#: The pure path's table peaks at 934 traced, so ≈ 1211 in a worker. Both plus a tenth.
+COMPACT_PERSON_BYTES = 640
+PURE_PERSON_BYTES = 1344
 
 
 def memory_limit_bytes(settings: Settings) -> int:

@@ -197,9 +197,9 @@ USER_ENV = {"STREAM_DP_PRIVACY_UNIT": "user", "STREAM_DP_USER_PERIOD_TICKS": "60
          ("max_memory_mb", "MiB")),
         (dict(USER_ENV, STREAM_DP_USER_EXPECTED_PEOPLE=str(10**8),
               STREAM_DP_MAX_MEMORY_MB="4096"), ("user_expected_people", "MiB")),
-        # 10^6 people: 366 MiB on the compact table fit 512 MiB, 1099 on the pure path's do not
-        (dict(USER_ENV, STREAM_DP_USER_MAX_STREAMS="2", STREAM_DP_MAX_MEMORY_MB="512"),
-         ("user_expected_people", "1152 bytes a person")),
+        # 10^6 people: 610 MiB on the compact table fit 1024 MiB, 1282 on the pure path's do not
+        (dict(USER_ENV, STREAM_DP_USER_MAX_STREAMS="2", STREAM_DP_MAX_MEMORY_MB="1024"),
+         ("user_expected_people", "1344 bytes a person")),
         ({"STREAM_DP_KEY": "6b" * 32}, ("low entropy", "token_hex")),
         ({"STREAM_DP_KEY": "0123456789abcdef"}, ("at least 32 bytes",)),
         ({"STREAM_DP_APP_ID": "a\udcff"}, ("app_id", "UTF-8")),
@@ -278,16 +278,16 @@ def test_people_reserve_bounds_a_real_table_through_a_period_close(
 
 
 def test_people_reserve_refuses_exactly_what_does_not_fit() -> None:
-    """Streams plus people at 384 bytes each (compact table): 10^6 fit 512 MiB and 1.5·10^6
+    """Streams plus people at 640 bytes each (compact table): 10^6 fit 1024 MiB and 1.8·10^6
     do not; event level reserves nothing for people whatever the setting says."""
     from agents.config.memory import check_memory
     from agents.config.settings import Settings
 
-    base = {"origin": 1_700_000_000.0, "max_memory_mb": 512}
+    base = {"origin": 1_700_000_000.0, "max_memory_mb": 1024}
     user = {**base, "privacy_unit": "user", "user_period_ticks": 10, "user_max_events": 5}
     check_memory(Settings(**user, user_expected_people=10**6), 100)
     with pytest.raises(ValueError, match="user_expected_people"):
-        check_memory(Settings(**user, user_expected_people=1_500_000), 100)
+        check_memory(Settings(**user, user_expected_people=1_800_000), 100)
     check_memory(Settings(**base, user_expected_people=10**9), 100)
     check_memory(Settings(**user, user_expected_people=0), 100)
 
