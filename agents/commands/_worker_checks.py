@@ -56,10 +56,9 @@ def check_startup(args: argparse.Namespace) -> tuple[Any, bytes]:
         ) from None
     compact = True
     if settings.privacy_unit == "user":
-        from agents.ingest.users import person_table, user_bounds
-        from stream_dp.user_level import Bounder
+        from agents.ingest.users import compact_table, user_bounds
 
-        compact = type(person_table(user_bounds(settings))) is not Bounder
+        compact = compact_table(user_bounds(settings))
     check_memory(settings, len(domain.names), compact_people=compact)
     from agents.config.domain import check_attribute_settings
 

@@ -53,8 +53,8 @@ from agents.kafka.partitioner import key_partition
 from stream_dp.user_level import Bounder, UserBounds
 from stream_dp.user_level.bounding import columns_people, export_columns
 
-__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "person_table", "record_bytes",
-           "scanner_field", "table_status", "user_bounds", "user_key"]
+__all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "compact_table", "person_table",
+           "record_bytes", "scanner_field", "table_status", "user_bounds", "user_key"]
 
 #: longest identifier, in UTF-8 bytes
 MAX_ID_BYTES = 256
@@ -126,10 +126,16 @@ def scanner_field(field: str) -> bytes | None:
     return raw
 
 
+def compact_table(bounds: UserBounds) -> bool:
+    """Whether :func:`person_table` gives the compiled compact table for ``bounds`` (else the
+    pure path's ``Bounder``): what a person costs in memory and which path decides."""
+    return type(person_table(bounds)) is not Bounder
+
+
 def table_status(bounds: UserBounds, field: str = "user") -> str:
     """One line for the start-up log: which path and table bound persons under ``bounds``
     with the identifier in ``field``."""
-    compact = type(person_table(bounds)) is not Bounder
+    compact = compact_table(bounds)
     if compact and scanner_field(field) is not None:
         return ("the compiled scanner bounds persons in its own pass (the compact per-person "
                 "table, 32 bytes a person)")
