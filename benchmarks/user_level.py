@@ -102,6 +102,8 @@ def deployment(bootstrap: str, tmp: Path, name: str, leaves: list[str], args: An
         user = {"privacy_unit": "user", "user_max_events": args.user_max_events,
                 "user_period_ticks": args.user_period_ticks,
                 "ingest_users_topic": f"{name}.ingest-users"}
+        if args.user_flush_interval_s is not None:
+            user["user_flush_interval_s"] = args.user_flush_interval_s
     timings = _shipped("commit_interval_s", "session_timeout_s", "transaction_timeout_s")
     return ps.make_settings(bootstrap, work, name, leaves, events_partitions=args.partitions,
                             shards=2, tick_seconds=args.tick_seconds, origin=ORIGIN,
@@ -226,8 +228,14 @@ class Run:
             text = f.read().decode(errors="replace")
         own = [float(x) for x in re.findall(
             r"ingest partition \d+ restored \([^)]*\) in ([0-9.]+) s", text)]
+        # the part of it re-deciding the events since the table's last write (user_flush)
+        again = [(float(n), float(x)) for n, x in re.findall(
+            r"re-decided ([0-9]+) records since the per-person table was last written, in "
+            r"([0-9.]+) s", text)]
         return {"ready_s": t_ready - t0, "own_max_s": max(own, default=float("nan")),
-                "own_lines": len(own), "rss_mib": rss}
+                "own_lines": len(own), "rss_mib": rss,
+                "replayed": sum(n for n, _ in again),
+                "replay_max_s": max((x for _, x in again), default=0.0)}
 
 
 async def topic_bytes(bootstrap: str, topic: str) -> tuple[int, int, int]:
@@ -363,6 +371,15 @@ async def run(args: Any) -> None:
             report_big(args, big, res["event"], (load0, os.getloadavg()))
 
 
+def _flush_interval(args: Any) -> float:
+    """The user-level deployments' ``user_flush_interval_s`` (given, else the shipped one)."""
+    if args.user_flush_interval_s is not None:
+        return float(args.user_flush_interval_s)
+    from agents.config.settings import Settings
+
+    return float(Settings.__dataclass_fields__["user_flush_interval_s"].default)
+
+
 def report(args: Any, res: dict[str, dict[str, Any]], byt: dict[Any, tuple[int, int]],
            rest: dict[str, Any], tm: float | None,
            load: tuple[tuple[float, ...], tuple[float, ...]]) -> None:
@@ -380,7 +397,8 @@ def report(args: Any, res: dict[str, dict[str, Any]], byt: dict[Any, tuple[int, 
           "(agents/ingest/processing.py, _fast_scanner)")
     print(f"\n## ingest, {args.events:,} events of {args.people:,} people, {args.partitions} "
           f"partitions, {args.ticks} ticks of {args.tick_seconds:g} s, user_max_events "
-          f"{args.user_max_events} per {args.user_period_ticks} ticks")
+          f"{args.user_max_events} per {args.user_period_ticks} ticks, user_flush_interval_s "
+          f"{_flush_interval(args):g}")
     print("| privacy_unit | events/s (committed, 10 % → 90 %) | events/s (first commit → all "
           "committed) | worker CPU per event, first commit → all committed (µs) | start to ready (s) | "
           "worker CPU in all (s) | RSS after ingest (MiB) | counted | dropped by the bound | "
@@ -423,11 +441,12 @@ def report(args: Any, res: dict[str, dict[str, Any]], byt: dict[Any, tuple[int, 
         print(f"| {name} ({unit} level) | {n:,} | {b:,} | {per:,.0f} | {offs:,} | "
               f"{written:,.0f} | {written * per:,.0f} | {written * per / args.ticks:,.0f} |")
     print("\n## restore after kill -9 (user level, everything committed)")
-    print("| people | start to /readyz 200 (s) | longest own restore line (s) | RSS once "
+    print("| people | start to /readyz 200 (s) | longest own restore line (s) | events "
+          "re-decided (since the tables' last writes) | longest re-decision (s) | RSS once "
           "ready (MiB) |")
-    print("|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     print(f"| {args.people:,} | {rest['ready_s']:.1f} | {rest['own_max_s']:.1f} | "
-          f"{rest['rss_mib']:,.0f} |")
+          f"{rest['replayed']:,.0f} | {rest['replay_max_s']:.1f} | {rest['rss_mib']:,.0f} |")
 
 
 def report_big(args: Any, big: dict[str, Any], ev: dict[str, Any],
@@ -470,6 +489,9 @@ def main() -> None:
                     "else skipped; 0: skipped)")
     ap.add_argument("--tracemalloc-people", type=int, default=200_000,
                     help="people of the in-process tracemalloc cross-check (0: skipped)")
+    ap.add_argument("--user-flush-interval-s", type=float, default=None,
+                    help="user_flush_interval_s of the user-level deployments (default: the "
+                    "shipped setting; 0: the table written with every commit)")
     ap.add_argument("--timeout", type=float, default=3600.0,
                     help="seconds to wait for a drain or a restore (3600)")
     args = ap.parse_args()

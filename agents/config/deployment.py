@@ -91,6 +91,8 @@ NOT_BINDING: dict[str, str] = {
     "checkpoint_chunk_bytes": "checkpoint encoding", "metrics_event_counts": "metrics",
     "max_memory_mb": "resource limit",
     "user_expected_people": "resource estimate (start-up memory check)",
+    "user_flush_interval_s": "checkpoint cadence (a restore re-decides the events since the "
+                             "last write of the table: bit-identical)",
 }
 
 

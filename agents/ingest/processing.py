@@ -123,6 +123,8 @@ class RecordProcessing:
     use_fast_path: bool
     #: the per-person table (privacy_unit = user), else None
     users: UserState | None
+    #: offsets of records refused by the worker's clock since the table's last write
+    future_offsets: list[int]
     _dkey: bytes
     _dhash: Any
     _mkey: bytes
@@ -397,6 +399,10 @@ class RecordProcessing:
                     continue
                 tick = sch.tick_of(ts)
                 if ts > horizon_ts:
+                    if users is not None and users.changelog:
+                        # decided by the clock, not by the record: a restore that re-decides
+                        # the events since the table's last write needs it (user_flush)
+                        self.future_offsets.append(offset)
                     dead.append((key, Rejection("future", f"ts={ts!r} is more than {skew:g} s "
                                  "ahead of the worker's clock"), value, offset))
                     continue

@@ -15,13 +15,14 @@ import time
 from collections import deque
 from typing import Any, Protocol
 
+from agents.ingest.digest import entry_key
 from agents.ingest.records import FAST_PATH_STATUS
 from agents.ingest.routing import Router
 from agents.ingest.schedule import ScheduleEntry, ScheduleMismatch
 from agents.ingest.state import IngestState
 from agents.ingest.ticks import Schedule
 from agents.kafka.batches import send_batched
-from agents.kafka.checkpoint_reader import read_all
+from agents.kafka.checkpoint_reader import read_all, read_range
 from agents.kafka.codec import dlq_key, dlq_message, encode
 from agents.kafka.stage import _kafka, _Stage
 from agents.kafka.stage_host import StageHost
@@ -300,9 +301,6 @@ class IngestStage(_Stage):
         was released before), ingest starts where the first persisted range starts, so every
         decision is made again exactly as it was.
         """
-        from agents.kafka.deployment_settings import SETTINGS_KEY
-        from agents.kafka.nonce import NONCE_KEY
-
         if state.users is not None and state.users.changelog:
             # the per-person table: its changelog partition to the end (committed records:
             # exactly the transactions whose checkpoint was just read, or older ones)
@@ -315,26 +313,14 @@ class IngestStage(_Stage):
                     "would give people budgets they spent; start a new deployment (stream-dp "
                     "deployment new)")
             state.load_user_changes([(r.key, r.value) for r in changes])
+            point = state.flush_point
+            if from_checkpoint and point is not None and 0 <= point.offset < state.offset:
+                await self._replay_users(state, point)
 
         # from the offset the checkpoint names (restore time independent of the deployment's
         # age); without a checkpoint, from the beginning
-        records = await read_all(self.reader, self.s.schedule_topic, state.partition,
-                                 start=state.schedule_from if from_checkpoint else 0)
-        entries = []
-        for r in records:
-            if r.key in (NONCE_KEY, SETTINGS_KEY):
-                continue  # the deployment nonce or settings (partition 0), not closing points
-            try:
-                entries.append(ScheduleEntry.decode(r.value, state.entry_key))
-            except ScheduleMismatch as exc:
-                raise ScheduleMismatch(
-                    f"schedule topic {self.s.schedule_topic!r} partition {state.partition}, "
-                    f"offset {r.offset}: {exc}") from None
-            except (ValueError, KeyError, TypeError):
-                raise ScheduleMismatch(
-                    f"schedule topic {self.s.schedule_topic!r} partition {state.partition}: "
-                    f"unreadable entry at offset {r.offset}"
-                ) from None
+        entries = await self._entries(state.partition,
+                                      state.schedule_from if from_checkpoint else 0)
         state.load_known(entries)
         if not from_checkpoint and state.known:
             first = state.known[0]
@@ -351,6 +337,58 @@ class IngestStage(_Stage):
                      "through %d)", state.partition, many, state.known[-1].through)
             return int(first.start_offset)
         return None
+
+    async def _entries(self, partition: int, start: int) -> list[ScheduleEntry]:
+        """The closing points persisted for ``partition`` on the schedule topic from offset
+        ``start``, in write order (the deployment's nonce and settings records skipped)."""
+        from agents.kafka.deployment_settings import SETTINGS_KEY
+        from agents.kafka.nonce import NONCE_KEY
+
+        records = await read_all(self.reader, self.s.schedule_topic, partition, start=start)
+        key = entry_key(self.w.key)
+        entries = []
+        for r in records:
+            if r.key in (NONCE_KEY, SETTINGS_KEY):
+                continue  # the deployment nonce or settings (partition 0), not closing points
+            try:
+                entries.append(ScheduleEntry.decode(r.value, key))
+            except ScheduleMismatch as exc:
+                raise ScheduleMismatch(
+                    f"schedule topic {self.s.schedule_topic!r} partition {partition}, "
+                    f"offset {r.offset}: {exc}") from None
+            except (ValueError, KeyError, TypeError):
+                raise ScheduleMismatch(
+                    f"schedule topic {self.s.schedule_topic!r} partition {partition}: "
+                    f"unreadable entry at offset {r.offset}"
+                ) from None
+        return entries
+
+    async def _replay_users(self, state: IngestState, point: Any) -> None:
+        """The per-person table read back is as of its last write (``point``, before the
+        checkpoint): re-decide the events since then into it
+        (:mod:`agents.ingest.user_replay`)."""
+        from agents.ingest.user_replay import TableReplay
+
+        t0 = time.monotonic()
+        replay = TableReplay(state, point, await self._entries(state.partition,
+                                                               point.schedule_from))
+        try:
+            await read_range(self.reader, self.topic, state.partition, point.offset,
+                             state.offset, replay.feed)
+        except LookupError:
+            raise ScheduleMismatch(
+                f"events partition {state.partition}: the events since the per-person table "
+                "was last written are gone from the events topic (retention shorter than "
+                "user_flush_interval_s, or a deleted topic): the table cannot be brought to "
+                "its checkpoint, and counting on without it would give people budgets they "
+                "spent. Restore the topic, or start a new deployment (stream-dp deployment "
+                "new)") from None
+        replay.finish(state.offset)
+        state.flushed_at = 0.0  # the re-decided table goes out with the next commit
+        # how many records: a raw count (operator only, like the restore line's offsets)
+        many = f"{replay.records} records " if self.s.metrics_event_counts else "the records "
+        log.info("ingest partition %d: re-decided %ssince the per-person table was last "
+                 "written, in %.3f s", state.partition, many, time.monotonic() - t0)
 
     def log_positions(self) -> bool:
         # the events partition's offset and the number of ingest commits move with raw
@@ -442,11 +480,14 @@ class IngestStage(_Stage):
             self._hand_over_said = (now, 0)
 
     async def flush_all(self) -> None:
+        # a graceful stop or hand-over writes the per-person tables too: the next owner
+        # re-decides nothing
         await asyncio.gather(
-            *(self._commit(p, st) for p, st in list(self.states.items()) if st.dirty)
+            *(self._commit(p, st, flush_users=True) for p, st in list(self.states.items())
+              if st.dirty or st.user_unflushed())
         )
 
-    async def _commit(self, p: int, state: IngestState) -> None:
+    async def _commit(self, p: int, state: IngestState, flush_users: bool = False) -> None:
         prod = self.producers.get(p)
         if prod is None:
             return
@@ -460,7 +501,8 @@ class IngestStage(_Stage):
         # the restore that follows reads the table back from the committed changelog)
         t_table = time.perf_counter()
         user_changes = state.user_changes() if state.users is not None and (
-            state.users.changelog) else []
+            state.users.changelog) and (flush_users or state.user_flush_due(
+                s.user_flush_interval_s)) else []
         table_s = time.perf_counter() - t_table
         try:
             await prod.begin_transaction()

@@ -8,6 +8,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from agents.config.settings import Settings
@@ -24,6 +25,7 @@ from agents.ingest.records import (
 from agents.ingest.routing import Partial, Router
 from agents.ingest.schedule import Close, ScheduleEntry, ScheduleMismatch
 from agents.ingest.ticks import Schedule
+from agents.ingest.user_flush import MAX_FUTURE, FlushPoint
 from agents.ingest.user_records import ChangelogMac
 from agents.ingest.users import UserState
 from agents.kafka.codec import (
@@ -32,8 +34,9 @@ from agents.kafka.codec import (
 from stream_dp.contributions import cap_units, clip_limit_units, value_unit
 
 #: the version of user-level ingest checkpoints (the per-person table and its digest; 9: the
-#: changelog's binary records, agents.ingest.user_records)
-USER_LEVEL_VERSION = 9
+#: changelog's binary records, agents.ingest.user_records; 10: the table's flush point,
+#: agents.ingest.user_flush — a version 9 checkpoint reads as flushed where it was written)
+USER_LEVEL_VERSION = 10
 
 
 class IngestState(RecordProcessing):
@@ -117,6 +120,12 @@ class IngestState(RecordProcessing):
             # a binary-attribute domain too: the bound's "stream" (L, k) is then the event's
             # attribute pattern, its bucket key (docs/design/user-level.md §1)
             self.users = UserState(settings, partition, key)
+        #: changelog form: where the table was last written to its changelog (``None``: not
+        #: yet, the next commit writes it), when (monotonic seconds), and the offsets of the
+        #: records refused since then by the worker's clock (agents.ingest.user_flush)
+        self.flush_point: FlushPoint | None = None
+        self.flushed_at = 0.0
+        self.future_offsets: list[int] = []
 
     # ------------------------------------------------------------------ schedule
     @property
@@ -375,13 +384,20 @@ class IngestState(RecordProcessing):
             doc["v"] = 6
             doc["unsent"] = [[a, b, d] for a, b, d in self.unsent]
         if self.users is not None:
-            # Version 8: the per-person table, restored with these offsets (nothing counted
+            # Version 10: the per-person table, restored with these offsets (nothing counted
             # twice after a restart), in changelog form with the keyed digest of the table the
-            # restore checks the changelog against (v7, the preview before it, had none). A
+            # restore checks the changelog against (v7, the preview before it, had none) and
+            # where the table was last written (v10; v9 wrote it with every commit). A
             # worker that reads v5/v6/v7 only refuses it rather than restart every person's
             # budget or skip the check; absent at event level
             doc["v"] = USER_LEVEL_VERSION
-            doc["users"] = self.users.to_doc()
+            users = self.users.to_doc()
+            if self.users.changelog:  # the table as of this point, the events since re-decided
+                # (None before the first write: the worker writes it with its first commit, so
+                # only a test's snapshot has none; a restore refuses it)
+                users["flush"] = None if self.flush_point is None else replace(
+                    self.flush_point, future=tuple(self.future_offsets)).to_doc()
+            doc["users"] = users
         # ~4.6x faster on 3·10^5 open keys (the sums are finite); the columns as arrays
         return _fast_dumps(doc, numpy=True)
 
@@ -389,9 +405,29 @@ class IngestState(RecordProcessing):
         """The per-person changelog records to write with the next checkpoint (changelog
         form): key = a person's keyed hash, value its state tagged with a MAC bound to
         :meth:`context` and that key (``None``: a tombstone;
-        :mod:`agents.ingest.user_records`)."""
+        :mod:`agents.ingest.user_records`). The table is then *flushed* here: the checkpoint
+        carries this point until the next call (:mod:`agents.ingest.user_flush`)."""
         assert self.users is not None
-        return self.users.take_changes(ChangelogMac(self._key, self.context()))
+        changes = self.users.take_changes(ChangelogMac(self._key, self.context()))
+        self.flush_point = FlushPoint(self.offset, self.next_tick, self.range_start,
+                                      self.digest, self.schedule_from, self.users.open_period)
+        self.flushed_at = time.monotonic()
+        self.future_offsets = []
+        return changes
+
+    def user_flush_due(self, interval_s: float) -> bool:
+        """Whether the next commit writes the per-person table (changelog form): never
+        written, ``interval_s`` seconds passed since (0: always), or many records refused by
+        the worker's clock meanwhile (:data:`~agents.ingest.user_flush.MAX_FUTURE`)."""
+        return (self.flush_point is None or interval_s <= 0
+                or time.monotonic() - self.flushed_at >= interval_s
+                or len(self.future_offsets) >= MAX_FUTURE)
+
+    def user_unflushed(self) -> bool:
+        """Whether the per-person table (changelog form) has moved since it was written."""
+        return self.users is not None and self.users.changelog and (
+            self.flush_point is None or self.flush_point.offset != self.offset
+            or self.flush_point.next_tick != self.next_tick)
 
     def load_user_changes(self, records: list[tuple[bytes, bytes | None]]) -> None:
         """The per-person table from its changelog partition (after :meth:`restore`); a
@@ -435,6 +471,8 @@ class IngestState(RecordProcessing):
                 "earlier format (" + ("before the per-person table digest" if d["v"] == 7 else
                                      "JSON records") + ") that this version does not read; "
                 "start a new deployment (stream-dp deployment new)")
+        if d.get("v") == 9:  # the table written with every commit: flushed where it was
+            d["v"] = USER_LEVEL_VERSION
         if d.get("v") not in (5, 6, USER_LEVEL_VERSION) or d.get("partition") != self.partition:
             raise ValueError(
                 "ingest checkpoint of another version or partition (checkpoints written before "
@@ -446,7 +484,7 @@ class IngestState(RecordProcessing):
                              "over come together (v5 has none)")
         user_level = d["v"] == USER_LEVEL_VERSION
         if user_level != (self.users is not None) or ("users" in d) != user_level:
-            raise ValueError("ingest checkpoint: a per-person table (version 9) comes with "
+            raise ValueError("ingest checkpoint: a per-person table (version 9, 10) comes with "
                              "privacy_unit = user, and only with it")
         if tuple(d["schedule"]) != self.schedule_id:
             raise ScheduleMismatch(
@@ -472,6 +510,17 @@ class IngestState(RecordProcessing):
                              "repeat, are out of tick order or have no closing time")
         if self.users is not None:
             self.users.restore(d["users"])
+            if self.users.changelog:
+                got = d["users"].get("flush", "v9")
+                if got is None:
+                    raise ValueError("ingest checkpoint: written before the per-person table "
+                                     "ever was (no flush point)")
+                self.flush_point = FlushPoint(
+                    self.offset, self.next_tick, self.range_start, self.digest,
+                    self.schedule_from, self.users.open_period,
+                ) if got == "v9" else FlushPoint.from_doc(got, self.offset, self.next_tick)
+                self.future_offsets = list(self.flush_point.future)
+                self.flushed_at = time.monotonic()
         self.seq = seq
         self.written_through = self.handed_over_through()  # committed with this checkpoint
         key_of = self.router.bucket_key

@@ -32,9 +32,10 @@ The identifier itself is never stored, logged, exported or checkpointed: only it
 which nobody without the noise key can steer into another person's slot. The table is restored
 with the same offsets as the rest of the partition's ingest state: in the worker through a
 compacted changelog topic (``ingest_users_topic``: one sealed record per person changed since
-the last commit, written in the same transaction, :meth:`UserState.take_changes`; the
-checkpoint carries the keyed digest of the table that the restore checks the changelog against,
-:mod:`agents.ingest.user_digest`), in pure states of tests whole inside the checkpoint
+the last write, in an ingest transaction at most every ``user_flush_interval_s``,
+:meth:`UserState.take_changes`; the checkpoint carries the keyed digest of the table as
+written that the restore checks the changelog against, :mod:`agents.ingest.user_digest`, and a
+restore re-decides the events since the write, :mod:`agents.ingest.user_replay`), in pure states of tests whole inside the checkpoint
 (:meth:`UserState.to_doc`). The slots of a period are
 dropped once every tick of it is closed (:meth:`UserState.closed_before`).
 """
@@ -209,6 +210,9 @@ class UserState:
         self.touched: set[bytes] = set()
         #: changelog form: how many people the restored checkpoint says the table holds
         self.expected_people = 0
+        #: changelog form: how many people the table held when last written (what the
+        #: checkpoints until the next write say: the changelog holds that table)
+        self.written_people = 0
         #: changelog form: the keyed digest of the table as written to the changelog, and the
         #: tag of it that the restored checkpoint carries (agents.ingest.user_digest)
         self.digest = TableDigest(table_digest_key(secret), record_bytes)
@@ -217,7 +221,8 @@ class UserState:
     @property
     def changelog(self) -> bool:
         """The worker's form: the table lives in a compacted changelog topic (one record per
-        person changed, written with each commit), not in the checkpoint; pure states of tests
+        person changed, written at each flush: agents.ingest.user_flush), not in the checkpoint;
+        pure states of tests
         keep it whole in the checkpoint."""
         return self._changelog
 
@@ -324,6 +329,7 @@ class UserState:
                                                 mac.context_hash, self.digest.key)
             self.touched = set()
             self.digest.written_sum(int.from_bytes(delta, "little"), self._table_sum)
+            self.written_people = len(self.bounder)
             return out  # type: ignore[no-any-return]
         raw: list[tuple[bytes, bytes | None]] = []
         for person in sorted(self.touched):
@@ -331,6 +337,7 @@ class UserState:
             raw.append((person, None if got is None else record_bytes(got)))
         self.touched = set()
         self.digest.written(raw, self._table)
+        self.written_people = len(self.bounder)
         if mac is None:
             return raw
         return [(person, None if value is None else mac.seal(person, value))
@@ -378,7 +385,7 @@ class UserState:
         if self.changelog:  # how many people and the digest of the table as written: a lost
             # changelog, or one a writer of the topic rolled back, is refused, not trusted
             return {"open_period": self.open_period, "changelog": True,
-                    "people": len(self.bounder), "digest": self.digest.tag()}
+                    "people": self.written_people, "digest": self.digest.tag()}
         rows: list[Any] = self.bounder.export()
         rows.sort(key=lambda row: row[0])  # hash order (the compact table's export order)
         cols = export_columns(rows)
@@ -397,7 +404,7 @@ class UserState:
         self.touched = set()
         if self.changelog:
             self.open_period = int(doc["open_period"])
-            self.expected_people = int(doc["people"])
+            self.expected_people = self.written_people = int(doc["people"])
             self.expected_digest = str(doc["digest"])
             self.bounder = person_table(self.bounds, self.compact)
             self._track()

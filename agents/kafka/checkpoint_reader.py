@@ -10,7 +10,7 @@ from typing import Any
 
 from agents.kafka.checkpoints import Checkpoint, Progress, _assemble, _progress_of
 
-__all__ = ["read_all", "read_latest", "read_latest_with_progress"]
+__all__ = ["read_all", "read_latest", "read_latest_with_progress", "read_range"]
 
 
 async def read_latest(
@@ -110,5 +110,42 @@ async def read_all(
                 if until is not None and until(r):
                     return out
         return out
+    finally:
+        consumer.unsubscribe()
+
+
+async def read_range(
+    consumer: Any, topic: str, partition: int, start: int, stop: int,
+    on_batch: Callable[[list[Any]], None], idle_timeout_s: float = 120.0,
+) -> int:
+    """Hand ``on_batch`` every committed record of ``topic``/``partition`` with ``start <=
+    offset < stop``, in offset order, one fetched batch at a time (never the whole range in
+    memory); return how many. ``consumer`` as for :func:`read_all`. Raises
+    :class:`LookupError` when the partition now begins after ``start`` (retention deleted
+    records of the range) and :class:`TimeoutError` when no record comes for
+    ``idle_timeout_s`` seconds."""
+    from aiokafka import TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    consumer.assign([tp])
+    try:
+        begin = (await consumer.beginning_offsets([tp]))[tp]
+        if begin > start:
+            raise LookupError(f"{topic}/{partition} begins at offset {begin}, after {start}")
+        consumer.seek(tp, start)
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        n = 0
+        while await consumer.position(tp) < stop:
+            batch = await consumer.getmany(tp, timeout_ms=500)
+            got = [r for r in batch.get(tp, ()) if r.offset < stop]
+            if got:
+                on_batch(got)
+                n += len(got)
+                last = loop.time()
+            elif loop.time() - last > idle_timeout_s:
+                raise TimeoutError(f"reading {topic}/{partition} up to offset {stop}: nothing "
+                                   f"for {idle_timeout_s} s")
+        return n
     finally:
         consumer.unsubscribe()

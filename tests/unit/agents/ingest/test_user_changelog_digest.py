@@ -297,7 +297,7 @@ def test_a_preview_checkpoint_is_refused_in_one_line(version: int) -> None:
     p = _Partition(key=None)
     _history(p)
     doc = json.loads(p.checkpoint)
-    assert doc["v"] == 9 and len(doc["users"]["digest"]) == 64
+    assert doc["v"] == 10 and len(doc["users"]["digest"]) == 64 and doc["users"]["flush"]
     doc["v"] = version
     if version == 7:
         del doc["users"]["digest"]

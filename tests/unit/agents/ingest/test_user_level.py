@@ -439,11 +439,16 @@ def test_the_bounded_events_metric_is_operator_only() -> None:
 
 # ------------------------------------------------------------------ the changelog form (worker)
 def _crashy_partition(s: Settings, segments: list[list[tuple[int, bytes, float]]], p: int,
-                      seed: int) -> tuple[dict[tuple[int, int], int], list[Any], IngestState]:
-    """One partition as the worker runs it: the table in a changelog (records taken with every
-    commit, sealed), outputs kept only when a commit succeeds, and crashes at random points
-    between commits that restore the last commit (checkpoint + changelog up to it) and feed
-    every record since again."""
+                      seed: int, flush: float = 1.0
+                      ) -> tuple[dict[tuple[int, int], int], list[Any], IngestState]:
+    """One partition as the worker runs it: the table in a changelog (records taken, sealed,
+    with a share ``flush`` of the commits: the others carry the flush point), outputs kept only
+    when a commit succeeds, and crashes at random points between commits that restore the last
+    commit (checkpoint + changelog up to it), re-decide the records since the table's last
+    write into it (agents.ingest.user_replay, following the persisted closing points) and feed
+    every record since the commit again."""
+    from agents.ingest.user_replay import TableReplay
+
     rng = random.Random(seed)
     recs: list[Record] = []
     closes: dict[int, int] = {}  # offset -> tick through which ticks close before it
@@ -461,15 +466,18 @@ def _crashy_partition(s: Settings, segments: list[list[tuple[int, bytes, float]]
 
     state = fresh()
     topic: list[tuple[bytes, bytes | None]] = []
-    committed = (state.to_bytes(), 0)
+    schedule: list[Any] = []  # the closing points persisted (the schedule topic)
+    committed: tuple[bytes, int, int] | None = None  # checkpoint, lengths of both topics
     sums: dict[tuple[int, int], int] = defaultdict(int)
     dead: list[Any] = []
-    crashes = 0
+    crashes = replays = 0
 
     def commit() -> None:
         nonlocal committed
-        topic.extend(state.user_changes())
-        committed = (state.to_bytes(), len(topic))
+        if state.flush_point is None or rng.random() < flush:
+            topic.extend(state.user_changes())
+        schedule.extend(state.out.entries)
+        committed = (state.to_bytes(), len(topic), len(schedule))
         for part in state.out.partials:
             for node, c in zip(part.idx, part.counts, strict=True):
                 sums[(part.tick, int(node))] += int(c)
@@ -490,23 +498,55 @@ def _crashy_partition(s: Settings, segments: list[list[tuple[int, bytes, float]]
             commit()
         elif roll < 0.25:  # kill -9: what is not committed is gone
             crashes += 1
-            del topic[committed[1]:]  # an aborted transaction's records are never read
             state = fresh()
+            if committed is None:
+                continue
+            del topic[committed[1]:]  # an aborted transaction's records are never read
+            del schedule[committed[2]:]
             state.restore(committed[0], seq=1)
             state.load_user_changes(list(topic))
-    assert crashes > 3
+            point = state.flush_point
+            assert point is not None
+            if point.offset < state.offset:
+                replays += 1
+                replay = TableReplay(state, point, list(schedule))
+                replay.feed(recs[point.offset:state.offset])
+                replay.finish(state.offset)
+    assert crashes > 3 and (replays > 3 or flush == 1.0)
     return dict(sums), dead, state
 
 
+def _clock_future(segments: list[list[tuple[int, bytes, float]]], who: str
+                  ) -> list[list[tuple[int, bytes, float]]]:
+    """``segments`` with a few records of ``who`` per tick whose event time lies past the
+    worker's clock (NOW) + max_future_skew_s, stamped as they arrive (so only the clock
+    refuses them; a restore re-deciding at another clock must refuse them too)."""
+    out = []
+    for i, seg in enumerate(segments):
+        seg = list(seg)
+        for j in range(3):
+            ts = NOW + 31.0 + 50.0 * i + j
+            seg.insert((j * len(seg)) // 3, (0, _event("a/x", ts, who), ts))
+        out.append(seg)
+    return out
+
+
+@pytest.mark.parametrize("flush", [1.0, 0.2], ids=["every-commit", "lazy"])
 @pytest.mark.parametrize("bounds", BOUNDS, ids=lambda b: "-".join(f"{v}" for v in b.values()))
-def test_the_changelog_form_survives_crashes_between_commits(bounds: dict[str, int]) -> None:
+def test_the_changelog_form_survives_crashes_between_commits(bounds: dict[str, int],
+                                                             flush: float) -> None:
+    """Crashes between commits, with the table written with every commit or with one in five
+    (a restore then re-decides the records since its last write): the same sums, dead letters
+    and table as a run without crashes — also for records only the worker's clock refused."""
     s = _settings(**bounds)
-    log = _log(9, _home(0, "nasty"))
+    nasty = _home(0, "nasty")
+    log = _clock_future(_log(9, nasty), nasty)
     want_sums, want_dead, straight = _run(s, log)
+    assert sum(1 for _, reason, _ in want_dead if reason == "future") >= 27
     sums: dict[tuple[int, int], int] = defaultdict(int)
     dead: list[Any] = []
     for p in (0, 1):
-        got_sums, got_dead, state = _crashy_partition(s, log, p, seed=p + 40)
+        got_sums, got_dead, state = _crashy_partition(s, log, p, seed=p + 40, flush=flush)
         for k, v in got_sums.items():
             sums[k] += v
         dead.extend(got_dead)
@@ -628,3 +668,72 @@ def test_one_person_through_both_decoding_paths_duplicate_fields_and_escapes(
     assert [x for x in dead_with if not any(m in x[2] for m in mine)] == dead_without
     reasons = {r for _, r, v in dead_with if any(m in v for m in mine)}
     assert {"future", "value_out_of_range", "wrong_partition"} <= reasons
+
+
+def test_a_restore_between_writes_re_decides_exactly_and_refuses_a_changed_log() -> None:
+    """The table written at one commit, not at the next: a restore from the second reads the
+    table as of the first and re-decides the records in between (agents.ingest.user_replay) —
+    to the very table of the run that did not stop. The same restore over records that differ
+    from the ones counted (one value changed) is refused, as is a checkpoint whose flush point
+    lies past it."""
+    from agents.ingest.schedule import ScheduleMismatch
+    from agents.ingest.user_replay import TableReplay
+
+    s = _settings(user_max_events=2)
+    people = [_home(0, f"p{i}") for i in range(6)]
+    state = _state(s)
+    assert state.users is not None
+    state.users.changelog = True
+    values = [_event(LEAVES[i % 3], ORIGIN + 1.0 + i * 0.01, people[i % 6]) for i in range(40)]
+    recs = [Record(i, b"k", v, int((ORIGIN + 1.5) * 1000), 0) for i, v in enumerate(values)]
+    state.process_batch(recs[:10])
+    topic = list(state.user_changes())  # the table written here (offset 10) ...
+    state.process_batch(recs[10:30])
+    checkpoint = state.to_bytes()  # ... and not here (offset 30)
+    want = sorted(state.users.bounder.export())
+
+    def restored() -> IngestState:
+        again = _state(s)
+        assert again.users is not None
+        again.users.changelog = True
+        again.restore(checkpoint, seq=1)
+        again.load_user_changes(topic)
+        return again
+
+    again = restored()
+    assert again.users is not None and again.flush_point is not None
+    assert again.flush_point.offset == 10 and again.offset == 30
+    assert sorted(again.users.bounder.export()) != want  # the table as of offset 10
+    replay = TableReplay(again, again.flush_point, [])
+    replay.feed(recs[10:30])
+    replay.finish(30)
+    assert sorted(again.users.bounder.export()) == want
+    # on from there, both decide alike
+    state.process_batch(recs[30:])
+    again.process_batch(recs[30:])
+    assert sorted(again.users.bounder.export()) == sorted(state.users.bounder.export())
+    assert again.buckets == state.buckets
+
+    changed = list(recs[10:30])
+    changed[5] = Record(15, b"k", values[15].replace(b'"ts": ', b'"value": 2.0, "ts": '),
+                        changed[5].timestamp, 0)
+    again = restored()
+    assert again.flush_point is not None
+    replay = TableReplay(again, again.flush_point, [])
+    replay.feed(changed)
+    with pytest.raises(ScheduleMismatch, match="no longer holds the records"):
+        replay.finish(30)
+    missing = restored()
+    assert missing.flush_point is not None
+    replay = TableReplay(missing, missing.flush_point, [])
+    replay.feed(recs[10:25])  # records of the range lost
+    with pytest.raises(ScheduleMismatch):
+        replay.finish(30)
+    from agents.ingest.user_flush import FlushPoint
+
+    doc = replay._target.flush_point.to_doc()  # type: ignore[union-attr]
+    assert FlushPoint.from_doc(doc, 30, 1).offset == 10
+    for bad in (dict(doc, offset=31), dict(doc, next_tick=2), dict(doc, future=[9]),
+                dict(doc, future=[12, 11]), dict(doc, digest="zz")):
+        with pytest.raises(ValueError, match="flush point"):
+            FlushPoint.from_doc(bad, 30, 1)
