@@ -33,7 +33,10 @@ async def test_an_older_record_appended_to_the_changelog_stops_the_worker_in_one
         kafka_broker: str, unique_name: str, tmp_path: Path) -> None:
     from aiokafka import AIOKafkaProducer
 
-    s = _user_settings(kafka_broker, tmp_path, unique_name, events_partitions=1, shards=1)
+    # the table written with every commit (user_flush_interval_s = 0): one record of u0 per
+    # commit, the genuine old records the attack replays
+    s = _user_settings(kafka_broker, tmp_path, unique_name, events_partitions=1, shards=1,
+                       user_flush_interval_s=0.0)
     await ps.create_topics(s)
     leaves = ps.hierarchy_paths(2, 3, 4)
     worker = ps.WorkerProcess(s, "w0", tmp_path).start()

@@ -184,6 +184,9 @@ async def test_kill9_and_restarts_with_per_person_state(kafka_broker: str, uniqu
     assert code == 0, text[-3000:]
     assert ("privacy_unit = user: every record takes the pure Python path" if leaf_bounds else
             "privacy_unit = user: the compiled scanner bounds persons in its own pass") in text
+    # the table is written every user_flush_interval_s (30 s): every kill -9 above came
+    # between writes, so the restores re-decided the events since the last one
+    assert "re-decided the records since the per-person table was last written" in text
     for person in ("u0", "u1", "u17"):  # identifiers are never logged
         assert f'"{person}"' not in text and f"'{person}'" not in text
 
