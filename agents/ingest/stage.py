@@ -390,6 +390,12 @@ class IngestStage(_Stage):
         log.info("ingest partition %d: re-decided %ssince the per-person table was last "
                  "written, in %.3f s", state.partition, many, time.monotonic() - t0)
 
+    def positioned(self, state: Any) -> None:
+        if state.flush_point is None and state.users is not None and state.users.changelog:
+            # no checkpoint: the table is empty here and so is its changelog (after_restore
+            # checked), i.e. written as of this offset; the first commit need not write it
+            state.written_empty()
+
     def log_positions(self) -> bool:
         # the events partition's offset and the number of ingest commits move with raw
         # counts (with one declared stream, two restarts' offsets differ by its raw count;

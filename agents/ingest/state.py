@@ -415,6 +415,16 @@ class IngestState(RecordProcessing):
         self.future_offsets = []
         return changes
 
+    def written_empty(self) -> None:
+        """A fresh partition (no checkpoint) positioned at its first offset: its empty table
+        counts as written there (its changelog is empty), so a restore from a later commit
+        re-decides from here."""
+        assert self.users is not None and not len(self.users.bounder)
+        self.flush_point = FlushPoint(self.offset, self.next_tick, self.range_start,
+                                      self.digest, self.schedule_from, self.users.open_period)
+        self.flushed_at = time.monotonic()
+        self.future_offsets = []
+
     def user_flush_due(self, interval_s: float) -> bool:
         """Whether the next commit writes the per-person table (changelog form): never
         written, ``interval_s`` seconds passed since (0: always), or many records refused by

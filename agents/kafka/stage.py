@@ -327,6 +327,7 @@ class _Stage(StageHealth):
         else:
             await self.seek_fresh(tp)
             state.offset = await self.consumer.position(tp)
+        self.positioned(state)
         self.states[p] = state
         self.repositioned += 1
         self.last_commit[p] = time.monotonic()
@@ -348,6 +349,9 @@ class _Stage(StageHealth):
     async def after_restore(self, state: Any, from_checkpoint: bool) -> int | None:
         """Stage hook after the checkpoint is read; may return the offset to start from."""
         return None
+
+    def positioned(self, state: Any) -> None:
+        """Stage hook once a restored state knows the input offset it starts from."""
 
     async def _check_not_ahead(self, tp: Any, offset: int, seq: int | None) -> None:
         """Refuse state that is ahead of its log: a checkpoint that has consumed the partition

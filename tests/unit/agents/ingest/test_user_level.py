@@ -462,6 +462,7 @@ def _crashy_partition(s: Settings, segments: list[list[tuple[int, bytes, float]]
         state = _state(s, p)
         assert state.users is not None
         state.users.changelog = True
+        state.written_empty()  # as the worker positions a partition without a checkpoint
         return state
 
     state = fresh()
@@ -474,7 +475,7 @@ def _crashy_partition(s: Settings, segments: list[list[tuple[int, bytes, float]]
 
     def commit() -> None:
         nonlocal committed
-        if state.flush_point is None or rng.random() < flush:
+        if rng.random() < flush:
             topic.extend(state.user_changes())
         schedule.extend(state.out.entries)
         committed = (state.to_bytes(), len(topic), len(schedule))
