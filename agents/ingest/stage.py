@@ -314,7 +314,10 @@ class IngestStage(_Stage):
                     "deployment new)")
             state.load_user_changes([(r.key, r.value) for r in changes])
             point = state.flush_point
-            if from_checkpoint and point is not None and 0 <= point.offset < state.offset:
+            # re-decide unless the table was written exactly here (a tick closed since, at
+            # the same offset, may have forgotten a period's people: re-decided too)
+            if from_checkpoint and point is not None and 0 <= point.offset <= state.offset \
+                    and (point.offset, point.next_tick) != (state.offset, state.next_tick):
                 await self._replay_users(state, point)
 
         # from the offset the checkpoint names (restore time independent of the deployment's
@@ -375,6 +378,9 @@ class IngestStage(_Stage):
         try:
             await read_range(self.reader, self.topic, state.partition, point.offset,
                              state.offset, replay.feed)
+        except EOFError as end:
+            raise self.ahead_of_log(self.topic, state.partition, state.offset,
+                                    int(end.args[0]), state.seq) from None
         except LookupError:
             raise ScheduleMismatch(
                 f"events partition {state.partition}: the events since the per-person table "

@@ -122,8 +122,9 @@ async def read_range(
     offset < stop``, in offset order, one fetched batch at a time (never the whole range in
     memory); return how many. ``consumer`` as for :func:`read_all`. Raises
     :class:`LookupError` when the partition now begins after ``start`` (retention deleted
-    records of the range) and :class:`TimeoutError` when no record comes for
-    ``idle_timeout_s`` seconds."""
+    records of the range), :class:`EOFError` (its ``args[0]`` the end offset) when it ends
+    before ``stop`` (the broker lost records, or the topic was re-created), and
+    :class:`TimeoutError` when no record comes for ``idle_timeout_s`` seconds."""
     from aiokafka import TopicPartition
 
     tp = TopicPartition(topic, partition)
@@ -132,6 +133,9 @@ async def read_range(
         begin = (await consumer.beginning_offsets([tp]))[tp]
         if begin > start:
             raise LookupError(f"{topic}/{partition} begins at offset {begin}, after {start}")
+        end = (await consumer.end_offsets([tp]))[tp]
+        if end < stop:
+            raise EOFError(end)
         consumer.seek(tp, start)
         loop = asyncio.get_running_loop()
         last = loop.time()

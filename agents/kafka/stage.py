@@ -361,13 +361,19 @@ class _Stage(StageHealth):
         count them twice. One line and exit status 4 instead of a silent stall."""
         end = (await self.consumer.end_offsets([tp]))[tp]
         if offset > end:
-            raise CheckpointRefused(
-                f"{self.name} partition {tp.partition}: the checkpoint (seq {seq}) is ahead of "
-                f"the log: it has consumed {tp.topic} up to offset {offset}, but the partition "
-                f"ends at {end}. The broker lost records it had acknowledged (a development "
-                "broker killed with kill -9 can: docs/operations.md); the state cannot be "
-                "continued. Start a new deployment (stream-dp deployment new), or restore "
-                    "the broker's data")
+            raise self.ahead_of_log(tp.topic, tp.partition, offset, end, seq)
+
+    def ahead_of_log(self, topic: str, partition: int, offset: int, end: int,
+                     seq: int | None) -> CheckpointRefused:
+        """The one-line refusal (exit status 4) of a checkpoint that has consumed ``topic``
+        up to ``offset`` while the partition now ends at ``end``, before it."""
+        return CheckpointRefused(
+            f"{self.name} partition {partition}: the checkpoint (seq {seq}) is ahead of "
+            f"the log: it has consumed {topic} up to offset {offset}, but the partition "
+            f"ends at {end}. The broker lost records it had acknowledged (a development "
+            "broker killed with kill -9 can: docs/operations.md); the state cannot be "
+            "continued. Start a new deployment (stream-dp deployment new), or restore "
+            "the broker's data")
 
     async def _try_restore(self, tp: Any) -> None:
         """Restore ``tp``; on failure log it and leave it to :meth:`_retry_missing`.

@@ -508,7 +508,7 @@ def _crashy_partition(s: Settings, segments: list[list[tuple[int, bytes, float]]
             state.load_user_changes(list(topic))
             point = state.flush_point
             assert point is not None
-            if point.offset < state.offset:
+            if (point.offset, point.next_tick) != (state.offset, state.next_tick):
                 replays += 1
                 replay = TableReplay(state, point, list(schedule))
                 replay.feed(recs[point.offset:state.offset])
