@@ -357,8 +357,10 @@ class Settings:
         "A table changed at every commit costs one changelog record per person changed per "
         "commit (~1 µs each); written this often, one per person changed per interval. Every "
         "graceful stop and hand-over writes it; 0 = with every commit. Releases are the same "
-        "whatever it is (a restore re-decides exactly; the events since the last write must "
-        "still be in the events topic: keep its retention far above this).",
+        "whatever it is (a restore re-decides exactly). The events since the last write must "
+        "still be in the events topic at a restore: keep its retention above the worker's "
+        "lag + this interval + the longest time a worker may be down (a restore that finds "
+        "them gone refuses to start).",
     )
     user_expected_people: int = _s(
         1_000_000,
