@@ -55,16 +55,32 @@ static void compress(uint64_t h[8], const uint8_t block[128], uint64_t t, int la
     }
     v[12] ^= t;  /* messages here are far below 2^64 bytes: the high counter word stays 0 */
     if (last) v[14] = ~v[14];
-    for (int r = 0; r < 12; r++) {
-        G(r, 0, v[0], v[4], v[8], v[12]);
-        G(r, 1, v[1], v[5], v[9], v[13]);
-        G(r, 2, v[2], v[6], v[10], v[14]);
-        G(r, 3, v[3], v[7], v[11], v[15]);
-        G(r, 4, v[0], v[5], v[10], v[15]);
-        G(r, 5, v[1], v[6], v[11], v[12]);
-        G(r, 6, v[2], v[7], v[8], v[13]);
-        G(r, 7, v[3], v[4], v[9], v[14]);
-    }
+    /* The rounds written out (as the reference implementation does): each round's message
+     * schedule is then a constant and m[] stays in registers, not a table lookup per word. */
+#define ROUND(r)                                 \
+    do {                                         \
+        G(r, 0, v[0], v[4], v[8], v[12]);        \
+        G(r, 1, v[1], v[5], v[9], v[13]);        \
+        G(r, 2, v[2], v[6], v[10], v[14]);       \
+        G(r, 3, v[3], v[7], v[11], v[15]);       \
+        G(r, 4, v[0], v[5], v[10], v[15]);       \
+        G(r, 5, v[1], v[6], v[11], v[12]);       \
+        G(r, 6, v[2], v[7], v[8], v[13]);        \
+        G(r, 7, v[3], v[4], v[9], v[14]);        \
+    } while (0)
+    ROUND(0);
+    ROUND(1);
+    ROUND(2);
+    ROUND(3);
+    ROUND(4);
+    ROUND(5);
+    ROUND(6);
+    ROUND(7);
+    ROUND(8);
+    ROUND(9);
+    ROUND(10);
+    ROUND(11);
+#undef ROUND
     for (int i = 0; i < 8; i++) h[i] ^= v[i] ^ v[i + 8];
 }
 
