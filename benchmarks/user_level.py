@@ -455,11 +455,11 @@ def report_big(args: Any, big: dict[str, Any], ev: dict[str, Any],
     print(f"\n## restore after kill -9 at {args.restore_people:,} people (user level, one event "
           f"each; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average at the "
           f"end {'/'.join(f'{x:.2f}' for x in load[1])})")
-    print("| people | start to /readyz 200 (s) | longest own restore line (s) | RSS once "
-          "ready (MiB) |")
-    print("|---|---|---|---|")
+    print("| people | start to /readyz 200 (s) | longest own restore line (s) | events "
+          "re-decided | longest re-decision (s) | RSS once ready (MiB) |")
+    print("|---|---|---|---|---|---|")
     print(f"| {args.restore_people:,} | {b['ready_s']:.1f} | {b['own_max_s']:.1f} | "
-          f"{b['rss_mib']:,.0f} |")
+          f"{b['replayed']:,.0f} | {b['replay_max_s']:.1f} | {b['rss_mib']:,.0f} |")
     print(f"\ningest: {dr['steady']:,.0f} events/s (committed, 10 % → 90 %), "
           f"{dr['whole']:,.0f} (first commit → all committed), worker CPU "
           f"{dr['cpu_us_per_event']:.1f} µs per event (the same span); RSS "
