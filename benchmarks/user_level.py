@@ -28,7 +28,8 @@
    deployment, in total and per tick of the data.
 4. **Restore after kill -9**: the user-level worker (everything committed) is killed with
    SIGKILL and started again: seconds from the process start to ``/readyz`` 200 (state restored,
-   the changelog read to its end; the interpreter's start-up included, as
+   the changelog read to its end and the events since the table's last write re-decided; the
+   interpreter's start-up included, as
    ``benchmarks/soak.py`` measures a restore), the worker's own ``ingest partition P restored
    ... in X s`` lines (longest; they include the changelog read), and its RSS once ready.
    With ``--restore-people N`` the same for a second user-level deployment of N people, one
