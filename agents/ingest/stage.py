@@ -384,8 +384,9 @@ class IngestStage(_Stage):
         except LookupError:
             raise ScheduleMismatch(
                 f"events partition {state.partition}: the events since the per-person table "
-                "was last written are gone from the events topic (retention shorter than "
-                "user_flush_interval_s, or a deleted topic): the table cannot be brought to "
+                "was last written are gone from the events topic (its retention shorter than "
+                "the worker's lag + user_flush_interval_s + its downtime, or a deleted topic): "
+                "the table cannot be brought to "
                 "its checkpoint, and counting on without it would give people budgets they "
                 "spent. Restore the topic, or start a new deployment (stream-dp deployment "
                 "new)") from None
