@@ -172,6 +172,22 @@ def _table(st: IngestState) -> list[Any]:
     return sorted(st.users.bounder.export())
 
 
+def _idle_period_closed(written: bool) -> tuple[_Worker, list[str]]:
+    """Four people's events in tick 1 (periods of one tick, K = 2), the table written at
+    offset 4, then tick 1 closed by the clock with no record since, and a commit that writes
+    the table again (``written``) or only carries the flush point."""
+    s = _settings(user_period_ticks=1, user_max_events=2)
+    log = _Log()
+    w = _Worker(s, log)
+    people = [_home(0, f"idle{i}") for i in range(4)]
+    w.feed([_event(LEAVES[i % 3], ORIGIN + 1.0 + i, who) for i, who in enumerate(people)],
+           arrival=ORIGIN + 5.0)
+    w.commit(flush=True)  # the table written at offset 4
+    w.close(1)  # tick 1 (period 1) closed by the clock, no record since: its people go
+    w.commit(flush=written)  # a tick close commits; lazy: the table is not due yet
+    return w, people
+
+
 @pytest.mark.parametrize("written", [True, False], ids=["written-at-close", "lazy"])
 def test_a_period_closed_by_the_clock_after_the_last_write_is_forgotten_on_restore_too(
         written: bool) -> None:
@@ -183,15 +199,7 @@ def test_a_period_closed_by_the_clock_after_the_last_write_is_forgotten_on_resto
     the restored table drops the people the period's close dropped, as the run without the
     crash did (found by the adversarial review: a re-decision only when the offset moved kept
     them). (``written-at-close``: the same run with the table written at the close.)"""
-    s = _settings(user_period_ticks=1, user_max_events=2)
-    log = _Log()
-    w = _Worker(s, log)
-    people = [_home(0, f"idle{i}") for i in range(4)]
-    w.feed([_event(LEAVES[i % 3], ORIGIN + 1.0 + i, who) for i, who in enumerate(people)],
-           arrival=ORIGIN + 5.0)
-    w.commit(flush=True)  # the table written at offset 4
-    w.close(1)  # tick 1 (period 1) closed by the clock, no record since: its people go
-    w.commit(flush=written)  # a tick close commits; lazy: the table is not due yet
+    w, _ = _idle_period_closed(written)
     straight = _table(w.state)
     assert straight == [] and w.state.flush_point is not None
     assert w.state.flush_point.offset == w.state.offset  # nothing to re-decide by offset
@@ -211,15 +219,7 @@ def test_the_stale_people_move_the_partition_to_the_dict_table_for_good(crash: b
     compact table, and nothing is bounded either way."""
     from stream_dp.user_level import Bounder
 
-    s = _settings(user_period_ticks=1, user_max_events=2)
-    log = _Log()
-    w = _Worker(s, log)
-    people = [_home(0, f"idle{i}") for i in range(4)]
-    w.feed([_event(LEAVES[i % 3], ORIGIN + 1.0 + i, who) for i, who in enumerate(people)],
-           arrival=ORIGIN + 5.0)
-    w.commit(flush=True)
-    w.close(1)
-    w.commit(flush=False)
+    w, people = _idle_period_closed(False)
     if crash:
         w.crash_and_restore()
     w.feed([_event("a/x", ORIGIN + L + 1.0, people[0]),
