@@ -34,8 +34,10 @@ setup(
         Extension(
             "agents.ingest._fastingest",
             sources=["agents/ingest/csrc/fastingest.c", "agents/ingest/csrc/blake2b.c",
+                     "agents/ingest/csrc/siphash.c",
                      "agents/ingest/csrc/usertable.c", "agents/ingest/csrc/userlog.c"],
-            depends=["agents/ingest/csrc/blake2b.h", "agents/ingest/csrc/usertable.h",
+            depends=["agents/ingest/csrc/blake2b.h", "agents/ingest/csrc/siphash.h",
+                     "agents/ingest/csrc/usertable.h",
                      "agents/ingest/csrc/userlog.h"],
             include_dirs=["agents/ingest/csrc"],
             extra_compile_args=COMPILE_ARGS,

@@ -35,8 +35,9 @@ from stream_dp.contributions import cap_units, clip_limit_units, value_unit
 
 #: the version of user-level ingest checkpoints (the per-person table and its digest; 9: the
 #: changelog's binary records, agents.ingest.user_records; 10: the table's flush point,
-#: agents.ingest.user_flush — a version 9 checkpoint reads as flushed where it was written)
-USER_LEVEL_VERSION = 10
+#: agents.ingest.user_flush; 11: the identifiers' SipHash, agents.ingest.siphash — versions 9
+#: and 10 keyed persons by BLAKE2b and are refused)
+USER_LEVEL_VERSION = 11
 
 
 class IngestState(RecordProcessing):
@@ -474,6 +475,12 @@ class IngestState(RecordProcessing):
 
             data = unseal(self._key, "ingest checkpoint", self.context(), data)
         d = json.loads(data)
+        if d.get("v") in (9, 10):  # fatal: the persons' hashes of its table are BLAKE2b's
+            raise ScheduleMismatch(
+                f"events partition {self.partition}: an ingest checkpoint of version {d['v']}, "
+                "whose per-person table is keyed by BLAKE2b hashes of the identifiers; this "
+                "version keys persons by SipHash (ten times cheaper a record) and cannot match "
+                "them: start a new deployment (stream-dp deployment new)")
         if d.get("v") in (7, 8):  # fatal (the worker stops): retrying cannot change it
             raise ScheduleMismatch(
                 f"events partition {self.partition}: an ingest checkpoint of the user-level "
@@ -481,8 +488,6 @@ class IngestState(RecordProcessing):
                 "earlier format (" + ("before the per-person table digest" if d["v"] == 7 else
                                      "JSON records") + ") that this version does not read; "
                 "start a new deployment (stream-dp deployment new)")
-        if d.get("v") == 9:  # the table written with every commit: flushed where it was
-            d["v"] = USER_LEVEL_VERSION
         if d.get("v") not in (5, 6, USER_LEVEL_VERSION) or d.get("partition") != self.partition:
             raise ValueError(
                 "ingest checkpoint of another version or partition (checkpoints written before "
@@ -494,7 +499,7 @@ class IngestState(RecordProcessing):
                              "over come together (v5 has none)")
         user_level = d["v"] == USER_LEVEL_VERSION
         if user_level != (self.users is not None) or ("users" in d) != user_level:
-            raise ValueError("ingest checkpoint: a per-person table (version 9, 10) comes with "
+            raise ValueError("ingest checkpoint: a per-person table (version 11) comes with "
                              "privacy_unit = user, and only with it")
         if tuple(d["schedule"]) != self.schedule_id:
             raise ScheduleMismatch(
@@ -521,14 +526,11 @@ class IngestState(RecordProcessing):
         if self.users is not None:
             self.users.restore(d["users"])
             if self.users.changelog:
-                got = d["users"].get("flush", "v9")
+                got = d["users"].get("flush")
                 if got is None:
                     raise ValueError("ingest checkpoint: written before the per-person table "
                                      "ever was (no flush point)")
-                self.flush_point = FlushPoint(
-                    self.offset, self.next_tick, self.range_start, self.digest,
-                    self.schedule_from, self.users.open_period,
-                ) if got == "v9" else FlushPoint.from_doc(got, self.offset, self.next_tick)
+                self.flush_point = FlushPoint.from_doc(got, self.offset, self.next_tick)
                 self.future_offsets = list(self.flush_point.future)
                 self.flushed_at = time.monotonic()
         self.seq = seq

@@ -14,7 +14,9 @@ person's budget), in log order:
    else ``wrong_partition`` — a decision from the record alone, so that all of one person's
    counted records live on one partition, where one table bounds them;
 3. **the bound**: :class:`stream_dp.user_level.Bounder` (the library's authoritative rule),
-   keyed by ``BLAKE2b-128(identifier; key = derive_key(noise key, "user id"))``. Counted
+   keyed by ``SipHash-2-4-128(identifier; key = derive_key(noise key, "user id
+   siphash-2-4-128")[:16])`` (:mod:`agents.ingest.siphash`; BLAKE2b-128 before checkpoint
+   version 11: ten times the cost a record, as much as the record digest itself). Counted
    events go on to their tick's bucket; the others are dropped (not dead-lettered) and only
    counted, for the operator-only metric ``stream_dp_user_bounded_events_total``.
 
@@ -45,8 +47,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agents.ingest.digest import _UNKEYED, _blake2b
+from agents.ingest.digest import _UNKEYED
 from agents.ingest.records import _fastingest
+from agents.ingest.siphash import siphash128
 from agents.ingest.user_digest import TableDigest, table_digest_key
 from agents.ingest.user_records import ChangelogMac, decode_state, encode_state
 from agents.kafka.codec import Rejection
@@ -59,18 +62,21 @@ __all__ = ["MAX_ID_BYTES", "USER_ID_PURPOSE", "UserState", "compact_table", "per
 
 #: longest identifier, in UTF-8 bytes
 MAX_ID_BYTES = 256
-#: the purpose under which the identifiers' hash key is derived from the noise key
-USER_ID_PURPOSE = "user id"
+#: the purpose under which the identifiers' hash key is derived from the noise key (the
+#: hash's name in it: a key is never shared between two hash functions)
+USER_ID_PURPOSE = "user id siphash-2-4-128"
+#: the identifiers' keyed hash, as the checkpoint context names it
+USER_ID_HASH = "siphash-2-4-128"
 
 
 def user_key(secret: bytes | None) -> bytes:
-    """The 32-byte BLAKE2b key of the identifiers' hash, derived from the noise ``secret``
+    """The 16-byte SipHash key of the identifiers' hash, derived from the noise ``secret``
     (:func:`stream_dp.integrity.derive_key`); a fixed public key for ``None`` (tests only)."""
     if secret is None:
-        return _UNKEYED
+        return _UNKEYED[:16]
     from stream_dp.integrity import derive_key
 
-    return derive_key(secret, USER_ID_PURPOSE)
+    return derive_key(secret, USER_ID_PURPOSE)[:16]
 
 
 def user_bounds(settings: Any) -> UserBounds:
@@ -198,10 +204,8 @@ class UserState:
         #: ``compact`` false, then :meth:`restore`, for the ``Bounder`` whatever the bounds)
         self.compact = True
         self.bounder: Any = person_table(self.bounds)
-        #: the identifiers' hash key (for the compiled scanner), and the keyed hash with its
-        #: key block already absorbed (copied per record)
+        #: the identifiers' hash key (SipHash-2-4-128; the compiled scanner's too)
         self.key = user_key(secret)
-        self._hash = _blake2b(digest_size=16, key=self.key)
         #: the first period some tick of which is still open (slots of earlier ones are gone)
         self.open_period = 0
         self._changelog = False
@@ -239,7 +243,8 @@ class UserState:
     def context(self) -> dict[str, Any]:
         """What the table depends on (bound into the ingest checkpoint's context)."""
         b = self.bounds
-        return {"field": self.field, "period_ticks": b.period_ticks, "max_events": b.max_events,
+        return {"field": self.field, "id_hash": USER_ID_HASH,
+                "period_ticks": b.period_ticks, "max_events": b.max_events,
                 "max_streams": b.max_streams, "max_events_per_stream": b.max_events_per_stream,
                 "min_separation_ticks": b.min_separation_ticks}
 
@@ -263,9 +268,7 @@ class UserState:
                              f"{home} (Kafka's default partitioner over "
                              f"{self.partitions}), the record is on {self.partition}: key "
                              "records by the identifier")
-        h = self._hash.copy()
-        h.update(ident)
-        person = h.digest()
+        person = siphash128(self.key, ident)
         if type(self.bounder) is Bounder and self._changelog and person not in self.touched:
             was = self.bounder.person(person)  # as last written: the digest takes its term out
             counted: bool | None = self.bounder.admit(person, tick, leaf)

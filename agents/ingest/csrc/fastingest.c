@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "blake2b.h"
+#include "siphash.h"
 #include "usertable.h"
 
 typedef struct {
@@ -40,7 +41,7 @@ typedef struct {
     char ufield[256];
     Py_ssize_t ufield_len;
     uint32_t partitions, partition;
-    sdp_blake2b_key ukey;
+    uint8_t ukey[16];
 } Scanner;
 
 static PyObject *s_offset, *s_key, *s_value, *s_timestamp, *s_timestamp_type, *s_headers;
@@ -816,8 +817,8 @@ static void look_ahead(const ScanCtx *c, const RecordBlock *blk, Py_ssize_t j, A
     a->has_person = 0;
     if (c->table != NULL && a->ev.user_len >= 1 && a->ev.user_len <= 256) {
         /* the person's slot is a cache miss at 10^6 people: fetched two records ahead */
-        sdp_blake2b(&c->self->ukey, (const uint8_t *)a->ev.user, (size_t)a->ev.user_len,
-                    a->person);
+        sdp_siphash128(c->self->ukey, (const uint8_t *)a->ev.user, (size_t)a->ev.user_len,
+                       a->person);
         ut_prefetch(c->table, a->person);
         a->has_person = 1;
     }
@@ -979,7 +980,7 @@ static int scan_one(ScanCtx *c, long long offset, long long rts_ms, long long rt
         if (pre != NULL && pre->ok && pre->has_person)
             person = pre->person; /* the same bytes' hash, computed ahead */
         else
-            sdp_blake2b(&self->ukey, (const uint8_t *)ev.user, (size_t)ev.user_len, person_buf);
+            sdp_siphash128(self->ukey, (const uint8_t *)ev.user, (size_t)ev.user_len, person_buf);
         int got = ut_admit(c->table, person, tick);
         if (got < 0) {
             Py_DECREF(nodes);
@@ -1204,26 +1205,25 @@ PyDoc_STRVAR(users_doc,
 "users(field, partitions, partition, key): decide privacy_unit = user on the fast path\n"
 "(agents/ingest/users.py): an event must carry ``field`` (bytes of the member name) as a\n"
 "string without escapes, of 1 to 256 bytes of valid UTF-8, that Kafka's default partitioner\n"
-"over ``partitions`` puts on ``partition``; its person is BLAKE2b-128 of it under ``key``\n"
-"(32 bytes), bounded by the UserTable given to scan(). Anything else: the pure path.");
+"over ``partitions`` puts on ``partition``; its person is SipHash-2-4-128 of it under ``key``\n"
+"(16 bytes), bounded by the UserTable given to scan(). Anything else: the pure path.");
 
 static PyObject *Scanner_users(Scanner *self, PyObject *args) {
     Py_buffer field, key;
     unsigned long long partitions, partition;
     if (!PyArg_ParseTuple(args, "y*KKy*", &field, &partitions, &partition, &key)) return NULL;
     int bad = field.len < 1 || field.len > (Py_ssize_t)sizeof self->ufield || partitions < 1 ||
-              partitions > 0x7fffffffULL || partition >= partitions || key.len < 1 ||
-              key.len > 64;
+              partitions > 0x7fffffffULL || partition >= partitions || key.len != 16;
     if (!bad) {
         memcpy(self->ufield, field.buf, (size_t)field.len);
         self->ufield_len = field.len;
-        bad = sdp_blake2b_init_key(&self->ukey, 16, key.buf, (size_t)key.len) < 0;
+        memcpy(self->ukey, key.buf, 16);
     }
     PyBuffer_Release(&field);
     PyBuffer_Release(&key);
     if (bad) {
         PyErr_SetString(PyExc_ValueError, "users(field of 1..256 bytes, partitions >= 1, "
-                        "partition < partitions, key of 1..64 bytes)");
+                        "partition < partitions, key of 16 bytes)");
         return NULL;
     }
     self->partitions = (uint32_t)partitions;
@@ -1525,6 +1525,22 @@ static PyObject *fi_blake2b(PyObject *mod, PyObject *args) {
     return PyBytes_FromStringAndSize((const char *)out, outlen);
 }
 
+static PyObject *fi_siphash128(PyObject *mod, PyObject *args) {
+    (void)mod;
+    Py_buffer key, data;
+    if (!PyArg_ParseTuple(args, "y*y*", &key, &data)) return NULL;
+    uint8_t out[16];
+    int bad = key.len != 16;
+    if (!bad) sdp_siphash128(key.buf, data.buf, (size_t)data.len, out);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&data);
+    if (bad) {
+        PyErr_SetString(PyExc_ValueError, "siphash128: the key must be 16 bytes");
+        return NULL;
+    }
+    return PyBytes_FromStringAndSize((const char *)out, 16);
+}
+
 static PyObject *fi_parse_event(PyObject *mod, PyObject *arg) {
     (void)mod;
     if (!PyBytes_Check(arg)) {
@@ -1630,6 +1646,9 @@ static PyObject *fi_key_hash(PyObject *self, PyObject *arg) {
 static PyMethodDef module_methods[] = {
     {"key_hash", fi_key_hash, METH_O,
      "key_hash(data) -> int: the key index's hash of the bytes (equal to hash(data))."},
+    {"siphash128", fi_siphash128, METH_VARARGS,
+     "siphash128(key, data) -> bytes: SipHash-2-4 with a 128-bit output under a 16-byte key "
+     "(a person's identifier, agents.ingest.users)."},
     {"blake2b", fi_blake2b, METH_VARARGS,
      "blake2b(key, data, digest_size=16) -> bytes: keyed BLAKE2b (the vendored C code)."},
     {"set_record_factory", fi_set_record_factory, METH_O,

@@ -23,6 +23,7 @@ import pytest
 from agents.config.settings import Settings
 from agents.ingest.records import Record
 from agents.ingest.schedule import ScheduleMismatch
+from agents.ingest.siphash import siphash128
 from agents.ingest.state import IngestState
 from agents.ingest.user_digest import TableDigest, table_digest_key
 from agents.ingest.users import record_bytes
@@ -95,9 +96,7 @@ class _Partition:
         assert self.state.users is not None
         out = {}
         for who in PEOPLE:
-            h = self.state.users._hash.copy()
-            h.update(who.encode())
-            out[who] = h.digest()
+            out[who] = siphash128(self.state.users.key, who.encode())
         return out
 
 
@@ -289,7 +288,7 @@ def test_the_digest_is_incremental_and_equals_the_whole_sum() -> None:
     assert whole_sums == [3]  # the fourth commit: the one after period 0 closed
 
 
-@pytest.mark.parametrize("version", [7, 8])
+@pytest.mark.parametrize("version", [7, 8, 9, 10])
 def test_a_preview_checkpoint_is_refused_in_one_line(version: int) -> None:
     """The preview's checkpoints carry no digest (version 7) or point at a changelog of JSON
     records (version 8): neither can be read, so a restore refuses them (a fatal mismatch: the
@@ -297,7 +296,7 @@ def test_a_preview_checkpoint_is_refused_in_one_line(version: int) -> None:
     p = _Partition(key=None)
     _history(p)
     doc = json.loads(p.checkpoint)
-    assert doc["v"] == 10 and len(doc["users"]["digest"]) == 64 and doc["users"]["flush"]
+    assert doc["v"] == 11 and len(doc["users"]["digest"]) == 64 and doc["users"]["flush"]
     doc["v"] = version
     if version == 7:
         del doc["users"]["digest"]
