@@ -585,7 +585,8 @@ def _shipped(*names: str) -> dict[str, Any]:
 async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_seconds: float,
                       active: float, processes: int, checkpoint_every: int = 1,
                       profile: str = "", dashboard_process: bool = False,
-                      commit_interval_s: float | None = None) -> dict[str, Any]:
+                      commit_interval_s: float | None = None,
+                      shards: int = 0) -> dict[str, Any]:
     """``stream-dp worker`` as shipped (web server with the dashboard, the reconcile side agent
     and the pipeline — in ``processes`` child processes, or in this process for 0) on a 3-level
     hierarchy of about ``n_streams`` nodes, compact output only, live events (a fresh
@@ -621,7 +622,10 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     s = ps.make_settings(broker.bootstrap, tmp, app, leaves, compact_topic=f"{app}.compact",
                          counts_json=0, histograms_json=0, tick_seconds=tick_seconds,
                          origin=origin, schedule="clock", close_grace_s=0.2,
-                         allowed_lateness_s=0.0, events_partitions=2, shards=4,
+                         allowed_lateness_s=0.0, events_partitions=2,
+                         # one release shard per ≤ 250 000 streams (a compact record ≈ 4 MB;
+                         # the worker refuses more than 600 000 a shard)
+                         shards=shards or max(4, -(-n_streams // 250_000)),
                          counts_partitions=4, strategy="auto", horizon=4095,
                          max_events_per_tick=1_000_000, pipeline_processes=processes,
                          release_checkpoint_every=checkpoint_every,
@@ -1022,6 +1026,8 @@ async def main() -> None:
                          "runs before 2026-11-26 19:50 UTC used the test helpers' 0.5 s)")
     ap.add_argument("--release-checkpoint-every", type=int, default=1,
                     help="scale: the worker's release_checkpoint_every setting")
+    ap.add_argument("--shards", type=int, default=0,
+                    help="scale: release shards (default 0: 4, or one per 250 000 streams)")
     ap.add_argument("--pipeline-processes", type=int, default=0,
                     help="scale: the worker's pipeline_processes setting (0: in-process)")
     ap.add_argument("--ingest-processes", default="",
@@ -1068,7 +1074,7 @@ async def main() -> None:
             r = await scale_bench(broker, Path(tmp), args.streams, args.scale_ticks,
                                   args.tick_seconds, args.active, args.pipeline_processes,
                                   args.release_checkpoint_every, args.profile,
-                                  args.dashboard_process, args.commit_interval_s)
+                                  args.dashboard_process, args.commit_interval_s, args.shards)
             print_scale(r)
         if want("backlog"):
             print(f"\n## backlog release, {args.backlog_ticks} past ticks (20 events per tick, "
