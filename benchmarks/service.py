@@ -1058,102 +1058,134 @@ async def main() -> None:
         return not only or name in only
 
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
-        if want("idle") and only:
-            from benchmarks.idle_worker import idle_bench, parse_trees, print_idle
+        watchdog = asyncio.create_task(_broker_watchdog(broker, asyncio.current_task()))
+        try:
+            await _run(args, only, want, broker, tmp)
+        finally:
+            watchdog.cancel()
 
-            load0 = os.getloadavg()
-            idle_rows = await idle_bench(broker, Path(tmp), parse_trees(args.idle_trees),
-                                         args.streams,
-                                         [float(x) for x in args.idle_ticks.split(",")],
-                                         args.idle_windows, args.idle_profile,
-                                         args.idle_dashboard)
-            print_idle(idle_rows, (load0, os.getloadavg()), args.idle_dashboard)
-            if only == {"idle"}:
-                return
-        if want("scale"):
-            r = await scale_bench(broker, Path(tmp), args.streams, args.scale_ticks,
-                                  args.tick_seconds, args.active, args.pipeline_processes,
-                                  args.release_checkpoint_every, args.profile,
-                                  args.dashboard_process, args.commit_interval_s, args.shards)
-            print_scale(r)
-        if want("backlog"):
-            print(f"\n## backlog release, {args.backlog_ticks} past ticks (20 events per tick, "
-                  "clock schedule, CreateTime records, 3 release shards)")
-            print("| streams | start-up until ready (s) | ready -> all released (s) | ticks/s | "
-                  "count messages/s | events accepted |")
-            print("|---|---|---|---|---|---|")
-            for shape in ((2, 2, 2), (4, 4, 8)):
-                b = await backlog_bench(broker.bootstrap, Path(tmp), args.backlog_ticks, shape)
-                print(f"| {b['streams']} | {b['startup']:.1f} | {b['seconds']:.1f} | "
-                      f"{b['ticks_per_s']:.0f} | {b['ticks_per_s'] * b['streams']:,.0f} | "
-                      f"{b['accepted']} / {b['events']} |")
-        if want("restart"):
-            lag_rows = await restart_lag_bench(broker.bootstrap, Path(tmp))
-            print("\n## release lag around restarts (1 s ticks; lag = count message timestamp "
-                  "- tick end)")
-            print("| phase | first tick (s) | p50 (s) | max of last 5 ticks (s) |")
-            print("|---|---|---|---|")
-            for name, first, p50, tail in lag_rows:
-                print(f"| {name} | {first:.2f} | {p50:.2f} | {tail:.2f} |")
-        if want("modes") and only:
-            print(f"\n## tick latency by output mode, {args.streams} streams (pipeline only)")
-            print("| mode | shards | strategy | p50 (s) | p99 (s) | library tick (s) | "
-                  "p50 / library | peak RSS (MiB) |")
-            print("|---|---|---|---|---|---|---|---|")
-            for compact in (True, False):  # compact first: its peak RSS is its own
-                lat = await latency_bench(broker.bootstrap, Path(tmp), args.streams, args.ticks,
-                                          compact=compact)
-                print(f"| {'compact only' if compact else 'per-stream JSON'} | {lat['shards']} | "
-                      f"{lat['strategy']} | {lat['p50']:.3f} | {lat['p99']:.3f} | "
-                      f"{lat['library_tick']:.3f} | {lat['p50'] / lat['library_tick']:.0f}x | "
-                      f"{lat['rss_mb']:.0f} |")
-        if not (want("ingest") or want("latency")):
+
+async def _broker_watchdog(broker: Any, main_task: Any) -> None:
+    """Stop the run when the embedded broker dies (it holds every record in RAM: the kernel's
+    OOM killer takes it first on large runs), instead of waiting on it for ever: three failed
+    connections in a row, 2 s apart, or its launcher gone."""
+    import socket
+
+    failures = 0
+    while True:
+        await asyncio.sleep(2.0)
+        try:
+            with socket.create_connection((broker.host, broker.port), timeout=1.0):
+                failures = 0
+        except OSError:
+            failures += 1
+        gone = broker.proc is not None and broker.proc.poll() is not None
+        if failures >= 3 or gone:
+            print(f"the embedded broker at {broker.host}:{broker.port} is gone (out of memory? "
+                  f"see dmesg and {broker.log_path}): stopping the benchmark", file=sys.stderr,
+                  flush=True)
+            main_task.cancel()
             return
-        if args.ingest_processes:
-            counts = [int(x) for x in args.ingest_processes.split(",")]
-            print(f"\n## ingest with pipeline_processes = {counts}, {args.events} events, "
-                  f"4 partitions, 149-node hierarchy ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())}"
-                  f" UTC, nproc {os.cpu_count()}, the broker on the same cores)")
-            print("| round | pipeline_processes | events/s (accepted, 10 % -> 90 %) | "
-                  "events/s (whole drain) | start to every child ready (s) | "
-                  "load average (1 min) |")
-            print("|---|---|---|---|---|---|")
-            prow = await ingest_processes_bench(broker.bootstrap, Path(tmp), args.events,
-                                                counts, args.pairs)
-            for n in counts:
-                rates = [r for _, k, r, _ in prow if k == n]
-                print(f"\npipeline_processes = {n}: median {statistics.median(rates):,.0f} "
-                      f"events/s over {len(rates)} runs")
-            if len(counts) == 2:
-                ratios = [b / a for (_, _, a, _), (_, _, b, _) in
-                          zip(sorted(r for r in prow if r[1] == counts[0]),
-                              sorted(r for r in prow if r[1] == counts[1]), strict=True)]
-                print(f"ratio N={counts[1]} / N={counts[0]} per round: "
-                      + ", ".join(f"{x:.2f}" for x in ratios)
-                      + f"; median {statistics.median(ratios):.2f}")
+
+
+async def _run(args: Any, only: set[str], want: Any, broker: Any, tmp: str) -> None:
+    """The benchmarks ``--only`` selects, against ``broker``."""
+    if want("idle") and only:
+        from benchmarks.idle_worker import idle_bench, parse_trees, print_idle
+
+        load0 = os.getloadavg()
+        idle_rows = await idle_bench(broker, Path(tmp), parse_trees(args.idle_trees),
+                                     args.streams,
+                                     [float(x) for x in args.idle_ticks.split(",")],
+                                     args.idle_windows, args.idle_profile,
+                                     args.idle_dashboard)
+        print_idle(idle_rows, (load0, os.getloadavg()), args.idle_dashboard)
+        if only == {"idle"}:
             return
-        rows = await ingest_bench(broker.bootstrap, Path(tmp), args.events)
-        print(f"\n## ingest, {args.events} events, 4 partitions, 149-node hierarchy")
-        print("| run | bare aiokafka consumer (events/s) | worker (events/s) | ratio |")
+    if want("scale"):
+        r = await scale_bench(broker, Path(tmp), args.streams, args.scale_ticks,
+                              args.tick_seconds, args.active, args.pipeline_processes,
+                              args.release_checkpoint_every, args.profile,
+                              args.dashboard_process, args.commit_interval_s, args.shards)
+        print_scale(r)
+    if want("backlog"):
+        print(f"\n## backlog release, {args.backlog_ticks} past ticks (20 events per tick, "
+              "clock schedule, CreateTime records, 3 release shards)")
+        print("| streams | start-up until ready (s) | ready -> all released (s) | ticks/s | "
+              "count messages/s | events accepted |")
+        print("|---|---|---|---|---|---|")
+        for shape in ((2, 2, 2), (4, 4, 8)):
+            b = await backlog_bench(broker.bootstrap, Path(tmp), args.backlog_ticks, shape)
+            print(f"| {b['streams']} | {b['startup']:.1f} | {b['seconds']:.1f} | "
+                  f"{b['ticks_per_s']:.0f} | {b['ticks_per_s'] * b['streams']:,.0f} | "
+                  f"{b['accepted']} / {b['events']} |")
+    if want("restart"):
+        lag_rows = await restart_lag_bench(broker.bootstrap, Path(tmp))
+        print("\n## release lag around restarts (1 s ticks; lag = count message timestamp "
+              "- tick end)")
+        print("| phase | first tick (s) | p50 (s) | max of last 5 ticks (s) |")
         print("|---|---|---|---|")
-        for name, bare, worker in rows:
-            print(f"| {name} | {bare:,.0f} | {worker:,.0f} | {worker / bare:.0%} |")
-        ratios = sorted(w / b for _, b, w in rows)
-        print(f"\nmedian ratio {statistics.median(ratios):.0%} "
-              f"(min {ratios[0]:.0%}, max {ratios[-1]:.0%})")
-        # where the status lives (agents.ingest does not re-export it: a getattr on the package
-        # printed "pure-Python path" whatever ran)
-        from agents.ingest.records import FAST_PATH_STATUS
+        for name, first, p50, tail in lag_rows:
+            print(f"| {name} | {first:.2f} | {p50:.2f} | {tail:.2f} |")
+    if want("modes") and only:
+        print(f"\n## tick latency by output mode, {args.streams} streams (pipeline only)")
+        print("| mode | shards | strategy | p50 (s) | p99 (s) | library tick (s) | "
+              "p50 / library | peak RSS (MiB) |")
+        print("|---|---|---|---|---|---|---|---|")
+        for compact in (True, False):  # compact first: its peak RSS is its own
+            lat = await latency_bench(broker.bootstrap, Path(tmp), args.streams, args.ticks,
+                                      compact=compact)
+            print(f"| {'compact only' if compact else 'per-stream JSON'} | {lat['shards']} | "
+                  f"{lat['strategy']} | {lat['p50']:.3f} | {lat['p99']:.3f} | "
+                  f"{lat['library_tick']:.3f} | {lat['p50'] / lat['library_tick']:.0f}x | "
+                  f"{lat['rss_mb']:.0f} |")
+    if not (want("ingest") or want("latency")):
+        return
+    if args.ingest_processes:
+        counts = [int(x) for x in args.ingest_processes.split(",")]
+        print(f"\n## ingest with pipeline_processes = {counts}, {args.events} events, "
+              f"4 partitions, 149-node hierarchy ({time.strftime('%Y-%m-%d %H:%M', time.gmtime())}"
+              f" UTC, nproc {os.cpu_count()}, the broker on the same cores)")
+        print("| round | pipeline_processes | events/s (accepted, 10 % -> 90 %) | "
+              "events/s (whole drain) | start to every child ready (s) | "
+              "load average (1 min) |")
+        print("|---|---|---|---|---|---|")
+        prow = await ingest_processes_bench(broker.bootstrap, Path(tmp), args.events,
+                                            counts, args.pairs)
+        for n in counts:
+            rates = [r for _, k, r, _ in prow if k == n]
+            print(f"\npipeline_processes = {n}: median {statistics.median(rates):,.0f} "
+                  f"events/s over {len(rates)} runs")
+        if len(counts) == 2:
+            ratios = [b / a for (_, _, a, _), (_, _, b, _) in
+                      zip(sorted(r for r in prow if r[1] == counts[0]),
+                          sorted(r for r in prow if r[1] == counts[1]), strict=True)]
+            print(f"ratio N={counts[1]} / N={counts[0]} per round: "
+                  + ", ".join(f"{x:.2f}" for x in ratios)
+                  + f"; median {statistics.median(ratios):.2f}")
+        return
+    rows = await ingest_bench(broker.bootstrap, Path(tmp), args.events)
+    print(f"\n## ingest, {args.events} events, 4 partitions, 149-node hierarchy")
+    print("| run | bare aiokafka consumer (events/s) | worker (events/s) | ratio |")
+    print("|---|---|---|---|")
+    for name, bare, worker in rows:
+        print(f"| {name} | {bare:,.0f} | {worker:,.0f} | {worker / bare:.0%} |")
+    ratios = sorted(w / b for _, b, w in rows)
+    print(f"\nmedian ratio {statistics.median(ratios):.0%} "
+          f"(min {ratios[0]:.0%}, max {ratios[-1]:.0%})")
+    # where the status lives (agents.ingest does not re-export it: a getattr on the package
+    # printed "pure-Python path" whatever ran)
+    from agents.ingest.records import FAST_PATH_STATUS
 
-        print(FAST_PATH_STATUS)
-        if not want("latency"):  # --only ingest: the ingest table alone
-            return
-        lat = await latency_bench(broker.bootstrap, Path(tmp), args.streams, args.ticks)
-        print(f"\n## tick latency, {lat['streams']} streams, {lat['shards']} shards, "
-              f"strategy {lat['strategy']}")
-        print("| samples (shard-ticks) | p50 (s) | p99 (s) |")
-        print("|---|---|---|")
-        print(f"| {lat['samples']} | {lat['p50']:.3f} | {lat['p99']:.3f} |")
+    print(FAST_PATH_STATUS)
+    if not want("latency"):  # --only ingest: the ingest table alone
+        return
+    lat = await latency_bench(broker.bootstrap, Path(tmp), args.streams, args.ticks)
+    print(f"\n## tick latency, {lat['streams']} streams, {lat['shards']} shards, "
+          f"strategy {lat['strategy']}")
+    print("| samples (shard-ticks) | p50 (s) | p99 (s) |")
+    print("|---|---|---|")
+    print(f"| {lat['samples']} | {lat['p50']:.3f} | {lat['p99']:.3f} |")
     rec = reconcile_bench()
     print(f"\n## reconcile per tick, {rec['nodes']} nodes (3-level tree)")
     print("| median (s) | min (s) |")
@@ -1162,4 +1194,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except asyncio.CancelledError:  # the broker watchdog stopped the run (it said why)
+        sys.exit(3)
