@@ -1070,8 +1070,9 @@ async def main() -> None:
 async def _broker_watchdog(broker: Any, main_task: asyncio.Task[Any]) -> None:
     """Stop the run when the embedded broker dies (it holds every record in RAM: the kernel's
     OOM killer takes it first on large runs) instead of waiting on it for ever. Its launcher
-    exits with its server (a broker killed with -9 mid-run: the run stopped 2 s and 9 s later in two tries), so
-    polling the launcher every 2 s is enough and costs the measured processes nothing."""
+    exits with its server (a broker killed with -9 mid-run: the run stopped 2 s and 9 s later
+    in two tries), so polling the launcher every 2 s is enough and costs the measured
+    processes nothing."""
     while broker.proc is None or broker.proc.poll() is None:
         await asyncio.sleep(2.0)
     print(f"the embedded broker exited ({broker.proc.returncode}; out of memory? see dmesg and "
