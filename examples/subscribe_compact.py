@@ -72,7 +72,8 @@ async def read_manifests(bootstrap: str, topic: str) -> dict[str, tuple[list[str
         while any([await c.position(tp) < ends[tp] for tp in tps]):
             for msgs in (await c.getmany(timeout_ms=500)).values():
                 for m in msgs:
-                    if m.value is not None and m.key != b"histogram":  # the node manifest
+                    if m.value is not None and not (m.key or b"").startswith(b"histogram"):
+                        # (the histogram's node manifest, or its pieces "histogram/…")
                         shard, streams, digest = read_manifest(m.value)
                         out[shard] = (streams, digest)
     finally:

@@ -25,19 +25,19 @@ async def read_manifests(bootstrap: str, kafka_kwargs: dict[str, Any], topic: st
     """Shard name → :class:`stream_dp.compact.Manifest`, newest first-wins-last per shard.
 
     The topic also holds the node manifest of the compact histograms (key ``histogram``, 10^6
-    names at 10^6 nodes): left out, or with ``histogram=True`` the only one read.
+    names at 10^6 nodes, or its pieces ``histogram/<total>/<offset>`` beyond 32 MiB): left out,
+    or with ``histogram=True`` the only one read (``{"histogram": manifest}``, pieces joined:
+    :func:`stream_dp.node_manifest.join_node_manifests`).
     Raises ``ValueError`` for a malformed manifest (its hash does not match its streams).
     """
-    from stream_dp.compact_histograms import HISTOGRAM_MANIFEST_SHARD
-
-    node_key = HISTOGRAM_MANIFEST_SHARD.encode()
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from stream_dp.compact import decode_manifest
+    from stream_dp.node_manifest import is_node_manifest_key, join_node_manifests
 
     c = (consumer_class or AIOKafkaConsumer)(bootstrap_servers=bootstrap, **kafka_kwargs, group_id=None,
                        enable_auto_commit=False, isolation_level="read_committed",
-                       max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
+                       max_partition_fetch_bytes=64 << 20, fetch_max_bytes=64 << 20)
     try:
         # a start cancelled half way leaves a connection stop() cannot close: let it finish
         from agents.kafka.reading import finish_before_cancel
@@ -48,6 +48,7 @@ async def read_manifests(bootstrap: str, kafka_kwargs: dict[str, Any], topic: st
             await c.stop()
         raise
     out: dict[str, Any] = {}
+    nodes: list[Any] = []
     try:
         await c.topics()
         tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
@@ -60,9 +61,15 @@ async def read_manifests(bootstrap: str, kafka_kwargs: dict[str, Any], topic: st
             batch = await c.getmany(timeout_ms=500)
             for msgs in batch.values():
                 for m in msgs:
-                    if m.value is not None and (m.key == node_key) == histogram:
+                    if m.value is not None and is_node_manifest_key(m.key) == histogram:
                         man = decode_manifest(m.value)
-                        out[man.shard] = man
+                        if histogram:
+                            nodes.append(man)
+                        else:
+                            out[man.shard] = man
     finally:
         await c.stop()
+    if histogram:
+        joined = join_node_manifests(nodes)
+        return {} if joined is None else {joined.shard: joined}
     return out

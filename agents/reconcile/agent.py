@@ -92,7 +92,7 @@ class Reconciler:
         self.is_leader = False
         self.published = 0
         self.last_tick = 0
-        self._manifest: tuple[bytes, str] | None = None
+        self._manifest: tuple[list[tuple[str, bytes]], str] | None = None
         #: the node manifest went out under the current leadership
         self._manifest_sent = False
         #: solver seconds of the most recent histograms (bounded: workers run for months)
@@ -311,11 +311,13 @@ class Reconciler:
                                        max_pending=cfg.max_pending_ticks)
         elif cfg.compact_topic:
             assembler = BlockAssembler(self.names, cfg.shards, every=cfg.every, after_tick=after,
-                                       max_pending=cfg.max_pending_ticks)
+                                       max_pending=cfg.max_pending_ticks,
+                                       index=self._name_index())
             assembler.set_manifests(await self._manifests())
         else:
             assembler = TickAssembler(self.names, every=cfg.every, after_tick=after,
-                                      max_pending=cfg.max_pending_ticks)
+                                      max_pending=cfg.max_pending_ticks,
+                                      index=self._name_index())
         log.info("reconcile leader resuming", extra={"after_tick": after})
         consumer = AIOKafkaConsumer(
             bootstrap_servers=cfg.bootstrap, **cfg.kafka_kwargs(),
@@ -476,14 +478,24 @@ class Reconciler:
             chunk_nodes=cfg.histogram_chunk_nodes, node_manifest=self._node_manifest,
             view=self.on_histogram is not None)
 
-    def _node_manifest(self) -> tuple[bytes, str]:
-        """The histogram's ``dp.manifest.v1`` (shard ``histogram``) and its SHA-256, once."""
-        if self._manifest is None:
-            from stream_dp.compact import encode_manifest, manifest_hash
-            from stream_dp.compact_histograms import HISTOGRAM_MANIFEST_SHARD
+    def _name_index(self) -> dict[str, int]:
+        """Node name → histogram position, built once (not at every leadership: 10^7 names
+        take seconds of the event loop, long enough to miss heartbeats)."""
+        found: dict[str, int] | None = self.__dict__.get("_index")
+        if found is None:
+            found = self.__dict__["_index"] = dict(zip(self.names, range(len(self.names)), strict=True))
+            if len(found) != len(self.names):
+                raise ValueError("the domain's node names must be distinct")
+        return found
 
-            self._manifest = (encode_manifest(HISTOGRAM_MANIFEST_SHARD, self.names),
-                              manifest_hash(self.names))
+    def _node_manifest(self) -> tuple[list[tuple[str, bytes]], str]:
+        """The histogram's ``dp.manifest.v1`` records (key ``histogram``, or pieces beyond
+        32 MiB: :mod:`stream_dp.node_manifest`) and the SHA-256 of all its names, once."""
+        if self._manifest is None:
+            from stream_dp.compact import manifest_hash
+            from stream_dp.node_manifest import encode_node_manifest
+
+            self._manifest = (encode_node_manifest(self.names), manifest_hash(self.names))
         return self._manifest
 
     def _add(self, assembler: TickAssembler, partition: int,
@@ -558,10 +570,10 @@ class Reconciler:
         key = cfg.domain_name.encode()
         try:
             if chunks and not self._manifest_sent:
-                from stream_dp.compact_histograms import HISTOGRAM_MANIFEST_SHARD
-
-                await producer.send_and_wait(cfg.manifests_topic, self._node_manifest()[0],
-                                             key=HISTOGRAM_MANIFEST_SHARD.encode(), partition=0)
+                # in order, on one partition: a reader joins the pieces it has read in full
+                for shard, record in self._node_manifest()[0]:
+                    await producer.send_and_wait(cfg.manifests_topic, record,
+                                                 key=shard.encode(), partition=0)
                 self._manifest_sent = True
             # Broker timestamp = publish time: event-time stamps of a replayed old log would
             # fall outside time-based retention at once. Chunks in order, one partition (the

@@ -74,7 +74,7 @@ def solve_and_encode(
     tick: Any, *, names: Sequence[str], domain: Any,
     solver: Callable[[], Callable[[Any, Any, Any], Any]], domain_name: str, tables_mode: bool,
     histograms_json: bool, blocks: bool, chunk_nodes: int,
-    node_manifest: Callable[[], tuple[bytes, str]], view: bool,
+    node_manifest: Callable[[], tuple[list[tuple[str, bytes]], str]], view: bool,
 ) -> tuple[Any, dict[str, Any], bytes | None, list[bytes]]:
     """``(result, message, JSON value or None, chunk records)`` of one tick (the reconcile
     agent runs it in a thread): a binary-attribute table tick's marginals (``tables_mode``), or

@@ -85,8 +85,10 @@ class BlockAssembler(TickAssembler):
     kept in :attr:`unresolved` for the caller to retry after reading the manifests."""
 
     def __init__(self, names: Sequence[str], shards: int, *, every: int = 1,
-                 after_tick: int = 0, max_pending: int = 256) -> None:
-        super().__init__(names, every=every, after_tick=after_tick, max_pending=max_pending)
+                 after_tick: int = 0, max_pending: int = 256,
+                 index: Mapping[str, int] | None = None) -> None:
+        super().__init__(names, every=every, after_tick=after_tick, max_pending=max_pending,
+                         index=index)
         self.shards = shards
         #: manifest sha256 -> domain positions of its streams (-1: not in the domain)
         self._positions: dict[str, Any] = {}

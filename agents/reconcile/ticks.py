@@ -101,7 +101,7 @@ class TickAssembler:
 
     def __init__(
         self, names: Sequence[str], *, every: int = 1, after_tick: int = 0,
-        max_pending: int = 256,
+        max_pending: int = 256, index: Mapping[str, int] | None = None,
     ) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be an integer >= 1 (ticks), got {every!r}")
@@ -111,9 +111,15 @@ class TickAssembler:
         if after_tick < 0:
             raise ValueError(f"after_tick must be >= 0, got {after_tick!r}")
         self.names = tuple(names)
-        if len(set(self.names)) != len(self.names):
-            raise ValueError("names must be distinct")
-        self.index = {n: i for i, n in enumerate(self.names)}
+        if index is None:
+            index = dict(zip(self.names, range(len(self.names)), strict=True))
+            if len(index) != len(self.names):
+                raise ValueError("names must be distinct")
+        elif len(index) != len(self.names):
+            raise ValueError("index must give every name its position")
+        #: name → position (given: the caller's, built once for every leadership; 10^7 names
+        #: take seconds)
+        self.index: Mapping[str, int] = index
         self.every = every
         self.after_tick = int(after_tick)
         self._pending: dict[int, _Pending] = {}

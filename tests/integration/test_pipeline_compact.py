@@ -85,16 +85,23 @@ async def test_compact_records_equal_the_per_stream_messages(
     assert {json.loads(x)["tick"] for x in lines} >= set(range(1, N_TICKS + 1))
 
 
-@pytest.mark.parametrize("histograms_json", [1, 0])
+@pytest.mark.parametrize(("histograms_json", "piece_bytes"), [(1, None), (0, None), (0, 200)],
+                         ids=["json", "chunks", "chunks-manifest-in-pieces"])
 async def test_compact_only_deployment_reconciles_from_the_compact_records(
-    kafka_broker: str, unique_name: str, tmp_path: Path, histograms_json: int
+    kafka_broker: str, unique_name: str, tmp_path: Path, histograms_json: int,
+    piece_bytes: int | None, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """counts_json = 0: no per-stream JSON at all; the reconcile side agent reads the compact
     records (placing each shard's values by its manifest) and publishes, for every tick, the
     same histogram as a solve on the decoded records (an independent oracle). With
     histograms_json = 0 only as chunk records (3 nodes each here), read back with the node
-    manifest by the library and by ``stream-dp tail compact-histograms``."""
+    manifest by the library and by ``stream-dp tail compact-histograms``; with a node manifest
+    record limit of ``piece_bytes`` (a 10^7-node manifest's situation at 15 nodes) the manifest
+    is published in pieces, which both join back."""
     import asyncio
+
+    if piece_bytes is not None:
+        monkeypatch.setattr("stream_dp.node_manifest.NODE_MANIFEST_MAX_BYTES", piece_bytes)
 
     from agents.reconcile.agent import Reconciler
     from agents.reconcile.config import ReconcilerConfig
@@ -140,9 +147,17 @@ async def test_compact_only_deployment_reconciles_from_the_compact_records(
     assert len(chunks) >= N_TICKS * -(-domain.size // 3)
     if not histograms_json:
         assert jsons == []
-        node_manifest = [decode_manifest(r.value)
-                         for r in await ps.read_topic(s.bootstrap, s.manifests_topic)
-                         if r.key == b"histogram"][-1]
+        node_records = [r for r in await ps.read_topic(s.bootstrap, s.manifests_topic)
+                        if r.key == b"histogram" or r.key.startswith(b"histogram/")]
+        assert all(len(r.value) <= (piece_bytes or 1 << 25) for r in node_records)
+        if piece_bytes is None:
+            node_manifest = decode_manifest(node_records[-1].value)
+        else:
+            assert len(node_records) >= 2 and b"histogram" not in {r.key for r in node_records}
+            from agents.kafka.manifests import read_manifests
+
+            node_manifest = (await read_manifests(s.bootstrap, {}, s.manifests_topic,
+                                                  histogram=True))["histogram"]
         assert node_manifest.streams == tuple(domain.names)
         asm = HistogramAssembler()
         for r in chunks:

@@ -117,6 +117,20 @@ def test_resume_offsets_point_at_first_pending_message() -> None:
     assert a.resume_offsets({0: 202, 1: 151, 2: 7}) == {0: 200, 1: 150, 2: 7}
 
 
+def test_a_given_index_assembles_the_same_ticks_as_one_built_from_the_names() -> None:
+    index = {n: i for i, n in enumerate(NAMES)}
+    built, given = TickAssembler(NAMES), TickAssembler(NAMES, index=index)
+    assert given.index is index  # the caller's, not a copy (one per leadership at 10^7 names)
+    for a in (built, given):
+        for part, off, r in [(0, 0, rel("b", 1, 3.0)), (1, 0, rel("all", 1, 5.0)),
+                             (1, 1, rel("a", 1, 4.0)), (0, 1, rel("zz", 1))]:
+            a.add(part, off, r)
+    assert built.pop_complete() == given.pop_complete() != []
+    assert built.unknown_streams == given.unknown_streams == 1
+    with pytest.raises(ValueError, match="every name its position"):
+        TickAssembler(NAMES, index={"all": 0, "a": 1})
+
+
 def test_assembler_validates_arguments() -> None:
     with pytest.raises(ValueError, match="every must be an integer >= 1"):
         TickAssembler(NAMES, every=0)
