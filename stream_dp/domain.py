@@ -58,6 +58,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -122,7 +123,7 @@ def _check_names(
     if not out:
         raise ValueError(f"a domain needs at least one stream: {what} is empty")
     try:
-        index = {s: i for i, s in enumerate(out)}
+        index = dict(zip(out, range(len(out)), strict=True))
     except TypeError:
         index = {}
     if index and len(index) != len(out):
@@ -132,14 +133,23 @@ def _check_names(
     if not index or "" in index or not all(type(s) is str for s in index):
         i, bad = next((i, s) for i, s in enumerate(out) if not (isinstance(s, str) and s))
         raise ValueError(f"{what}[{i}] must be a non-empty string, got {bad!r}")
-    for i, s in enumerate(out):
-        check_text(s, f"{what}[{i}]")
+    # one scan of every name at once (at 10^7 names a per-name check is most of a start-up);
+    # the per-name check then names the first bad one
+    if _NOT_TEXT.search("".join(out)) is not None:
+        for i, s in enumerate(out):
+            check_text(s, f"{what}[{i}]")
     return out, index
+
+
+#: a control character, or a lone surrogate (what UTF-8 cannot encode: undecodable bytes)
+_NOT_TEXT = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def check_text(value: str, what: str) -> str:
     """``value`` if it is valid Unicode text that names a stream on the wire: UTF-8 encodable
     (no lone surrogates, e.g. from undecodable bytes) and free of control characters."""
+    if _NOT_TEXT.search(value) is None:
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -245,7 +255,7 @@ class Domain:
                 raise ValueError(f"paths[{i}] must be a non-empty string, got {path!r}")
             if path.startswith(sep) or path.endswith(sep) or double in path:
                 raise ValueError(f"paths[{i}] = {path!r} has an empty component (sep {sep!r})")
-        index = {p: i for i, p in enumerate(leaves)}
+        index = dict(zip(leaves, range(len(leaves)), strict=True))
         if len(index) != len(leaves):
             seen: set[str] = set()
             dup = next(p for p in leaves if p in seen or seen.add(p))  # type: ignore[func-returns-value]
@@ -384,7 +394,7 @@ class Domain:
             "name": self.name,
             "kind": self.kind,
             "names": list(self.names),
-            "parent": None if self.parent is None else [int(x) for x in self.parent],
+            "parent": None if self.parent is None else self.parent.tolist(),
             "attributes": [[a, list(c)] for a, c in self.attributes],
             "groups": [
                 {"name": g.name, "matrix": np.asarray(g.matrix), "rows": np.asarray(g.rows)}
@@ -409,8 +419,10 @@ class Domain:
             return dict(self._index)
         if self.kind != "hierarchy":
             raise ValueError(f"a {self.kind} domain has no leaf keys")
-        leaf = self._is_leaf.tolist()
-        return {name: i for name, i in self._index.items() if leaf[i]}
+        names = self.names
+        keys = [names[i] for i in np.flatnonzero(self._is_leaf).tolist()]  # node order
+        # the index's own int objects (new ones would cost 28 bytes a leaf)
+        return dict(zip(keys, map(self._index.__getitem__, keys), strict=True))
 
     def _node(self, stream: str) -> int:
         try:

@@ -65,6 +65,10 @@ def canonical_value(value: object) -> object:
     if isinstance(value, Mapping):
         return {str(k): canonical_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
+        # a domain's 10^7 names or parents: plain strings or ints describe themselves (the same
+        # JSON as element by element, without a call per element)
+        if all(type(v) is str for v in value) or all(type(v) is int for v in value):
+            return list(value)
         return [canonical_value(v) for v in value]
     as_dict = getattr(value, "as_dict", None)
     if callable(as_dict):

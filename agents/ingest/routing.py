@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from agents.ingest.records import _fast_dumps, _fast_loads, _fastingest
 
 _INT64_MAX = (1 << 63) - 1
@@ -82,12 +84,19 @@ class Router:
         #: attribute i) to shard 0, which releases every table (agents.release.state)
         self.patterns = getattr(domain, "kind", "") == "binary"
         names: Sequence[str] = () if self.patterns else domain.names
-        self.node_shard = [shard_of(n, shards) for n in names]
-        self.shard_nodes: list[list[int]] = [[] for _ in range(shards)]
-        self.local_index = [0] * len(names)
-        for i, s in enumerate(self.node_shard):
-            self.local_index[i] = len(self.shard_nodes[s])
-            self.shard_nodes[s].append(i)
+        crc32 = zlib.crc32  # shard_of, inlined: 10^7 names at start-up
+        self.node_shard = [crc32(n.encode("utf-8")) % shards for n in names]
+        # nodes grouped by shard in domain order (a stable sort), each one's place in its shard
+        of = np.asarray(self.node_shard, dtype=np.int64)
+        order = np.argsort(of, kind="stable")
+        counts = np.bincount(of, minlength=shards)
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+        local = np.empty(len(names), dtype=np.int64)
+        local[order] = np.arange(len(names), dtype=np.int64) - np.repeat(starts, counts)
+        self.shard_nodes: list[list[int]] = [
+            order[a : a + c].tolist() for a, c in zip(starts.tolist(), counts.tolist(),
+                                                      strict=True)]
+        self.local_index: list[int] = local.tolist()
         self._cache: dict[str, tuple[int, ...] | None] = {}
         #: the deployment's nonce (agents.kafka.nonce), set by the worker before any state is built
         self.deployment_nonce = ""
@@ -97,12 +106,18 @@ class Router:
         #: attributes: keyed by the tuple of nodes, cached per key seen.
         self.leaf_mode = not self.patterns and getattr(domain, "kind", "") in ("flat", "hierarchy")
         #: the ingest fast path's lookup: event key -> bucket key (leaf index, or nodes tuple)
-        self.declared: dict[str, Any] = (
-            {k: v for k, v in domain.leaf_keys().items() if len(k) <= 1024}  # decode_event's limit
-            if self.leaf_mode else {})
+        self.declared: dict[str, Any] = self._declared(domain) if self.leaf_mode else {}
         parent = getattr(domain, "parent", None)
         self._parent = array.array("q", parent.tolist() if parent is not None and self.leaf_mode
                                    else [])
+
+    @staticmethod
+    def _declared(domain: Any) -> dict[str, Any]:
+        """Every leaf key up to decode_event's 1 024 characters → its node (a new dict)."""
+        keys: dict[str, Any] = domain.leaf_keys()
+        if keys and max(map(len, keys)) > 1024:
+            keys = {k: v for k, v in keys.items() if len(k) <= 1024}
+        return keys
 
     @property
     def domain_id(self) -> str:

@@ -313,11 +313,23 @@ class _Stage(StageHealth):
         prod = await self._producer(p)
         self.producers[p] = prod
         ck, progress = await read_latest_with_progress(self.reader, self.ckpt_topic, p)
-        state = self.new_state(p)
-        if ck is not None:
+
+        def build() -> Any:
+            if ck is None:
+                return self.new_state(p)
+            state = self.state_to_restore(p)
             self.restore_state(state, ck.payload, ck.seq)
             if progress is not None:
                 self.restore_progress(state, progress)
+            return state
+
+        if self.restore_in_thread():
+            # seconds of CPU per partition at 10^7 streams: off the event loop, so that the
+            # group's heartbeats (and the other stages) go on while it runs
+            self.before_restore_thread()
+            state = await asyncio.to_thread(build)
+        else:
+            state = build()
         start = await self.after_restore(state, ck is not None)
         if start is not None:
             state.offset = start
@@ -522,6 +534,19 @@ class _Stage(StageHealth):
 
     def new_state(self, p: int) -> Any:
         raise NotImplementedError
+
+    def state_to_restore(self, p: int) -> Any:
+        """The state :meth:`restore_state` fills from a checkpoint (default :meth:`new_state`;
+        a stage may leave out what the checkpoint replaces)."""
+        return self.new_state(p)
+
+    def restore_in_thread(self) -> bool:
+        """Whether a partition's state is built and restored in a worker thread (default no:
+        the stage's state must then be safe to build beside the event loop)."""
+        return False
+
+    def before_restore_thread(self) -> None:
+        """Stage hook on the event loop before a restore thread starts (warm shared caches)."""
 
     def restore_state(self, state: Any, payload: bytes, seq: int) -> None:
         raise NotImplementedError

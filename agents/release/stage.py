@@ -156,6 +156,22 @@ class ReleaseStage(_Stage):
             mechanism=self.w.mechanism(),
         )
 
+    def state_to_restore(self, p: int) -> ReleaseState:
+        """A shard's state without its counter bank: the checkpoint's bank replaces it (a bank
+        built here would cost its stream ids, ≈ 2 µs a stream, to be thrown away)."""
+        if self.w.router.patterns:
+            return self.new_state(p)
+        return ReleaseState(self.s, self.w.router, p, None, key=self.w.key,
+                            mechanism=self.w.mechanism())
+
+    def restore_in_thread(self) -> bool:
+        """A release shard's restore (its bank's stream ids and state from the checkpoint) runs
+        in a thread: seconds a shard at 250 000 streams."""
+        return True
+
+    def before_restore_thread(self) -> None:
+        self.w.mechanism()  # built once, on the loop, before any thread uses it
+
     async def check_ownership(self) -> None:
         """Also: a tick that misses partials from some events partitions for
         ``stall_timeout_s`` means an ingest partition has no working owner: rejoin ingest.
