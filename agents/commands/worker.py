@@ -128,6 +128,13 @@ async def serve(
     # raw event counters (operator data) only when the setting asks for them
     metrics = Metrics(event_counts=bool(getattr(settings, "metrics_event_counts", 0)))
     domain = load_domain(settings.domain_file)
+    # every consumer of this process (the reconcile side agent's, the dashboard's) waits after
+    # an empty fetch, also when the pipeline runs in child processes (each installs its own):
+    # without it they fetched in a busy loop from a broker that answers at once (8 CPU-s per
+    # 10 s tick at 10^6 streams with pipeline_processes = 1)
+    from agents.kafka.fetch_backoff import install as install_fetch_backoff
+
+    install_fetch_backoff(float(getattr(settings, "empty_fetch_backoff_ms", 50)) / 1000.0)
     worker: Any = None
     group: Any = None
 

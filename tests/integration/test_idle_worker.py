@@ -107,3 +107,47 @@ async def test_an_idle_worker_wakes_on_work(kafka_broker: str, unique_name: str,
         stop.set()
         await task
         fetch_backoff.install(0.0)
+
+
+async def test_the_parent_of_pipeline_processes_waits_after_empty_fetches(
+        kafka_broker: str, unique_name: str, tmp_path: Any) -> None:
+    """pipeline_processes = 1: the stages run in a child process, and the parent's own
+    consumers (the reconcile side agent's) must still pause after an empty fetch. They did not
+    (only the pipeline's Worker installed the pause): against a broker that answers empty
+    fetches at once they fetched in a busy loop, thousands of round trips a second (8 CPU-s
+    per 10 s tick at 10^6 streams). Counted per second of the idle spell's wall time."""
+    from agents.commands.worker import serve
+    from tests.integration import pipeline_support as ps
+
+    fetch_backoff.install(0.0)  # as a process that never built a Worker: no pause in force
+    s = ps.live_settings(kafka_broker, tmp_path, unique_name, ps.hierarchy_paths(2, 2, 2),
+                         tick_seconds=2.0, empty_fetch_backoff_ms=50, pipeline_processes=1,
+                         shards=2, events_partitions=2)
+    await ps.create_topics(s)
+    stop = asyncio.Event()
+    published: list[int] = []
+
+    async def on_histogram(msg: dict[str, Any]) -> None:
+        published.append(int(msg["tick"]))
+
+    task = asyncio.create_task(serve(s, stop_event=stop, web=False, dashboard=False,
+                                     on_histogram=on_histogram, json_logs=False))
+    try:
+        end = time.monotonic() + 120
+        while len(published) < 2:  # the child's releases reach the parent's reconcile agent
+            assert not task.done(), task
+            assert time.monotonic() < end, published
+            await asyncio.sleep(0.1)
+        assert fetch_backoff.installed_seconds() == pytest.approx(0.05)
+        before = sum(n for n, _ in fetch_backoff.fetch_requests().values())
+        t0 = time.monotonic()
+        await asyncio.sleep(4.0)
+        spell = time.monotonic() - t0
+        fetches = sum(n for n, _ in fetch_backoff.fetch_requests().values()) - before
+        # a few a second per consumer with the pause; a busy loop is hundreds or thousands
+        assert fetches / spell <= 40.0, (fetches, spell, fetch_backoff.fetch_requests())
+        assert len(published) >= 2
+    finally:
+        stop.set()
+        await task
+        fetch_backoff.install(0.0)
