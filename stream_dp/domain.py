@@ -133,16 +133,17 @@ def _check_names(
     if not index or "" in index or not all(type(s) is str for s in index):
         i, bad = next((i, s) for i, s in enumerate(out) if not (isinstance(s, str) and s))
         raise ValueError(f"{what}[{i}] must be a non-empty string, got {bad!r}")
-    # one scan of every name at once (at 10^7 names a per-name check is most of a start-up);
-    # the per-name check then names the first bad one
-    if _NOT_TEXT.search("".join(out)) is not None:
-        for i, s in enumerate(out):
-            check_text(s, f"{what}[{i}]")
+    # one scan of 65 536 names at a time (at 10^7 names a check per name was most of a
+    # start-up); the per-name check then names the first bad one
+    for start in range(0, len(out), 65536):
+        if _NOT_TEXT.search("".join(out[start : start + 65536])) is not None:
+            for i in range(start, len(out)):
+                check_text(out[i], f"{what}[{i}]")
     return out, index
 
 
 #: a control character, or a lone surrogate (what UTF-8 cannot encode: undecodable bytes)
-_NOT_TEXT = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+_NOT_TEXT = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def check_text(value: str, what: str) -> str:

@@ -30,3 +30,12 @@ def test_a_bad_name_is_still_named_after_the_one_scan():
     with pytest.raises(ValueError, match=r"names\[1\] must be valid UTF-8"):
         Domain.flat(["a", "b\udcff", "c\x00"])
     assert Domain.flat(["é\u2028\x80", "b"]).names == ("é\u2028\x80", "b")
+
+
+def test_a_bad_name_past_the_first_scan_block_is_named():
+    names = [f"n{i}" for i in range(140_000)]
+    names[131_073] = "x\udc80"
+    with pytest.raises(ValueError, match=r"names\[131073\] must be valid UTF-8"):
+        Domain.flat(names)
+    names[131_073] = "\U0001f600"  # astral characters are text
+    assert Domain.flat(names).names[131_073] == "\U0001f600"
