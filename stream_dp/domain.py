@@ -63,6 +63,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 import numpy as np
@@ -403,6 +404,12 @@ class Domain:
             ],
         }
         return hashlib.sha256(canonical_json(desc)).hexdigest()
+
+    @property
+    def positions(self) -> Mapping[str, int]:
+        """Every node name → its position, read-only (the domain's own index: no copy of 10^7
+        names for a caller that looks many of them up)."""
+        return MappingProxyType(self._index)
 
     def index(self, stream: str) -> int:
         """Position of a node name; ``KeyError`` if undeclared."""

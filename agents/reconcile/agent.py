@@ -478,14 +478,16 @@ class Reconciler:
             chunk_nodes=cfg.histogram_chunk_nodes, node_manifest=self._node_manifest,
             view=self.on_histogram is not None)
 
-    def _name_index(self) -> dict[str, int]:
-        """Node name → histogram position, built once (not at every leadership: 10^7 names
-        take seconds of the event loop, long enough to miss heartbeats)."""
-        found: dict[str, int] | None = self.__dict__.get("_index")
+    def _name_index(self) -> Mapping[str, int]:
+        """Node name → histogram position, once per agent (not at every leadership: 10^7 names
+        take seconds of the event loop): a :class:`stream_dp.domain.Domain`'s own index, not a
+        second copy of it."""
+        found: Mapping[str, int] | None = self.__dict__.get("_index")
         if found is None:
-            found = self.__dict__["_index"] = dict(zip(self.names, range(len(self.names)), strict=True))
-            if len(found) != len(self.names):
-                raise ValueError("the domain's node names must be distinct")
+            found = getattr(self.domain, "positions", None)
+            if found is None:
+                found = dict(zip(self.names, range(len(self.names)), strict=True))
+            self.__dict__["_index"] = found
         return found
 
     def _node_manifest(self) -> tuple[list[tuple[str, bytes]], str]:

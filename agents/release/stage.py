@@ -151,17 +151,17 @@ class ReleaseStage(_Stage):
             live = new_live(self.s, self.w.domain, self.w.key,
                             self.w.router.deployment_nonce) if p == 0 else None
             return AttributeReleaseState(self.s, self.w.router, p, live, key=self.w.key)
-        return ReleaseState(
-            self.s, self.w.router, p, self.w.new_bank(p), key=self.w.key,
-            mechanism=self.w.mechanism(),
-        )
+        return self._shard_state(p, self.w.new_bank(p))
 
     def state_to_restore(self, p: int) -> ReleaseState:
         """A shard's state without its counter bank: the checkpoint's bank replaces it (a bank
         built here would cost its stream ids, ≈ 2 µs a stream, to be thrown away)."""
         if self.w.router.patterns:
             return self.new_state(p)
-        return ReleaseState(self.s, self.w.router, p, None, key=self.w.key,
+        return self._shard_state(p, None)
+
+    def _shard_state(self, p: int, bank: Any) -> ReleaseState:
+        return ReleaseState(self.s, self.w.router, p, bank, key=self.w.key,
                             mechanism=self.w.mechanism())
 
     def restore_in_thread(self) -> bool:

@@ -180,3 +180,11 @@ def test_large_paths_domain() -> None:
     x = np.ones(len(d))
     res_values = d.constraint_matrix() @ x
     assert res_values.shape == (1 + 100 + 1000,)
+
+
+def test_positions_is_the_domains_index_read_only() -> None:
+    d = Domain.from_paths(["eu/fr", "eu/de", "us"])
+    assert dict(d.positions) == {n: i for i, n in enumerate(d.names)}
+    assert all(d.positions[n] == d.index(n) for n in d.names)
+    with pytest.raises(TypeError):
+        d.positions["x"] = 9  # type: ignore[index]
