@@ -152,6 +152,22 @@ async def ingest_bench(bootstrap: str, tmp: Path, n_events: int) -> list[tuple[s
     return rows
 
 
+def _metric_sum(metrics: list[Any], name: str, **labels: str) -> float:
+    """Sum of the samples ``name`` with ``labels`` on the service's metrics (both registries:
+    the raw event counters sit on the private one unless ``metrics_event_counts``); NaN before
+    the service made them."""
+    if not metrics:
+        return float("nan")
+    total = 0.0
+    for registry in (metrics[0].registry, metrics[0].private_registry):
+        for family in registry.collect():
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v
+                                               for k, v in labels.items()):
+                    total += float(sample.value)
+    return total
+
+
 class _CountingMetrics:
     """The parent's metrics for a :class:`agents.worker.processes.PipelineGroup`: counts the
     events its children report accepted (they report at each ingest commit), ignores the rest."""
@@ -694,6 +710,8 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     started_at = time.time()
     ready: list[float] = []
     workers: list[Any] = []
+    #: the service's metrics: with pipeline processes the children's counts arrive there
+    service_metrics: list[Any] = []
     dash_proc: Any = None
     dash_port = s.web_port
     if dashboard_process:
@@ -707,7 +725,8 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
     task = asyncio.create_task(serve(s, stop_event=stop, on_release=on_release,
                                      dashboard=not dashboard_process,
                                      started=lambda _srv: ready.append(time.time()),
-                                     worker_created=workers.append))
+                                     worker_created=workers.append,
+                                     metrics_created=service_metrics.append))
     readers: list[_Lines] = []
     dash: dict[int, float] = {}
     dash_sizes: list[tuple[int, float]] = []
@@ -739,9 +758,12 @@ async def scale_bench(broker: Any, tmp: Path, n_streams: int, ticks: int, tick_s
         usage = _proc_usage(broker_pgid)
         usage["dashboard_cpu"] = _pid_cpu(dash_proc.pid) if dash_proc is not None else 0.0
         row = {"t": time.time(), "self": time.process_time(), **usage,
-               "accepted": float(workers[0].stats["accepted"]) if workers else float("nan"),
+               "accepted": (float(workers[0].stats["accepted"]) if workers
+                            else _metric_sum(service_metrics, "stream_dp_events_total",
+                                             result="accepted")),
                "dead_letters": (float(workers[0].stats["dead_letters"]) if workers
-                                else float("nan")),
+                                else _metric_sum(service_metrics,
+                                                 "stream_dp_dead_letters_total")),
                "processed": float(workers[0].processed) if workers else float("nan")}
         bookkeeping[0] += time.thread_time() - t0
         row["bookkeeping"] = bookkeeping[0]

@@ -113,12 +113,15 @@ async def serve(
     started: Callable[[Any], None] | None = None,
     json_logs: bool = True,
     worker_created: Callable[[Any], None] | None = None,
+    metrics_created: Callable[[Any], None] | None = None,
 ) -> int:
     """Run the worker's parts until ``stop_event`` is set or one of them fails.
 
     Returns 0 after a requested stop, 1 if a part failed. ``started`` is called with the web
     server (or ``None``) once everything is up; ``worker_created`` with the in-process
-    :class:`agents.worker.pipeline.Worker` (``pipeline_processes = 0``).
+    :class:`agents.worker.pipeline.Worker` (``pipeline_processes = 0``); ``metrics_created``
+    with this process's :class:`agents.telemetry.metrics.Metrics` (with pipeline processes the
+    children's counts are relayed to it).
     """
     from agents.config.domain import load_domain
     from agents.reconcile.agent import Reconciler
@@ -127,6 +130,8 @@ async def serve(
 
     # raw event counters (operator data) only when the setting asks for them
     metrics = Metrics(event_counts=bool(getattr(settings, "metrics_event_counts", 0)))
+    if metrics_created is not None:  # benchmarks and diagnostics
+        metrics_created(metrics)
     domain = load_domain(settings.domain_file)
     # every consumer of this process (the reconcile side agent's, the dashboard's) waits after
     # an empty fetch, also when the pipeline runs in child processes (each installs its own):
