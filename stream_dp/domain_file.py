@@ -9,12 +9,13 @@ this module builds through the class's constructors and never imports :mod:`stre
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, Self, TypeVar
 
 from numpy.typing import ArrayLike
+
+from stream_dp import _toml
 
 __all__ = ["domain_from_file", "domain_from_toml"]
 
@@ -153,8 +154,8 @@ def domain_from_file(cls: type[_D], path: str | Path) -> _D:
 
     text = decode_utf8(raw, f"domain file {str(path)!r}")
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        data = _toml.loads(text)
+    except _toml.TOMLDecodeError as exc:
         msg = " ".join(str(exc).split())
         raise ValueError(f"domain file {str(path)!r} is not valid TOML: {msg}") from None
     section = data.get("domain", data)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from typing import Any
+
+from stream_dp import _toml
 
 
 def env_var(name: str) -> str:
@@ -96,6 +97,6 @@ def _read_toml(path: str | os.PathLike[str], what: str) -> dict[str, Any]:
 
     text = decode_utf8(raw, f"{what} {str(path)!r}")
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return _toml.loads(text)
+    except _toml.TOMLDecodeError as exc:
         raise ValueError(f"{what} {str(path)!r} is not valid TOML: {exc}") from None

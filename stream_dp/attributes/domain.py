@@ -24,12 +24,13 @@ that is what the accounting of :mod:`stream_dp.attributes.release` composes over
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from stream_dp import _toml
 
 __all__ = ["MAX_ATTRIBUTES", "BinaryDomain", "Bits", "parse_bits"]
 
@@ -91,10 +92,10 @@ class BinaryDomain:
         """Read a domain file (module doc); ``ValueError`` naming the file on any problem."""
         try:
             with open(path, "rb") as fh:
-                doc = tomllib.load(fh)
+                doc = _toml.load(fh)
         except OSError as exc:
             raise ValueError(f"cannot read domain file {str(path)!r}: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
+        except _toml.TOMLDecodeError as exc:
             raise ValueError(f"domain file {str(path)!r} is not valid TOML: {exc}") from None
         try:
             return cls.from_toml(doc)

@@ -144,13 +144,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def binary_domain(path: str | None) -> Any:
     """The :class:`~stream_dp.attributes.BinaryDomain` of a ``kind = "binary"`` domain file,
     else ``None`` (other files, unreadable ones included, are left to :class:`Domain`)."""
-    import tomllib
+    from stream_dp import _toml
 
     if path is None:
         return None
     try:
         with open(path, "rb") as fh:
-            doc = tomllib.load(fh)
+            doc = _toml.load(fh)
     except (OSError, ValueError):  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
         return None
     section = doc.get("domain", doc)
