@@ -44,7 +44,10 @@ def rows(z: NDArray[np.complex128], n: int) -> NDArray[np.complex128]:
     return np.exp(z[0] * np.log1p(t / np.exp(z[2])) + z[1] * np.log1p((n - 1 - t) / np.exp(z[3])))
 
 
-def loss(theta: NDArray[np.complex128], w: NDArray[np.complex128], r: NDArray[np.complex128]) -> complex:
+def loss(theta: NDArray[np.complex128], w: NDArray[np.complex128], r: NDArray[np.complex128],
+         end_weight: float = 0.0) -> complex:
+    """The slack-free mean release variance over the block, plus ``end_weight`` times the
+    variance at its last tick (the block estimate later blocks build on)."""
     n = len(r)
     r2 = r * r
     s = r2.copy()  # S'_j = r_j² + Σ_il w_i w_l G_il(j), G(j) = r_(j+1)² + q G(j+1)
@@ -70,7 +73,8 @@ def loss(theta: NDArray[np.complex128], w: NDArray[np.complex128], r: NDArray[np
     cross = np.zeros(n, dtype=np.complex128)
     for i in range(d):
         cross[1:] += a[i] * lfilter([1.0], [1.0, -lam[i]], e[:-1] * big_r[i][:-1])
-    return complex(np.mean(np.cumsum(2.0 * e * cross + e * e * var_m)))
+    curve = np.cumsum(2.0 * e * cross + e * e * var_m)
+    return complex(np.mean(curve) + end_weight * curve[-1])
 
 
 def unpack(x: NDArray[np.complex128], n: int) -> tuple[NDArray[np.complex128], ...]:
@@ -78,17 +82,18 @@ def unpack(x: NDArray[np.complex128], n: int) -> tuple[NDArray[np.complex128], .
     return 1.0 / (1.0 + np.exp(-x[:d])), np.exp(x[d:2 * d]), rows(x[2 * d:], n)
 
 
-def value_and_gradient(x: NDArray[np.float64], n: int) -> tuple[float, NDArray[np.float64]]:
+def value_and_gradient(x: NDArray[np.float64], n: int, end_weight: float = 0.0
+                       ) -> tuple[float, NDArray[np.float64]]:
     d = (len(x) - 4) // 2
     th, w, _ = unpack(x.astype(np.complex128), n)
     if not plan._stable(th.real, w.real) or np.any(th.real > plan._MAX_THETA):
         return 1e30, np.zeros_like(x)
-    value = loss(*unpack(x.astype(np.complex128), n)).real
+    value = loss(*unpack(x.astype(np.complex128), n), end_weight).real
     grad = np.empty(len(x))
     for k in range(len(x)):
         xc = x.astype(np.complex128)
         xc[k] += 1j * STEP
-        grad[k] = loss(*unpack(xc, n)).imag / STEP
+        grad[k] = loss(*unpack(xc, n), end_weight).imag / STEP
     del d
     return (value, grad) if math.isfinite(value) else (1e30, np.zeros_like(x))
 
@@ -206,6 +211,14 @@ def main() -> None:
     ap.add_argument("--general", action="store_true",
                     help="also the best lower-triangular factorisation (dense, small T)")
     ap.add_argument("--x", type=str, default="", help="comma-separated start point (θ, w, rows)")
+    ap.add_argument("--end-weight", type=float, default=0.0,
+                    help="weight of the block's last-tick variance in the loss (what later "
+                         "blocks build on; 0.04 keeps it at or below the column-scaled fit's)")
+    ap.add_argument("--max-logit", type=float, default=9.5,
+                    help="upper bound on logit θ (1 − θ ≥ e^-x: keeps Σ w/(1 − θ), hence the "
+                         "mechanism's float-error slack, small)")
+    ap.add_argument("--write", action="store_true",
+                    help="write the result as the packaged row fit fits/blt-rows-v1-n<T>.json")
     args = ap.parse_args()
     n, d = int(args.horizon), int(args.buffers)
     th0, w0 = (np.array(v) for v in plan.fit(1.0, 32767))
@@ -234,9 +247,15 @@ def main() -> None:
             print(f"  it {it[0]}: {value_and_gradient(xk, n)[0] / bound:.6f} "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
 
-    res = minimize(value_and_gradient, x0, args=(n,), jac=True, method="L-BFGS-B", callback=report,
+    x0[:d] = np.minimum(x0[:d], args.max_logit)
+    bounds = [(None, args.max_logit)] * d + [(None, None)] * (len(x0) - d)
+    res = minimize(value_and_gradient, x0, args=(n, args.end_weight), jac=True,
+                   method="L-BFGS-B", callback=report, bounds=bounds,
                    options={"maxiter": args.iters, "maxcor": 30, "ftol": 1e-13, "gtol": 1e-12})
-    print(f"row-scaled slack-free ratio {res.fun / bound:.6f} after {res.nit} iterations, "
+    plain = value_and_gradient(res.x, n)[0]
+    end = loss(*unpack(res.x.astype(np.complex128), n), 1.0).real - plain
+    print(f"row-scaled slack-free ratio {plain / bound:.6f}, last-tick variance {end:.4f} "
+          f"after {res.nit} iterations, "
           f"{time.perf_counter() - t0:.0f} s; x = {res.x.tolist()}", flush=True)
     ratio, r_min, d_max, monotone = as_a_mechanism_would(res.x, n)
     print(f"as a mechanism would round it: {ratio:.6f} (min r {r_min:.4f}, max d {d_max:.4f}, "
@@ -244,6 +263,18 @@ def main() -> None:
     share = slack_share(res.x, n)
     print(f"estimated slack share of σ² with the present formula: {share:.2e} "
           f"(ratio with it ≈ {ratio * (1.0 + share):.6f})", flush=True)
+    if args.write:
+        import json
+
+        th_q, w_q = plan._quantised(1.0 / (1.0 + np.exp(-res.x[:d])), np.exp(res.x[d:2 * d]))
+        path = plan._PACKAGED / plan._rows_name(n)
+        path.write_text(json.dumps({
+            "theta": [float(v) for v in th_q], "w": [float(v) for v in w_q],
+            "rows": [float(v) for v in res.x[2 * d:]], "end_weight": args.end_weight,
+            "command": f"python benchmarks/blt_row_scaling.py --horizon {n} --buffers {d} "
+                       f"--end-weight {args.end_weight} --max-logit {args.max_logit} "
+                       f"--iters {args.iters} --write"}) + "\n")
+        print(f"wrote {path}", flush=True)
 
 
 if __name__ == "__main__":

@@ -130,7 +130,40 @@ class BltMechanism(Mechanism):
         self.horizon = check_horizon(horizon)
         self.cap = check_cap(cap)
         self.privacy = privacy = check_zcdp(privacy, "blt")
-        theta, w = _plan.fit(self.p, self.horizon)
+        # p = 1 with a shipped row fit for this horizon: its own (θ, w) and row scales r_t ≤ 1,
+        # kept if its mean error over the first block is below the column-scaled filter's (at
+        # a small ρ its larger clip, ∝ σ/min r, makes the float-error slack grow with σ)
+        row_fit = _plan.row_fit(self.horizon) if self.p == 1.0 else None
+        with_rows: dict[str, Any] | None = None
+        if row_fit is not None:
+            rows = _plan.row_scales(row_fit[2], self.horizon)
+            rows.setflags(write=False)
+            try:
+                self._build(row_fit[0], row_fit[1], rows)
+                with_rows = dict(self.__dict__)
+            except (BudgetOutOfRange, ValueError):
+                with_rows = None
+        try:
+            self._build(*_plan.fit(self.p, self.horizon), None)
+        except (BudgetOutOfRange, ValueError):
+            if with_rows is None:
+                raise
+            self.__dict__.clear()
+            self.__dict__.update(with_rows)
+            return
+        if with_rows is not None and (float(np.mean(with_rows["_part0"]))
+                                      < float(np.mean(self._part0))):
+            self.__dict__.clear()
+            self.__dict__.update(with_rows)
+
+    def _build(self, theta: tuple[float, ...], w: tuple[float, ...],
+               rows: np.ndarray | None) -> None:
+        """Set the filter ``(θ, w)``, the row scales (``None``: none), the column scales, the
+        slack and σ; raise :class:`BudgetOutOfRange` (or ``ValueError``) for a budget the
+        sampler or the clip cannot serve."""
+        privacy = self.privacy
+        self.rows = rows
+        self.__dict__.pop("_unit_curve", None)  # cached per build (_block_curve)
         self.theta = np.asarray(theta, dtype=np.float64)
         self.w = np.asarray(w, dtype=np.float64)
         self._theta_c = np.ascontiguousarray(self.theta)  # the compiled kernels' operands
@@ -145,19 +178,39 @@ class BltMechanism(Mechanism):
         # p = 1: equalise the columns inside a block (d_j ≥ 1, d_j²·S_(T−j) ≤ S_T); p < 1 has
         # no blocks (every column has the infinite norm), so no scaling
         self.scales: np.ndarray | None = None
-        d_max = 1.0
-        if self.p == 1.0:
+        d_max = 1.0  # largest column scale d_s (the cross slack term)
+        rd_max = 1.0  # largest r_t·d_t (the rounding slack in the scaled domain)
+        r_min = 1.0
+        if self.p == 1.0 and self.rows is None:
             sums = _plan.column_square_sums(self.theta, self.w, self.horizon)
             self.scales = _plan.column_scales(self.theta, self.w, self.horizon, sums)
-            self.scales.setflags(write=False)
-            d_max = float(self.scales[-1])
+            d_max = rd_max = float(self.scales[-1])
             sq = max(sq, float(np.max(self.scales**2 * sums[::-1])))  # certified, not assumed
+        elif self.rows is not None:
+            # an event at block position s spends d_s²·Σ_k r_(s+k)²c_k² = d_s²·S'_s ≤ K
+            row_sums = _plan.row_column_square_sums(self.theta, self.w, self.rows)
+            self.scales = _plan.row_column_scales(row_sums)
+            sq = float(np.max(row_sums))  # K: d_j carry a 2^-30 margin below it
+            if not float(np.max(self.scales**2 * row_sums)) <= sq:  # pragma: no cover
+                raise AssertionError("row-scaled columns above the largest")
+            d_max = float(np.max(self.scales))
+            rd_max = float(np.max(self.scales * self.rows))
+            r_min = float(np.min(self.rows))
+        if self.scales is not None:
+            self.scales.setflags(write=False)
+            # the draw at block position j has scale σ/(d_j·r_j) (d_j·r_j is exact: two
+            # multiples of 2^-20 with at most 31 significant bits each)
+            self._divisor = (self.scales if self.rows is None
+                             else self.scales * self.rows)
+            self._divisor.setflags(write=False)
         ab = _plan.abs_sum(self.theta, self.w)
         root = math.sqrt(2.0 * privacy.rho)
         m = _plan.inverse_coefficients(self.theta, self.w, 1 << 16)
         n_sd = math.sqrt(float(np.sum(m * m)))
         sigma0 = d_units * math.sqrt(sq) / root
-        self.clip = math.ldexp(1.0, math.ceil(math.log2(_CLIP_SDS * sigma0 * max(1.0, n_sd))))
+        # the buffers' inputs d·N = C⁻¹R⁻¹ζ: standard deviation ≤ σ·‖m‖/min r
+        self.clip = math.ldexp(1.0, math.ceil(math.log2(
+            _CLIP_SDS * sigma0 * max(1.0, n_sd) / r_min)))
         a = 1.0 / (1.0 - self.theta)
         aw = np.abs(self.w) * a
         k = len(self.theta)
@@ -171,8 +224,9 @@ class BltMechanism(Mechanism):
         scaled = 2.1 if self.scales is not None else 0.0
         self.float_error = 1.1 * _U * self.clip * float(
             16.0 * _U * np.sum(aw * a) + (1.01 * (k + 1) + scaled) * np.sum(aw))
-        # scaled domain: the two roundings of f̂/d_t differ by ≤ 1 unit, d_t ≤ d_max units there
-        self.slack_units = d_max + 2.0 * self.float_error
+        # scaled domain: the two roundings of f̂/d_t differ by ≤ 1 unit, r_t·d_t ≤ rd_max units
+        # there (the tick's privacy loss is (r_t·d_t·Δ_t)²/(2σ²)); the float error E (r_t ≤ 1)
+        self.slack_units = rd_max + 2.0 * self.float_error
         s = self.slack_units
         self._shift_sq = (d_units**2 * sq + 2.0 * d_units * s * d_max * ab
                           + float(MAX_TICKS) * s * s)
@@ -184,7 +238,13 @@ class BltMechanism(Mechanism):
                 f"rho {privacy.rho!r} is too small for blt: the noise scale would be "
                 f"{self.sigma_units:.3g} units, beyond the sampler's {MAX_SIGMA:g}; use a larger "
                 "rho or another strategy")
-        if self.sigma_units * max(1.0, n_sd) * _CLIP_SDS > self.clip * 1.5:
+        if (self.rows is not None
+                and not self.sigma_units / float(np.min(self._divisor)) <= MAX_SIGMA):
+            raise BudgetOutOfRange(
+                f"rho {privacy.rho!r} is too small for blt's row-scaled block: its largest "
+                f"draw would be {self.sigma_units / float(np.min(self._divisor)):.3g} units, "
+                f"beyond the sampler's {MAX_SIGMA:g}; use a larger rho or another strategy")
+        if self.sigma_units * max(1.0, n_sd) * _CLIP_SDS / r_min > self.clip * 1.5:
             raise ValueError("slack too large for the clip bound (rho too small?)")
         self.unit_variance = self.unit**2 * discrete_gaussian_variance(self.sigma_units)
         self.d_units = d_units
@@ -214,8 +274,8 @@ class BltMechanism(Mechanism):
         while ((1 << e) - 1) * self.horizon >= MAX_TICKS:
             e -= 1
         try:
-            if self.horizon < MAX_TICKS:  # a second block exists: its ticks draw σ₁/d_j
-                validate_sigma(self.sigma_units1)
+            if self.horizon < MAX_TICKS:  # a second block exists: its ticks draw σ₁/(d_j·r_j)
+                validate_sigma(self.sigma_units1 / min(1.0, float(np.min(self._divisor))))
             if e >= 1:
                 self.epoch_noise(1 << e)
         except ValueError as exc:
@@ -229,14 +289,16 @@ class BltMechanism(Mechanism):
         """``p = 1``: the release variance at block positions ``0..T−1`` (units²) when the
         block's noise has scale ``sigma`` in the scaled domain (``σ/d_j`` drawn at position ``j``)."""
         assert self.scales is not None
-        per_tick = sigma / self.scales
+        per_tick = sigma / self._divisor
         if float(np.min(per_tick)) >= 64.0:
-            # discrete_gaussian_variance(σ/d_j) is (σ/d_j)² there, so every scaled draw d_j·Z
-            # has variance σ²: one unit curve serves both budgets (epoch 0 and later epochs)
+            # discrete_gaussian_variance(σ/(d_j·r_j)) is (σ/(d_j·r_j))² there, so every scaled
+            # draw d_j·Z has variance σ²/r_j²: one unit curve serves both budgets (epoch 0 and
+            # later epochs)
             unit = getattr(self, "_unit_curve", None)
             if unit is None:
-                unit = _plan.scaled_variance_curve(self.theta, self.w, self.scales,
-                                                   np.ones(len(self.scales)))
+                u = (np.ones(len(self.scales)) if self.rows is None
+                     else 1.0 / (self.rows * self.rows))
+                unit = _plan.scaled_variance_curve(self.theta, self.w, self.scales, u)
                 self._unit_curve = unit
             out: np.ndarray = sigma * sigma * unit
             return out
@@ -262,7 +324,11 @@ class BltMechanism(Mechanism):
               "column_scales_sha256": hashlib.sha256(
                   np.ascontiguousarray(self.scales, dtype="<f8").tobytes()).hexdigest(),
               "super_allocation": "linear", "sigma_units_later": self.sigma_units1}
-             if self.super else {})
+             if self.super else {}) | ({
+                 "row_scales": f"fit-v{_plan.ROWS_VERSION}",
+                 "row_scales_sha256": hashlib.sha256(
+                     np.ascontiguousarray(self.rows, dtype="<f8").tobytes()).hexdigest()}
+             if self.rows is not None else {})
 
     def epoch_noise(self, n_blocks: int) -> EpochNoise:
         """Super-level noise of a later epoch of ``n_blocks`` blocks (``p = 1``; units ``h``)."""
@@ -321,7 +387,8 @@ class BltMechanism(Mechanism):
         if self.scales is not None:  # p = 1: column scaling (d_j ≥ 1 at block position j)
             scale = float(self.scales[j])
             f /= scale
-            n = noise.discrete_gaussian(t, sigma / scale) - np.rint(f, out=f).astype(np.int64)
+            n = (noise.discrete_gaussian(t, sigma / float(self._divisor[j]))
+                 - np.rint(f, out=f).astype(np.int64))
             fed = n.astype(np.float64)
             fed *= scale  # the buffers filter the scaled noise d·N
         else:

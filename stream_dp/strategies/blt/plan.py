@@ -75,6 +75,7 @@ from scipy.signal import lfilter
 __all__ = [
     "BUFFERS",
     "FIT_VERSION",
+    "ROWS_VERSION",
     "abs_sum",
     "block_of",
     "coefficients",
@@ -86,6 +87,10 @@ __all__ = [
     "mean_factor_sqrt_bound",
     "poles",
     "reconstruction",
+    "row_column_scales",
+    "row_column_square_sums",
+    "row_fit",
+    "row_scales",
     "scaled_abs_rows",
     "scaled_mean_factor",
     "scaled_variance_curve",
@@ -304,9 +309,10 @@ def scaled_variance_curve(theta: NDArray[np.float64], w: NDArray[np.float64],
 def scaled_abs_rows(p: float, theta: NDArray[np.float64], w: NDArray[np.float64],
                     scales: NDArray[np.float64]) -> float:
     """An upper bound on ``max_t Σ_j |K_tj|`` with ``K = W·D⁻¹·C⁻¹·D`` over one block (``p = 1``;
-    the rounding errors enter the release through ``K``). Abel summation with ``e = 1/d``
-    non-increasing: ``|Σ_{k≤L} m_k e_(j+k)| ≤ |b_L|e_(j+L) + Σ_{k<L} |b_k|(e_(j+k) − e_(j+k+1))``,
-    so ``Σ_j |K_tj| ≤ e_t g_t + Σ_{r<t} (e_r − e_(r+1)) g_r`` with ``g = d ∗ |b|``."""
+    the rounding errors enter the release through ``K``). Abel summation with ``e = 1/d``:
+    ``|Σ_{k≤L} m_k e_(j+k)| ≤ |b_L|e_(j+L) + Σ_{k<L} |b_k|·|e_(j+k) − e_(j+k+1)|``, so
+    ``Σ_j |K_tj| ≤ e_t g_t + Σ_{r<t} |e_r − e_(r+1)|·g_r`` with ``g = d ∗ |b|`` (any scales; the
+    row-scaled ones need not be monotone)."""
     from scipy.signal import fftconvolve
 
     d = np.asarray(scales, dtype=np.float64)
@@ -314,9 +320,81 @@ def scaled_abs_rows(p: float, theta: NDArray[np.float64], w: NDArray[np.float64]
     b = np.abs(reconstruction(p, theta, w, len(d)))
     g = np.asarray(fftconvolve(d, b)[: len(d)], dtype=np.float64)
     g = g * (1.0 + 1e-9) + 1e-12 * float(np.max(g))  # FFT rounding (relative to the largest)
-    de = np.concatenate((e[:-1] - e[1:], [0.0]))
+    de = np.concatenate((np.abs(e[:-1] - e[1:]), [0.0]))
     tail = np.concatenate(([0.0], np.cumsum(de * g)[:-1]))
     return float(np.max(e * g + tail))
+
+
+#: Version of the row-scale fits (their file names and the mechanism's description).
+ROWS_VERSION = 1
+
+
+def row_scales(params: NDArray[np.float64] | tuple[float, ...], block: int) -> NDArray[np.float64]:
+    """Row scales ``r_t``, ``t = 0..T−1`` (``T = block``) of a row fit's four parameters
+    ``(α, β, log a, log b)``: ``log r_t = α·log(1 + t/a) + β·log(1 + (T − 1 − t)/b)``, divided
+    by their largest and rounded down to a multiple of ``2⁻²⁰`` (at least ``2⁻²⁰``): every
+    ``r_t ≤ 1``, which the slack terms of the mechanism assume."""
+    alpha, beta, log_a, log_b = (float(v) for v in params)
+    n = int(block)
+    t = np.arange(n, dtype=np.float64)
+    log_r = alpha * np.log1p(t / math.exp(log_a)) + beta * np.log1p((n - 1 - t) / math.exp(log_b))
+    r = np.exp(log_r - float(np.max(log_r)))
+    out: NDArray[np.float64] = np.maximum(np.floor(r / _SCALE_QUANTUM) * _SCALE_QUANTUM,
+                                          _SCALE_QUANTUM)
+    return out
+
+
+def row_column_square_sums(theta: NDArray[np.float64], w: NDArray[np.float64],
+                           rows: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``S'_j = Σ_{k<T−j} r_(j+k)²·c_k²`` for block positions ``j = 0..T−1`` (``T = len(rows)``):
+    the squared norm of column ``j`` of ``R·C`` inside a block (``O(T·d²)``; sums of positive
+    terms, relative float error ≲ ``T·2⁻⁵³``)."""
+    th = np.asarray(theta, dtype=np.float64)
+    ww = np.asarray(w, dtype=np.float64)
+    r2 = np.asarray(rows, dtype=np.float64) ** 2
+    n = len(r2)
+    out = r2.copy()  # k = 0: c_0 = 1
+    for i in range(len(th)):
+        for j in range(i, len(th)):
+            # G(j) = Σ_{k≥1} (θ_iθ_j)^(k−1) r_(j+k)², run backwards from the block's end
+            g = np.zeros(n)
+            g[:-1] = lfilter([1.0], [1.0, -float(th[i] * th[j])], r2[1:][::-1])[::-1]
+            out += (1.0 if i == j else 2.0) * float(ww[i] * ww[j]) * g
+    return out
+
+
+def row_column_scales(sums: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Column scales of a row-scaled block: ``d_j = √(K/S'_j)`` with ``K = max S'`` (of
+    :func:`row_column_square_sums`), times ``1 − 2⁻³⁰`` and rounded down to a multiple of
+    ``2⁻²⁰``, at least 1: ``d_j²·S'_j ≤ K`` for every ``j``, so every column of ``R·C·D`` has at
+    most the norm ``√K``. Not monotone (the rows rise, then fall)."""
+    s = np.asarray(sums, dtype=np.float64)
+    ratio = np.sqrt(float(np.max(s)) / s) * _SCALE_MARGIN
+    out: NDArray[np.float64] = np.maximum(np.floor(ratio / _SCALE_QUANTUM) * _SCALE_QUANTUM, 1.0)
+    return out
+
+
+def _rows_name(horizon: int) -> str:
+    return f"blt-rows-v{ROWS_VERSION}-n{int(horizon)}.json"
+
+
+@lru_cache(maxsize=32)
+def row_fit(horizon: int) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]] | None:
+    """``(θ, w, row parameters)`` of the row-scaled filter at ``p = 1`` for a block of
+    ``horizon`` ticks, or ``None``: only shipped fits (``fits/blt-rows-v1-n<T>.json``, made by
+    ``benchmarks/blt_row_scaling.py --write``; a fit at ``T = 32767`` takes minutes), so every
+    host steps the same filter. (θ, w) are a fit of their own, made jointly with the rows."""
+    try:
+        doc = json.loads((_PACKAGED / _rows_name(int(horizon))).read_text())
+        th = tuple(float(t) for t in doc["theta"])
+        w = tuple(float(v) for v in doc["w"])
+        rows = tuple(float(v) for v in doc["rows"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not (1 <= len(th) == len(w) <= BUFFERS and len(rows) == 4
+            and all(math.isfinite(v) for v in rows) and _stable(np.array(th), np.array(w))):
+        return None
+    return th, w, rows
 
 
 def scaled_mean_factor(horizon: int, theta: NDArray[np.float64], w: NDArray[np.float64]
