@@ -47,6 +47,17 @@ at most ``Δ_t = |c_k|·d_s·D/d_t + 1 + 2E/d_t`` units for an event at ``s = t 
 extra ``d_max`` on the cross term. ``E`` gains ``2.1·U·clip·Σ w_i/(1 − θ_i)`` for the float products
 ``d_j·N_t`` and quotients ``f̂/d_j``. The release variance is :func:`.plan.scaled_variance_curve`;
 measured at T = 32767, ρ = 0.5: 1.0442× the lower bound, against 1.0755× unscaled. ``step`` refuses tick ``MAX_TICKS + 1`` (``ValueError``, state unchanged).
+
+**Row scales at** ``p = 1`` (issue #36; :func:`.plan.row_fit`, shipped fits only: T = 31, 4095,
+32767). The block
+measures with ``R·C·D``: the draw at position ``j`` has scale ``σ/(d_j·r_j)`` with a public table
+``r ≤ 1`` (largest exactly 1; SHA-256 in the description) and ``d_j = √(K/S'_j)`` rounded down
+(:func:`.plan.row_column_scales`; not monotone), ``S'_j = Σ_(k<T−j) r_(j+k)²c_k²``, ``K = max S'``.
+Tick ``t`` spends ``(r_t·d_t·Δ_t)²/(2σ²)``, so an event at ``s`` spends ``d_s²·S'_s·D² ≤ K·D²`` plus
+the slack with ``S'' = max(r·d) + 2E``; the clip grows by ``1/min r`` (the buffers' inputs
+``C⁻¹R⁻¹ζ``). Both filters are built and the rows kept only if the first block's mean error is
+lower (at a small ρ the larger clip's float-error slack grows with σ). At T = 32767, ρ = 0.5:
+1.0200× the lower bound, and past the horizon every block's mean and worst tick lower.
 A budget whose noise (the blocks', the later blocks' or any super level's before ``MAX_TICKS``) would leave the
 sampler's range is refused when the mechanism is built (``BudgetOutOfRange``), not mid-run.
 
@@ -198,8 +209,10 @@ class BltMechanism(Mechanism):
             r_min = float(np.min(self.rows))
         if self.scales is not None:
             self.scales.setflags(write=False)
-            # the draw at block position j has scale σ/(d_j·r_j) (d_j·r_j is exact: two
-            # multiples of 2^-20 with at most 31 significant bits each)
+            # the draw at block position j has scale σ/(d_j·r_j); d_j·r_j is exact: r_j ≤ 1 and
+            # d_j < 2^12 are multiples of 2^-20 (at most 21 and 32 significant bits: < 2^53)
+            if self.rows is not None and not float(np.max(self.scales)) < 2.0**12:
+                raise ValueError("row-scaled column scales beyond 2^12 (the fit is unusable)")
             self._divisor = (self.scales if self.rows is None
                              else self.scales * self.rows)
             self._divisor.setflags(write=False)
@@ -268,7 +281,8 @@ class BltMechanism(Mechanism):
         noise is still drawable — the mechanism was built and then raised at the end of that
         epoch's first block, and again after every restore (releases stopped for good). The
         scales only grow with ``e``, so the last epoch that can start (tick ≤ MAX_TICKS)
-        decides; the later blocks' own scale ``σ₁`` (``σ₁/d_j ≤ σ₁`` drawn) is checked too.
+        decides; the later blocks' own draws (``σ₁/(d_j·r_j)``, above ``σ₁`` where ``d_j·r_j < 1``)
+        are checked too.
         Raises :class:`BudgetOutOfRange` (the planner then passes ``blt`` over)."""
         e = (MAX_TICKS // self.horizon + 1).bit_length() - 1  # (2^e − 1)·T < MAX_TICKS at e
         while ((1 << e) - 1) * self.horizon >= MAX_TICKS:
@@ -287,7 +301,8 @@ class BltMechanism(Mechanism):
 
     def _block_curve(self, sigma: float) -> np.ndarray:
         """``p = 1``: the release variance at block positions ``0..T−1`` (units²) when the
-        block's noise has scale ``sigma`` in the scaled domain (``σ/d_j`` drawn at position ``j``)."""
+        block's noise has scale ``sigma`` in the scaled domain (``σ/(d_j·r_j)`` drawn at position
+        ``j``; ``r = 1`` without row scales)."""
         assert self.scales is not None
         per_tick = sigma / self._divisor
         if float(np.min(per_tick)) >= 64.0:
@@ -320,7 +335,7 @@ class BltMechanism(Mechanism):
             "slack_units": self.slack_units,
             "max_ticks": MAX_TICKS,
         } | ({"block_ticks": self.horizon, "super_share": SUPER_SHARE,
-              "column_scales": "equalised-v1",
+              "column_scales": "equalised-v1" if self.rows is None else "row-equalised-v1",
               "column_scales_sha256": hashlib.sha256(
                   np.ascontiguousarray(self.scales, dtype="<f8").tobytes()).hexdigest(),
               "super_allocation": "linear", "sigma_units_later": self.sigma_units1}

@@ -47,6 +47,14 @@ recurrences. (Scaling the noise *before* the filter, ``B·D⁻¹``, is the facto
 sensitivity grows — 3.5% at T = 32767 with the shipped fit.) For ``p < 1`` there are no blocks:
 the filter runs forever, every column has the infinite norm, and ``D = I``.
 
+**Row scales at** ``p = 1`` (issue #36). ``C' = R·C·D`` with ``R = diag(r_t)``, ``r_t ≤ 1`` from four
+parameters (:func:`row_scales`) and ``D`` equalising the columns of ``R·C``
+(:func:`row_column_square_sums`, :func:`row_column_scales`): the noise is ``D⁻¹C⁻¹R⁻¹ζ``, the
+release variance :func:`scaled_variance_curve` with ``u = 1/r²``. The column-scaled family stops
+at 1.0361× the bound at T = 32767; with rows, fitted jointly with (θ, w) and a weight on the
+block's last-tick variance (what later blocks build on), 1.0200×. Fits are made by
+``benchmarks/blt_row_scaling.py --write`` and shipped (:func:`row_fit`), never made at run time.
+
 The parameters are rounded coarsely (:func:`_quantised`) and enter the mechanism's description
 (a host that computes different ones refuses the other's checkpoints instead of mixing noise);
 a fit is cached in memory and on disk (``$STREAM_DP_CACHE_DIR``, as the tree plans).

@@ -1,0 +1,95 @@
+"""How far row scales at the *start* would take ``blt`` at p < 1 (issue #36; a measurement).
+
+At p < 1 the filter never restarts, so every column's norm is the infinite one and a column
+scaling has nothing to equalise; the issue's p < 1 anchors (1.0012× at 0.999, 1.0079× at
+0.9999) are single-horizon figures that scale the *last* columns of the horizon, which a
+filter that keeps running cannot do without paying after it (RESULTS.md). What a running
+filter can change is its start: rows ``r_t < 1`` for ``t < t1`` and exactly 1 after, so every
+column's infinite norm ``S'_j = S_∞ − Σ_(k<t1−j) (1 − r_(j+k)²)·c_k² ≤ S_∞`` and ``d_j =
+√(S_∞/S'_j)`` — private forever at the same σ. ``log r_t = log r_0·(1 − t/t1)^γ``; a grid over
+``(r_0, t1, γ)`` with the shipped ``(θ, w)``, the mean release variance over ``T = 32767`` ticks
+(decayed-sum recurrences in ``O(T·d²)``) against the lower bound.
+
+Usage::
+
+    python benchmarks/blt_start_rows.py 0.999
+"""
+
+import math
+import sys
+
+import numpy as np
+from scipy.signal import lfilter
+
+from stream_dp.strategies.blt import plan
+from stream_dp.strategies.blt._scaled_fit import _poles
+
+
+def sums_prime(th: np.ndarray, w: np.ndarray, r: np.ndarray, s_inf: float) -> np.ndarray:
+    """``S'_j = S_∞ − Σ_(k<n−j) (1 − r_(j+k)²)·c_k²`` (``r = 1`` from ``n = len(r)`` on)."""
+    n = len(r)
+    g2 = 1.0 - r * r
+    out = g2.copy()  # k = 0
+    for i in range(len(th)):
+        for j in range(i, len(th)):
+            g = np.zeros(n, dtype=complex)
+            g[:-1] = lfilter([1.0], [1.0, -th[i] * th[j]], g2[1:][::-1])[::-1]
+            out = out + (1.0 if i == j else 2.0) * w[i] * w[j] * g
+    return s_inf - out
+
+
+def curve(p: float, th: np.ndarray, w: np.ndarray, r: np.ndarray, n: int) -> np.ndarray:
+    """Release variance at ticks ``0..n−1`` (units: σ² = S_∞) of ``N = D⁻¹C⁻¹R⁻¹ζ``, decayed:
+    ``Var E_t = p²·Var E_(t−1) + 2p·e_t·Cov(E_(t−1), M_t) + e_t²·Var M_t``, ``e = 1/d``."""
+    rr = np.ones(n, dtype=complex)
+    rr[:len(r)] = r
+    s_inf = 1.0 + sum(w[i] * w[j] / (1 - th[i] * th[j])
+                      for i in range(len(th)) for j in range(len(th)))
+    e = np.sqrt(sums_prime(th, w, rr, s_inf) / s_inf)
+    u = 1.0 / (rr * rr)
+    lam, a = _poles(th, w)
+    d = len(th)
+    var_m = u.copy()
+    big_r = np.tile(u, (d, 1))
+    for i in range(d):
+        for j in range(i, d):
+            q = np.concatenate(([0.0], lfilter([1.0], [1.0, -lam[i] * lam[j]], u[:-1])))
+            big_r[i] += lam[i] * a[j] * q
+            if j != i:
+                big_r[j] += lam[j] * a[i] * q
+            var_m += (1.0 if i == j else 2.0) * a[i] * a[j] * q
+    cross = np.zeros(n, dtype=complex)
+    for i in range(d):
+        cross[1:] += a[i] * lfilter([1.0], [1.0, -p * lam[i]], e[:-1] * big_r[i][:-1])
+    out: np.ndarray = s_inf * lfilter([1.0], [1.0, -p * p], 2.0 * p * e * cross + e * e * var_m)
+    return out
+
+
+def rows(r0: float, t1: float, gam: float) -> np.ndarray:
+    t = np.arange(math.ceil(t1))
+    return np.exp(math.log(r0) * (1 - t / t1) ** gam).astype(complex)
+
+
+def main() -> None:
+    p, n = float(sys.argv[1]), 32767
+    th, w = (np.array(v, dtype=complex) for v in plan.fit(p, n))
+    bound = plan.mean_factor_sqrt_bound(p, n)
+    base = curve(p, th, w, np.ones(0, dtype=complex), n).real.mean()
+    check = plan.mean_factor(p, n, th.real, w.real)
+    k = np.arange(1, 40 * n)
+    root = np.concatenate(([1.0], np.cumprod((2 * k - 1) / (2 * k) * p)))  # (1 − p·x)^(−1/2)
+    sqrt_fig = float(np.sum(root**2)) * float(np.cumsum(root[:n] ** 2).mean())
+    print(f"p = {p}: shipped blt {base / bound:.6f} (plan.mean_factor {check / bound:.6f}); "
+          f"the exact Toeplitz square root {sqrt_fig / bound:.6f}")
+    best, where = base, None
+    for r0 in (0.5, 0.7, 0.85, 0.95):
+        for t1 in (100, 300, 1000, 3000, 10000):
+            for gam in (0.5, 1.0, 2.0, 4.0):
+                v = curve(p, th, w, rows(r0, t1, gam), n).real.mean()
+                if v < best:
+                    best, where = v, (r0, t1, gam)
+    print(f"best start rows {best / bound:.6f} at (r_0, t1, γ) = {where}")
+
+
+if __name__ == "__main__":
+    main()
