@@ -44,10 +44,11 @@ def rows(z: NDArray[np.complex128], n: int) -> NDArray[np.complex128]:
     return np.exp(z[0] * np.log1p(t / np.exp(z[2])) + z[1] * np.log1p((n - 1 - t) / np.exp(z[3])))
 
 
-def loss(theta: NDArray[np.complex128], w: NDArray[np.complex128], r: NDArray[np.complex128],
-         end_weight: float = 0.0) -> complex:
-    """The slack-free mean release variance over the block, plus ``end_weight`` times the
-    variance at its last tick (the block estimate later blocks build on)."""
+def curve(theta: NDArray[np.complex128], w: NDArray[np.complex128], r: NDArray[np.complex128],
+          p: float = 1.0) -> NDArray[np.complex128]:
+    """The slack-free release variance at every tick of one block (``S'``-normalised: compare
+    with the bound directly); ``p < 1``: of the decayed sum, ``Var E_t = p²·Var E_(t−1) +
+    2p·e_t·Cov(E_(t−1), M_t) + e_t²·Var M_t`` (benchmarks/blt_restart_blocks.py)."""
     n = len(r)
     r2 = r * r
     s = r2.copy()  # S'_j = r_j² + Σ_il w_i w_l G_il(j), G(j) = r_(j+1)² + q G(j+1)
@@ -72,9 +73,19 @@ def loss(theta: NDArray[np.complex128], w: NDArray[np.complex128], r: NDArray[np
             var_m += (1.0 if i == j else 2.0) * a[i] * a[j] * q_ij
     cross = np.zeros(n, dtype=np.complex128)
     for i in range(d):
-        cross[1:] += a[i] * lfilter([1.0], [1.0, -lam[i]], e[:-1] * big_r[i][:-1])
-    curve = np.cumsum(2.0 * e * cross + e * e * var_m)
-    return complex(np.mean(curve) + end_weight * curve[-1])
+        cross[1:] += a[i] * lfilter([1.0], [1.0, -p * lam[i]], e[:-1] * big_r[i][:-1])
+    step = 2.0 * p * e * cross + e * e * var_m
+    out: NDArray[np.complex128] = (np.cumsum(step) if p == 1.0
+                                   else lfilter([1.0], [1.0, -p * p], step))
+    return out
+
+
+def loss(theta: NDArray[np.complex128], w: NDArray[np.complex128], r: NDArray[np.complex128],
+         end_weight: float = 0.0, p: float = 1.0) -> complex:
+    """The slack-free mean release variance over the block, plus ``end_weight`` times the
+    variance at its last tick (the block estimate later blocks build on)."""
+    c = curve(theta, w, r, p)
+    return complex(np.mean(c) + end_weight * c[-1])
 
 
 def unpack(x: NDArray[np.complex128], n: int) -> tuple[NDArray[np.complex128], ...]:
