@@ -45,20 +45,25 @@ def rows(z: NDArray[np.complex128], n: int) -> NDArray[np.complex128]:
 
 
 def curve(theta: NDArray[np.complex128], w: NDArray[np.complex128], r: NDArray[np.complex128],
-          p: float = 1.0) -> NDArray[np.complex128]:
+          p: float = 1.0, sums: NDArray[np.complex128] | None = None
+          ) -> NDArray[np.complex128]:
     """The slack-free release variance at every tick of one block (``S'``-normalised: compare
     with the bound directly); ``p < 1``: of the decayed sum, ``Var E_t = p²·Var E_(t−1) +
-    2p·e_t·Cov(E_(t−1), M_t) + e_t²·Var M_t`` (benchmarks/blt_restart_blocks.py)."""
+    2p·e_t·Cov(E_(t−1), M_t) + e_t²·Var M_t`` (benchmarks/blt_restart_blocks.py). ``sums``:
+    the columns' square norms ``S'`` if not the block's own (benchmarks/blt_start_rows.py)."""
     n = len(r)
     r2 = r * r
-    s = r2.copy()  # S'_j = r_j² + Σ_il w_i w_l G_il(j), G(j) = r_(j+1)² + q G(j+1)
     d = len(theta)
-    for i in range(d):
-        for j in range(i, d):
-            q = theta[i] * theta[j]
-            g = np.zeros(n, dtype=np.complex128)
-            g[:-1] = lfilter([1.0], [1.0, -q], r2[1:][::-1])[::-1]
-            s += (1.0 if i == j else 2.0) * w[i] * w[j] * g
+    if sums is None:
+        s = r2.copy()  # S'_j = r_j² + Σ_il w_i w_l G_il(j), G(j) = r_(j+1)² + q G(j+1)
+        for i in range(d):
+            for j in range(i, d):
+                q = theta[i] * theta[j]
+                g = np.zeros(n, dtype=np.complex128)
+                g[:-1] = lfilter([1.0], [1.0, -q], r2[1:][::-1])[::-1]
+                s += (1.0 if i == j else 2.0) * w[i] * w[j] * g
+    else:
+        s = sums
     e = np.sqrt(s)  # 1/d_j up to the common factor, which cancels
     u = 1.0 / r2
     lam, a = _poles(theta, w)

@@ -17,12 +17,15 @@ Usage::
 
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 from scipy.signal import lfilter
 
 from stream_dp.strategies.blt import plan
-from stream_dp.strategies.blt._scaled_fit import _poles
+
+sys.path.insert(0, str(Path(__file__).parent))
+import blt_row_scaling as R
 
 
 def sums_prime(th: np.ndarray, w: np.ndarray, r: np.ndarray, s_inf: float) -> np.ndarray:
@@ -39,29 +42,13 @@ def sums_prime(th: np.ndarray, w: np.ndarray, r: np.ndarray, s_inf: float) -> np
 
 
 def curve(p: float, th: np.ndarray, w: np.ndarray, r: np.ndarray, n: int) -> np.ndarray:
-    """Release variance at ticks ``0..n−1`` (units: σ² = S_∞) of ``N = D⁻¹C⁻¹R⁻¹ζ``, decayed:
-    ``Var E_t = p²·Var E_(t−1) + 2p·e_t·Cov(E_(t−1), M_t) + e_t²·Var M_t``, ``e = 1/d``."""
+    """Release variance at ticks ``0..n−1`` (units: σ² = S_∞) of ``N = D⁻¹C⁻¹R⁻¹ζ``, decayed
+    (``blt_row_scaling.curve`` with the columns' infinite norms ``S'``)."""
     rr = np.ones(n, dtype=complex)
     rr[:len(r)] = r
     s_inf = 1.0 + sum(w[i] * w[j] / (1 - th[i] * th[j])
                       for i in range(len(th)) for j in range(len(th)))
-    e = np.sqrt(sums_prime(th, w, rr, s_inf) / s_inf)
-    u = 1.0 / (rr * rr)
-    lam, a = _poles(th, w)
-    d = len(th)
-    var_m = u.copy()
-    big_r = np.tile(u, (d, 1))
-    for i in range(d):
-        for j in range(i, d):
-            q = np.concatenate(([0.0], lfilter([1.0], [1.0, -lam[i] * lam[j]], u[:-1])))
-            big_r[i] += lam[i] * a[j] * q
-            if j != i:
-                big_r[j] += lam[j] * a[i] * q
-            var_m += (1.0 if i == j else 2.0) * a[i] * a[j] * q
-    cross = np.zeros(n, dtype=complex)
-    for i in range(d):
-        cross[1:] += a[i] * lfilter([1.0], [1.0, -p * lam[i]], e[:-1] * big_r[i][:-1])
-    out: np.ndarray = s_inf * lfilter([1.0], [1.0, -p * p], 2.0 * p * e * cross + e * e * var_m)
+    out: np.ndarray = R.curve(th, w, rr, p, sums_prime(th, w, rr, s_inf))
     return out
 
 
