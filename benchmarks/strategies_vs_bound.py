@@ -42,7 +42,7 @@ def table(privacy: Privacy, horizon: int, ps: tuple[float, ...]) -> None:
         cells = "".join(f"{by[n]:>13.3f}" for n in names)
         print(
             f"{p:>6g}{cells}{best.mean_mse:>13.3f}{best.strategy:>13}{bound:>11.3f}"
-            f"{best.mean_mse / bound:>11.4f}{time.perf_counter() - t0:>6.1f}"
+            f"{best.mean_mse / bound:>11.6f}{time.perf_counter() - t0:>6.1f}"
         )
         ratios = "  ".join(f"{n} {by[n] / bound:.2f}" for n in names)
         print(f"{'':>6}  ratio to bound: {ratios}")

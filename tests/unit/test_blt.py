@@ -75,13 +75,24 @@ def test_accounting_from_first_principles(p: float) -> None:
     # its block (the worst case: an event at the block's first tick)
     n = 255 if p == 1.0 else 2_000_000
     c = blt_plan.coefficients(mech.theta, mech.w, n)
-    # p = 1: column scaling, so every block position s is checked; the tick s + k draws noise
-    # of scale σ/d_(s+k) and its mean moves by ≤ |c_k|·d_s·D/d_(s+k) + 1 + 2E/d_(s+k) units:
-    # in the scaled domain ≤ |c_k|·d_s·D + S (S = d_max + 2E = mech.slack_units); p < 1: d = 1
-    scales = mech.scales if p == 1.0 else np.ones(1)
-    assert (p == 1.0) == (mech.scales is not None)
-    for pos in range(len(scales)):
-        shifts = np.abs(c[: n - pos]) * d * float(scales[pos])
+    # column scaling (p = 1: the block; p < 1: the start rows' table), so block positions s
+    # are checked; the tick s + k draws noise of scale σ/(d_(s+k)·r_(s+k)) and its mean moves
+    # by ≤ |c_k|·d_s·D/d_(s+k) + 1 + 2E/d_(s+k) units: its loss is that times r·d over σ, ≤
+    # (r_(s+k)·|c_k|·d_s·D + S)²/(2σ²) (S = max(r·d) + 2E = mech.slack_units; r, d = 1 past
+    # the tables)
+    # p = 1: the block's table; 0.999: the start rows (kept at T = 255); 0.9: none
+    assert (mech.scales is not None) == (p != 0.9)
+    table = mech.scales if mech.scales is not None else np.ones(0)
+    scales = np.ones(n)
+    scales[: len(table)] = table
+    rows = np.ones(n)
+    if mech.rows is not None:
+        rows[: len(mech.rows)] = mech.rows
+    top = int(np.argmax(scales))
+    positions = (range(len(table)) if p == 1.0 else
+                 sorted({0, 1, 2, top, len(table) // 2, max(len(table) - 1, 0), len(table)}))
+    for pos in positions:
+        shifts = np.abs(c[: n - pos]) * d * float(scales[pos]) * rows[pos:]
         shifts[1:] += s
         total = math.fsum((shifts * shifts).tolist()) + (MAX_TICKS - (n - pos)) * s * s
         assert total / (2.0 * mech.sigma_units**2) <= rho * (1 + 1e-9), pos

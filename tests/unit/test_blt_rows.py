@@ -64,7 +64,8 @@ def test_shipped_row_fits_are_used_and_bound_into_the_description() -> None:
     plain = BltMechanism(1.0, 63, ZCDP(0.5))
     assert plain.rows is None and "row_scales" not in plain.describe()
     assert plain.describe()["column_scales"] == "equalised-v1"
-    assert BltMechanism(0.999, 32767, ZCDP(0.5)).rows is None  # p < 1: no blocks, no rows
+    start = BltMechanism(0.999, 32767, ZCDP(0.5))  # p < 1: start rows (test_blt_start_rows.py)
+    assert start.rows is not None and "row_scales" not in start.describe()
 
 
 def test_columns_of_the_row_scaled_block_against_brute_force() -> None:

@@ -58,6 +58,18 @@ the slack with ``S'' = max(r·d) + 2E``; the clip grows by ``1/min r`` (the buff
 ``C⁻¹R⁻¹ζ``). Both filters are built and the rows kept only if the first block's mean error is
 lower (at a small ρ the larger clip's float-error slack grows with σ). At T = 32767, ρ = 0.5:
 1.0200× the lower bound, and past the horizon every block's mean and worst tick lower.
+**Start rows at** ``p < 1`` (issue #36; :func:`.plan.start_fit`, shipped for p = 0.99, 0.995,
+0.999, 0.9999). The stream's first ``t₁`` ticks (at most :data:`.plan.START_TICKS`) measure with
+``R·C·D``: the draw at tick ``t < t₁`` has scale ``σ/(d_t·r_t)``, ``r_t < 1`` rising to 1 and
+``d_t = √(S_∞/S'_t)`` rounded down, ``S'_t`` the *infinite* column of ``R·C``
+(:func:`.plan.start_scales`); from ``t₁`` on the filter is the plain one. An event at ``s``
+spends ``d_s²·S'_s·D² ≤ S_∞·D²`` — the plain sensitivity — plus the slack with ``S'' = max(1,
+max r·d) + 2E`` and ``max d`` on the cross term; the clip grows by ``1/min r``. Kept only if the
+mean error over ticks ``1..horizon`` is lower (so at short horizons the plain filter): at
+T = 32767, ρ = 0.5, p = 0.995, 1.000513× → 1.000494× the lower bound. The first ticks' error is
+higher (tick 1: +17 %; lower from tick 17 / 30 / 141 / 3512 at p = 0.99 / 0.995 / 0.999 /
+0.9999); once the start has decayed it is the plain filter's up to the slack (≤ 6.2·10⁻⁸
+relative). :meth:`variance` is :func:`.plan.start_variance_curve`.
 A budget whose noise (the blocks', the later blocks' or any super level's before ``MAX_TICKS``) would leave the
 sampler's range is refused when the mechanism is built (``BudgetOutOfRange``), not mid-run.
 
@@ -144,13 +156,22 @@ class BltMechanism(Mechanism):
         # p = 1 with a shipped row fit for this horizon: its own (θ, w) and row scales r_t ≤ 1,
         # kept if its mean error over the first block is below the column-scaled filter's (at
         # a small ρ its larger clip, ∝ σ/min r, makes the float-error slack grow with σ)
+        # p < 1 with a shipped start-row fit: the shipped (θ, w) and start rows r_t ≤ 1, kept if
+        # its mean error over the horizon is below the plain filter's
         row_fit = _plan.row_fit(self.horizon) if self.p == 1.0 else None
+        start_fit = _plan.start_fit(self.p)
         with_rows: dict[str, Any] | None = None
-        if row_fit is not None:
-            rows = _plan.row_scales(row_fit[2], self.horizon)
+        if row_fit is not None or start_fit is not None:
+            if row_fit is not None:
+                theta, w = row_fit[0], row_fit[1]
+                rows = _plan.row_scales(row_fit[2], self.horizon)
+            else:
+                assert start_fit is not None
+                theta, w = _plan.fit(self.p, self.horizon)
+                rows = _plan.start_rows(start_fit)
             rows.setflags(write=False)
             try:
-                self._build(row_fit[0], row_fit[1], rows)
+                self._build(theta, w, rows)
                 with_rows = dict(self.__dict__)
             except (BudgetOutOfRange, ValueError):
                 with_rows = None
@@ -162,10 +183,17 @@ class BltMechanism(Mechanism):
             self.__dict__.clear()
             self.__dict__.update(with_rows)
             return
-        if with_rows is not None and (float(np.mean(with_rows["_part0"]))
-                                      < float(np.mean(self._part0))):
+        if with_rows is not None and self._mean_error(with_rows) < self._mean_error(self.__dict__):
             self.__dict__.clear()
             self.__dict__.update(with_rows)
+
+    def _mean_error(self, built: dict[str, Any]) -> float:
+        """The mean error of a built filter (its ``__dict__``; relative units): over the first
+        block at ``p = 1``, over ticks ``1..horizon`` at ``p < 1``."""
+        if self.p == 1.0:
+            return float(np.mean(built["_part0"]))
+        return float(built["unit_variance"]) * float(np.mean(_unit_cum(
+            self.p, built["theta"], built["w"], built["scales"], built["rows"], self.horizon)))
 
     def _build(self, theta: tuple[float, ...], w: tuple[float, ...],
                rows: np.ndarray | None) -> None:
@@ -174,7 +202,8 @@ class BltMechanism(Mechanism):
         sampler or the clip cannot serve."""
         privacy = self.privacy
         self.rows = rows
-        self.__dict__.pop("_unit_curve", None)  # cached per build (_block_curve)
+        self.__dict__.pop("_unit_curve", None)  # cached per build (_block_curve, _curve)
+        self.__dict__.pop("_cum", None)
         self.theta = np.asarray(theta, dtype=np.float64)
         self.w = np.asarray(w, dtype=np.float64)
         self._theta_c = np.ascontiguousarray(self.theta)  # the compiled kernels' operands
@@ -197,6 +226,15 @@ class BltMechanism(Mechanism):
             self.scales = _plan.column_scales(self.theta, self.w, self.horizon, sums)
             d_max = rd_max = float(self.scales[-1])
             sq = max(sq, float(np.max(self.scales**2 * sums[::-1])))  # certified, not assumed
+        elif self.rows is not None and self.p < 1.0:
+            # start rows: an event at tick s < t1 spends d_s²·S'_s ≤ S_∞ (its infinite column
+            # of R·C scaled), one at s ≥ t1 the plain S_∞ (d = r = 1 there)
+            self.scales, start_sums = _plan.start_scales(self.theta, self.w, self.rows, sq)
+            if not float(np.max(self.scales**2 * start_sums)) <= sq:  # pragma: no cover
+                raise AssertionError("start-row columns above the infinite column")
+            d_max = float(np.max(self.scales))
+            rd_max = max(1.0, float(np.max(self.scales * self.rows)))
+            r_min = float(np.min(self.rows))
         elif self.rows is not None:
             # an event at block position s spends d_s²·Σ_k r_(s+k)²c_k² = d_s²·S'_s ≤ K
             row_sums = _plan.row_column_square_sums(self.theta, self.w, self.rows)
@@ -259,6 +297,10 @@ class BltMechanism(Mechanism):
                 f"beyond the sampler's {MAX_SIGMA:g}; use a larger rho or another strategy")
         if self.sigma_units * max(1.0, n_sd) * _CLIP_SDS / r_min > self.clip * 1.5:
             raise ValueError("slack too large for the clip bound (rho too small?)")
+        if (self.rows is not None and self.p < 1.0
+                and not self.sigma_units / float(np.max(self._divisor)) >= 64.0):
+            # the start rows' curve takes Var(d·Z) = σ²/r² (exact to < 10⁻³⁰⁰ from σ/(d·r) ≥ 64)
+            raise ValueError("start rows need draws of scale ≥ 64 units")  # pragma: no cover
         self.unit_variance = self.unit**2 * discrete_gaussian_variance(self.sigma_units)
         self.d_units = d_units
         # p = 1: blocks of `horizon` ticks (the filter restarts), doubling epochs of blocks and
@@ -343,7 +385,13 @@ class BltMechanism(Mechanism):
                  "row_scales": f"fit-v{_plan.ROWS_VERSION}",
                  "row_scales_sha256": hashlib.sha256(
                      np.ascontiguousarray(self.rows, dtype="<f8").tobytes()).hexdigest()}
-             if self.rows is not None else {})
+             if self.rows is not None and self.super else {}) | ({
+                 "start_rows": f"fit-v{_plan.START_VERSION}",
+                 "start_rows_sha256": hashlib.sha256(
+                     np.ascontiguousarray(self.rows, dtype="<f8").tobytes()).hexdigest(),
+                 "start_column_scales_sha256": hashlib.sha256(
+                     np.ascontiguousarray(self.scales, dtype="<f8").tobytes()).hexdigest()}
+             if self.rows is not None and not self.super else {})
 
     def epoch_noise(self, n_blocks: int) -> EpochNoise:
         """Super-level noise of a later epoch of ``n_blocks`` blocks (``p = 1``; units ``h``)."""
@@ -399,7 +447,9 @@ class BltMechanism(Mechanism):
                 sigma = self.sigma_units1
         # in place where the arrays are this tick's own (same operations, fewer temporaries)
         f = self.feedback(buffers)
-        if self.scales is not None:  # p = 1: column scaling (d_j ≥ 1 at block position j)
+        if not self.super:
+            j = t - 1  # p < 1: the start rows' table covers ticks 0..t1−1 (none: empty)
+        if self.scales is not None and j < len(self.scales):  # d_j ≥ 1 at position j
             scale = float(self.scales[j])
             f /= scale
             n = (noise.discrete_gaussian(t, sigma / float(self._divisor[j]))
@@ -475,8 +525,7 @@ class BltMechanism(Mechanism):
         cum = getattr(self, "_cum", None)
         if cum is None or len(cum) < n:
             size = max(n, 2 * (0 if cum is None else len(cum)), 1024)
-            b = _plan.reconstruction(self.p, self.theta, self.w, size)
-            cum = np.cumsum(b * b)
+            cum = _unit_cum(self.p, self.theta, self.w, self.scales, self.rows, size)
             cum.setflags(write=False)
             self._cum = cum
         out: Float64Array = self.unit_variance * cum[:n]
@@ -514,6 +563,14 @@ class BltMechanism(Mechanism):
         ``p = 1``, else ``max(horizon, 2**16)``: count rounding and feedback rounding, both
         filtered (at ``p = 1`` the filter restarts every block, so ``Σ|b_k|`` over one block per
         block started; with the column scaling the rows of ``W·D⁻¹C⁻¹·D`` replace ``Σ|b_k|``)."""
+        if self.scales is not None and not self.super:
+            # p < 1 with start rows: rows of W·D⁻¹C⁻¹·D (Abel bound, |p^(L−l)·b_l| ≤ |b_l|) with
+            # D = I past the table
+            n = max(self.horizon, 1 << 16, 2 * len(self.scales))
+            d = np.ones(n)
+            d[: len(self.scales)] = self.scales
+            rows = _plan.scaled_abs_rows(self.p, self.theta, self.w, d)
+            return self.unit * (0.5 / (1.0 - self.p) + (0.5 + self.float_error) * rows)
         if self.scales is not None:  # p = 1: rows of W·D⁻¹C⁻¹·D (Abel bound), one per block
             n_ticks = self.horizon if ticks is None or ticks <= self.horizon else int(ticks)
             blocks = -(-n_ticks // self.horizon)
@@ -523,6 +580,16 @@ class BltMechanism(Mechanism):
         b = _plan.reconstruction(self.p, self.theta, self.w, n)
         decay = float(n) if self.p == 1.0 else 1.0 / (1.0 - self.p)
         return self.unit * (0.5 * decay + (0.5 + self.float_error) * float(np.sum(np.abs(b))))
+
+
+def _unit_cum(p: float, theta: np.ndarray, w: np.ndarray, scales: np.ndarray | None,
+              rows: np.ndarray | None, n: int) -> np.ndarray:
+    """``p < 1``: the release variance at ticks ``1..n`` per unit of ``Var(Z)`` at scale σ
+    (``Σ_(k<t) b_k²``; with start rows :func:`.plan.start_variance_curve`)."""
+    if rows is None or scales is None:
+        b = _plan.reconstruction(p, theta, w, n)
+        return np.cumsum(b * b)
+    return _plan.start_variance_curve(p, theta, w, scales, rows, n)
 
 
 def make(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> BltMechanism:

@@ -45,7 +45,18 @@ variance (:func:`scaled_variance_curve`) is evaluated in ``O(T·d²)`` from firs
 recurrences. (Scaling the noise *before* the filter, ``B·D⁻¹``, is the factorisation
 ``W = (B·D⁻¹)(D·C)``: ``D·C`` scales rows, its column norms are not equalised and the
 sensitivity grows — 3.5% at T = 32767 with the shipped fit.) For ``p < 1`` there are no blocks:
-the filter runs forever, every column has the infinite norm, and ``D = I``.
+the filter runs forever, every column has the infinite norm, and only the start rows below
+make ``D ≠ I``.
+
+**Start rows at** ``p < 1`` (issue #36). ``C' = R·C·D`` with ``r_t < 1`` for the stream's first
+``t₁`` ticks only (:func:`start_rows`, ``log r_t = α·e^(−t/τ)``, two fitted parameters) and
+``R = D = I`` after: the infinite column ``j < t₁`` of ``R·C`` is shorter than ``S_∞ = ‖c‖₂²``
+(:func:`start_column_square_sums`), so ``d_j = √(S_∞/S'_j)`` (:func:`start_scales`) equalises it
+at the same σ, forever. Early noise is larger (``σ/r_t``) and divided by ``d ≥ 1`` after the
+filter; over ticks ``1..32767`` at ρ = 0.5 the mean error drops from 1.000277 / 1.000513 /
+1.002156 / 1.016618× the lower bound to 1.000268 / 1.000494 / 1.002055 / 1.015129× at p = 0.99 /
+0.995 / 0.999 / 0.9999. The variance is :func:`start_variance_curve`. Fits are made by
+``benchmarks/blt_start_rows.py --write`` and shipped (:func:`start_fit`).
 
 **Row scales at** ``p = 1`` (issue #36). ``C' = R·C·D`` with ``R = diag(r_t)``, ``r_t ≤ 1`` from four
 parameters (:func:`row_scales`) and ``D`` equalising the columns of ``R·C``
@@ -84,6 +95,8 @@ __all__ = [
     "BUFFERS",
     "FIT_VERSION",
     "ROWS_VERSION",
+    "START_TICKS",
+    "START_VERSION",
     "abs_sum",
     "block_of",
     "coefficients",
@@ -103,6 +116,11 @@ __all__ = [
     "scaled_mean_factor",
     "scaled_variance_curve",
     "square_sum",
+    "start_column_square_sums",
+    "start_fit",
+    "start_rows",
+    "start_scales",
+    "start_variance_curve",
 ]
 
 #: Largest number of buffers ``d`` a fit considers (state: ``2d + 1`` floats per stream).
@@ -286,16 +304,17 @@ def column_scales(theta: NDArray[np.float64], w: NDArray[np.float64], block: int
 
 
 def scaled_variance_curve(theta: NDArray[np.float64], w: NDArray[np.float64],
-                          scales: NDArray[np.float64], u: NDArray[np.float64]
-                          ) -> NDArray[np.float64]:
-    """Variance of ``E_t = Σ_{s≤t} M_s/d_s`` for ``t = 0..T−1`` (``T = len(scales)``), where
-    ``M = C⁻¹ζ`` and ``ζ_j`` are independent with variances ``u_j`` — the ``p = 1`` release error
-    of the column-scaled factorisation (units of ``u``).
+                          scales: NDArray[np.float64], u: NDArray[np.float64],
+                          p: float = 1.0) -> NDArray[np.float64]:
+    """Variance of ``E_t = Σ_{s≤t} p^(t−s)·M_s/d_s`` for ``t = 0..T−1`` (``T = len(scales)``),
+    where ``M = C⁻¹ζ`` and ``ζ_j`` are independent with variances ``u_j`` — the release error of
+    the column-scaled factorisation (units of ``u``; ``p = 1``: a block's, ``p < 1``: the start
+    rows' of :func:`start_scales`).
 
     ``O(T·d²)``: with ``m_k = Σ_i a_i λ_i^(k−1)`` (:func:`poles`), ``Cov(M_s, M_t) =
     Σ_i a_i λ_i^(t−s−1)·R_i(s)`` for ``t > s``, ``R_i(s) = u_s + λ_i Σ_l a_l Q_il(s)``,
-    ``Q_il(s) = Σ_{j<s} u_j (λ_iλ_l)^(s−1−j)``; then ``Var E_t = Var E_(t−1) + 2e_t Σ_i a_i P_i(t)
-    + e_t² Var M_t`` with ``e = 1/d`` and ``P_i(t) = Σ_{s<t} λ_i^(t−1−s) e_s R_i(s)``."""
+    ``Q_il(s) = Σ_{j<s} u_j (λ_iλ_l)^(s−1−j)``; then ``Var E_t = p²·Var E_(t−1) + 2p·e_t Σ_i a_i
+    P_i(t) + e_t² Var M_t`` with ``e = 1/d`` and ``P_i(t) = Σ_{s<t} (pλ_i)^(t−1−s) e_s R_i(s)``."""
     lam, a = poles(np.asarray(theta, dtype=np.float64), np.asarray(w, dtype=np.float64))
     uu = np.asarray(u, dtype=np.float64)
     e = 1.0 / np.asarray(scales, dtype=np.float64)
@@ -309,8 +328,10 @@ def scaled_variance_curve(theta: NDArray[np.float64], w: NDArray[np.float64],
             var_m += a[i] * a[j] * q_ij
     cross = np.zeros(n)  # Σ_i a_i P_i(t)
     for i, li in enumerate(lam.tolist()):
-        cross[1:] += a[i] * _geometric(li, e[:-1] * r[i][:-1])
-    out: NDArray[np.float64] = np.cumsum(2.0 * e * cross + e * e * var_m)
+        cross[1:] += a[i] * _geometric(float(p) * li, e[:-1] * r[i][:-1])
+    step = 2.0 * float(p) * e * cross + e * e * var_m
+    out: NDArray[np.float64] = (np.cumsum(step) if float(p) == 1.0
+                                else _geometric(float(p) ** 2, step))
     return out
 
 
@@ -357,16 +378,22 @@ def row_column_square_sums(theta: NDArray[np.float64], w: NDArray[np.float64],
     """``S'_j = Σ_{k<T−j} r_(j+k)²·c_k²`` for block positions ``j = 0..T−1`` (``T = len(rows)``):
     the squared norm of column ``j`` of ``R·C`` inside a block (``O(T·d²)``; sums of positive
     terms, relative float error ≲ ``T·2⁻⁵³``)."""
+    return _weighted_column_sums(theta, w, np.asarray(rows, dtype=np.float64) ** 2)
+
+
+def _weighted_column_sums(theta: NDArray[np.float64], w: NDArray[np.float64],
+                          v: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``Σ_{k<n−j} v_(j+k)·c_k²`` for ``j = 0..n−1`` (``n = len(v)``), ``O(n·d²)``."""
     th = np.asarray(theta, dtype=np.float64)
     ww = np.asarray(w, dtype=np.float64)
-    r2 = np.asarray(rows, dtype=np.float64) ** 2
-    n = len(r2)
-    out = r2.copy()  # k = 0: c_0 = 1
+    vv = np.asarray(v, dtype=np.float64)
+    n = len(vv)
+    out = vv.copy()  # k = 0: c_0 = 1
     for i in range(len(th)):
         for j in range(i, len(th)):
-            # G(j) = Σ_{k≥1} (θ_iθ_j)^(k−1) r_(j+k)², run backwards from the block's end
+            # G(j) = Σ_{k≥1} (θ_iθ_j)^(k−1) v_(j+k), run backwards from the end
             g = np.zeros(n)
-            g[:-1] = lfilter([1.0], [1.0, -float(th[i] * th[j])], r2[1:][::-1])[::-1]
+            g[:-1] = lfilter([1.0], [1.0, -float(th[i] * th[j])], vv[1:][::-1])[::-1]
             out += (1.0 if i == j else 2.0) * float(ww[i] * ww[j]) * g
     return out
 
@@ -403,6 +430,140 @@ def row_fit(horizon: int) -> tuple[tuple[float, ...], tuple[float, ...], tuple[f
             and all(math.isfinite(v) for v in rows) and _stable(np.array(th), np.array(w))):
         return None
     return th, w, rows
+
+
+#: Version of the start-row fits at ``p < 1`` (file names and the mechanism's description).
+START_VERSION = 1
+#: Longest start-row table (ticks): past it every row is 1.
+START_TICKS = 1 << 16
+
+
+def start_rows(params: NDArray[np.float64] | tuple[float, ...]) -> NDArray[np.float64]:
+    """Start rows ``r_t`` at ``p < 1`` of the two parameters ``(α, log τ)``, ``α < 0``:
+    ``log r_t = α·e^(−t/τ)``, rounded down to a multiple of ``2⁻²⁰`` (at least ``2⁻²⁰``), for
+    ``t = 0..t₁−1`` with ``t₁`` the first tick where ``α·e^(−t/τ) > −2⁻²⁰`` (at most
+    :data:`START_TICKS`); every later row is exactly 1."""
+    alpha, log_tau = (float(v) for v in params)
+    if not (math.isfinite(alpha) and math.isfinite(log_tau) and alpha < 0.0):
+        raise ValueError(f"start-row parameters must be finite with alpha < 0, got {params!r}")
+    tau = math.exp(log_tau)
+    t1 = min(START_TICKS, max(1, math.ceil(tau * math.log(-alpha / _SCALE_QUANTUM))))
+    t = np.arange(t1, dtype=np.float64)
+    r = np.exp(alpha * np.exp(-t / tau))
+    out: NDArray[np.float64] = np.maximum(np.floor(r / _SCALE_QUANTUM) * _SCALE_QUANTUM,
+                                          _SCALE_QUANTUM)
+    return out
+
+
+def start_column_square_sums(theta: NDArray[np.float64], w: NDArray[np.float64],
+                             rows: NDArray[np.float64], s_inf: float) -> NDArray[np.float64]:
+    """``S'_j = Σ_{k≥0} r_(j+k)²·c_k² = S_∞ − Σ_{k<t₁−j} (1 − r_(j+k)²)·c_k²`` for ``j < t₁ =
+    len(rows)`` (``r = 1`` from ``t₁`` on): the squared infinite norm of column ``j`` of ``R·C``
+    at ``p < 1``; ``s_inf`` is ``S_∞ = ‖c‖₂²``. A sum of non-negative deficits taken from
+    ``S_∞``, so ``S'_j ≤ s_inf`` in floating point too."""
+    r = np.asarray(rows, dtype=np.float64)
+    deficit = _weighted_column_sums(theta, w, 1.0 - r * r)
+    out: NDArray[np.float64] = float(s_inf) - np.maximum(deficit, 0.0)
+    return out
+
+
+def start_scales(theta: NDArray[np.float64], w: NDArray[np.float64],
+                 rows: NDArray[np.float64], s_inf: float
+                 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``(d, S')`` of the start rows: ``d_j = √(S_∞/S'_j)`` (:func:`start_column_square_sums`)
+    times ``1 − 2⁻³⁰`` and rounded down to a multiple of ``2⁻²⁰``, at least 1, so that
+    ``d_j²·S'_j ≤ S_∞``: every column of ``R·C·D`` has at most the norm of the columns past
+    ``t₁`` (``d = r = 1`` there)."""
+    sums = start_column_square_sums(theta, w, rows, s_inf)
+    ratio = np.sqrt(float(s_inf) / sums) * _SCALE_MARGIN
+    d: NDArray[np.float64] = np.maximum(np.floor(ratio / _SCALE_QUANTUM) * _SCALE_QUANTUM, 1.0)
+    return d, sums
+
+
+def start_variance_curve(p: float, theta: NDArray[np.float64], w: NDArray[np.float64],
+                         scales: NDArray[np.float64], rows: NDArray[np.float64], n: int
+                         ) -> NDArray[np.float64]:
+    """Release variance at ticks ``0..n−1`` (units: ``σ²``, the scaled domain's draws ``d_t·Z_t``
+    of variance ``σ²/r_t²``) of the start-row factorisation at ``p < 1``: ``N = D⁻¹C⁻¹R⁻¹ζ``
+    with ``D, R`` the identity from ``t₁ = len(rows)`` on.
+
+    :func:`scaled_variance_curve` over a prefix of ``n_c ≥ 2^16`` ticks, doubled until the
+    difference ``δ_t`` to the plain curve ``Σ_{k≤t} b_k²`` is below ``2⁻⁵⁶`` of it for every
+    later tick (bound: ``δ_t ≤ Σ_v [(1/r_v² − 1)·β_t² + (2β_t|G_v|q_t + G_v²q_t²)/r_v²]`` with
+    ``β_t = max_(k > t−t₁) |b_k|``, ``q_t = p^(t−t₁+1)``, ``G_v = Σ_(u<t₁) p^(t₁−1−u)·m_(u−v)·
+    (1/d_u − 1)``); past ``n_c`` the plain curve."""
+    n = int(n)
+    t1 = len(rows)
+    b = reconstruction(p, theta, w, max(n, t1 + 1))
+    plain = np.cumsum(b * b)[:n]
+    r = np.asarray(rows, dtype=np.float64)
+    e = 1.0 / np.asarray(scales, dtype=np.float64)
+    m = inverse_coefficients(theta, w, t1)
+    # G_v: Σ_(u=v..t1−1) p^(t1−1−u)·m_(u−v)·(e_u − 1)
+    pw = float(p) ** np.arange(t1 - 1, -1, -1, dtype=np.float64)  # p^(t1−1−u)
+    x = pw * (e - 1.0)
+    g = _correlate(m, x)
+    inv_r2 = 1.0 / (r * r)
+    absb = np.abs(b)
+    # β_t = max over the window (t − t1, t] of |b|: a running maximum from the window's start
+    suffix = np.maximum.accumulate(absb[::-1])[::-1]
+    n_c = min(n, max(1 << 16, 4 * t1))
+    while True:
+        if n_c >= n:
+            n_c = n
+            break
+        ts = np.arange(n_c, n, dtype=np.float64)
+        beta = suffix[np.maximum(np.arange(n_c, n) - t1 + 1, 0)]
+        q = float(p) ** (ts - t1 + 1)
+        bound = (float(np.sum(inv_r2 - 1.0)) * beta * beta
+                 + 2.0 * beta * q * float(np.sum(np.abs(g) * inv_r2))
+                 + q * q * float(np.sum(g * g * inv_r2)))
+        if bool(np.all(bound <= 2.0**-56 * plain[n_c:])):
+            break
+        n_c *= 2
+    k = min(t1, n_c)
+    d = np.ones(n_c)
+    d[:k] = np.asarray(scales, dtype=np.float64)[:k]
+    u = np.ones(n_c)
+    u[:k] = inv_r2[:k]
+    out = plain.copy()
+    out[:n_c] = scaled_variance_curve(theta, w, d, u, float(p))
+    return out
+
+
+def _correlate(m: NDArray[np.float64], x: NDArray[np.float64]) -> NDArray[np.float64]:
+    """``g_v = Σ_(k<n−v) m_k·x_(v+k)`` for ``v < n = len(x)`` (direct below 4096 terms, else by
+    FFT: relative error ~10⁻¹⁵ of ``Σ|m_k·x_(v+k)|``)."""
+    n = len(x)
+    if n <= 4096:
+        return np.array([float(np.dot(m[: n - v], x[v:])) for v in range(n)])
+    from scipy.signal import fftconvolve
+
+    full = fftconvolve(x, m[::-1])  # index n − 1 + v − k … : lag v at n − 1 + v
+    out: NDArray[np.float64] = np.asarray(full[n - 1: 2 * n - 1], dtype=np.float64)
+    return out
+
+
+def _start_name(p: float) -> str:
+    return f"blt-start-v{START_VERSION}-p{float(p).hex()}.json"
+
+
+@lru_cache(maxsize=32)
+def start_fit(p: float) -> tuple[float, float] | None:
+    """The start-row parameters ``(α, log τ)`` (:func:`start_rows`) at ``p < 1``, or ``None``:
+    only shipped fits (``fits/blt-start-v1-p<hex>.json``, made with the shipped ``(θ, w)`` at
+    ``T = 32767`` by ``benchmarks/blt_start_rows.py --write``), so every host steps the same
+    filter."""
+    if not float(p) < 1.0:
+        return None
+    try:
+        doc = json.loads((_PACKAGED / _start_name(float(p))).read_text())
+        alpha, log_tau = float(doc["alpha"]), float(doc["log_tau"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not (math.isfinite(alpha) and math.isfinite(log_tau) and alpha < 0.0):
+        return None
+    return alpha, log_tau
 
 
 def scaled_mean_factor(horizon: int, theta: NDArray[np.float64], w: NDArray[np.float64]
