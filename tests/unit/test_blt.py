@@ -20,6 +20,7 @@ from stream_dp.budget import ZCDP, PureDP
 from stream_dp.counters import CounterBank
 from stream_dp.lower_bound import mean_mse_bound
 from stream_dp.planner import make_mechanism
+from stream_dp.strategies._common import BudgetOutOfRange
 from stream_dp.strategies.blt import plan as blt_plan
 from stream_dp.strategies.blt.mechanism import MAX_TICKS, BltMechanism
 from tests.unit._neighbours import check_one_event
@@ -423,3 +424,20 @@ def test_a_worker_with_another_column_scale_table_refuses_the_checkpoint(
     monkeypatch.setattr(blt_plan, "column_scales", real)
     CounterBank.from_bytes(blob, KEY, mechanism=mech)  # the same table restores
     CounterBank.from_bytes(blob, KEY)
+
+
+@pytest.mark.parametrize(("p", "rho", "cap", "error"), [
+    (1.0, 1e21, 1.0, BudgetOutOfRange),  # noise below one unit: the super levels underflowed
+    (1.0, 0.5, 1.5e-323, ValueError),  # a subnormal cap: h = cap/2^30 was 0
+    (0.995, 0.5, 1e300, ValueError),  # h² overflowed
+    (0.995, 0.5, 2.0**-401, ValueError),
+])
+def test_out_of_range_direct_construction_is_a_clear_error(p: float, rho: float, cap: float,
+                                                            error: type[Exception]) -> None:
+    """Outside the planner's ranges a direct ``BltMechanism`` raised ZeroDivisionError or
+    OverflowError; it now refuses with a message naming the range (the planner passes a
+    ``BudgetOutOfRange`` over)."""
+    with pytest.raises(error, match=r"rho|range"):
+        BltMechanism(p, 63, ZCDP(rho), cap)
+    BltMechanism(p, 63, ZCDP(0.5), 2.0**-400)  # the ends of the range are served
+    BltMechanism(p, 63, ZCDP(0.5), 2.0**400)

@@ -139,6 +139,9 @@ _MAX_UNITS = float(2**52)
 _U = 2.0**-53
 #: Clip bound for the buffers' inputs, in standard deviations of N.
 _CLIP_SDS = 256.0
+#: ``cap`` range of the mechanism (its unit ``h`` and ``h²`` stay normal floats).
+_MIN_CAP = 2.0**-400
+_MAX_CAP = 2.0**400
 #: Ticks after which a p < 1 release's variance is taken as converged.
 _CONVERGED = 1 << 22
 
@@ -152,6 +155,11 @@ class BltMechanism(Mechanism):
         self.p = check_p(p)
         self.horizon = check_horizon(horizon)
         self.cap = check_cap(cap)
+        if not _MIN_CAP <= self.cap <= _MAX_CAP:
+            # h = cap/2^30 and the reported variances ∝ h² must stay normal floats (the planner
+            # accepts [1e-6, 1e9]; a direct caller gets this instead of an arithmetic error)
+            raise ValueError(f"cap {self.cap!r} is outside blt's numeric range "
+                             f"[2**-400, 2**400]")
         self.privacy = privacy = check_zcdp(privacy, "blt")
         # p = 1 with a shipped row fit for this horizon: its own (θ, w) and row scales r_t ≤ 1,
         # kept if its mean error over the first block is below the column-scaled filter's (at
@@ -306,6 +314,11 @@ class BltMechanism(Mechanism):
         # p = 1: blocks of `horizon` ticks (the filter restarts), doubling epochs of blocks and
         # super levels over them from the second epoch on (stream_dp.strategies._epochs)
         self.super = self.p == 1.0
+        if self.super and not self.sigma_units >= 1.0:
+            # ρ ≳ 10¹⁸: below one unit of noise the super levels' variances underflow
+            raise BudgetOutOfRange(
+                f"rho {privacy.rho!r} is too large for blt at p = 1: the noise would be "
+                f"{self.sigma_units:.3g} units, below one; use a smaller rho or another strategy")
         if self.super:
             self.sigma_units1 = math.sqrt(self._shift_sq) / math.sqrt(
                 2.0 * nested_budget(privacy.rho))
