@@ -84,12 +84,15 @@ class StrategyFigures:
 
 
 def figures(
-    strategies: tuple[str, ...], p: float, horizon: int, privacy: Privacy, cap: float = 1.0
+    strategies: tuple[str, ...], p: float, horizon: int, privacy: Privacy, cap: float = 1.0, *,
+    user_level: bool = False,
 ) -> list[StrategyFigures]:
-    """Exact figures of each strategy (sensitivity, mean and last-tick MSE over the horizon)."""
+    """Exact figures of each strategy (sensitivity, mean and last-tick MSE over the horizon);
+    ``user_level``: of the mechanism a user-level deployment runs (the registry's
+    ``user_level``)."""
     out = []
     for name in strategies:
-        mech = make(name, p, horizon, privacy, cap)
+        mech = make(name, p, horizon, privacy, cap, user_level=user_level)
         curve = mech.mse_curve(horizon)
         out.append(
             StrategyFigures(

@@ -169,7 +169,8 @@ def user_compare(
     out: list[UserCandidate] = []
     refusal: ValueError | None = None
     for name in names:
-        f = stream_factor(make(name, p, horizon, privacy, cap), bounds.per_leaf_events,
+        f = stream_factor(make(name, p, horizon, privacy, cap, user_level=True),
+                          bounds.per_leaf_events,
                           bounds.min_separation_ticks, bounds.period_ticks)
         calibrated = _scaled(privacy, f.value)
         try:
@@ -177,7 +178,8 @@ def user_compare(
             # candidate, like a sampler's refusal
             check_parameters(epsilon=getattr(calibrated, "epsilon", None),
                              rho=getattr(calibrated, "rho", None))
-            out += [UserCandidate(f, fig) for fig in figures((name,), p, horizon, calibrated, cap)]
+            out += [UserCandidate(f, fig) for fig in figures((name,), p, horizon, calibrated, cap,
+                                                             user_level=True)]
         except ValueError as exc:
             if not (get(name).integer_only or isinstance(exc, BudgetOutOfRange)
                     or calibrated is not privacy):
@@ -244,13 +246,15 @@ def make_mechanism(
     ``p`` ∈ (0, 1] decay per tick; ``horizon`` ticks per epoch (≥ 1); ``privacy`` per event and
     stream; ``cap`` (> 0) bounds one event's contribution to a tick's count. ``integer_counts``
     declares that every count will be a whole number (whole-number event values and cap), which
-    lets ``auto`` consider the integer-grid strategies.
+    lets ``auto`` consider the integer-grid strategies. With ``user_bounds`` the mechanism is
+    a user-level deployment's (the registry's ``user_level``: ``blt`` without start rows, whose
+    per-person factor is then the exact Toeplitz one).
     """
     if strategy == "auto":
         p, horizon, cap, _ = check_arguments(p, horizon, privacy, cap)
         strategy = pick(p, horizon, privacy, cap=cap, integer_counts=integer_counts,
                         user_bounds=user_bounds)
-    return make(strategy, p, horizon, privacy, cap)
+    return make(strategy, p, horizon, privacy, cap, user_level=user_bounds is not None)
 
 
 def check_buildable(

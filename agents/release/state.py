@@ -68,9 +68,11 @@ def build_mechanism(settings: Settings) -> Any:
     s = settings
     limit = s.cap * s.max_events_per_tick
     strategy = s.strategy
+    bounds = _bounds_of(s)
     if strategy == "auto":
-        strategy = _auto(s.p, s.horizon, s.privacy, s.cap, limit, _bounds_of(s))
-    mech = make_mechanism(strategy, s.p, s.horizon, s.privacy, s.cap)
+        strategy = _auto(s.p, s.horizon, s.privacy, s.cap, limit, bounds)
+    # a user-level deployment runs the registry's user-level mechanism (blt: no start rows)
+    mech = make_mechanism(strategy, s.p, s.horizon, s.privacy, s.cap, user_bounds=bounds)
     check_range(mech, limit, what=f"cap × max_events_per_tick = {s.cap:g} × "
                                   f"{s.max_events_per_tick}")
     return mech

@@ -159,7 +159,7 @@ def user_report(args: argparse.Namespace, privacy: Privacy, accountant: Accounta
                               integer_counts=integer_counts)
     chosen = pick(args.p, args.horizon, privacy, args.cap, integer_counts=integer_counts,
                   user_bounds=bounds)
-    mech = make_mechanism(chosen, args.p, args.horizon, privacy, args.cap)
+    mech = make_mechanism(chosen, args.p, args.horizon, privacy, args.cap, user_bounds=bounds)
     leaves = _layer_leaves(args)
     acc = UserAccountant(accountant, bounds, leaves, mech, tick_seconds(args))
     report: dict[str, Any] = {
@@ -193,7 +193,7 @@ def user_report(args: argparse.Namespace, privacy: Privacy, accountant: Accounta
             used["strategy"] = name
             return float(UserAccountant(
                 _with_budget(accountant, per), bounds, leaves,
-                make_mechanism(name, args.p, args.horizon, per, args.cap),
+                make_mechanism(name, args.p, args.horizon, per, args.cap, user_bounds=bounds),
                 tick_seconds(args)).period_factor()[0])
 
         report["solved"] = solve(target, total_factor)

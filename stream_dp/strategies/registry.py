@@ -42,6 +42,9 @@ class StrategyInfo:
     factory: Factory
     models: tuple[str, ...]
     integer_only: bool = False
+    #: the factory a user-level deployment uses, when it differs (``blt``: without the start
+    #: rows, so that a person's events keep the exact Toeplitz factor); ``None``: ``factory``
+    user_level_factory: Factory | None = None
 
 
 _REGISTRY: dict[str, StrategyInfo] = {}
@@ -61,15 +64,18 @@ def configure(
 
 
 def register(
-    name: str, factory: Factory, models: tuple[str, ...] = ("pure",), integer_only: bool = False
+    name: str, factory: Factory, models: tuple[str, ...] = ("pure",), integer_only: bool = False,
+    user_level_factory: Factory | None = None,
 ) -> None:
-    """Register ``factory`` under ``name`` (re-registering the same name replaces it)."""
+    """Register ``factory`` under ``name`` (re-registering the same name replaces it);
+    ``user_level_factory``: the mechanism of a user-level deployment, if another one."""
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"name must be a non-empty string other than 'auto', got {name!r}")
     bad = [m for m in models if m not in ("pure", "zcdp")]
     if not models or bad:
         raise ValueError(f"models must be a non-empty subset of ('pure', 'zcdp'), got {models!r}")
-    _REGISTRY[name] = StrategyInfo(name, factory, tuple(models), bool(integer_only))
+    _REGISTRY[name] = StrategyInfo(name, factory, tuple(models), bool(integer_only),
+                                   user_level_factory)
 
 
 def _import_optional(module_name: str) -> object | None:
@@ -90,7 +96,8 @@ def _ensure_loaded() -> None:
     for name, (module_name, models, integer_only) in _builtin.items():
         module = _import_optional(module_name)
         if module is not None and name not in _REGISTRY:
-            register(name, module.make, models, integer_only)  # type: ignore[attr-defined]
+            register(name, module.make, models, integer_only,  # type: ignore[attr-defined]
+                     getattr(module, "make_user_level", None))
     for module_name in _plugins:
         _import_optional(module_name)
 
@@ -153,10 +160,13 @@ def check_arguments(
     return p, horizon, cap, str(model)
 
 
-def make(strategy: str, p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> Mechanism:
+def make(strategy: str, p: float, horizon: int, privacy: Privacy, cap: float = 1.0, *,
+         user_level: bool = False) -> Mechanism:
     """The registered strategy ``strategy`` (a concrete name, not ``"auto"``) configured for
     decay ``p`` ∈ (0, 1] per tick, ``horizon`` ticks per epoch, ``privacy`` per event and
-    stream, contribution cap ``cap`` (> 0, value units)."""
+    stream, contribution cap ``cap`` (> 0, value units). ``user_level``: the mechanism of a
+    user-level deployment (:attr:`StrategyInfo.user_level_factory`; ``blt`` without its start
+    rows at p < 1)."""
     p, horizon, cap, model = check_arguments(p, horizon, privacy, cap)
     if strategy == "auto":
         raise ValueError("'auto' is resolved by stream_dp.planner.make_mechanism, not the registry")
@@ -166,4 +176,5 @@ def make(strategy: str, p: float, horizon: int, privacy: Privacy, cap: float = 1
             f"strategy {strategy!r} supports privacy models {info.models}, got {model!r}; "
             f"strategies for {model!r}: {', '.join(available(model))}"
         )
-    return info.factory(p, horizon, privacy, cap)
+    factory = info.user_level_factory if user_level and info.user_level_factory else info.factory
+    return factory(p, horizon, privacy, cap)

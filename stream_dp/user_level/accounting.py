@@ -33,8 +33,9 @@ every such pattern:
   nested blocks, each block's fixed-point weighted sum bounded by its best ``b``-spaced
   coefficients — an upper bound (hat or flat levels, issue #36: ``n²`` below);
 * zCDP otherwise (``tree-ls`` at ``p = 1`` with its per-block shares and super levels, ``blt``
-  at ``p = 1`` with its column scales): ``n²``, the triangle inequality's bound, reported as not
-  exact.
+  at ``p = 1`` with its column scales, ``blt`` at ``p < 1`` with start rows — an event-level
+  mechanism: a user-level deployment runs ``blt`` without them, the registry's
+  ``user_level`` factory): ``n²``, the triangle inequality's bound, reported as not exact.
 
 **Whole release.** An event feeds ``h`` nodes, one in each *layer* (a hierarchy's depth, a grid's
 total / one category per attribute / the cell). In one layer the nodes have disjoint leaves, so

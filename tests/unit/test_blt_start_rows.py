@@ -292,3 +292,27 @@ def test_released_mse_matches_the_claim_with_start_rows() -> None:
     # the rows really change the first ticks: tick 1's variance is σ²/(d_0·r_0)², not σ²
     assert exact[0] == pytest.approx(
         mech.unit_variance / float(mech.scales[0] * mech.rows[0]) ** 2, rel=1e-9)  # type: ignore[index]
+
+
+def test_user_level_deployments_run_without_start_rows() -> None:
+    """The start rows stretch the correlation of a stream's first events with later ones (by
+    ``d_s`` up to 1.23 at p = 0.995), so the per-person factor would no longer be the exact
+    Toeplitz one: a user-level deployment (``make_mechanism(..., user_bounds=...)``, ``auto``'s
+    user-level ranking, ``user_compare``) runs the plain filter and keeps its exact factor; the
+    event-level mechanism has the rows, and its factor falls back to the (not exact) ``n²``."""
+    from stream_dp.planner import make_mechanism, user_compare
+    from stream_dp.user_level.accounting import stream_factor
+    from stream_dp.user_level.bounds import UserBounds
+
+    bounds = UserBounds(max_events=6, period_ticks=4096, min_separation_ticks=10)
+    person = make_mechanism("blt", P, 4095, ZCDP(0.5), user_bounds=bounds)
+    event = make_mechanism("blt", P, 4095, ZCDP(0.5))
+    assert isinstance(person, BltMechanism) and isinstance(event, BltMechanism)
+    assert person.rows is None and event.rows is not None
+    exact = stream_factor(person, 6, 10, 4096)
+    assert exact.exact and exact.value < 36.0
+    assert not stream_factor(event, 6, 10, 4096).exact
+    cand = {c.strategy: c for c in user_compare(P, 4095, ZCDP(0.5), bounds)}["blt"]
+    assert cand.factor.value == exact.value and cand.factor.exact
+    auto = make_mechanism("auto", P, 4095, ZCDP(0.5), user_bounds=bounds)
+    assert getattr(auto, "rows", None) is None

@@ -128,7 +128,7 @@ from stream_dp.strategies._epochs import (
 )
 from stream_dp.strategies.blt import plan as _plan
 
-__all__ = ["MAX_TICKS", "UNIT_BITS", "BltMechanism", "make"]
+__all__ = ["MAX_TICKS", "UNIT_BITS", "BltMechanism", "make", "make_user_level"]
 
 #: Ticks a bank may release (the slack sum runs over them): 2**36 one-second ticks ≈ 2,000 years.
 MAX_TICKS = 1 << 36
@@ -151,7 +151,11 @@ class BltMechanism(Mechanism):
 
     name = "blt"
 
-    def __init__(self, p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> None:
+    def __init__(self, p: float, horizon: int, privacy: Privacy, cap: float = 1.0, *,
+                 start_rows: bool = True) -> None:
+        """``start_rows=False``: at p < 1 the plain (Toeplitz) filter even where a start fit is
+        shipped — a user-level deployment's, whose per-person factor is exact only for a
+        Toeplitz measurement (:mod:`stream_dp.user_level.accounting`)."""
         self.p = check_p(p)
         self.horizon = check_horizon(horizon)
         self.cap = check_cap(cap)
@@ -167,7 +171,7 @@ class BltMechanism(Mechanism):
         # p < 1 with a shipped start-row fit: the shipped (θ, w) and start rows r_t ≤ 1, kept if
         # its mean error over the horizon is below the plain filter's
         row_fit = _plan.row_fit(self.horizon) if self.p == 1.0 else None
-        start_fit = _plan.start_fit(self.p)
+        start_fit = _plan.start_fit(self.p) if start_rows else None
         with_rows: dict[str, Any] | None = None
         if row_fit is not None or start_fit is not None:
             if row_fit is not None:
@@ -610,10 +614,17 @@ def make(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> BltMecha
     return BltMechanism(p, horizon, privacy, cap)
 
 
+def make_user_level(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> BltMechanism:
+    """Factory of a user-level deployment: no start rows (they would stretch the correlation of
+    a person's first event with the rest of their events by up to ``max d``, so the exact
+    Toeplitz factor of :mod:`stream_dp.user_level.accounting` would not hold)."""
+    return BltMechanism(p, horizon, privacy, cap, start_rows=False)
+
+
 def _register() -> None:
     from stream_dp.strategies.registry import register
 
-    register("blt", make, models=("zcdp",))
+    register("blt", make, models=("zcdp",), user_level_factory=make_user_level)
 
 
 _register()
