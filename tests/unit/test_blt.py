@@ -100,8 +100,8 @@ def test_accounting_from_first_principles(p: float) -> None:
     # and the slack is small: σ is within 0.2% of the slack-free Gaussian mechanism's
     exact = d * math.sqrt(float(np.sum(c * c))) / math.sqrt(2 * rho)
     assert mech.sigma_units <= exact * 1.002
-    # the unit is a power of two with cap/h in (2^29, 2^30]
-    assert 2**29 < mech.cap / mech.unit <= 2**30 and math.frexp(mech.unit)[0] == 0.5
+    # the unit is a power of two with cap/h in [2^29, 2^30)
+    assert 2**29 <= mech.cap / mech.unit < 2**30 and math.frexp(mech.unit)[0] == 0.5
 
 
 @pytest.mark.parametrize("p", [0.99, 1.0])

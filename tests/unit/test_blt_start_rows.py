@@ -316,3 +316,43 @@ def test_user_level_deployments_run_without_start_rows() -> None:
     assert cand.factor.value == exact.value and cand.factor.exact
     auto = make_mechanism("auto", P, 4095, ZCDP(0.5), user_bounds=bounds)
     assert getattr(auto, "rows", None) is None
+
+
+def test_no_start_rows_where_they_would_cost_the_future(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At ρ = 10⁻⁶ the start rows' larger clip (∝ 1/min r) raises the float-error slack and
+    with it σ: the converged error would be 10⁻³ above the plain filter's forever, for a gain
+    over the first ticks only — the mechanism keeps the plain filter. At ρ = 0.5 the rows cost
+    less than 10⁻⁶ of the converged error and are kept."""
+    for rho, kept in ((1e-6, False), (0.5, True)):
+        mech = BltMechanism(0.9999, 32767, ZCDP(rho))
+        plain = _plain(monkeypatch, 0.9999, 32767, rho)
+        assert (mech.rows is not None) == kept
+        assert mech.variance(1 << 22) <= plain.variance(1 << 22) * (1 + 1e-6)
+    with monkeypatch.context() as m:  # what the rule turned down
+        m.setattr(BltMechanism, "_rows_win", lambda self, rows, plain: rows[0] < plain[0])
+        forced = BltMechanism(0.9999, 32767, ZCDP(1e-6))
+    assert forced.rows is not None
+    assert forced.variance(1 << 22) > _plain(monkeypatch, 0.9999, 32767, 1e-6).variance(
+        1 << 22) * (1 + 1e-4)
+
+
+def test_huge_and_tiny_horizons() -> None:
+    """A horizon of 2⁴⁰ ticks is built without a curve of 2⁴⁰ floats (the choice takes the
+    converged error past 2²² ticks; before: MemoryError), and at horizons 1 and 2 the fit runs
+    over 3 ticks (before: "no stable BLT filter", and the whole zCDP planner failed)."""
+    big = BltMechanism(P, 1 << 40, ZCDP(0.5))
+    assert big.variance(1 << 30) == big.variance(1 << 22)
+    for horizon in (1, 2):
+        cands = {c.strategy for c in compare(P, horizon, ZCDP(0.5))}
+        assert "blt" in cands
+
+
+def test_rounding_bound_covers_the_whole_tail() -> None:
+    """``Σ|b_k|`` (p = 0.9999, the start rows' Abel row sums) is taken until ``b`` has
+    decayed: the bound at least the one from the row sums over 2²² ticks."""
+    mech = BltMechanism(0.9999, 32767, ZCDP(0.5))
+    assert mech.scales is not None
+    n = 1 << 22
+    rows = blt_plan.scaled_abs_rows(0.9999, mech.theta, mech.w, _padded(mech.scales, n))
+    full = mech.unit * (0.5 / (1 - 0.9999) + (0.5 + mech.float_error) * rows)
+    assert mech.rounding_bound() >= full * (1 - 1e-12)

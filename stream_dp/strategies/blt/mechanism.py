@@ -65,11 +65,13 @@ lower (at a small ρ the larger clip's float-error slack grows with σ). At T = 
 (:func:`.plan.start_scales`); from ``t₁`` on the filter is the plain one. An event at ``s``
 spends ``d_s²·S'_s·D² ≤ S_∞·D²`` — the plain sensitivity — plus the slack with ``S'' = max(1,
 max r·d) + 2E`` and ``max d`` on the cross term; the clip grows by ``1/min r``. Kept only if the
-mean error over ticks ``1..horizon`` is lower (so at short horizons the plain filter): at
-T = 32767, ρ = 0.5, p = 0.995, 1.000513× → 1.000494× the lower bound. The first ticks' error is
-higher (tick 1: +17 %; lower from tick 17 / 30 / 141 / 3512 at p = 0.99 / 0.995 / 0.999 /
-0.9999); once the start has decayed it is the plain filter's up to the slack (≤ 6.2·10⁻⁸
-relative). :meth:`variance` is :func:`.plan.start_variance_curve`.
+mean error over ticks ``1..horizon`` is lower and the converged error (``t → ∞``) at most 10⁻⁶
+above the plain filter's (at a small ρ the larger clip's slack would cost more forever: 10⁻³ at
+ρ = 10⁻⁶, p = 0.9999): at T = 32767, ρ = 0.5, p = 0.995, 1.000513× → 1.000494× the lower
+bound. The first ticks' error is higher (tick 1: +17 %; lower from tick 17 / 30 / 141 / 3512 at
+p = 0.99 / 0.995 / 0.999 / 0.9999); once the start has decayed it is the plain filter's up to
+the slack (≤ 6.2·10⁻⁸ relative at ρ = 0.5). User-level deployments run the plain filter
+(:func:`make_user_level`). :meth:`variance` is :func:`.plan.start_variance_curve`.
 A budget whose noise (the blocks', the later blocks' or any super level's before ``MAX_TICKS``) would leave the
 sampler's range is refused when the mechanism is built (``BudgetOutOfRange``), not mid-run.
 
@@ -132,7 +134,7 @@ __all__ = ["MAX_TICKS", "UNIT_BITS", "BltMechanism", "make", "make_user_level"]
 
 #: Ticks a bank may release (the slack sum runs over them): 2**36 one-second ticks ≈ 2,000 years.
 MAX_TICKS = 1 << 36
-#: ``cap/h`` lies in ``(2**(UNIT_BITS−1), 2**UNIT_BITS]``.
+#: ``cap/h`` lies in ``[2**(UNIT_BITS−1), 2**UNIT_BITS)`` (a power-of-two cap: exactly the lower end).
 UNIT_BITS = 30
 #: |x_t| must stay below this many units (exact int64 sums with the noise).
 _MAX_UNITS = float(2**52)
@@ -142,6 +144,8 @@ _CLIP_SDS = 256.0
 #: ``cap`` range of the mechanism (its unit ``h`` and ``h²`` stay normal floats).
 _MIN_CAP = 2.0**-400
 _MAX_CAP = 2.0**400
+#: Largest relative rise of the converged (p < 1) variance the start rows may cost.
+_LIMIT_TOLERANCE = 1e-6
 #: Ticks after which a p < 1 release's variance is taken as converged.
 _CONVERGED = 1 << 22
 
@@ -195,17 +199,32 @@ class BltMechanism(Mechanism):
             self.__dict__.clear()
             self.__dict__.update(with_rows)
             return
-        if with_rows is not None and self._mean_error(with_rows) < self._mean_error(self.__dict__):
+        if with_rows is not None and self._rows_win(self._mean_error(with_rows),
+                                                    self._mean_error(self.__dict__)):
             self.__dict__.clear()
             self.__dict__.update(with_rows)
 
-    def _mean_error(self, built: dict[str, Any]) -> float:
-        """The mean error of a built filter (its ``__dict__``; relative units): over the first
-        block at ``p = 1``, over ticks ``1..horizon`` at ``p < 1``."""
+    def _rows_win(self, rows: tuple[float, float], plain: tuple[float, float]) -> bool:
+        """Keep the row-scaled filter: a lower mean error, and at ``p < 1`` a converged error
+        within 10⁻⁶ of the plain filter's (the start rows' larger clip and ``max d`` cost slack
+        forever: 6·10⁻⁸ at ρ = 0.5, but 10⁻³ at ρ = 10⁻⁶, where a running counter would trade
+        its whole future for its first ticks)."""
+        if not rows[0] < plain[0]:
+            return False
+        return self.p == 1.0 or rows[1] <= plain[1] * (1.0 + _LIMIT_TOLERANCE)
+
+    def _mean_error(self, built: dict[str, Any]) -> tuple[float, float]:
+        """``(mean, limit)`` error of a built filter (its ``__dict__``; units²): the mean over
+        the first block at ``p = 1`` (limit: its last tick), over ticks ``1..horizon`` at ``p <
+        1`` (past :data:`_CONVERGED` ticks the variance is the converged one, so a horizon up to
+        2⁴⁰ costs no more than 2²² ticks) and the converged variance."""
         if self.p == 1.0:
-            return float(np.mean(built["_part0"]))
-        return float(built["unit_variance"]) * float(np.mean(_unit_cum(
-            self.p, built["theta"], built["w"], built["scales"], built["rows"], self.horizon)))
+            return float(np.mean(built["_part0"])), float(built["_part0"][-1])
+        n = min(self.horizon, _CONVERGED)
+        cum = float(built["unit_variance"]) * _unit_cum(
+            self.p, built["theta"], built["w"], built["scales"], built["rows"], n)
+        limit = float(cum[-1])
+        return (float(np.sum(cum)) + (self.horizon - n) * limit) / self.horizon, limit
 
     def _build(self, theta: tuple[float, ...], w: tuple[float, ...],
                rows: np.ndarray | None) -> None:
@@ -220,7 +239,7 @@ class BltMechanism(Mechanism):
         self.w = np.asarray(w, dtype=np.float64)
         self._theta_c = np.ascontiguousarray(self.theta)  # the compiled kernels' operands
         self._w_c = np.ascontiguousarray(self.w)
-        # h = 2^e with cap/h in (2^(UNIT_BITS-1), 2^UNIT_BITS]
+        # h = 2^e with cap/h in [2^(UNIT_BITS-1), 2^UNIT_BITS)
         self.unit = math.ldexp(1.0, math.frexp(self.cap)[1] - UNIT_BITS)
         d_units = self.cap / self.unit + 1.0
         # p = 1: the filter restarts every block of `horizon` ticks, so an event's noise shifts
@@ -575,15 +594,23 @@ class BltMechanism(Mechanism):
         """L2 sensitivity of the noisy measurements (value units), slack included."""
         return math.sqrt(self._shift_sq) * self.unit
 
+    def _abs_ticks(self) -> int:
+        """``p < 1``: ticks over which ``Σ|b_k|`` (and the start rows' row sums) are taken: past
+        the table and ``64/(1 − p)`` ticks (``b_k`` then below ``e⁻⁶⁴`` of its start), at most
+        :data:`_CONVERGED` (2¹⁶ before: 3·10⁻⁷ short at p = 0.9999)."""
+        table = 0 if self.scales is None else 2 * len(self.scales)
+        return min(_CONVERGED, max(self.horizon, 1 << 16, table,
+                                   math.ceil(64.0 / (1.0 - self.p))))
+
     def rounding_bound(self, ticks: int | None = None) -> float:
         """``h·(½·Σ p^k + (½ + E)·Σ|b_k|)`` over ``ticks`` (default: ``horizon``) ticks for
-        ``p = 1``, else ``max(horizon, 2**16)``: count rounding and feedback rounding, both
+        ``p = 1``, else :meth:`_abs_ticks`: count rounding and feedback rounding, both
         filtered (at ``p = 1`` the filter restarts every block, so ``Σ|b_k|`` over one block per
         block started; with the column scaling the rows of ``W·D⁻¹C⁻¹·D`` replace ``Σ|b_k|``)."""
         if self.scales is not None and not self.super:
             # p < 1 with start rows: rows of W·D⁻¹C⁻¹·D (Abel bound, |p^(L−l)·b_l| ≤ |b_l|) with
             # D = I past the table
-            n = max(self.horizon, 1 << 16, 2 * len(self.scales))
+            n = self._abs_ticks()
             d = np.ones(n)
             d[: len(self.scales)] = self.scales
             rows = _plan.scaled_abs_rows(self.p, self.theta, self.w, d)
@@ -593,7 +620,7 @@ class BltMechanism(Mechanism):
             blocks = -(-n_ticks // self.horizon)
             rows = _plan.scaled_abs_rows(1.0, self.theta, self.w, self.scales)
             return self.unit * (0.5 * n_ticks + blocks * (0.5 + self.float_error) * rows)
-        n = self.horizon if self.p == 1.0 else max(self.horizon, 1 << 16)
+        n = self.horizon if self.p == 1.0 else self._abs_ticks()
         b = _plan.reconstruction(self.p, self.theta, self.w, n)
         decay = float(n) if self.p == 1.0 else 1.0 / (1.0 - self.p)
         return self.unit * (0.5 * decay + (0.5 + self.float_error) * float(np.sum(np.abs(b))))

@@ -774,7 +774,9 @@ def fit(p: float, horizon: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
         th, w = _extended(int(horizon), *fit(1.0, _FIT_TICKS))
         _write_fit(path, th, w)
         return th, w
-    n = max(2, min(int(horizon), _FIT_TICKS))
+    # p < 1 over 2 ticks has no finite optimum (the fit ran off to θ, w → 0 and no filter was
+    # found: `plan`/`auto` at horizons 1 and 2 failed); 3 ticks is the shortest objective
+    n = max(2 if float(p) >= 1.0 else 3, min(int(horizon), _FIT_TICKS))
     path = _cache_file(float(p), n)
     for known in (_PACKAGED / _cache_name(float(p), n), path):
         found = _read_fit(known)
