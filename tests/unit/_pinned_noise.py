@@ -4,8 +4,7 @@
 ``tests/unit/data/pinned_noise.json``: run it only when a change is *meant* to alter samples
 (and then bump ``NOISE_FORMAT``). The stored values were computed by the code before the
 vectorised-sampler optimisations of issue #35, so the test fails if any of them changes a
-single bit. One re-pin since, meant and alone: ``blt/0.99`` (the start rows of issue #36 draw
-the first ticks at ``σ/(d_t·r_t)``; the sampler and every other entry unchanged).
+single bit.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def test_shipped_row_fits_are_used_and_bound_into_the_description() -> None:
     plain = BltMechanism(1.0, 63, ZCDP(0.5))
     assert plain.rows is None and "row_scales" not in plain.describe()
     assert plain.describe()["column_scales"] == "equalised-v1"
-    start = BltMechanism(0.999, 32767, ZCDP(0.5))  # p < 1: start rows (test_blt_start_rows.py)
+    start = BltMechanism(0.995, 32767, ZCDP(0.5))  # p < 1: start rows (test_blt_start_rows.py)
     assert start.rows is not None and "row_scales" not in start.describe()
 
 

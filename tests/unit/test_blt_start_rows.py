@@ -1,8 +1,8 @@
 """``blt`` at p < 1 with start rows (issue #36): the same filter, the tick-``t`` draw at scale
 ``σ/(d_t·r_t)`` for the first ``t₁`` ticks of the stream — the factorisation ``C' = R·C·D`` with
 ``r_t < 1`` early, ``D`` equalising the *infinite* columns of ``R·C``, and ``R = D = I`` from
-``t₁`` on. Shipped start fits only (``fits/blt-start-v1-p<hex>.json``): p = 0.99, 0.995, 0.999,
-0.9999.
+``t₁`` on. Shipped start fits only (``fits/blt-start-v1-p<hex>.json``): p = 0.995 and 0.9999
+(at 0.99 and 0.999 the gain was below 10⁻⁴ of the error: not shipped).
 
 Checked without trusting the plan: the column norms of ``R·C·D`` from brute-force sums, the
 release variance against dense matrices, one event's loss through the real ``step`` at the
@@ -60,7 +60,7 @@ def _padded(table: np.ndarray | None, n: int) -> np.ndarray:
     return out
 
 
-@pytest.mark.parametrize("p", [0.99, 0.995, 0.999, 0.9999])
+@pytest.mark.parametrize("p", [0.995, 0.9999])
 def test_shipped_start_fits_are_used_and_bound_into_the_description(p: float) -> None:
     """At T = 32767 the shipped rows lower the mean error, so they are kept: r < 1 only early
     (r = 1 exactly past the table), d ≥ 1, and both tables' SHA-256 in the description."""
@@ -73,8 +73,9 @@ def test_shipped_start_fits_are_used_and_bound_into_the_description(p: float) ->
     assert desc["start_rows"] == "fit-v1" and len(desc["start_rows_sha256"]) == 64
     assert len(desc["start_column_scales_sha256"]) == 64
     assert "row_scales" not in desc and "block_ticks" not in desc
-    plain = BltMechanism(0.9, 32767, ZCDP(0.5))  # no shipped start fit: as before
-    assert plain.rows is None and plain.scales is None and "start_rows" not in plain.describe()
+    for q in (0.9, 0.99, 0.999):  # no shipped start fit: as before
+        plain = BltMechanism(q, 32767, ZCDP(0.5))
+        assert plain.rows is None and plain.scales is None and "start_rows" not in plain.describe()
 
 
 def test_columns_against_brute_force() -> None:
@@ -258,8 +259,8 @@ def test_issue_36_target_for_p_up_to_0995() -> None:
         assert fig <= 1.0005 * mean_mse_bound(32767, p, ZCDP(0.5)), p
 
 
-@pytest.mark.parametrize(("p", "horizon"), [(0.99, 32767), (0.995, 63), (0.9999, 4095),
-                                            (0.999, 255)])
+@pytest.mark.parametrize(("p", "horizon"), [(0.995, 32767), (0.995, 63), (0.9999, 4095),
+                                            (0.9999, 15), (0.995, 3)])
 def test_rows_only_where_they_lower_the_error(monkeypatch: pytest.MonkeyPatch, p: float,
                                               horizon: int) -> None:
     """The planner's criterion, the mean error over ticks ``1..horizon``, never rises."""

@@ -58,8 +58,8 @@ the slack with ``S'' = max(r·d) + 2E``; the clip grows by ``1/min r`` (the buff
 ``C⁻¹R⁻¹ζ``). Both filters are built and the rows kept only if the first block's mean error is
 lower (at a small ρ the larger clip's float-error slack grows with σ). At T = 32767, ρ = 0.5:
 1.0200× the lower bound, and past the horizon every block's mean and worst tick lower.
-**Start rows at** ``p < 1`` (issue #36; :func:`.plan.start_fit`, shipped for p = 0.99, 0.995,
-0.999, 0.9999). The stream's first ``t₁`` ticks (at most :data:`.plan.START_TICKS`) measure with
+**Start rows at** ``p < 1`` (issue #36; :func:`.plan.start_fit`, shipped for p = 0.995 and
+0.9999). The stream's first ``t₁`` ticks (at most :data:`.plan.START_TICKS`) measure with
 ``R·C·D``: the draw at tick ``t < t₁`` has scale ``σ/(d_t·r_t)``, ``r_t < 1`` rising to 1 and
 ``d_t = √(S_∞/S'_t)`` rounded down, ``S'_t`` the *infinite* column of ``R·C``
 (:func:`.plan.start_scales`); from ``t₁`` on the filter is the plain one. An event at ``s``
@@ -68,8 +68,8 @@ max r·d) + 2E`` and ``max d`` on the cross term; the clip grows by ``1/min r``.
 mean error over ticks ``1..horizon`` is lower and the converged error (``t → ∞``) at most 10⁻⁶
 above the plain filter's (at a small ρ the larger clip's slack would cost more forever: 10⁻³ at
 ρ = 10⁻⁶, p = 0.9999): at T = 32767, ρ = 0.5, p = 0.995, 1.000513× → 1.000494× the lower
-bound. The first ticks' error is higher (tick 1: +17 %; lower from tick 17 / 30 / 141 / 3512 at
-p = 0.99 / 0.995 / 0.999 / 0.9999); once the start has decayed it is the plain filter's up to
+bound. The first ticks' error is higher (tick 1: +18 % / +8 %; lower from tick 30 / 3512 at
+p = 0.995 / 0.9999); once the start has decayed it is the plain filter's up to
 the slack (≤ 6.2·10⁻⁸ relative at ρ = 0.5). User-level deployments run the plain filter
 (:func:`make_user_level`). :meth:`variance` is :func:`.plan.start_variance_curve`.
 A budget whose noise (the blocks', the later blocks' or any super level's before ``MAX_TICKS``) would leave the

@@ -53,9 +53,9 @@ make ``D ≠ I``.
 ``R = D = I`` after: the infinite column ``j < t₁`` of ``R·C`` is shorter than ``S_∞ = ‖c‖₂²``
 (:func:`start_column_square_sums`), so ``d_j = √(S_∞/S'_j)`` (:func:`start_scales`) equalises it
 at the same σ, forever. Early noise is larger (``σ/r_t``) and divided by ``d ≥ 1`` after the
-filter; over ticks ``1..32767`` at ρ = 0.5 the mean error drops from 1.000277 / 1.000513 /
-1.002156 / 1.016618× the lower bound to 1.000268 / 1.000494 / 1.002055 / 1.015129× at p = 0.99 /
-0.995 / 0.999 / 0.9999. The variance is :func:`start_variance_curve`. Fits are made by
+filter; over ticks ``1..32767`` at ρ = 0.5 the mean error drops from 1.000513 / 1.016618× the
+lower bound to 1.000494 / 1.015138× at p = 0.995 / 0.9999 (at 0.99 and 0.999 by less than 10⁻⁴
+of it: not shipped). The variance is :func:`start_variance_curve`. Fits are made by
 ``benchmarks/blt_start_rows.py --write`` and shipped (:func:`start_fit`).
 
 **Row scales at** ``p = 1`` (issue #36). ``C' = R·C·D`` with ``R = diag(r_t)``, ``r_t ≤ 1`` from four
