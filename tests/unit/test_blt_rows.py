@@ -266,19 +266,10 @@ def test_released_mse_matches_the_claim_with_rows() -> None:
     """Claimed vs empirical MSE, T = 31 with rows, seven blocks (epochs 0, 1, 2), 20 000 keyed
     streams. The fixed bound of tests/unit/test_accuracy_all.py (Z = 4.9, two-sided p ≈ 1e-6
     per comparison) plus the rounding bias."""
-    from stream_dp.figures import rounding_bias
-    from tests.unit._montecarlo import empirical_mse_curve, mse_slack
+    from tests.unit._montecarlo import check_claim
 
-    n_streams, z = 20_000, 4.9
     ticks = 7 * SMALL
     mech = BltMechanism(1.0, SMALL, ZCDP(0.5))
     assert mech.rows is not None
-    rng = np.random.default_rng(31)
-    sq, _ = empirical_mse_curve(mech, KEY, n_streams, ticks,
-                                lambda t: rng.uniform(0.0, 3.0, size=n_streams))
-    exact = mech.mse_curve(ticks)
-    slack = mse_slack(exact, n_streams, rounding_bias(mech, ticks), z)
-    for t in (1, 10, 20, 30, 31, 32, 62, 93, 150, ticks):
-        assert abs(sq[t - 1] - exact[t - 1]) <= slack[t - 1], (t, sq[t - 1], exact[t - 1])
-    for lo, hi in ((0, 31), (31, 93), (93, ticks)):
-        assert abs(sq[lo:hi].mean() - exact[lo:hi].mean()) <= slack[lo:hi].mean(), (lo, hi)
+    check_claim(mech, KEY, ticks, (1, 10, 20, 30, 31, 32, 62, 93, 150, ticks),
+                ((0, 31), (31, 93), (93, ticks)), seed=31)

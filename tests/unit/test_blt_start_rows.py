@@ -275,21 +275,13 @@ def test_released_mse_matches_the_claim_with_start_rows() -> None:
     """Claimed vs empirical MSE over the table and past it, 20 000 keyed streams. The fixed
     bound of tests/unit/test_accuracy_all.py (Z = 4.9, two-sided p ≈ 1e-6 per comparison)
     plus the rounding bias."""
-    from stream_dp.figures import rounding_bias
-    from tests.unit._montecarlo import empirical_mse_curve, mse_slack
+    from tests.unit._montecarlo import check_claim
 
-    n_streams, z, ticks = 20_000, 4.9, 320
+    ticks = 320
     mech = BltMechanism(P, 32767, ZCDP(0.5))
     assert mech.rows is not None
-    rng = np.random.default_rng(995)
-    sq, _ = empirical_mse_curve(mech, KEY, n_streams, ticks,
-                                lambda t: rng.uniform(0.0, 3.0, size=n_streams))
-    exact = mech.mse_curve(ticks)
-    slack = mse_slack(exact, n_streams, rounding_bias(mech, ticks), z)
-    for t in (1, 2, 10, 50, 100, 213, 214, 215, 300, ticks):
-        assert abs(sq[t - 1] - exact[t - 1]) <= slack[t - 1], (t, sq[t - 1], exact[t - 1])
-    for lo, hi in ((0, 20), (20, 214), (214, ticks)):
-        assert abs(sq[lo:hi].mean() - exact[lo:hi].mean()) <= slack[lo:hi].mean(), (lo, hi)
+    exact = check_claim(mech, KEY, ticks, (1, 2, 10, 50, 100, 213, 214, 215, 300, ticks),
+                        ((0, 20), (20, 214), (214, ticks)), seed=995)
     # the rows really change the first ticks: tick 1's variance is σ²/(d_0·r_0)², not σ²
     assert exact[0] == pytest.approx(
         mech.unit_variance / float(mech.scales[0] * mech.rows[0]) ** 2, rel=1e-9)  # type: ignore[index]
