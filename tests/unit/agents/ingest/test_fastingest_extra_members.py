@@ -61,7 +61,10 @@ def test_what_the_compiled_parser_takes_the_pure_path_takes_alike(raw: bytes) ->
     got = fast.parse_event(raw)
     if got is None:
         return
-    want = decode_event(raw, 1 << 20, 1e9)
+    # parse_event only parses: the range check (max_event_value) is the Scanner's, so the pure
+    # path runs without one (with 1e9 a drawn "value": 123456789012345 or 1E+300 failed here
+    # now and then: a flaky oracle, not a parser difference)
+    want = decode_event(raw, 1 << 20, math.inf)
     assert type(want) is Event, (raw, want)
     assert got == tuple(want), raw
     assert math.copysign(1.0, got[1]) == math.copysign(1.0, want.ts)
