@@ -309,6 +309,11 @@ def test_user_level_deployments_run_without_start_rows() -> None:
     assert cand.factor.value == exact.value and cand.factor.exact
     auto = make_mechanism("auto", P, 4095, ZCDP(0.5), user_bounds=bounds)
     assert getattr(auto, "rows", None) is None
+    # a strategy without a user-level factory is the same mechanism at both levels
+    from stream_dp.strategies.registry import make
+
+    assert (make("sqrt", P, 63, ZCDP(0.5), user_level=True).describe()
+            == make("sqrt", P, 63, ZCDP(0.5)).describe())
 
 
 def test_no_start_rows_where_they_would_cost_the_future(monkeypatch: pytest.MonkeyPatch) -> None:
