@@ -2,7 +2,7 @@
 ``σ/(d_t·r_t)`` for the first ``t₁`` ticks of the stream — the factorisation ``C' = R·C·D`` with
 ``r_t < 1`` early, ``D`` equalising the *infinite* columns of ``R·C``, and ``R = D = I`` from
 ``t₁`` on. Shipped start fits only (``fits/blt-start-v1-p<hex>.json``): p = 0.995 and 0.9999
-(at 0.99 and 0.999 the gain was below 10⁻⁴ of the error: not shipped).
+(at 0.99 and 0.999 the gain was 10⁻⁵ and 10⁻⁴ of the error: not shipped).
 
 Checked without trusting the plan: the column norms of ``R·C·D`` from brute-force sums, the
 release variance against dense matrices, one event's loss through the real ``step`` at the

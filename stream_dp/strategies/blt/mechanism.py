@@ -401,8 +401,9 @@ class BltMechanism(Mechanism):
 
     def describe(self) -> dict[str, Any]:
         """Base description plus the filter ``(θ, w)``, the unit ``h``, ``σ`` and the slack
-        (``p = 1``: and the column-scale table's SHA-256, so a worker computing another table
-        refuses the checkpoint instead of mixing noise)."""
+        (``p = 1``: and the column-scale table's SHA-256, with row scales theirs too; ``p < 1``
+        with start rows: both start tables' — so a worker computing another table refuses the
+        checkpoint instead of mixing noise)."""
         return super().describe() | {
             "family": "blt",
             "theta": np.asarray(self.theta, dtype=np.float64),

@@ -54,7 +54,7 @@ make ``D ≠ I``.
 (:func:`start_column_square_sums`), so ``d_j = √(S_∞/S'_j)`` (:func:`start_scales`) equalises it
 at the same σ, forever. Early noise is larger (``σ/r_t``) and divided by ``d ≥ 1`` after the
 filter; over ticks ``1..32767`` at ρ = 0.5 the mean error drops from 1.000513 / 1.016618× the
-lower bound to 1.000494 / 1.015138× at p = 0.995 / 0.9999 (at 0.99 and 0.999 by less than 10⁻⁴
+lower bound to 1.000494 / 1.015138× at p = 0.995 / 0.9999 (at 0.99 and 0.999 by 10⁻⁵ and 10⁻⁴
 of it: not shipped). The variance is :func:`start_variance_curve`. Fits are made by
 ``benchmarks/blt_start_rows.py --write`` and shipped (:func:`start_fit`).
 
