@@ -38,9 +38,10 @@ def _run(mech: BltMechanism, data: np.ndarray) -> tuple[np.ndarray, list[np.ndar
     return np.array(out), buffers
 
 
-@pytest.mark.parametrize("p", [0.9, 0.999, 1.0])
+@pytest.mark.parametrize("p", [0.9, 0.995, 0.999, 1.0])
 def test_neighbouring_inputs_differ_only_where_the_event_counts(p: float) -> None:
     mech = BltMechanism(p, 63, ZCDP(0.5), 1.0)
+    assert (mech.rows is not None) == (p == 0.995)  # 0.995: the start rows (issue #36)
     ticks = 40
     rng = np.random.default_rng(11)
     base = rng.integers(0, 5, size=(ticks, len(STREAMS))).astype(np.float64)
