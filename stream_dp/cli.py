@@ -205,12 +205,33 @@ def main(argv: Sequence[str] | None = None, commands: CommandTable | None = None
             raise
         print(f"stream-dp {name}: {file_problem(exc)}", file=sys.stderr)
         return 1
-    except ModuleNotFoundError as exc:
-        missing = (exc.name or "?").split(".")[0]
-        print(f"stream-dp {name}: missing dependency {missing!r}: this command needs "
-              "the service extra: pip install 'stream-dp[service]'", file=sys.stderr)
-        return 1
+    except ImportError as exc:
+        if not _interrupted_import(exc):
+            if not isinstance(exc, ModuleNotFoundError):
+                raise
+            missing = (exc.name or "?").split(".")[0]
+            print(f"stream-dp {name}: missing dependency {missing!r}: this command needs "
+                  "the service extra: pip install 'stream-dp[service]'", file=sys.stderr)
+            return 1
+        # Ctrl-C while a pybind11 extension (SciPy's) initialised: it re-raises the
+        # KeyboardInterrupt as ImportError("initialization failed") from it
+        print(f"stream-dp {name}: interrupted", file=sys.stderr)
+        if argv is None:
+            _exit_interrupted()
+        return EXIT_INTERRUPTED
     return code
+
+
+def _interrupted_import(exc: BaseException) -> bool:
+    """Whether an import failed because of a KeyboardInterrupt (in its cause or context)."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 #: exit status of a command interrupted by Ctrl-C / SIGINT before it finished (128 + SIGINT)

@@ -198,3 +198,21 @@ def _connected(server: object) -> bool:
 
 
 _KEEP: list[object] = []
+
+
+def test_an_import_interrupted_inside_an_extension_counts_as_interrupted() -> None:
+    """SciPy's pybind11 extensions turn a KeyboardInterrupt during their initialisation into
+    ``ImportError("initialization failed")`` raised from it (CI, Python 3.13, SIGINT at 0.3 s:
+    exit status 1 and a traceback instead of 130 and one line). The CLI follows the chain; an
+    ImportError of its own is still one."""
+    from stream_dp.cli import _interrupted_import
+
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as k:
+            raise ImportError("initialization failed") from k
+    except ImportError as exc:
+        assert _interrupted_import(exc)
+    assert not _interrupted_import(ImportError("cannot import name 'x'"))
+    assert not _interrupted_import(ModuleNotFoundError("no module named 'aiokafka'"))
