@@ -94,23 +94,18 @@ def _ready(port: int) -> bool:
         return False
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    import ctypes
-    import signal
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def spawn_worker(env: dict[str, str], log_path: Path, tree: Path = ROOT,
                  dashboard: bool = False) -> subprocess.Popen[bytes]:
     """``python -m agents.cli worker [--no-dashboard]`` (what ``stream-dp worker`` runs) from
     ``tree`` with the settings in ``env`` (:func:`tests.integration.pipeline_support.
     settings_env`), its output appended to ``log_path``; it dies with this process."""
+    from agents.kafka.processes import sigterm_on_parent_death
+
     with open(log_path, "ab") as log:
         cmd = [sys.executable, "-m", "agents.cli", "worker"] + ([] if dashboard else
                                                                 ["--no-dashboard"])
         return subprocess.Popen(cmd, env=env, cwd=str(tree), stdout=log,
-                                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                                stderr=subprocess.STDOUT, preexec_fn=sigterm_on_parent_death())
 
 
 def _top_leaves(raw: Path, n: int = 12) -> list[tuple[str, int]]:

@@ -24,7 +24,8 @@ deployments use Apache Kafka or Redpanda (see deploy/).
 
 'start' runs the broker in the background and returns once it accepts connections, recording
 its process id, host and port in DATA_DIR/broker.pid; with --foreground it stays attached and
-stops the broker on Ctrl-C / SIGTERM. 'stop' sends SIGTERM (then SIGKILL after --timeout
+stops the broker on Ctrl-C / SIGTERM (and on Linux the broker also ends if this command is
+killed with -9). 'stop' sends SIGTERM (then SIGKILL after --timeout
 seconds) to the broker's process group and removes the pid file. 'status' prints the state and
 exits 0 if the broker runs, 3 if it does not (and names the broker of another data directory,
 pid and folder, that holds --port, if one does). A start that fails half-way (the port held by
@@ -180,7 +181,10 @@ def _start(args: argparse.Namespace, data_dir: Path) -> int:
               f"{_holder(args.port, data_dir)}", file=sys.stderr)
         return 1
     reused = (data_dir / "kafka.json").is_file()
-    broker = EmbeddedBroker(port=args.port, data_dir=data_dir, host=args.host)
+    # in the background the broker outlives this command by design; in the foreground it must
+    # not outlive it, even when the command is killed with -9
+    broker = EmbeddedBroker(port=args.port, data_dir=data_dir, host=args.host,
+                            die_with_parent=bool(args.foreground))
     pid_path = data_dir / PID_FILE
     try:
         broker.start(timeout=args.timeout)

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from agents.commands import _demo_users
 from agents.commands._demo_traffic import AttributeTraffic, Traffic
-from agents.kafka.processes import terminate_group, wait_group_gone
+from agents.kafka.processes import sigterm_on_parent_death, terminate_group, wait_group_gone
 from stream_dp.cli import EXIT_INTERRUPTED
 
 HELP = "run broker, worker, reconciler and simulator; show live releases"
@@ -127,7 +127,7 @@ class Children:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                preexec_fn=sigterm_on_parent_death(),
             )
         self.procs.append(proc)
         return proc
@@ -140,15 +140,6 @@ class Children:
         for proc in reversed(self.procs):
             self.stop(proc, timeout=10.0)
         self.procs.clear()
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """Linux: the child gets SIGTERM if the demo dies, even by SIGKILL."""
-    import ctypes
-
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _security(settings: Any) -> dict[str, Any]:

@@ -2,13 +2,17 @@
 
 Runs ``noida-db start --only kafka`` (PyPI package ``noida-db``) as a child process in its own
 process group on 127.0.0.1, waits until the Kafka port accepts connections, and stops it (SIGTERM,
-then SIGKILL) on exit. Production deployments use Apache Kafka or Redpanda instead; nothing else
+then SIGKILL) on exit. The broker is the package's native server itself, not its Python launcher
+(which does not pass signals on), so that it also dies with its parent when the parent is killed
+(``die_with_parent``, Linux). Production deployments use Apache Kafka or Redpanda instead; nothing else
 in the service depends on which broker runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
 import shutil
 import socket
 import subprocess
@@ -18,7 +22,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from agents.kafka.processes import terminate_group
+from agents.kafka.processes import sigterm_on_parent_death, terminate_group
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -30,6 +34,16 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _noida_binary() -> str:
+    """The native server shipped in the ``noida_db`` package; else its launcher script."""
+    spec = importlib.util.find_spec("noida_db")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        server = Path(folder) / "noida-db"
+        if server.is_file():
+            if not os.access(server, os.X_OK):  # what the launcher does before each start
+                with contextlib.suppress(OSError):
+                    server.chmod(0o755)
+            if os.access(server, os.X_OK):
+                return str(server)
     found = shutil.which("noida-db")
     if found:
         return found
@@ -46,6 +60,9 @@ class EmbeddedBroker:
 
     Use as a context manager, or call :meth:`start` / :meth:`stop`. ``bootstrap`` is the address
     for clients. If ``data_dir`` is omitted a temporary directory is used and removed on stop.
+    With ``die_with_parent`` (the default) the broker gets SIGTERM when the process — the thread —
+    that started it ends, even by ``kill -9`` (Linux); ``stream-dp broker start`` turns it off
+    for the broker it leaves running in the background.
     """
 
     def __init__(
@@ -54,6 +71,8 @@ class EmbeddedBroker:
         data_dir: str | Path | None = None,
         host: str = "127.0.0.1",
         log_path: str | Path | None = None,
+        *,
+        die_with_parent: bool = True,
     ) -> None:
         self.host = host
         self.port = port or free_port(host)
@@ -67,6 +86,7 @@ class EmbeddedBroker:
         self.data_dir = Path(data_dir)
         self.log_path = Path(log_path) if log_path else self.data_dir / "broker.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.die_with_parent = die_with_parent
 
     @property
     def bootstrap(self) -> str:
@@ -85,6 +105,7 @@ class EmbeddedBroker:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=sigterm_on_parent_death() if self.die_with_parent else None,
         )
         log.close()
         try:

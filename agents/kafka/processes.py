@@ -6,7 +6,9 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -65,3 +67,28 @@ def group_alive(pgid: int) -> bool:
         if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
             return True
     return False
+
+
+def sigterm_on_parent_death() -> Callable[[], None] | None:
+    """A ``Popen(preexec_fn=...)`` that makes the child get SIGTERM when this process dies.
+
+    However this process dies — an exception, SIGTERM, or ``kill -9``, which runs no clean-up —
+    its children (broker, worker, dashboard) must not outlive it. Linux: the kernel sends the
+    signal (``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``). It fires when the *thread* that
+    called ``Popen`` ends, so start long-lived children from the main thread. If this process
+    died before the child set the signal, the child exits at once. Returns ``None`` elsewhere
+    (no such signal; the callers' clean-up handlers still run on every ordinary exit).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:  # pragma: no cover - runs in the child, between fork and exec
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from agents.kafka.embedded_broker import free_port
+from agents.kafka.processes import sigterm_on_parent_death
 from tests.integration.pipeline_support import (
     ROOT,
     close_ticks,
@@ -38,7 +39,6 @@ from tests.integration.pipeline_support import (
 from tests.integration.test_metrics_neighbours import (
     LAST_TICK,
     LEAVES,
-    _die_with_parent,
     _done,
     _http,
 )
@@ -83,7 +83,7 @@ def test_a_near_limit_record_is_dead_lettered_and_releases_go_on(
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "agents.cli", "worker"],
                                 env=settings_env(s), cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                                stderr=subprocess.STDOUT, preexec_fn=sigterm_on_parent_death())
     try:
         deadline = time.monotonic() + 90
         while not _done(_http(f"http://127.0.0.1:{s.web_port}/metrics")):

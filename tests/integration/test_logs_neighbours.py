@@ -34,6 +34,7 @@ import pytest
 
 from agents.config.settings import Settings
 from agents.kafka.embedded_broker import free_port
+from agents.kafka.processes import sigterm_on_parent_death
 from tests.integration.pipeline_support import (
     ROOT,
     close_ticks,
@@ -47,7 +48,6 @@ from tests.integration.test_metrics_neighbours import (
     CLIP_EVENTS,
     LAST_TICK,
     LEAVES,
-    _die_with_parent,
     _done,
     _http,
 )
@@ -118,7 +118,7 @@ def _run_until_done(s: Settings, log: Path, first: bool) -> str:
     with open(log, "ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "agents.cli", "worker"],
                                 env=settings_env(s), cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                                stderr=subprocess.STDOUT, preexec_fn=sigterm_on_parent_death())
     try:
         deadline = time.monotonic() + 120
         while not (_done(_http(f"http://127.0.0.1:{s.web_port}/metrics")) if first

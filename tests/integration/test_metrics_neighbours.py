@@ -32,6 +32,7 @@ import pytest
 
 from agents.config.settings import Settings
 from agents.kafka.embedded_broker import free_port
+from agents.kafka.processes import sigterm_on_parent_death
 from tests.integration.pipeline_support import (
     ROOT,
     close_ticks,
@@ -65,14 +66,6 @@ def _log(s: Settings, extra: bool) -> list[tuple[bytes, bytes]]:
     if extra:
         events.insert(1, event_bytes("a/x", t1 + 0.2))
     return events
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the test process dies (Linux)."""
-    import ctypes
-    import signal
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def _http(url: str) -> str:
@@ -117,7 +110,7 @@ def test_default_metrics_are_the_same_for_neighbouring_logs(
                 procs[extra] = subprocess.Popen(
                     [sys.executable, "-m", "agents.cli", "worker"], env=settings_env(s),
                     cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent)
+                    preexec_fn=sigterm_on_parent_death())
         scraped: dict[bool, str] = {}
         deadline = time.monotonic() + 120
         while len(scraped) < 2:
