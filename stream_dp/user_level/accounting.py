@@ -117,17 +117,42 @@ def _toeplitz_autocorrelation(mech: object) -> Callable[[int], float] | None:
             return float(c[: max(c.size - d, 0)] @ c[d:]) if d < c.size else 0.0
         return sqrt_g
     if name == "blt" and getattr(mech, "scales", None) is None:
-        theta = np.asarray(getattr(mech, "theta", None), dtype=np.float64)
-        w = np.asarray(getattr(mech, "w", None), dtype=np.float64)
-        if (theta < 0).any() or (theta >= 1).any() or (w < 0).any() or float(w.sum()) > 1.0:
-            return None  # c_1 = Σw ≤ c_0 = 1 and geometric tails: non-negative, non-increasing
-        cross = np.outer(w, w) / (1.0 - np.outer(theta, theta))
-
-        def blt_g(d: int) -> float:
-            c_d = 1.0 if d == 0 else float(w @ theta ** (d - 1))
-            return c_d + float((cross * (theta ** d)[None, :]).sum())
-        return blt_g
+        return _plain_blt_autocorrelation(mech)
     return None
+
+
+def _blt_start_rows_bound(mech: object) -> tuple[Callable[[int], float], float] | None:
+    """``(G, max d)`` for ``blt`` at ``p < 1`` with start rows, or None.
+
+    Its columns are ``d_j·r_t·c(t − j)`` (``r_t ≤ 1`` on the first ``t₁`` rows, ``d_j ≥ 1`` on
+    the first ``t₁`` columns, both 1 beyond), each of squared norm ``≤ G(0)``, and ``c ≥ 0``. So
+    two columns ``Δ`` apart have inner product ``≤ d_j·d_k·G(Δ) ≤ (max d)²·G(Δ)``: the plain
+    filter's cross terms scaled by ``(max d)²`` bound the person's sum."""
+    if getattr(mech, "name", "") != "blt" or _p(mech) >= 1.0:
+        return None
+    rows, scales = getattr(mech, "rows", None), getattr(mech, "scales", None)
+    if rows is None or scales is None:
+        return None
+    r = np.asarray(rows, dtype=np.float64)
+    if not ((r > 0.0).all() and (r <= 1.0).all()):
+        return None
+    g = _plain_blt_autocorrelation(mech)
+    return None if g is None else (g, max(1.0, float(np.max(scales))))
+
+
+def _plain_blt_autocorrelation(mech: object) -> Callable[[int], float] | None:
+    """``d ↦ G(d)`` of the filter ``(θ, w)`` itself (``c_0 = 1``, ``c_k = Σ w θ^(k−1)``), when
+    its coefficients are non-negative and non-increasing, or None."""
+    theta = np.asarray(getattr(mech, "theta", None), dtype=np.float64)
+    w = np.asarray(getattr(mech, "w", None), dtype=np.float64)
+    if (theta < 0).any() or (theta >= 1).any() or (w < 0).any() or float(w.sum()) > 1.0:
+        return None  # c_1 = Σw ≤ c_0 = 1 and geometric tails: non-negative, non-increasing
+    cross = np.outer(w, w) / (1.0 - np.outer(theta, theta))
+
+    def blt_g(d: int) -> float:
+        c_d = 1.0 if d == 0 else float(w @ theta ** (d - 1))
+        return c_d + float((cross * (theta ** d)[None, :]).sum())
+    return blt_g
 
 
 def _spaced_sum(g: Callable[[int], float], events: int, min_sep: int) -> float:
@@ -175,6 +200,15 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
         return UserFactor(_spaced_sum(g, fit, min_sep), True,
                           "Toeplitz: events exactly b apart (non-increasing autocorrelation), "
                           "as many as a period holds")
+    start = _blt_start_rows_bound(mech)
+    if start is not None:
+        g, d_max = start
+        fit = events if period_ticks == 0 else min(events, (period_ticks - 1) // min_sep + 1)
+        cross = _spaced_sum(g, fit, min_sep) - fit
+        return UserFactor(min(fit + d_max * d_max * cross, float(events) ** 2), False,
+                          "blt with start rows: the Toeplitz cross terms × (largest column "
+                          "scale)², events b apart; an upper bound (user-level deployments run "
+                          "the plain filter, whose factor is exact)")
     if name in _TREES:
         levels = tuple(int(v) for v in mech.levels)  # type: ignore[attr-defined]
         weights = tuple(float(w) for w in np.asarray(mech.weights))  # type: ignore[attr-defined]

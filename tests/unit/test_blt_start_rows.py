@@ -292,7 +292,7 @@ def test_user_level_deployments_run_without_start_rows() -> None:
     ``d_s`` up to 1.23 at p = 0.995), so the per-person factor would no longer be the exact
     Toeplitz one: a user-level deployment (``make_mechanism(..., user_bounds=...)``, ``auto``'s
     user-level ranking, ``user_compare``) runs the plain filter and keeps its exact factor; the
-    event-level mechanism has the rows, and its factor falls back to the (not exact) ``n²``."""
+    event-level mechanism has the rows, and its factor is an upper bound (not exact)."""
     from stream_dp.planner import make_mechanism, user_compare
     from stream_dp.user_level.accounting import stream_factor
     from stream_dp.user_level.bounds import UserBounds
@@ -314,6 +314,54 @@ def test_user_level_deployments_run_without_start_rows() -> None:
 
     one, other = make("sqrt", P, 63, ZCDP(0.5), user_level=True), make("sqrt", P, 63, ZCDP(0.5))
     assert type(one) is type(other) and one.mse_curve(63).tolist() == other.mse_curve(63).tolist()
+
+
+@pytest.mark.parametrize(("events", "sep"), [(2, 1), (2, 5), (2, 40), (3, 2), (3, 30)])
+def test_person_factor_of_the_start_rows_bounds_brute_force(events: int, sep: int) -> None:
+    """The event-level filter's per-person factor (not exact: cross terms × (max d)²) is at
+    least the worst of every placement of ``events`` events ≥ ``sep`` apart over the table and
+    100 plain ticks past it — ``‖Σ columns of R·C·D‖² / S_∞`` from dense columns — at least
+    the plain filter's exact factor, and below the n² of the triangle inequality."""
+    from stream_dp.user_level.accounting import stream_factor
+
+    mech = BltMechanism(P, 32767, ZCDP(0.5))
+    assert mech.rows is not None and mech.scales is not None
+    span = len(mech.rows) + 100
+    n = _long(mech) + span
+    c = _coefficients(mech.theta, mech.w, n)
+    rows, scales = _padded(mech.rows, n), _padded(mech.scales, n)
+    cols = np.zeros((n, span))
+    for j in range(span):
+        cols[j:, j] = rows[j:] * c[: n - j] * scales[j]
+    gram = cols.T @ cols / math.fsum((c * c).tolist())
+    diag = np.diag(gram)
+    if events == 2:
+        pair = diag[:, None] + diag[None, :] + 2.0 * gram
+        lag = np.subtract.outer(np.arange(span), np.arange(span))
+        worst = float(pair[lag >= sep].max())
+    else:
+        worst = 0.0
+        for a in range(span):
+            for b in range(a + sep, span - sep):
+                right = np.arange(b + sep, span)
+                tot = (diag[a] + diag[b] + diag[right] + 2.0 * (gram[a, b] + gram[a, right]
+                                                               + gram[b, right]))
+                worst = max(worst, float(tot.max()))
+    factor = stream_factor(mech, events, sep)
+    plain = stream_factor(make_plain_blt(P), events, sep)
+    assert plain.exact and not factor.exact
+    assert factor.value >= worst * (1.0 - 1e-12)
+    assert factor.value >= plain.value
+    assert factor.value <= events**2 - (0.05 if sep >= 5 else 0.0)
+
+
+def make_plain_blt(p: float) -> BltMechanism:
+    """The user-level (plain) filter of the same deployment."""
+    from stream_dp.strategies.registry import make
+
+    mech = make("blt", p, 32767, ZCDP(0.5), user_level=True)
+    assert isinstance(mech, BltMechanism) and mech.rows is None
+    return mech
 
 
 def test_no_start_rows_where_they_would_cost_the_future(monkeypatch: pytest.MonkeyPatch) -> None:
