@@ -81,13 +81,17 @@ def sigterm_on_parent_death() -> Callable[[], None] | None:
     """
     if not sys.platform.startswith("linux"):
         return None
+    import ctypes
+
+    try:  # resolved here: no import or dlopen between fork and exec (locks of other threads)
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
     parent = os.getpid()
+    pr_set_pdeathsig, sigterm = 1, int(signal.SIGTERM)
 
     def preexec() -> None:  # pragma: no cover - runs in the child, between fork and exec
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
+        prctl(pr_set_pdeathsig, sigterm, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
 
