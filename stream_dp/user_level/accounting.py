@@ -205,7 +205,7 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
         g, d_max = start
         fit = events if period_ticks == 0 else min(events, (period_ticks - 1) // min_sep + 1)
         cross = _spaced_sum(g, fit, min_sep) - fit
-        return UserFactor(min(fit + d_max * d_max * cross, float(events) ** 2), False,
+        return UserFactor(min(fit + d_max * d_max * cross, float(fit) ** 2), False,
                           "blt with start rows: the Toeplitz cross terms × (largest column "
                           "scale)², events b apart; an upper bound (user-level deployments run "
                           "the plain filter, whose factor is exact)")

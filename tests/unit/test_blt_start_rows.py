@@ -353,6 +353,20 @@ def test_person_factor_of_the_start_rows_bounds_brute_force(events: int, sep: in
     assert factor.value >= worst * (1.0 - 1e-12)
     assert factor.value >= plain.value
     assert factor.value <= events**2 - (0.05 if sep >= 5 else 0.0)
+    # a period that holds fewer events than the bound: at most that many, n² of them
+    fit = (7 - 1) // sep + 1
+    assert stream_factor(mech, 10, sep, 7).value <= min(fit, 10) ** 2
+
+
+def test_person_factor_of_the_start_rows_never_above_the_periods_n_squared() -> None:
+    """At p = 0.9999 (max d = 1.52) the scaled cross terms of 4 events 1 tick apart exceed
+    4²: a period of 4 ticks holds no more than 4 events, so the factor is at most 16 (the
+    adversarial review found 25.69, the n² of all 10 events)."""
+    from stream_dp.user_level.accounting import stream_factor
+
+    mech = BltMechanism(0.9999, 32767, ZCDP(0.5))
+    assert mech.rows is not None
+    assert stream_factor(mech, 10, 1, 4).value == 16.0
 
 
 def make_plain_blt(p: float) -> BltMechanism:
