@@ -99,13 +99,13 @@ def spawn_worker(env: dict[str, str], log_path: Path, tree: Path = ROOT,
     """``python -m agents.cli worker [--no-dashboard]`` (what ``stream-dp worker`` runs) from
     ``tree`` with the settings in ``env`` (:func:`tests.integration.pipeline_support.
     settings_env`), its output appended to ``log_path``; it dies with this process."""
-    from agents.kafka.processes import sigterm_on_parent_death
+    from agents.kafka.processes import dying_with_parent
 
     with open(log_path, "ab") as log:
         cmd = [sys.executable, "-m", "agents.cli", "worker"] + ([] if dashboard else
                                                                 ["--no-dashboard"])
-        return subprocess.Popen(cmd, env=env, cwd=str(tree), stdout=log,
-                                stderr=subprocess.STDOUT, preexec_fn=sigterm_on_parent_death())
+        return subprocess.Popen(dying_with_parent(cmd), env=env, cwd=str(tree), stdout=log,
+                                stderr=subprocess.STDOUT)
 
 
 def _top_leaves(raw: Path, n: int = 12) -> list[tuple[str, int]]:

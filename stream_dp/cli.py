@@ -187,6 +187,10 @@ def main(argv: Sequence[str] | None = None, commands: CommandTable | None = None
         module = _load(args.command, table)
         code: int = module.run(args)
         sys.stdout.flush()
+        if code == EXIT_INTERRUPTED and argv is None:
+            # a command that handled Ctrl-C itself (the demo stopping what it started): the
+            # interrupt may still have set CPython's exit-by-SIGINT flag (_exit_interrupted)
+            _exit_interrupted()
     except BrokenPipeError:
         # the reader went away (``stream-dp plan ... | head``): stop quietly, like any Unix
         # tool killed by SIGPIPE; stdout is redirected so the interpreter's final flush cannot

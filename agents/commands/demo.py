@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from agents.commands import _demo_users
 from agents.commands._demo_traffic import AttributeTraffic, Traffic
-from agents.kafka.processes import sigterm_on_parent_death, terminate_group, wait_group_gone
+from agents.kafka.processes import dying_with_parent, terminate_group, wait_group_gone
 from stream_dp.cli import EXIT_INTERRUPTED
 
 HELP = "run broker, worker, reconciler and simulator; show live releases"
@@ -125,9 +125,8 @@ class Children:
     def spawn(self, cmd: list[str], *, log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True,
-                preexec_fn=sigterm_on_parent_death(),
+                dying_with_parent(cmd), stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
             )
         self.procs.append(proc)
         return proc

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from agents.kafka.processes import sigterm_on_parent_death, terminate_group
+from agents.kafka.processes import dying_with_parent, terminate_group
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -95,17 +95,14 @@ class EmbeddedBroker:
     def start(self, timeout: float = 30.0) -> EmbeddedBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        cmd = [_noida_binary(), "start", "--only", "kafka", "--kafka-port", str(self.port),
+               "--host", self.host, "--data-dir", str(self.data_dir)]
         self.proc = subprocess.Popen(
-            [
-                _noida_binary(), "start", "--only", "kafka",
-                "--kafka-port", str(self.port), "--host", self.host,
-                "--data-dir", str(self.data_dir),
-            ],
+            dying_with_parent(cmd) if self.die_with_parent else cmd,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=sigterm_on_parent_death() if self.die_with_parent else None,
         )
         log.close()
         try:

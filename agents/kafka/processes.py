@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 
@@ -69,30 +68,31 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def sigterm_on_parent_death() -> Callable[[], None] | None:
-    """A ``Popen(preexec_fn=...)`` that makes the child get SIGTERM when this process dies.
+#: run by :func:`dying_with_parent`: set the parent-death signal, give up if the parent is
+#: already gone, then become the command (``exec`` keeps the pid and the signal)
+_PDEATHSIG_EXEC = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def dying_with_parent(cmd: list[str]) -> list[str]:
+    """``cmd`` made to get SIGTERM when this process dies, for ``subprocess.Popen``.
 
     However this process dies — an exception, SIGTERM, or ``kill -9``, which runs no clean-up —
     its children (broker, worker, dashboard) must not outlive it. Linux: the kernel sends the
-    signal (``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``). It fires when the *thread* that
-    called ``Popen`` ends, so start long-lived children from the main thread. If this process
-    died before the child set the signal, the child exits at once. Returns ``None`` elsewhere
-    (no such signal; the callers' clean-up handlers still run on every ordinary exit).
+    signal (``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``), set by a short Python step that
+    then execs ``cmd`` (same pid). It fires when the *thread* that called ``Popen`` ends, so
+    start long-lived children from the main thread. Elsewhere ``cmd`` unchanged (the callers'
+    clean-up handlers still run on every ordinary exit).
+
+    Not a ``preexec_fn``: with one, ``Popen`` runs the interpreter's at-fork hooks in this
+    process, and a Ctrl-C landing in one of them (``logging``'s lock release) leaves that lock
+    held — the next log line then hangs for ever.
     """
     if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-
-    try:  # resolved here: no import or dlopen between fork and exec (locks of other threads)
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-    pr_set_pdeathsig, sigterm = 1, int(signal.SIGTERM)
-
-    def preexec() -> None:  # pragma: no cover - runs in the child, between fork and exec
-        prctl(pr_set_pdeathsig, sigterm, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(1)
-
-    return preexec
+        return list(cmd)
+    return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_EXEC, str(os.getpid()), *cmd]

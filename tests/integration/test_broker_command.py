@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agents.kafka.embedded_broker import free_port
-from agents.kafka.processes import sigterm_on_parent_death
+from agents.kafka.processes import dying_with_parent
 from tests.integration.test_commands_service import CLI, cli, noida_processes
 
 pytestmark = pytest.mark.integration
@@ -100,9 +100,8 @@ def test_the_embedded_broker_dies_with_a_parent_killed_by_sigkill(tmp_path: Path
     """kill -9 runs no clean-up in the parent: the broker (a test's, the demo's) must still
     not be left running, holding its port and its RAM."""
     data = tmp_path / "broker"
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(data)],
-                              stdout=subprocess.PIPE, text=True,
-                              preexec_fn=sigterm_on_parent_death())
+    holder = subprocess.Popen(dying_with_parent([sys.executable, "-c", _HOLDER, str(data)]),
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None
         port = int(holder.stdout.readline())
@@ -123,9 +122,9 @@ def test_broker_start_foreground_killed_with_sigkill_leaves_no_broker(tmp_path: 
     (the other tests here run it so) and is stopped by 'broker stop'."""
     data = tmp_path / "broker"
     port = free_port()
-    fg = subprocess.Popen([*CLI, "broker", "start", "--foreground", "--data-dir", str(data),
-                           "--port", str(port)], stdout=subprocess.PIPE, text=True,
-                          preexec_fn=sigterm_on_parent_death())
+    fg = subprocess.Popen(dying_with_parent([*CLI, "broker", "start", "--foreground",
+                                             "--data-dir", str(data), "--port", str(port)]),
+                          stdout=subprocess.PIPE, text=True)
     try:
         assert fg.stdout is not None
         assert fg.stdout.readline().startswith("broker running on"), "no start line"

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from agents.kafka.embedded_broker import free_port
-from agents.kafka.processes import sigterm_on_parent_death
+from agents.kafka.processes import dying_with_parent
 from tests.integration.pipeline_support import (
     ROOT,
     close_ticks,
@@ -81,9 +81,9 @@ def test_a_near_limit_record_is_dead_lettered_and_releases_go_on(
     asyncio.run(close_ticks(s, LAST_TICK))
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "agents.cli", "worker"],
+        proc = subprocess.Popen(dying_with_parent([sys.executable, "-m", "agents.cli", "worker"]),
                                 env=settings_env(s), cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, preexec_fn=sigterm_on_parent_death())
+                                stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 90
         while not _done(_http(f"http://127.0.0.1:{s.web_port}/metrics")):

@@ -34,7 +34,7 @@ import pytest
 
 from agents.config.settings import Settings
 from agents.kafka.embedded_broker import free_port
-from agents.kafka.processes import sigterm_on_parent_death
+from agents.kafka.processes import dying_with_parent
 from tests.integration.pipeline_support import (
     ROOT,
     close_ticks,
@@ -116,9 +116,9 @@ def _run_until_done(s: Settings, log: Path, first: bool) -> str:
     histogram is out, the second until it restored its state; then a graceful stop. Returns
     the last /metrics exposition scraped before the stop."""
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "agents.cli", "worker"],
+        proc = subprocess.Popen(dying_with_parent([sys.executable, "-m", "agents.cli", "worker"]),
                                 env=settings_env(s), cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, preexec_fn=sigterm_on_parent_death())
+                                stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while not (_done(_http(f"http://127.0.0.1:{s.web_port}/metrics")) if first

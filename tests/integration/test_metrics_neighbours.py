@@ -32,7 +32,7 @@ import pytest
 
 from agents.config.settings import Settings
 from agents.kafka.embedded_broker import free_port
-from agents.kafka.processes import sigterm_on_parent_death
+from agents.kafka.processes import dying_with_parent
 from tests.integration.pipeline_support import (
     ROOT,
     close_ticks,
@@ -108,9 +108,8 @@ def test_default_metrics_are_the_same_for_neighbouring_logs(
         for extra, (s, _) in runs.items():
             with open(logs[extra], "wb") as out:
                 procs[extra] = subprocess.Popen(
-                    [sys.executable, "-m", "agents.cli", "worker"], env=settings_env(s),
-                    cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                    preexec_fn=sigterm_on_parent_death())
+                    dying_with_parent([sys.executable, "-m", "agents.cli", "worker"]),
+                    env=settings_env(s), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
         scraped: dict[bool, str] = {}
         deadline = time.monotonic() + 120
         while len(scraped) < 2:
