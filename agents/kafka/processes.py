@@ -71,8 +71,12 @@ def group_alive(pgid: int) -> bool:
 #: run by :func:`dying_with_parent`: set the parent-death signal, give up if the parent is
 #: already gone, then become the command (``exec`` keeps the pid and the signal)
 _PDEATHSIG_EXEC = (
-    "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)\n"
+    "import os, signal, sys\n"
+    "try:\n"  # a Python without ctypes still runs the command, as before this existed
+    "    import ctypes\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)\n"
+    "except (ImportError, OSError, AttributeError):\n"
+    "    pass\n"
     "if os.getppid() != int(sys.argv[1]):\n"
     "    os._exit(1)\n"
     "os.execvp(sys.argv[2], sys.argv[2:])\n"
@@ -93,6 +97,6 @@ def dying_with_parent(cmd: list[str]) -> list[str]:
     process, and a Ctrl-C landing in one of them (``logging``'s lock release) leaves that lock
     held — the next log line then hangs for ever.
     """
-    if not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux") or not sys.executable:
         return list(cmd)
     return [sys.executable, "-I", "-S", "-c", _PDEATHSIG_EXEC, str(os.getpid()), *cmd]
