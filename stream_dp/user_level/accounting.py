@@ -155,6 +155,12 @@ def _plain_blt_autocorrelation(mech: object) -> Callable[[int], float] | None:
     return blt_g
 
 
+def _events_in_period(events: int, min_sep: int, period_ticks: int) -> int:
+    """How many of ``events`` (≥ 1 tick apart, ``min_sep`` ≥ 1) one period of ``period_ticks``
+    ticks holds (``0``: the whole epoch, all of them)."""
+    return events if period_ticks == 0 else min(events, (period_ticks - 1) // min_sep + 1)
+
+
 def _spaced_sum(g: Callable[[int], float], events: int, min_sep: int) -> float:
     """``Σ_{a,a'<n} G(|a−a'|·b) / G(0)`` with ``n = events``, ``b = min_sep``."""
     g0 = g(0)
@@ -196,14 +202,14 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
     if g is not None:
         # no more than ⌊(T − 1)/b⌋ + 1 events b apart fit in a period: the worst pattern is
         # that many, exactly b apart from the period's first tick (more would overstate it)
-        fit = events if period_ticks == 0 else min(events, (period_ticks - 1) // min_sep + 1)
+        fit = _events_in_period(events, min_sep, period_ticks)
         return UserFactor(_spaced_sum(g, fit, min_sep), True,
                           "Toeplitz: events exactly b apart (non-increasing autocorrelation), "
                           "as many as a period holds")
     start = _blt_start_rows_bound(mech)
     if start is not None:
         g, d_max = start
-        fit = events if period_ticks == 0 else min(events, (period_ticks - 1) // min_sep + 1)
+        fit = _events_in_period(events, min_sep, period_ticks)
         cross = _spaced_sum(g, fit, min_sep) - fit
         return UserFactor(min(fit + d_max * d_max * cross, float(fit) ** 2), False,
                           "blt with start rows: the Toeplitz cross terms × (largest column "
@@ -224,7 +230,7 @@ def stream_factor(mech: object, events: int, min_sep: int, period_ticks: int = 0
         if ls_value is not None:
             # the grid slack of the coordinates a person touches: √factor ≤ max(√F, √n) (the
             # data and the slack terms each scale by at most their own ratio)
-            fit = events if period_ticks == 0 else min(events, (period_ticks - 1) // min_sep + 1)
+            fit = _events_in_period(events, min_sep, period_ticks)
             ls_value = max(ls_value, float(fit))
             return UserFactor(min(ls_value, float(events) ** 2), False,
                               "tree-ls: program over the blocks, each block's sum bounded by "
@@ -392,7 +398,7 @@ def _with_tree_slack(mech: object, value: float, events: int, min_sep: int,
     data by at most ``D·√value`` and touch at most ``n·m`` coordinates, each with the same slack
     however many events it holds: ``√(factor) ≤ (D·√value + S·√n)/Δ₂``, which exceeds
     ``√value`` only when ``value < n`` (then this is the figure; else ``value``)."""
-    fit = events if period_ticks == 0 else min(events, (period_ticks - 1) // min_sep + 1)
+    fit = _events_in_period(events, min_sep, period_ticks)
     if value >= fit:
         return value
     weights = np.asarray(mech.weights, dtype=np.float64)  # type: ignore[attr-defined]
