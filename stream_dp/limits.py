@@ -210,7 +210,7 @@ def estimate_memory(
     # tree-ls: ≤ 273 int64 residuals (four levels: B/L₁ ≤ 256, B/L₂ ≤ 16); tree-ls and blt at
     # p = 1: three arrays of ≤ 41 super levels
     residuals = 273 * 8 if strategy in ("tree-ls", "auto") else 0
-    epochs = 3 * 41 * 8 if strategy in ("tree-ls", "blt", "auto") else 0
+    epochs = 3 * 41 * 8 if strategy in ("tree-ls", "blt", "blt-horizon", "auto") else 0
     per_stream = STATE_COPIES * (levels * per_level + taps + residuals + epochs + 64)
     return MemoryEstimate(TABLE_BYTES_PER_TICK * int(horizon), per_stream, int(n_streams))
 

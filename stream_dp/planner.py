@@ -212,6 +212,8 @@ def pick(
         compare(p, horizon, privacy, cap, integer_counts=integer_counts) if user_bounds is None
         else [c.figures for c in user_compare(p, horizon, privacy, user_bounds, cap,
                                               integer_counts=integer_counts)])
+    # a strategy registered with auto=False (blt-horizon) is built only by name
+    candidates = [c for c in candidates if get(c.strategy).auto]
     if not candidates:
         raise ValueError(f"no strategy registered for privacy model {privacy.model!r}")
     if max_tick_count is not None:

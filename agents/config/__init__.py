@@ -86,7 +86,7 @@ and ``docs/configuration.md`` current):
 | `max_message_bytes` | `STREAM_DP_MAX_MESSAGE_BYTES` | `4096` | Larger event messages are rejected (reason `oversize`). |
 | `max_event_value` | `STREAM_DP_MAX_EVENT_VALUE` | `1000000.0` | Event values above this are rejected as implausible (reason `value_out_of_range`); values in (cap, max] are clamped to cap. |
 | `cap` | `STREAM_DP_CAP` | `1.0` | Contribution bound: one event adds min(value, cap) to each node it feeds. |
-| `strategy` | `STREAM_DP_STRATEGY` | `auto` | Release strategy (naive, naive-int, dm, dmfda, fenwick-opt, tree, binary-tree, sqrt, tree-ls, blt, auto; sqrt and blt need privacy_model = zcdp). naive-int releases whole-number counts with discrete Laplace noise: it needs a whole-number cap, and events with fractional values are dead-lettered (`value_not_integer`). |
+| `strategy` | `STREAM_DP_STRATEGY` | `auto` | Release strategy (naive, naive-int, dm, dmfda, fenwick-opt, tree, binary-tree, sqrt, tree-ls, blt, blt-horizon, auto; sqrt, blt and blt-horizon need privacy_model = zcdp; auto never picks blt-horizon). naive-int releases whole-number counts with discrete Laplace noise: it needs a whole-number cap, and events with fractional values are dead-lettered (`value_not_integer`). |
 | `p` | `STREAM_DP_P` | `0.95` | Decay per tick, in [1e-6, 1]; 1 = plain running count. |
 | `horizon` | `STREAM_DP_HORIZON` | `4095` | Ticks the strategy plans its noise for (2^m - 1); a stream rolls over into the strategy's next horizon period after it (nothing to do; docs/runbooks.md). |
 | `privacy_model` | `STREAM_DP_PRIVACY_MODEL` | `pure` | Privacy model: `pure` (epsilon) or `zcdp` (rho). |

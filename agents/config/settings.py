@@ -21,7 +21,7 @@ from agents.config.values import _check_float, _check_int, _coerce, _read_toml, 
 from stream_dp.budget import ZCDP, Privacy, PureDP
 
 _STRATEGIES = ("naive", "naive-int", "dm", "dmfda", "fenwick-opt", "tree", "binary-tree", "sqrt",
-               "tree-ls", "blt", "auto")
+               "tree-ls", "blt", "blt-horizon", "auto")
 
 
 #: internal topic name -> (default with the default app id, suffix for any other app id)
@@ -244,7 +244,8 @@ class Settings:
     strategy: str = _s(
         "auto",
         "Release strategy (naive, naive-int, dm, dmfda, fenwick-opt, tree, binary-tree, sqrt, "
-        "tree-ls, blt, auto; sqrt and blt need privacy_model = zcdp). naive-int releases "
+        "tree-ls, blt, blt-horizon, auto; sqrt, blt and blt-horizon need privacy_model = zcdp; "
+        "auto never picks blt-horizon). naive-int releases "
         "whole-number counts with discrete Laplace noise: it needs a "
         "whole-number cap, and events with fractional values are dead-lettered "
         "(`value_not_integer`).",

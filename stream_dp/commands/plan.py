@@ -309,6 +309,9 @@ def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
             "bound_ratio": f.error_mse / bound if bound > 0 else float("inf"),
             "unbounded_ok": f.unbounded_ok,
             "integer_only": get(f.strategy).integer_only,
+            # auto never picks a strategy registered with auto=False (blt-horizon: it trades
+            # the next horizon's error for this one's; docs/choosing.md)
+            "auto_candidate": get(f.strategy).auto,
             "max_count": make_mechanism(
                 f.strategy, args.p, args.horizon, privacy, args.cap
             ).max_count(),
@@ -418,6 +421,8 @@ def run(args: argparse.Namespace) -> int:
         mark = "  <- pick" if r["strategy"] == chosen else ""
         if not r["unbounded_ok"]:
             mark += "  (error grows linearly past the horizon)"
+        if not r["auto_candidate"]:
+            mark += "  (by name only: the next horizon pays; docs/choosing.md)"
         print(
             f"{r['strategy']!s:<14}{r['sensitivity']:>13.6f}{_num(r['rmse'], 14)}"
             f"{_num(r['mse'], 14)}{_num(r['ratio'], 11, 3)}"

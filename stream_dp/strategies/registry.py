@@ -45,6 +45,9 @@ class StrategyInfo:
     #: the factory a user-level deployment uses, when it differs (``blt``: without the start
     #: rows, so that a person's events keep the exact Toeplitz factor); ``None``: ``factory``
     user_level_factory: Factory | None = None
+    #: whether ``auto`` may pick it (``blt-horizon`` may not: it trades the next horizon's
+    #: error for this one's, so a user who runs past the horizon chooses it by name)
+    auto: bool = True
 
 
 _REGISTRY: dict[str, StrategyInfo] = {}
@@ -65,17 +68,18 @@ def configure(
 
 def register(
     name: str, factory: Factory, models: tuple[str, ...] = ("pure",), integer_only: bool = False,
-    user_level_factory: Factory | None = None,
+    user_level_factory: Factory | None = None, auto: bool = True,
 ) -> None:
     """Register ``factory`` under ``name`` (re-registering the same name replaces it);
-    ``user_level_factory``: the mechanism of a user-level deployment, if another one."""
+    ``user_level_factory``: the mechanism of a user-level deployment, if another one;
+    ``auto=False``: ``auto`` never picks it (it is listed and built by name)."""
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"name must be a non-empty string other than 'auto', got {name!r}")
     bad = [m for m in models if m not in ("pure", "zcdp")]
     if not models or bad:
         raise ValueError(f"models must be a non-empty subset of ('pure', 'zcdp'), got {models!r}")
     _REGISTRY[name] = StrategyInfo(name, factory, tuple(models), bool(integer_only),
-                                   user_level_factory)
+                                   user_level_factory, bool(auto))
 
 
 def _import_optional(module_name: str) -> object | None:

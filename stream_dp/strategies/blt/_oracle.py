@@ -4,7 +4,8 @@
 the definition: ``C`` the Toeplitz matrix of ``c_0 = 1, c_k = Σ_i w_i θ_i^(k−1)``; at ``p = 1``
 the column scales ``D = diag(d_j)`` of :func:`.plan.column_scales` (with row scales ``R``:
 :func:`.plan.row_column_scales`; at ``p < 1`` with start rows: :func:`.plan.start_scales`,
-``D = R = I`` past the table; else ``D = I``). The measurement the noise correlation is
+``D = R = I`` past the table; ``blt-horizon``'s planned first horizon: :func:`.plan.first_scales`,
+``C`` cut after it, where the filter restarts; else ``D = I``). The measurement the noise correlation is
 equivalent to is ``L·y = L·x + Z`` with ``L = D⁻¹·C·D`` and ``Z_j`` of variance ``v_j =
 h²·Var(discrete Gaussian(σ/(d_j·r_j)))`` (the privacy-normalised measurement ``R·D·L = R·C·D``
 has equal column norms); ``B = W_p·L⁻¹`` by a dense triangular solve
@@ -46,6 +47,9 @@ def dense(mech: object, n: int) -> tuple[NDArray[np.float64], NDArray[np.float64
         sigma = float(mech.sigma_units)  # type: ignore[attr-defined]
         var = float(mech.unit) ** 2 * np.array(  # type: ignore[attr-defined]
             [discrete_gaussian_variance(sigma / float(dj * rj)) for dj, rj in zip(d, r, strict=True)])
+    if getattr(mech, "first", False) and scales is not None and n > len(scales):
+        # blt-horizon at p < 1: the filter restarts after the planned first horizon
+        big_c[len(scales):, : len(scales)] = 0.0
     big_l = (big_c * d[None, :]) / d[:, None]
     big_w = np.where(lag >= 0, p ** np.clip(lag, 0, None).astype(np.float64), 0.0)
     # B = W L^-1  <=>  L^T B^T = W^T

@@ -130,7 +130,7 @@ from stream_dp.strategies._epochs import (
 )
 from stream_dp.strategies.blt import plan as _plan
 
-__all__ = ["MAX_TICKS", "UNIT_BITS", "BltMechanism", "make", "make_user_level"]
+__all__ = ["MAX_TICKS", "UNIT_BITS", "BltHorizonMechanism", "BltMechanism", "make", "make_horizon", "make_user_level"]
 
 #: Ticks a bank may release (the slack sum runs over them): 2**36 one-second ticks ≈ 2,000 years.
 MAX_TICKS = 1 << 36
@@ -156,10 +156,13 @@ class BltMechanism(Mechanism):
     name = "blt"
 
     def __init__(self, p: float, horizon: int, privacy: Privacy, cap: float = 1.0, *,
-                 start_rows: bool = True) -> None:
+                 start_rows: bool = True, first_horizon: bool = False) -> None:
         """``start_rows=False``: at p < 1 the plain (Toeplitz) filter even where a start fit is
         shipped — a user-level deployment's, whose per-person factor is exact only for a
-        Toeplitz measurement (:mod:`stream_dp.user_level.accounting`)."""
+        Toeplitz measurement (:mod:`stream_dp.user_level.accounting`). ``first_horizon=True``:
+        the strategy ``blt-horizon`` — at p < 1 (horizon ≤ :data:`.plan.FIRST_TICKS`) also the
+        planned first horizon, kept where it lowers the mean error over ticks ``1..horizon``."""
+        self.first = False
         self.p = check_p(p)
         self.horizon = check_horizon(horizon)
         self.cap = check_cap(cap)
@@ -176,6 +179,14 @@ class BltMechanism(Mechanism):
         # its mean error over the horizon is below the plain filter's
         row_fit = _plan.row_fit(self.horizon) if self.p == 1.0 else None
         start_fit = _plan.start_fit(self.p) if start_rows else None
+        planned: dict[str, Any] | None = None
+        if first_horizon and self.p < 1.0 and 3 <= self.horizon <= _plan.FIRST_TICKS:
+            try:
+                self._build(*_plan.fit(self.p, self.horizon), None, first=True)
+                planned = dict(self.__dict__)
+            except (BudgetOutOfRange, ValueError):
+                planned = None
+            self.first = False
         with_rows: dict[str, Any] | None = None
         if row_fit is not None or start_fit is not None:
             if row_fit is not None:
@@ -194,15 +205,18 @@ class BltMechanism(Mechanism):
         try:
             self._build(*_plan.fit(self.p, self.horizon), None)
         except (BudgetOutOfRange, ValueError):
-            if with_rows is None:
+            if with_rows is None and planned is None:
                 raise
             self.__dict__.clear()
-            self.__dict__.update(with_rows)
-            return
-        if with_rows is not None and self._rows_win(self._mean_error(with_rows),
-                                                    self._mean_error(self.__dict__)):
+            self.__dict__.update(with_rows if with_rows is not None else planned)  # type: ignore[arg-type]
+        else:
+            if with_rows is not None and self._rows_win(self._mean_error(with_rows),
+                                                        self._mean_error(self.__dict__)):
+                self.__dict__.clear()
+                self.__dict__.update(with_rows)
+        if planned is not None and self._planned_wins(planned, self.__dict__):
             self.__dict__.clear()
-            self.__dict__.update(with_rows)
+            self.__dict__.update(planned)
 
     def _rows_win(self, rows: tuple[float, float], plain: tuple[float, float]) -> bool:
         """Keep the row-scaled filter: a lower mean error, and at ``p < 1`` a converged error
@@ -213,6 +227,17 @@ class BltMechanism(Mechanism):
             return False
         return self.p == 1.0 or rows[1] <= plain[1] * (1.0 + _LIMIT_TOLERANCE)
 
+    def _planned_wins(self, planned: dict[str, Any], other: dict[str, Any]) -> bool:
+        """Keep the planned first horizon (``blt-horizon``): a lower mean error over ticks
+        ``1..horizon`` and a converged error within 10⁻⁶ of the other filter's. After the
+        restart both run the same plain ``(θ, w)`` (start rows decay into it), so the converged
+        errors stand in the ratio of their noise variances: the table's ``max d`` raises the
+        slack (10⁻⁸ at ρ = 0.5; more at a tiny ρ, where the clip and its float error grow)."""
+        if not self._mean_error(planned)[0] < self._mean_error(other)[0]:
+            return False
+        return bool(float(planned["unit_variance"])
+                    <= float(other["unit_variance"]) * (1.0 + _LIMIT_TOLERANCE))
+
     def _mean_error(self, built: dict[str, Any]) -> tuple[float, float]:
         """``(mean, limit)`` error of a built filter (its ``__dict__``; units²): the mean over
         the first block at ``p = 1`` (limit: its last tick), over ticks ``1..horizon`` at ``p <
@@ -222,17 +247,20 @@ class BltMechanism(Mechanism):
             return float(np.mean(built["_part0"])), float(built["_part0"][-1])
         n = min(self.horizon, _CONVERGED)
         cum = float(built["unit_variance"]) * _unit_cum(
-            self.p, built["theta"], built["w"], built["scales"], built["rows"], n)
+            self.p, built["theta"], built["w"], built["scales"], built["rows"], n,
+            built["first"])
         limit = float(cum[-1])
         return (float(np.sum(cum)) + (self.horizon - n) * limit) / self.horizon, limit
 
     def _build(self, theta: tuple[float, ...], w: tuple[float, ...],
-               rows: np.ndarray | None) -> None:
+               rows: np.ndarray | None, *, first: bool = False) -> None:
         """Set the filter ``(θ, w)``, the row scales (``None``: none), the column scales, the
-        slack and σ; raise :class:`BudgetOutOfRange` (or ``ValueError``) for a budget the
-        sampler or the clip cannot serve."""
+        slack and σ (``first``: the planned first horizon of ``blt-horizon`` at p < 1); raise
+        :class:`BudgetOutOfRange` (or ``ValueError``) for a budget the sampler or the clip
+        cannot serve."""
         privacy = self.privacy
         self.rows = rows
+        self.first = first
         self.__dict__.pop("_unit_curve", None)  # cached per build (_block_curve, _curve)
         self.__dict__.pop("_cum", None)
         self.theta = np.asarray(theta, dtype=np.float64)
@@ -257,6 +285,15 @@ class BltMechanism(Mechanism):
             self.scales = _plan.column_scales(self.theta, self.w, self.horizon, sums)
             d_max = rd_max = float(self.scales[-1])
             sq = max(sq, float(np.max(self.scales**2 * sums[::-1])))  # certified, not assumed
+        elif first:
+            # planned first horizon: the filter restarts after tick T, so an event at j < T
+            # spends d_j²·S_(T−j) ≤ S_∞ (its column ends with the first horizon), one at j ≥ T
+            # the plain S_∞ (d = 1 there)
+            self.scales, first_sums = _plan.first_scales(self.theta, self.w, self.horizon, sq)
+            # S_n's closed form can pass S_∞ by an ulp where d = 1 (long columns): certified,
+            # not assumed
+            sq = max(sq, float(np.max(self.scales**2 * first_sums)))
+            d_max = rd_max = float(np.max(self.scales))
         elif self.rows is not None and self.p < 1.0:
             # start rows: an event at tick s < t1 spends d_s²·S'_s ≤ S_∞ (its infinite column
             # of R·C scaled), one at s ≥ t1 the plain S_∞ (d = r = 1 there)
@@ -328,10 +365,11 @@ class BltMechanism(Mechanism):
                 f"beyond the sampler's {MAX_SIGMA:g}; use a larger rho or another strategy")
         if self.sigma_units * max(1.0, n_sd) * _CLIP_SDS / r_min > self.clip * 1.5:
             raise ValueError("slack too large for the clip bound (rho too small?)")
-        if (self.rows is not None and self.p < 1.0
+        if (self.scales is not None and self.p < 1.0
                 and not self.sigma_units / float(np.max(self._divisor)) >= 64.0):
-            # the start rows' curve takes Var(d·Z) = σ²/r² (exact to < 10⁻³⁰⁰ from σ/(d·r) ≥ 64)
-            raise ValueError("start rows need draws of scale ≥ 64 units")  # pragma: no cover
+            # the start rows' and the first horizon's curves take Var(d·Z) = σ²/r² (exact to
+            # < 10⁻³⁰⁰ from σ/(d·r) ≥ 64)
+            raise ValueError("scaled draws need a scale ≥ 64 units")  # pragma: no cover
         self.unit_variance = self.unit**2 * discrete_gaussian_variance(self.sigma_units)
         self.d_units = d_units
         # p = 1: blocks of `horizon` ticks (the filter restarts), doubling epochs of blocks and
@@ -428,7 +466,11 @@ class BltMechanism(Mechanism):
                      np.ascontiguousarray(self.rows, dtype="<f8").tobytes()).hexdigest(),
                  "start_column_scales_sha256": hashlib.sha256(
                      np.ascontiguousarray(self.scales, dtype="<f8").tobytes()).hexdigest()}
-             if self.rows is not None and not self.super else {})
+             if self.rows is not None and not self.super else {}) | ({
+                 "first_horizon": f"restart-v{_plan.FIRST_VERSION}",
+                 "first_column_scales_sha256": hashlib.sha256(
+                     np.ascontiguousarray(self.scales, dtype="<f8").tobytes()).hexdigest()}
+             if self.first else {})
 
     def epoch_noise(self, n_blocks: int) -> EpochNoise:
         """Super-level noise of a later epoch of ``n_blocks`` blocks (``p = 1``; units ``h``)."""
@@ -482,10 +524,16 @@ class BltMechanism(Mechanism):
                 buffers_lo[...] = 0.0
             if index:
                 sigma = self.sigma_units1
+        elif self.first and t - 1 == self.horizon:
+            # blt-horizon: the planned first horizon ends; the filter restarts, so no event of
+            # ticks 1..T moves a later tick's noise (their columns end at T)
+            buffers[...] = 0.0
+            buffers_lo[...] = 0.0
         # in place where the arrays are this tick's own (same operations, fewer temporaries)
         f = self.feedback(buffers)
         if not self.super:
             j = t - 1  # p < 1: the start rows' table covers ticks 0..t1−1 (none: empty)
+
         if self.scales is not None and j < len(self.scales):  # d_j ≥ 1 at position j
             scale = float(self.scales[j])
             f /= scale
@@ -562,7 +610,7 @@ class BltMechanism(Mechanism):
         cum = getattr(self, "_cum", None)
         if cum is None or len(cum) < n:
             size = max(n, 2 * (0 if cum is None else len(cum)), 1024)
-            cum = _unit_cum(self.p, self.theta, self.w, self.scales, self.rows, size)
+            cum = _unit_cum(self.p, self.theta, self.w, self.scales, self.rows, size, self.first)
             cum.setflags(write=False)
             self._cum = cum
         out: Float64Array = self.unit_variance * cum[:n]
@@ -608,6 +656,14 @@ class BltMechanism(Mechanism):
         ``p = 1``, else :meth:`_abs_ticks`: count rounding and feedback rounding, both
         filtered (at ``p = 1`` the filter restarts every block, so ``Σ|b_k|`` over one block per
         block started; with the column scaling the rows of ``W·D⁻¹C⁻¹·D`` replace ``Σ|b_k|``)."""
+        if self.first:
+            # blt-horizon: a row t ≥ T of the restarted operator is p^(t−T+1) times row T − 1 of
+            # the first horizon's W·D⁻¹C⁻¹·D plus a row of the fresh plain filter (Σ|b_k|)
+            assert self.scales is not None
+            b = _plan.reconstruction(self.p, self.theta, self.w, self._abs_ticks())
+            rows = (_plan.scaled_abs_rows(self.p, self.theta, self.w, self.scales)
+                    + float(np.sum(np.abs(b))))
+            return self.unit * (0.5 / (1.0 - self.p) + (0.5 + self.float_error) * rows)
         if self.scales is not None and not self.super:
             # p < 1 with start rows: rows of W·D⁻¹C⁻¹·D (Abel bound, |p^(L−l)·b_l| ≤ |b_l|) with
             # D = I past the table
@@ -628,9 +684,12 @@ class BltMechanism(Mechanism):
 
 
 def _unit_cum(p: float, theta: np.ndarray, w: np.ndarray, scales: np.ndarray | None,
-              rows: np.ndarray | None, n: int) -> np.ndarray:
+              rows: np.ndarray | None, n: int, first: bool = False) -> np.ndarray:
     """``p < 1``: the release variance at ticks ``1..n`` per unit of ``Var(Z)`` at scale σ
-    (``Σ_(k<t) b_k²``; with start rows :func:`.plan.start_variance_curve`)."""
+    (``Σ_(k<t) b_k²``; with start rows :func:`.plan.start_variance_curve`, with the planned
+    first horizon :func:`.plan.first_variance_curve`)."""
+    if first and scales is not None:
+        return _plan.first_variance_curve(p, theta, w, scales, n)
     if rows is None or scales is None:
         b = _plan.reconstruction(p, theta, w, n)
         return np.cumsum(b * b)
@@ -640,6 +699,22 @@ def _unit_cum(p: float, theta: np.ndarray, w: np.ndarray, scales: np.ndarray | N
 def make(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> BltMechanism:
     """Factory registered as ``"blt"``."""
     return BltMechanism(p, horizon, privacy, cap)
+
+
+class BltHorizonMechanism(BltMechanism):
+    """``blt-horizon``: ``blt`` with, at p < 1, the first ``horizon`` ticks planned as a run of
+    their own (the filter restarts once, after them; :func:`.plan.first_scales`)."""
+
+    name = "blt-horizon"
+
+    def __init__(self, p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> None:
+        super().__init__(p, horizon, privacy, cap, first_horizon=True)
+
+
+def make_horizon(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> BltMechanism:
+    """Factory registered as ``"blt-horizon"`` (``auto`` does not pick it: it trades the next
+    horizon's error for this one's)."""
+    return BltHorizonMechanism(p, horizon, privacy, cap)
 
 
 def make_user_level(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> BltMechanism:
@@ -653,6 +728,8 @@ def _register() -> None:
     from stream_dp.strategies.registry import register
 
     register("blt", make, models=("zcdp",), user_level_factory=make_user_level)
+    register("blt-horizon", make_horizon, models=("zcdp",), user_level_factory=make_user_level,
+             auto=False)
 
 
 _register()

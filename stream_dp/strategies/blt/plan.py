@@ -531,6 +531,49 @@ def start_variance_curve(p: float, theta: NDArray[np.float64], w: NDArray[np.flo
     return out
 
 
+#: Version of the planned first horizon (the mechanism's description).
+FIRST_VERSION = 1
+#: Longest first horizon ``blt-horizon`` plans at p < 1 (ticks; a table of that many floats):
+#: past it the running filter's start rows or plain filter (the gain falls as ``1/horizon``).
+FIRST_TICKS = 1 << 20
+
+
+def first_scales(theta: NDArray[np.float64], w: NDArray[np.float64], horizon: int,
+                 s_inf: float) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """``(d, S)`` of the planned first horizon at ``p < 1`` (``blt-horizon``): the filter
+    restarts once, after tick ``T = horizon``, so an event at ``j < T`` shifts only ticks
+    ``j..T−1``, its column ``S_(T−j) = Σ_(k<T−j) c_k²`` (:func:`column_square_sums`, reversed:
+    ``S[j] = S_(T−j)``), and ``d_j = √(S_∞/S_(T−j))`` times ``1 − 2⁻³⁰`` rounded down to a
+    multiple of ``2⁻²⁰`` (at least 1, non-decreasing): ``d_j²·S_(T−j) ≤ S_∞``, the norm of every
+    column after the restart."""
+    sums = column_square_sums(theta, w, int(horizon))[::-1].copy()
+    ratio = np.sqrt(float(s_inf) / sums) * _SCALE_MARGIN
+    d = np.maximum(np.floor(ratio / _SCALE_QUANTUM) * _SCALE_QUANTUM, 1.0)
+    d = np.maximum.accumulate(d)  # a floor of a non-decreasing sequence already is; made sure
+    return d, sums
+
+
+def first_variance_curve(p: float, theta: NDArray[np.float64], w: NDArray[np.float64],
+                         scales: NDArray[np.float64], n: int) -> NDArray[np.float64]:
+    """Release variance at ticks ``0..n−1`` (units: ``σ²``, the scaled draws ``d_t·Z_t`` of
+    variance ``σ²``) of ``blt-horizon`` at ``p < 1``: ticks ``t < T = len(scales)`` measure
+    with ``C·D`` (:func:`scaled_variance_curve`); the filter restarts at ``T``, so a release
+    at ``T + u`` carries ``p^(u+1)`` times the error at ``T − 1`` plus the fresh filter's
+    ``Σ_(k≤u) b_k²``, independent of it (the noise after the restart does not depend on the
+    noise before)."""
+    n = int(n)
+    t_end = len(scales)
+    first = scaled_variance_curve(theta, w, scales, np.ones(t_end), float(p))
+    if n <= t_end:
+        out: NDArray[np.float64] = first[:n].copy()
+        return out
+    b = reconstruction(p, theta, w, n - t_end)
+    later = np.cumsum(b * b)
+    u = np.arange(1, n - t_end + 1, dtype=np.float64)
+    later += float(p) ** (2.0 * u) * float(first[-1])
+    return np.concatenate((first, later))
+
+
 def _correlate(m: NDArray[np.float64], x: NDArray[np.float64]) -> NDArray[np.float64]:
     """``g_v = Σ_(k<n−v) m_k·x_(v+k)`` for ``v < n = len(x)`` (direct below 4096 terms, else by
     FFT: relative error ~10⁻¹⁵ of ``Σ|m_k·x_(v+k)|``)."""
