@@ -91,16 +91,18 @@ Candidate = StrategyFigures
 
 
 def compare(
-    p: float, horizon: int, privacy: Privacy, cap: float = 1.0, *, integer_counts: bool = False
+    p: float, horizon: int, privacy: Privacy, cap: float = 1.0, *, integer_counts: bool = False,
+    by_name: bool = False,
 ) -> list[Candidate]:
     """Every strategy registered for ``privacy.model``, with exact sensitivity and mean MSE.
 
-    Integer-grid strategies take part only with ``integer_counts=True`` (whole-number counts).
+    Integer-grid strategies take part only with ``integer_counts=True`` (whole-number counts),
+    the strategies ``auto`` does not pick (``blt-horizon``) only with ``by_name=True``.
     """
     # a fractional cap makes the integer strategies inapplicable (the library's documented
     # behaviour); `stream-dp plan --integer-counts --cap 1.5` refuses the contradiction instead
     names = available(
-        privacy.model, integer_counts=integer_counts and float(cap).is_integer()
+        privacy.model, integer_counts=integer_counts and float(cap).is_integer(), by_name=by_name
     )
     out: list[Candidate] = []
     refusal: ValueError | None = None
@@ -212,8 +214,7 @@ def pick(
         compare(p, horizon, privacy, cap, integer_counts=integer_counts) if user_bounds is None
         else [c.figures for c in user_compare(p, horizon, privacy, user_bounds, cap,
                                               integer_counts=integer_counts)])
-    # a strategy registered with auto=False (blt-horizon) is built only by name
-    candidates = [c for c in candidates if get(c.strategy).auto]
+    # compare/user_compare list no strategy registered with auto=False (blt-horizon): by name only
     if not candidates:
         raise ValueError(f"no strategy registered for privacy model {privacy.model!r}")
     if max_tick_count is not None:

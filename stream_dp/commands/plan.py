@@ -18,7 +18,8 @@ Print, for every registered strategy, its exact L1 sensitivity (per event of siz
 slack included), the expected RMSE of one release (root of the mean per-release MSE over ticks
 1..horizon, analytic, no simulation) and its MSE ratio to the best strategy and to the
 factorisation lower bound ("x bound"); then the strategy that `--strategy auto` would pick: the
-lowest error among strategies whose error stays bounded past the horizon (others are marked). ε
+lowest error among strategies whose error stays bounded past the horizon (others are marked;
+--all-strategies also lists, marked, the ones auto never picks: blt-horizon, docs/choosing.md). ε
 is per event and per stream (pure differential privacy). The column "range/tick" is the
 strategy's numeric range (Mechanism.max_count()): the largest count per stream and tick, in
 value units, that it releases forever — at least 10^6 × cap for every strategy at ε = 1 / ρ =
@@ -30,6 +31,7 @@ examples:
   stream-dp plan --p 0.999 --epsilon 0.5 --horizon 1048575 --cap 2
   stream-dp plan --p 1 --epsilon 1 --horizon 65535 --format json
   stream-dp plan --p 0.99 --privacy zcdp --rho 0.5 --horizon 4095
+  stream-dp plan --p 0.999 --privacy zcdp --rho 0.5 --horizon 32767 --all-strategies
   stream-dp plan --p 0.9 --epsilon 0.25 --horizon 4095 --domain examples/domain.toml
   stream-dp plan --p 0.9 --epsilon 1 --horizon 4095 --integer-counts
   stream-dp plan --p 0.99 --privacy zcdp --rho 0.01 --horizon 4095 --privacy-unit user \\
@@ -104,6 +106,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="every count is a whole number (whole-number event values and cap): also consider "
         "the integer-grid strategies (naive-int)",
+    )
+    parser.add_argument(
+        "--all-strategies",
+        action="store_true",
+        help="also list the strategies auto never picks, built by name only (blt-horizon: "
+        "plans the horizon as a run of its own, the next horizon pays; docs/choosing.md)",
     )
     parser.add_argument(
         "--max-events-per-tick",
@@ -292,7 +300,8 @@ def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int) or rate < 1):
         raise ValueError(f"--max-events-per-tick must be an integer ≥ 1, got {rate!r}")
     limit = None if rate is None else float(args.cap) * rate
-    figs = compare(args.p, args.horizon, privacy, args.cap, integer_counts=integer_counts)
+    figs = compare(args.p, args.horizon, privacy, args.cap, integer_counts=integer_counts,
+                   by_name=bool(getattr(args, "all_strategies", False)))
     best = min(f.error_mse for f in figs)
     bound = float(lower_bound_row(args, privacy)["mse"])  # type: ignore[arg-type]
     out: list[dict[str, object]] = [

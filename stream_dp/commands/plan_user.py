@@ -22,7 +22,6 @@ from typing import Any
 from stream_dp.accounting import Accountant
 from stream_dp.budget import ZCDP, Privacy, PureDP
 from stream_dp.exact_budget import exact_decimal
-from stream_dp.strategies.registry import get
 
 #: the user-level options and the UserBounds field each sets (docs/design/user-level.md §1)
 BOUND_OPTIONS = {
@@ -171,8 +170,7 @@ def user_report(args: argparse.Namespace, privacy: Privacy, accountant: Accounta
              "method": c.factor.method,
              "per_event_at_person_budget": _scaled(privacy, 1.0 / c.factor.value).as_dict(),
              "mse": c.error_mse, "rmse": math.sqrt(c.error_mse),
-             "unbounded_ok": c.figures.unbounded_ok,
-             "auto_candidate": get(c.strategy).auto}
+             "unbounded_ok": c.figures.unbounded_ok}
             for c in sorted(candidates, key=lambda c: c.error_mse)
         ],
         "pick": chosen,
@@ -274,8 +272,6 @@ def lines(report: dict[str, Any], privacy: Privacy) -> list[str]:
         mark = "  <- pick (user level)" if r["strategy"] == report["pick"] else ""
         if not r["unbounded_ok"]:
             mark += "  (error grows linearly past the horizon)"
-        if not r["auto_candidate"]:
-            mark += "  (by name only: auto does not pick it)"
         out.append(f"{r['strategy']:<14}{r['factor']:>15.4f}{'yes' if r['exact'] else 'no':>7}"
                    f"{r['rmse']:>14.4f}{mark}")
     out += [f"pick (user level): {report['pick']}",

@@ -45,8 +45,8 @@ class StrategyInfo:
     #: the factory a user-level deployment uses, when it differs (``blt``: without the start
     #: rows, so that a person's events keep the exact Toeplitz factor); ``None``: ``factory``
     user_level_factory: Factory | None = None
-    #: whether ``auto`` may pick it (``blt-horizon`` may not: it trades the next horizon's
-    #: error for this one's, so a user who runs past the horizon chooses it by name)
+    #: whether ``auto`` may pick it; ``False`` (``blt-horizon``: it trades the next horizon's
+    #: error for this one's): built by name only, and listed only with ``by_name=True``
     auto: bool = True
 
 
@@ -72,7 +72,8 @@ def register(
 ) -> None:
     """Register ``factory`` under ``name`` (re-registering the same name replaces it);
     ``user_level_factory``: the mechanism of a user-level deployment, if another one;
-    ``auto=False``: ``auto`` never picks it (it is listed and built by name)."""
+    ``auto=False``: ``auto`` never picks it and :func:`available` lists it only with
+    ``by_name=True`` (it is built by name)."""
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"name must be a non-empty string other than 'auto', got {name!r}")
     bad = [m for m in models if m not in ("pure", "zcdp")]
@@ -121,10 +122,12 @@ def _order(name: str) -> tuple[int, int, int]:
     return (2, 0, names.index(name))
 
 
-def available(model: str | None = None, *, integer_counts: bool = False) -> tuple[str, ...]:
+def available(model: str | None = None, *, integer_counts: bool = False,
+              by_name: bool = False) -> tuple[str, ...]:
     """Registered strategy names (registration order), optionally only those supporting ``model``.
 
-    Strategies valid only for whole-number counts are listed only with ``integer_counts=True``.
+    Strategies valid only for whole-number counts are listed only with ``integer_counts=True``;
+    those ``auto`` does not pick (``blt-horizon``) only with ``by_name=True``.
     """
     _ensure_loaded()
     if model is not None and model not in ("pure", "zcdp"):
@@ -134,6 +137,7 @@ def available(model: str | None = None, *, integer_counts: bool = False) -> tupl
         for n in sorted(_REGISTRY, key=_order)
         if (model is None or model in _REGISTRY[n].models)
         and (integer_counts or not _REGISTRY[n].integer_only)
+        and (by_name or _REGISTRY[n].auto)
     )
 
 

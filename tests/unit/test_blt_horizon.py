@@ -21,7 +21,7 @@ from stream_dp.planner import compare, make_mechanism, pick
 from stream_dp.strategies.blt import plan as blt_plan
 from stream_dp.strategies.blt._oracle import dense
 from stream_dp.strategies.blt.mechanism import MAX_TICKS, BltHorizonMechanism, BltMechanism
-from stream_dp.strategies.registry import make
+from stream_dp.strategies.registry import available, get, make
 from tests.unit.test_blt_start_rows import _coefficients, _padded, _replay
 
 KEY = b"blt-horizon-test-key-0123456789!"
@@ -39,12 +39,40 @@ def _mech(p: float = P, horizon: int = T, rho: float = 0.5, cap: float = 1.0
 @pytest.mark.parametrize(("p", "target"), [(0.999, 1.0012), (0.9999, 1.008)])
 def test_issue_36_targets_over_the_horizon(p: float, target: float) -> None:
     """zCDP ρ = 0.5, T = 32767: the planner's figure (slack included) ≤ 1.0012× / 1.008× the
-    lower bound at p = 0.999 / 0.9999, below ``blt``'s; ``auto`` still picks ``blt``."""
-    figs = {c.strategy: c.mean_mse for c in compare(p, 32767, ZCDP(0.5))}
+    lower bound at p = 0.999 / 0.9999, below ``blt``'s; ``auto`` still picks ``blt``, and
+    the default listing (``auto``'s candidates) leaves ``blt-horizon`` out, so ``auto`` stays
+    the minimum of what ``compare`` lists."""
+    figs = {c.strategy: c.mean_mse for c in compare(p, 32767, ZCDP(0.5), by_name=True)}
     bound = mean_mse_bound(32767, p, ZCDP(0.5))
     assert figs["blt-horizon"] <= target * bound < figs["blt"]
     assert pick(p, 32767, ZCDP(0.5)) == "blt"
     assert getattr(make_mechanism("auto", p, 32767, ZCDP(0.5)), "name", None) == "blt"
+    listed = compare(p, 32767, ZCDP(0.5))
+    assert "blt-horizon" not in {c.strategy for c in listed}
+    assert min(c.mean_mse for c in listed) == figs["blt"]
+    assert "blt-horizon" not in available("zcdp")
+    assert "blt-horizon" in available("zcdp", by_name=True) and not get("blt-horizon").auto
+
+
+def test_plan_lists_it_with_all_strategies(capsys: pytest.CaptureFixture[str]) -> None:
+    """``stream-dp plan --all-strategies`` adds it, marked, above the pick; without the flag it
+    is not listed; the JSON rows say which strategies ``auto`` may pick."""
+    import json
+
+    from stream_dp.cli import main
+
+    base = ["plan", "--p", "0.999", "--privacy", "zcdp", "--rho", "0.5", "--horizon", "4095"]
+    assert main(base) == 0
+    assert "blt-horizon" not in capsys.readouterr().out
+    assert main([*base, "--all-strategies"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = next(ln for ln in lines if ln.startswith("blt-horizon "))
+    assert "by name only" in row and "<- pick" not in row
+    assert next(ln for ln in lines if ln.startswith("blt ")).endswith("<- pick")
+    assert main([*base, "--all-strategies", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    flags = {r["strategy"]: r["auto_candidate"] for r in doc["strategies"]}
+    assert flags["blt-horizon"] is False and flags["blt"] is True
 
 
 def test_described_apart_from_blt() -> None:
