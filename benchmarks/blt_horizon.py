@@ -1,8 +1,10 @@
 """``blt-horizon`` against ``blt``: each horizon's mean error (issue #36; analytic, exact).
 
-For each ``(p, T)`` prints the mean per-release MSE of both strategies over ticks ``1..T``, the
-next horizon ``T+1..2T`` and the third, their ratio, and the first horizon's ratio to the lower
-bound of :mod:`stream_dp.lower_bound` (slack included, as ``stream-dp plan`` reports it).
+For each ``(p, T)`` prints the ratio of both strategies' mean per-release MSE over ticks
+``1..T`` and over each of the next ``--horizons − 1`` horizons, the worst tick of ``1..2T``
+against ``blt``'s worst, the run length (in horizons) past which ``blt-horizon``'s mean over the
+whole run is no longer lower (its break-even), and the first horizon's ratio to the lower bound
+of :mod:`stream_dp.lower_bound` (slack included, as ``stream-dp plan`` reports it).
 
 Usage::
 
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import time
+
+import numpy as np
 
 from stream_dp.budget import ZCDP
 from stream_dp.lower_bound import mean_mse_bound
@@ -28,23 +32,32 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rho", type=float, default=0.5)
     ap.add_argument("--cases", nargs="*", default=list(CASES), help="p:horizon pairs")
+    ap.add_argument("--horizons", type=int, default=6, help="horizons to follow (default 6)")
     args = ap.parse_args()
     privacy = ZCDP(args.rho)
+    k_max = max(2, args.horizons)
     print(f"{privacy}: mean MSE per horizon, blt-horizon / blt")
-    print(f"{'p':>8}{'T':>7}{'table':>7}{'1..T':>10}{'T+1..2T':>10}{'2T+1..3T':>10}"
-          f"{'blt/bound':>11}{'b-h/bound':>11}{'s':>6}")
+    print(f"{'p':>8}{'T':>7}{'table':>6}" + "".join(f"{'h' + str(k + 1):>9}" for k in range(k_max))
+          + f"{'worst≤2T':>9}{'even':>8}{'blt/bound':>11}{'b-h/bound':>11}{'s':>6}")
     for case in args.cases:
         p_text, t_text = case.split(":")
         p, horizon = float(p_text), int(t_text)
         t0 = time.perf_counter()
         plain, planned = (make(name, p, horizon, privacy) for name in ("blt", "blt-horizon"))
-        a, b = plain.mse_curve(3 * horizon), planned.mse_curve(3 * horizon)
+        n = k_max * horizon
+        a, b = plain.mse_curve(n), planned.mse_curve(n)
         ratios = [float(b[k * horizon:(k + 1) * horizon].mean() / a[k * horizon:(k + 1) * horizon].mean())
-                  for k in range(3)]
+                  for k in range(k_max)]
+        worst = float(b[:2 * horizon].max() / a[:2 * horizon].max())
+        # the run length where the running means cross: Σ_(t≤n) b ≥ Σ_(t≤n) a from then on
+        diff = np.cumsum(b - a)
+        later = np.flatnonzero(diff[horizon:] >= 0.0)
+        even = (f"{(horizon + int(later[0]) + 1) / horizon:.3f}" if later.size else f">{k_max}")
         bound = mean_mse_bound(horizon, p, privacy)
-        print(f"{p:>8g}{horizon:>7}{'yes' if getattr(planned, 'first', False) else 'no':>7}"
-              + "".join(f"{r:>10.5f}" for r in ratios)
-              + f"{float(a[:horizon].mean()) / bound:>11.6f}{float(b[:horizon].mean()) / bound:>11.6f}"
+        print(f"{p:>8g}{horizon:>7}{'yes' if getattr(planned, 'first', False) else 'no':>6}"
+              + "".join(f"{r:>9.5f}" for r in ratios)
+              + f"{worst:>9.4f}{even:>8}"
+              f"{float(a[:horizon].mean()) / bound:>11.6f}{float(b[:horizon].mean()) / bound:>11.6f}"
               f"{time.perf_counter() - t0:>6.1f}", flush=True)
 
 

@@ -1,5 +1,10 @@
 """The ``auto`` strategy: pick the registered strategy with the lowest exact expected error.
 
+Strategies registered with ``auto=False`` (``blt-horizon``, which plans the horizon as a run of
+its own and makes the horizons after it pay) are built by name only: :func:`compare` and
+:func:`user_compare` leave them out (``compare(..., by_name=True)`` lists them), so ``auto`` is
+the minimum of what they list.
+
 The criterion is the mean per-release MSE over ticks ``1..horizon`` (``Mechanism.mse_curve``,
 analytic, no simulation, plus the squared bound on the grid-rounding bias, which matters only at
 a budget so large that the noise shrinks towards the grid). Ties go to the earlier-listed

@@ -111,7 +111,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--all-strategies",
         action="store_true",
         help="also list the strategies auto never picks, built by name only (blt-horizon: "
-        "plans the horizon as a run of its own, the next horizon pays; docs/choosing.md)",
+        "plans the horizon as a run of its own, the horizons after it pay; docs/choosing.md)",
     )
     parser.add_argument(
         "--max-events-per-tick",
@@ -431,7 +431,11 @@ def run(args: argparse.Namespace) -> int:
         if not r["unbounded_ok"]:
             mark += "  (error grows linearly past the horizon)"
         if not r["auto_candidate"]:
-            mark += "  (by name only: the next horizon pays; docs/choosing.md)"
+            mark += "  (by name only: later horizons pay; docs/choosing.md)"
+            if getattr(args, "privacy_unit", "event") == "user":
+                # a user-level deployment runs the registry's user-level factory (blt-horizon:
+                # blt's plain filter), whose figure the user-level table below shows
+                mark += " (user level: runs blt's plain filter)"
         print(
             f"{r['strategy']!s:<14}{r['sensitivity']:>13.6f}{_num(r['rmse'], 14)}"
             f"{_num(r['mse'], 14)}{_num(r['ratio'], 11, 3)}"

@@ -45,7 +45,7 @@ class StrategyInfo:
     #: the factory a user-level deployment uses, when it differs (``blt``: without the start
     #: rows, so that a person's events keep the exact Toeplitz factor); ``None``: ``factory``
     user_level_factory: Factory | None = None
-    #: whether ``auto`` may pick it; ``False`` (``blt-horizon``: it trades the next horizon's
+    #: whether ``auto`` may pick it; ``False`` (``blt-horizon``: it trades later horizons'
     #: error for this one's): built by name only, and listed only with ``by_name=True``
     auto: bool = True
 

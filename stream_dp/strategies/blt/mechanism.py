@@ -712,8 +712,8 @@ class BltHorizonMechanism(BltMechanism):
 
 
 def make_horizon(p: float, horizon: int, privacy: Privacy, cap: float = 1.0) -> BltMechanism:
-    """Factory registered as ``"blt-horizon"`` (``auto`` does not pick it: it trades the next
-    horizon's error for this one's)."""
+    """Factory registered as ``"blt-horizon"`` (``auto`` does not pick it: it trades later
+    horizons' error for this one's)."""
     return BltHorizonMechanism(p, horizon, privacy, cap)
 
 
