@@ -72,6 +72,18 @@ bound. The first ticks' error is higher (tick 1: +18 % / +8 %; lower from tick 3
 p = 0.995 / 0.9999); once the start has decayed it is the plain filter's up to
 the slack (≤ 6.2·10⁻⁸ relative at ρ = 0.5). User-level deployments run the plain filter
 (:func:`make_user_level`). :meth:`variance` is :func:`.plan.start_variance_curve`.
+**Planned first horizon at** ``p < 1`` (``blt-horizon``, issue #36; by name only, ``auto`` does
+not pick it). For ``3 ≤ T = horizon ≤`` :data:`.plan.FIRST_TICKS` the first ``T`` ticks draw at
+``σ/d_t`` with ``d_t = √(S_∞/S_(T−t))`` rounded down (:func:`.plan.first_scales`), and the
+filter restarts once, at tick ``T + 1`` (its buffers zeroed before the feedback is read): an
+event at ``s < T`` moves the means of ticks ``s..T−1`` only and spends ``d_s²·S_(T−s)·D² ≤
+S_∞·D²``, one at ``s ≥ T`` the plain filter's; slack as for the start rows (``S'' = max d +
+2E``, ``max d`` on the cross term). The release at ``T + u`` carries ``p^(u+1)`` times the
+error at ``T`` plus a fresh filter's (:func:`.plan.first_variance_curve`): lower error over the
+horizon (1.00089× the bound at p = 0.999, T = 32767, ρ = 0.5), more after it, fading by
+``p^(2T)`` a horizon. Kept where the mean over the horizon is lower and the converged error at
+most 10⁻⁶ higher (:meth:`BltMechanism._planned_wins`); otherwise, and at ``p = 1``, the
+mechanism is ``blt``'s under the name ``blt-horizon``.
 A budget whose noise (the blocks', the later blocks' or any super level's before ``MAX_TICKS``) would leave the
 sampler's range is refused when the mechanism is built (``BudgetOutOfRange``), not mid-run.
 
@@ -532,8 +544,7 @@ class BltMechanism(Mechanism):
         # in place where the arrays are this tick's own (same operations, fewer temporaries)
         f = self.feedback(buffers)
         if not self.super:
-            j = t - 1  # p < 1: the start rows' table covers ticks 0..t1−1 (none: empty)
-
+            j = t - 1  # p < 1: the start rows' (first horizon's) table covers ticks 0..len−1
         if self.scales is not None and j < len(self.scales):  # d_j ≥ 1 at position j
             scale = float(self.scales[j])
             f /= scale
