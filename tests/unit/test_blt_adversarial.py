@@ -14,7 +14,7 @@ mean (its exact total ``X``) from the value the fold forms ``M = X + Z`` of, wit
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -112,6 +112,23 @@ HORIZON = 8  # blocks of 8 ticks; epochs of 1, 2, 4, 8 blocks (0, 1, 2, 3 super 
 TICKS = 15 * HORIZON
 
 
+def _neighbour_runs(replay: Callable[..., dict[str, Any]], mech: BltMechanism, ticks: int,
+                    event: int, cap: float, seed: int
+                    ) -> tuple[dict[str, Any], dict[str, Any], np.ndarray]:
+    """A run of ``replay`` (this module's or a p < 1 one) on random counts and its neighbour
+    — one more event of size ``cap`` at tick index ``event`` — replaying the run's outputs:
+    ``(run, neighbour, ticks whose integer mean moved)``; the outputs and the drawn scales
+    must be the same in both (the scales are public)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 4, size=ticks).astype(np.float64) * 0.3
+    other = counts.copy()
+    other[event] += cap
+    run = replay(mech, counts, None, rng)
+    nb = replay(mech, other, run["ys"], rng)
+    assert np.array_equal(run["ys"], nb["ys"]) and np.array_equal(run["sigmas"], nb["sigmas"])
+    return run, nb, np.flatnonzero(run["means"] != nb["means"])
+
+
 @pytest.mark.parametrize("event", [0, 7, 8, 15, 16, 23, 24, 31, 55, 56, 63, 95, 112, TICKS - 1])
 def test_whole_footprint_of_one_event_stays_within_rho(event: int) -> None:
     """One event of size ``cap`` (non-integer: 1.7) at a block's first or last tick, the first
@@ -124,17 +141,10 @@ def test_whole_footprint_of_one_event_stays_within_rho(event: int) -> None:
     accounting that left out one of the parts, or gave a part more than its share, fails here."""
     rho, cap = 0.5, 1.7
     mech = BltMechanism(1.0, HORIZON, ZCDP(rho), cap)
-    rng = np.random.default_rng(1000 + event)
-    counts = rng.integers(0, 4, size=TICKS).astype(np.float64) * 0.3
-    other = counts.copy()
-    other[event] += cap
-    run = _replay(mech, counts, None, rng)
-    nb = _replay(mech, other, run["ys"], rng)
-    assert np.array_equal(run["ys"], nb["ys"]) and np.array_equal(run["sigmas"], nb["sigmas"])
+    run, nb, moved = _neighbour_runs(_replay, mech, TICKS, event, cap, 1000 + event)
     assert [n for n, _ in run["nodes"]] == [n for n, _ in nb["nodes"]]
     block = event // HORIZON
     start, end = block * HORIZON, (block + 1) * HORIZON
-    moved = np.flatnonzero(run["means"] != nb["means"])
     assert moved.size and moved.min() == event and moved.max() < end  # its block only
     ticks = math.fsum((((nb["means"] - run["means"]) / run["sigmas"]) ** 2 / 2.0).tolist())
     supers = 0.0

@@ -22,6 +22,7 @@ from stream_dp.strategies.blt import plan as blt_plan
 from stream_dp.strategies.blt._oracle import dense
 from stream_dp.strategies.blt.mechanism import MAX_TICKS, BltHorizonMechanism, BltMechanism
 from stream_dp.strategies.registry import available, get, make
+from tests.unit.test_blt_adversarial import _neighbour_runs
 from tests.unit.test_blt_start_rows import _coefficients, _padded, _replay
 
 KEY = b"blt-horizon-test-key-0123456789!"
@@ -133,14 +134,7 @@ def test_one_event_through_the_real_step_stays_within_rho(event: int) -> None:
     mech = _mech(cap=cap)
     assert mech.scales is not None
     ticks = 1500
-    rng = np.random.default_rng(3600 + event)
-    counts = rng.integers(0, 4, size=ticks).astype(np.float64) * 0.3
-    other = counts.copy()
-    other[event] += cap
-    run = _replay(mech, counts, None, rng)
-    nb = _replay(mech, other, run["ys"], rng)
-    assert np.array_equal(run["ys"], nb["ys"]) and np.array_equal(run["sigmas"], nb["sigmas"])
-    moved = np.flatnonzero(run["means"] != nb["means"])
+    run, nb, moved = _neighbour_runs(_replay, mech, ticks, event, cap, 3600 + event)
     assert moved.size and moved.min() == event
     if event < T:
         assert moved.max() < T

@@ -28,7 +28,7 @@ from stream_dp.planner import make_mechanism
 from stream_dp.strategies import _epochs
 from stream_dp.strategies.blt import plan as blt_plan
 from stream_dp.strategies.blt.mechanism import BltMechanism
-from tests.unit.test_blt_adversarial import _replay
+from tests.unit.test_blt_adversarial import _neighbour_runs, _replay
 
 KEY = b"blt-row-scales-test-key-0123456!"
 SMALL = 31  # a shipped row fit small enough for dense matrices and exhaustive checks
@@ -117,16 +117,9 @@ def test_one_event_through_the_real_step_stays_within_rho(event: int) -> None:
     mech = BltMechanism(1.0, n, ZCDP(rho), cap)
     assert mech.rows is not None and mech.scales is not None
     ticks = 7 * n
-    rng = np.random.default_rng(3600 + event)
-    counts = rng.integers(0, 4, size=ticks).astype(np.float64) * 0.3
-    other = counts.copy()
-    other[event] += cap
-    run = _replay(mech, counts, None, rng)
-    nb = _replay(mech, other, run["ys"], rng)
-    assert np.array_equal(run["ys"], nb["ys"]) and np.array_equal(run["sigmas"], nb["sigmas"])
+    run, nb, moved = _neighbour_runs(_replay, mech, ticks, event, cap, 3600 + event)
     block = event // n
     end = (block + 1) * n
-    moved = np.flatnonzero(run["means"] != nb["means"])
     assert moved.size and moved.min() == event and moved.max() < end
     spent_ticks = math.fsum((((nb["means"] - run["means"]) / run["sigmas"]) ** 2 / 2.0).tolist())
     supers = 0.0

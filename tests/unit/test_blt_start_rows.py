@@ -27,7 +27,7 @@ from stream_dp.noise.gaussian import discrete_gaussian_variance
 from stream_dp.planner import compare
 from stream_dp.strategies.blt import plan as blt_plan
 from stream_dp.strategies.blt.mechanism import MAX_TICKS, BltMechanism
-from tests.unit.test_blt_adversarial import _Recorder
+from tests.unit.test_blt_adversarial import _neighbour_runs, _Recorder
 
 KEY = b"blt-start-rows-test-key-0123456!"
 P = 0.995  # t1 = 214 start rows: small enough for dense matrices and every position
@@ -171,14 +171,7 @@ def test_one_event_through_the_real_step_stays_within_rho(event: int) -> None:
     mech = BltMechanism(P, 32767, ZCDP(rho), cap)
     assert mech.rows is not None and mech.scales is not None
     ticks = 2500
-    rng = np.random.default_rng(3700 + event)
-    counts = rng.integers(0, 4, size=ticks).astype(np.float64) * 0.3
-    other = counts.copy()
-    other[event] += cap
-    run = _replay(mech, counts, None, rng)
-    nb = _replay(mech, other, run["ys"], rng)
-    assert np.array_equal(run["ys"], nb["ys"]) and np.array_equal(run["sigmas"], nb["sigmas"])
-    moved = np.flatnonzero(run["means"] != nb["means"])
+    run, nb, moved = _neighbour_runs(_replay, mech, ticks, event, cap, 3700 + event)
     assert moved.size and moved.min() == event
     np.testing.assert_array_equal(
         run["sigmas"], mech.sigma_units / (_padded(mech.scales, ticks) * _padded(mech.rows, ticks)))
