@@ -332,11 +332,11 @@ def rows(args: argparse.Namespace) -> tuple[list[dict[str, object]], str]:
     return out, chosen
 
 
-#: the table's legend (printed under it; docs/accuracy.md has the details)
+#: the table's legend (printed under it; docs/accuracy.md has the details); the sensitivity
+#: line is the privacy model's (SENSITIVITY)
 COLUMNS = (
     "columns:",
-    "  sensitivity   L1 sensitivity of one event of size cap, with the rounding slack of the "
-    "noise grid (hence 1.000008, not 1)",
+    "  sensitivity   {sensitivity}",
     "  RMSE/release  expected error of one release (root of the mean MSE over ticks "
     "1..horizon; analytic, no simulation), in counts",
     "  MSE/release   its square",
@@ -346,6 +346,16 @@ COLUMNS = (
     "holds (cap x events; see --max-events-per-tick)",
     "  <- pick       what --strategy auto chooses",
 )
+
+#: what the sensitivity column holds, per privacy model (pure DP: Laplace noise, an L1 norm;
+#: zCDP: Gaussian noise, an L2 norm)
+SENSITIVITY = {
+    "pure": "L1 sensitivity of one event of size cap (the largest L1 norm of a column of the "
+            "strategy's measurements), with the rounding slack of the noise grid (hence "
+            "1.000008, not 1)",
+    "zcdp": "L2 sensitivity of one event of size cap (the largest L2 norm of a column of the "
+            "strategy's measurements), with the rounding slack of the noise grid",
+}
 
 
 def _bound_ratio(table: list[dict[str, object]], chosen: str, bound: float) -> tuple[str, float]:
@@ -459,7 +469,8 @@ def run(args: argparse.Namespace) -> int:
         )
     print()
     for line in COLUMNS:
-        print(line)
+        print(line.format(sensitivity=SENSITIVITY["zcdp" if isinstance(privacy, ZCDP)
+                                                   else "pure"]))
     print()
     for line in (accountant.summary(args.delta) if attributes is None
                  else attribute_lines(attributes)):

@@ -109,6 +109,10 @@ def test_every_row_shows_its_ratio_to_the_lower_bound(
     for r in doc["strategies"]:
         row = next(ln.split() for ln in lines if ln.split()[:1] == [r["strategy"]])
         assert float(row[col].rstrip("*")) == pytest.approx(r["bound_ratio"], rel=2e-3)
+    # the legend names the norm the noise is calibrated to: L1 for Laplace, L2 for Gaussian
+    legend = next(ln for ln in lines if ln.strip().startswith("sensitivity "))
+    norm, other = ("L2", "L1") if isinstance(privacy, ZCDP) else ("L1", "L2")
+    assert f"{norm} sensitivity" in legend and other not in legend
 
 
 def test_accuracy_doc_examples_run() -> None:
