@@ -102,6 +102,8 @@ def test_columns_against_brute_force() -> None:
     assert first.min() >= s_inf * (1.0 - 2.0**-17)
     assert float(mech.scales[-1]) > 1.3  # the last column: c_0 alone, stretched to ‖c‖
     assert mech.sigma_units**2 * 2 * 0.5 >= mech.d_units**2 * s_inf * (1.0 - 1e-12)
+    # σ covers every true column, not only its float closed form, with room to spare
+    assert mech._sq >= max(s_inf, float(first.max())) * (1.0 + 2.0**-31)
     assert mech.sigma_units**2 * 2 * 0.5 <= mech.d_units**2 * s_inf * (1 + 1e-3)
     # the dense oracle's measurement has the same columns (R·D·L = C·D, C cut at T)
     big_l, _, _ = dense(mech, T + 40)

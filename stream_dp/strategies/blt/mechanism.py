@@ -303,8 +303,11 @@ class BltMechanism(Mechanism):
             # the plain S_∞ (d = 1 there)
             self.scales, first_sums = _plan.first_scales(self.theta, self.w, self.horizon, sq)
             # S_n's closed form can pass S_∞ by an ulp where d = 1 (long columns): certified,
-            # not assumed
-            sq = max(sq, float(np.max(self.scales**2 * first_sums)))
+            # not assumed; and the closed forms themselves may sit an ulp below the true sums
+            # (≤ 1e-14 relative against 80-bit brute force, adversarial review): a relative
+            # margin of 2⁻³⁰ keeps every true column below sq (plain blt's σ is left as its
+            # deployments published it; there the rounding slack's looseness absorbs the ulp)
+            sq = max(sq, float(np.max(self.scales**2 * first_sums))) * _plan.FIRST_SQ_MARGIN
             d_max = rd_max = float(np.max(self.scales))
         elif self.rows is not None and self.p < 1.0:
             # start rows: an event at tick s < t1 spends d_s²·S'_s ≤ S_∞ (its infinite column
@@ -334,6 +337,7 @@ class BltMechanism(Mechanism):
             self._divisor = (self.scales if self.rows is None
                              else self.scales * self.rows)
             self._divisor.setflags(write=False)
+        self._sq = sq  # the squared column norm σ covers (privacy-normalised, before d_units)
         ab = _plan.abs_sum(self.theta, self.w)
         root = math.sqrt(2.0 * privacy.rho)
         m = _plan.inverse_coefficients(self.theta, self.w, 1 << 16)
