@@ -7,6 +7,7 @@ The fixture was computed by the code before the speed-ups (``tests/unit/_pinned_
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -25,8 +26,21 @@ def test_noise_format_is_the_pinned_one() -> None:
 def test_bank_releases_are_pinned(cfg: tuple[str, float, int, str, float, int]) -> None:
     want = _DATA["banks"]["/".join(map(str, cfg))]
     got = pinned.bank_releases(*cfg)
+    if cfg[0] != "tree-ls":
+        for tick, (g, w) in enumerate(zip(got, want, strict=True), start=1):
+            assert g == w, f"tick {tick}: releases changed"
+        return
+    # tree-ls's decoder weights come from LAPACK and meet the residuals in a BLAS product,
+    # whose last bits depend on the host's kernels (seen: up to one ulp of the largest release
+    # on an AVX2-only AMD EPYC against the host that wrote the fixture). One unit of any
+    # sample moves a release by ≥ grid·min|β|·2⁻¹² ≈ 1.5e-14 here, 4× more than that ulp:
+    # the releases must agree to within one ulp of their largest value, and the samples
+    # themselves bit for bit (test_samples_are_pinned)
+    scale = max(abs(float.fromhex(v)) for row in want for v in row)
+    tol = math.ulp(scale)
     for tick, (g, w) in enumerate(zip(got, want, strict=True), start=1):
-        assert g == w, f"tick {tick}: releases changed"
+        off = max(abs(float.fromhex(a) - float.fromhex(b)) for a, b in zip(g, w, strict=True))
+        assert off <= tol, f"tick {tick}: releases changed by {off!r} (> {tol!r})"
 
 
 @pytest.mark.parametrize("kind,param", pinned.SAMPLES, ids=lambda v: str(v))
