@@ -51,6 +51,7 @@ __all__ = [
     "ReleaseOverflow",
     "ReleaseState",
     "build_mechanism",
+    "forget_picks",
 ]
 
 _MAGIC = b"SDPREL2\n"
@@ -86,6 +87,12 @@ def _bounds_of(settings: Settings) -> Any:
     from agents.ingest.users import user_bounds
 
     return user_bounds(settings)
+
+
+def forget_picks() -> None:
+    """Forget ``auto``'s picks (after the deployment's recorded fits were pinned: the errors
+    they rank by may have changed)."""
+    _auto.cache_clear()
 
 
 @functools.lru_cache(maxsize=16)

@@ -249,11 +249,21 @@ class Worker:
 
     async def adopt_nonce(self) -> None:
         """Read (or create) the deployment's nonce (:mod:`agents.kafka.nonce`) and bind the noise
-        and every checkpoint to it, before any state is built."""
-        from agents.kafka.nonce import adopt_nonce
+        and every checkpoint to it, before any state is built; pin the fits its record holds
+        (the first worker's), so that this worker builds the same mechanism on any CPU."""
+        from agents.kafka.nonce import adopt_deployment_record
+        from agents.release.state import forget_picks
+        from stream_dp.strategies.blt import plan as blt_plan
 
-        nonce = await adopt_nonce(self.settings, self.router.domain_id, self.key,
-                                  self.kafka_kwargs())
+        nonce, fits = await adopt_deployment_record(
+            self.settings, self.router.domain_id, self.key, self.kafka_kwargs(),
+            fits=blt_plan.fits_used())
+        if fits and blt_plan.pin_fits(fits):
+            log.warning("this host's blt fit differs from the one the deployment recorded "
+                        "(another CPU's arithmetic); the worker uses the recorded one")
+            forget_picks()
+            self._mechanism = None
+            self.mechanism()
         self.router.deployment_nonce = nonce
         self.domain_id = deployment_id(self.settings, self.router.domain_id, nonce)
 

@@ -102,10 +102,12 @@ __all__ = [
     "coefficients",
     "column_scales",
     "fit",
+    "fits_used",
     "inverse_coefficients",
     "loss_and_gradient",
     "mean_factor",
     "mean_factor_sqrt_bound",
+    "pin_fits",
     "poles",
     "reconstruction",
     "row_column_scales",
@@ -806,32 +808,88 @@ def _extended(horizon: int, theta: tuple[float, ...], w: tuple[float, ...]
     return tuple(float(t) for t in th_e), tuple(float(v) for v in w_e)
 
 
+Fit = tuple[tuple[float, ...], tuple[float, ...]]
+
+#: the fits this process has used, by ``(p, n)`` (:func:`fits_used`)
+_USED: dict[tuple[float, int], Fit] = {}
+#: the fits a deployment recorded (:func:`pin_fits`), used before the package's and the cache's
+_PINNED: dict[tuple[float, int], Fit] = {}
+
+
 @lru_cache(maxsize=128)
-def fit(p: float, horizon: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def fit(p: float, horizon: int) -> Fit:
     """``(θ, w)`` minimising the mean release error over ``min(horizon, 2**16)`` ticks (slowest
     buffer first); at ``p = 1`` with ``2**16 < horizon ≤ 2**22``, that fit extended by one slower
-    buffer fitted over the whole horizon (:func:`_extended`). Cached on disk; a cached fit is
-    used only if it is a stable filter."""
+    buffer fitted over the whole horizon (:func:`_extended`). A fit pinned by :func:`pin_fits`
+    comes first, then the package's, then the disk cache (a cached fit is used only if it is a
+    stable filter); a fit made here is cached on disk."""
     if float(p) >= 1.0 and _FIT_TICKS < int(horizon) <= _EXTEND_TICKS:
-        path = _cache_file(1.0, int(horizon))
-        for known in (_PACKAGED / _cache_name(1.0, int(horizon)), path):
-            found = _read_fit(known)
-            if found is not None:
-                return found
-        th, w = _extended(int(horizon), *fit(1.0, _FIT_TICKS))
-        _write_fit(path, th, w)
-        return th, w
-    # p < 1 over 2 ticks has no finite optimum (the fit ran off to θ, w → 0 and no filter was
-    # found: `plan`/`auto` at horizons 1 and 2 failed); 3 ticks is the shortest objective
-    n = max(2 if float(p) >= 1.0 else 3, min(int(horizon), _FIT_TICKS))
-    path = _cache_file(float(p), n)
-    for known in (_PACKAGED / _cache_name(float(p), n), path):
+        key = (1.0, int(horizon))
+    else:
+        # p < 1 over 2 ticks has no finite optimum (the fit ran off to θ, w → 0 and no filter
+        # was found: `plan`/`auto` at horizons 1 and 2 failed); 3 ticks is the shortest objective
+        key = (float(p), max(2 if float(p) >= 1.0 else 3, min(int(horizon), _FIT_TICKS)))
+    found = _PINNED.get(key) or _found(*key)
+    if found is None:
+        n = key[1]
+        if key[0] >= 1.0 and n > _FIT_TICKS:
+            found = _extended(n, *fit(1.0, _FIT_TICKS))
+        else:
+            found = _search(key[0], n)
+        _write_fit(_cache_file(*key), *found)
+    _USED[key] = found
+    return found
+
+
+def _found(p: float, n: int) -> Fit | None:
+    """The package's fit for ``(p, n)``, else the disk cache's, else ``None``."""
+    for known in (_PACKAGED / _cache_name(p, n), _cache_file(p, n)):
         found = _read_fit(known)
         if found is not None:
             return found
-    th, w = _search(float(p), n)
-    _write_fit(path, th, w)
-    return th, w
+    return None
+
+
+def fits_used() -> list[dict[str, object]]:
+    """Every fit this process has used, as ``{"p", "n", "theta", "w"}`` (``n``: the ticks it
+    is fitted over), for a deployment to record so that all its workers step the same filter.
+
+    A fit the package does not ship is made on the host, by an optimiser whose path goes through
+    the host's BLAS: on another CPU it can end at another optimum, and so another mechanism
+    (docs/operations.md). :func:`pin_fits` makes a process use recorded ones.
+    """
+    return [{"p": p, "n": n, "theta": list(th), "w": list(w)}
+            for (p, n), (th, w) in sorted(_USED.items())]
+
+
+def pin_fits(fits: list[dict[str, object]]) -> bool:
+    """Use these fits (as :func:`fits_used` gives them) wherever :func:`fit` is asked for their
+    ``(p, n)`` from now on; ``True`` if one of them differs from a fit this process has already
+    used (mechanisms built before must then be built again). ``ValueError`` for a malformed or
+    unstable fit (nothing pinned)."""
+    pinned: dict[tuple[float, int], Fit] = {}
+    for item in fits:
+        try:
+            raw_p, raw_n, raw_th, raw_w = item["p"], item["n"], item["theta"], item["w"]
+            if (isinstance(raw_n, bool) or not isinstance(raw_n, int)
+                    or not isinstance(raw_p, (int, float)) or isinstance(raw_p, bool)
+                    or not isinstance(raw_th, list) or not isinstance(raw_w, list)):
+                raise TypeError("p a number, n an integer, theta and w lists")
+            p, n = float(raw_p), raw_n
+            th = tuple(float(t) for t in raw_th)
+            w = tuple(float(v) for v in raw_w)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed blt fit {item!r}: {exc}") from None
+        if not (0.0 < p <= 1.0 and n >= 2 and 1 <= len(th) == len(w) <= BUFFERS
+                and all(math.isfinite(v) for v in th + w)
+                and _stable(np.array(th), np.array(w))):
+            raise ValueError(f"blt fit for p = {p!r}, n = {n!r} is not a stable filter of at "
+                             f"most {BUFFERS} buffers: theta {th!r}, w {w!r}")
+        pinned[(p, n)] = (th, w)
+    changed = any(k in _USED and _USED[k] != v for k, v in pinned.items())
+    _PINNED.update(pinned)
+    fit.cache_clear()
+    return changed
 
 
 def _write_fit(path: Path, th: tuple[float, ...], w: tuple[float, ...]) -> None:
