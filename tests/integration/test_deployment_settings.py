@@ -16,20 +16,25 @@ from tests.integration.test_commands_service import CLI, _worker_env, cli
 pytestmark = pytest.mark.integration
 
 
-def _first_run(env: dict[str, str], log_path: Path) -> None:
-    """A worker of the deployment runs until it has started (and released a tick), then stops."""
+def _first_run(env: dict[str, str], log_path: Path, *, settle: float = 2.0,
+               start_within: float = 120.0) -> str:
+    """A worker of the deployment runs until it has started and released for ``settle``
+    seconds (a tick or two: checkpoints exist, as on any running deployment), then stops with
+    exit status 0; its log."""
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([*CLI, "worker"], env=env, stdout=subprocess.DEVNULL, stderr=log)
     try:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + start_within
         while '"worker started"' not in log_path.read_text():
             assert proc.poll() is None, log_path.read_text()[-3000:]
             assert time.monotonic() < deadline, log_path.read_text()[-3000:]
             time.sleep(0.2)
-        time.sleep(2.0)  # a tick or two: checkpoints exist, as on any running deployment
+        time.sleep(settle)
+        assert proc.poll() is None, log_path.read_text()[-3000:]
     finally:
         proc.terminate()
         assert proc.wait(60) == 0, log_path.read_text()[-3000:]
+    return log_path.read_text()
 
 
 def _refused(env: dict[str, str]) -> str:
