@@ -754,9 +754,14 @@ def _read_fit(path: Path) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
         w = tuple(float(v) for v in doc["w"])
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no or unreadable file
-    if 1 <= len(th) == len(w) <= BUFFERS and _stable(np.array(th), np.array(w)):
-        return th, w
-    return None
+    return (th, w) if _usable(th, w) else None
+
+
+def _usable(th: tuple[float, ...], w: tuple[float, ...]) -> bool:
+    """A fit read from outside (the package, the disk cache, a deployment's record) is used
+    only if it is a stable filter of 1 to :data:`BUFFERS` finite buffers."""
+    return (1 <= len(th) == len(w) <= BUFFERS and all(math.isfinite(v) for v in th + w)
+            and _stable(np.array(th), np.array(w)))
 
 
 #: Longest ``p = 1`` horizon whose fit is extended past :data:`_FIT_TICKS` (:func:`_extended`).
@@ -880,9 +885,7 @@ def pin_fits(fits: list[dict[str, object]]) -> bool:
             w = tuple(float(v) for v in raw_w)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed blt fit {item!r}: {exc}") from None
-        if not (0.0 < p <= 1.0 and n >= 2 and 1 <= len(th) == len(w) <= BUFFERS
-                and all(math.isfinite(v) for v in th + w)
-                and _stable(np.array(th), np.array(w))):
+        if not (0.0 < p <= 1.0 and n >= 2 and _usable(th, w)):
             raise ValueError(f"blt fit for p = {p!r}, n = {n!r} is not a stable filter of at "
                              f"most {BUFFERS} buffers: theta {th!r}, w {w!r}")
         pinned[(p, n)] = (th, w)
