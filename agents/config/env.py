@@ -35,6 +35,8 @@ OTHER_VARIABLES: dict[str, tuple[str, str]] = {
                               "compiled extension (identical results, slower; for diagnosis)"),
     "STREAM_DP_TEST_PYTHONS": ("`scripts/test`", "the Python versions to test (default: every "
                                "supported one; README, \"Development\")"),
+    "STREAM_DP_TEST_WORKERS": ("`scripts/test`", "pytest-xdist processes per suite (default: "
+                               "the CPUs, at most 4; 1: one process)"),
     "STREAM_DP_TEST_ALLOW_PURE": ("`scripts/test`, the test suite", "1: do not fail the test run "
                                   "when a compiled path (the ingest loop, the library's noise "
                                   "kernels `stream_dp._fastnoise`) did not build (platforms "
