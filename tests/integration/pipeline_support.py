@@ -292,6 +292,29 @@ def exact_decayed(
     return out
 
 
+async def on_time(s: Settings, sent: Sequence[tuple[str, float, float]]
+                  ) -> list[tuple[str, float, float]]:
+    """``sent`` (live traffic, ``(key, ts, value)`` as produced with :func:`event_bytes`) less
+    the events the workers dead-lettered as late, one per dead letter. A batch stamped with the
+    wall clock and produced more than ``allowed_lateness_s`` later (a loaded machine) arrives
+    after its tick closed: the workers are right to leave it out, so the oracle does too. Any
+    other dead letter fails the test."""
+    dead = [json.loads(r.value) for r in await read_topic(s.bootstrap, s.dlq_topic)]
+    assert all(d["reason"] == "late" for d in dead), [d["reason"] for d in dead][:10]
+    late: dict[tuple[str, float], int] = defaultdict(int)
+    for d in dead:
+        body = json.loads(d["raw"])
+        late[(body["key"], float(body["ts"]))] += 1
+    kept = []
+    for key, ts, value in sent:
+        if late.get((key, ts), 0) > 0:
+            late[(key, ts)] -= 1
+        else:
+            kept.append((key, ts, value))
+    assert not any(late.values()), "a late dead letter for an event never sent"
+    return kept
+
+
 def within_noise(message: dict[str, Any], want: float, sigmas: float = 10.0) -> bool:
     """Whether a release's ``value`` is ``want`` up to its own claimed noise: ``sigmas`` times the
     ``stderr`` it carries (10σ: a Gaussian exceeds it with probability 2·10^-23, a sum of decayed
@@ -326,6 +349,11 @@ class WorkerProcess:
             if time.monotonic() > deadline or not self.alive():
                 raise TimeoutError(f"worker {self.worker_id}: no {text!r} in its log")
             await asyncio.sleep(0.2)
+
+    def log_count(self, text: str) -> int:
+        """How many times ``text`` is in the worker's log so far (0 before its first start)."""
+        return self.log_path.read_text(errors="replace").count(text) if (
+            self.log_path.exists()) else 0
 
     def starts(self) -> int:
         return self.log_path.read_text(errors="replace").count("release: assigned") if (

@@ -195,7 +195,10 @@ async def test_kill9_of_the_group_leader_leaves_no_partition_unowned(
         for w in (a, b):
             w.stop()
     got = await ps.released(s)
-    exact = ps.exact_decayed(domain, sent, s, target - 6)
+    # under load a batch can be produced after its tick's deadline: late, rightly not counted
+    kept = await ps.on_time(s, sent)
+    assert len(kept) >= 0.9 * len(sent), (len(kept), len(sent))
+    exact = ps.exact_decayed(domain, kept, s, target - 6)
     for key, want in exact.items():
         values = {json.loads(v)["value"] for v in got[key]}
         assert len(values) == 1, key

@@ -137,6 +137,10 @@ async def test_partitions_moving_between_workers_take_their_people_along(
     await _check_bounded_releases(s, log)
 
 
+#: the line a worker logs when its ingest stage has taken its events partitions
+ASSIGNED = "ingest: assigned partitions"
+
+
 @pytest.mark.parametrize("leaf_bounds", [True, False], ids=["pure-path", "compiled-path"])
 async def test_kill9_and_restarts_with_per_person_state(kafka_broker: str, unique_name: str,
                                                         tmp_path: Path, leaf_bounds: bool
@@ -168,7 +172,12 @@ async def test_kill9_and_restarts_with_per_person_state(kafka_broker: str, uniqu
         for i in range(parts):
             await ps.produce(s, (_message(*e) for e in log[i * len(log) // parts:
                                                            (i + 1) * len(log) // parts]))
+            assigned = worker.log_count(ASSIGNED)
             worker.start()
+            # the kill lands while the worker counts, not while it starts: on a loaded machine
+            # a start-up can take longer than the whole pause, and a worker killed before its
+            # first commit leaves nothing to re-decide
+            await worker.wait_log(ASSIGNED, count=assigned + 1, timeout_s=120)
             await asyncio.sleep(rng.uniform(2.5, 5.0))
             assert worker.alive(), worker.log_path.read_text()[-3000:]
             worker.kill9()
