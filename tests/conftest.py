@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -23,6 +24,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 #: Opt-out of the check below, for platforms without a C compiler (docs: README, "Development")
 ALLOW_PURE_ENV = "STREAM_DP_TEST_ALLOW_PURE"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Take Ctrl-C back if the run inherited it ignored: a background job of a non-interactive
+    shell (``./scripts/test &`` in a script) starts with SIGINT ignored, every process it starts
+    inherits that, and the tests that press Ctrl-C on a real ``stream-dp`` would see it do
+    nothing (four failed so). A handler, unlike an ignored signal, is not inherited across exec:
+    the children then start with the default and install Python's own."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
