@@ -345,7 +345,7 @@ class WorkerProcess:
     async def wait_log(self, text: str, timeout_s: float = 60.0, count: int = 1) -> None:
         """Wait until the worker's log holds ``text`` at least ``count`` times."""
         deadline = time.monotonic() + timeout_s
-        while self.log_path.read_text(errors="replace").count(text) < count:
+        while self.log_count(text) < count:
             if time.monotonic() > deadline or not self.alive():
                 raise TimeoutError(f"worker {self.worker_id}: no {text!r} in its log")
             await asyncio.sleep(0.2)
@@ -356,8 +356,7 @@ class WorkerProcess:
             self.log_path.exists()) else 0
 
     def starts(self) -> int:
-        return self.log_path.read_text(errors="replace").count("release: assigned") if (
-            self.log_path.exists()) else 0
+        return self.log_count("release: assigned")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
