@@ -78,8 +78,13 @@ def kafka_broker() -> Iterator[str]:
     """Bootstrap address of an embedded broker shared by the whole test session.
 
     Tests must use their own uniquely named topics / consumer groups (see ``unique_name``).
+    The tests' own ``read_committed`` readers read as the service's do: past the stale aborted
+    transactions this broker lists (:mod:`agents.kafka.aborted_transactions`).
     """
+    from agents.kafka.aborted_transactions import install
     from agents.kafka.embedded_broker import EmbeddedBroker
+
+    install()
 
     with EmbeddedBroker() as broker:
         yield broker.bootstrap

@@ -455,6 +455,8 @@ class Demo:
     async def _watch(self, settings: Any, board: Board, stop: asyncio.Event) -> None:
         from aiokafka import AIOKafkaConsumer
 
+        from agents.kafka.aborted_transactions import install as install_aborted_transactions
+
         user_counts = _demo_users.APP_ID + ".counts" if self.user_path is not None else None
         user_marginals = (_demo_users.APP_ID + ".histograms" if self.user_path is not None
                           else None)
@@ -464,6 +466,7 @@ class Demo:
             topics.append(user_marginals if attributes else user_counts)
         user = Board(names=board.names) if user_counts is not None else None
         dropped: list[int | None] = [None]
+        install_aborted_transactions()
         consumer = AIOKafkaConsumer(
             *topics,
             bootstrap_servers=settings.bootstrap, group_id=None, **_security(settings),

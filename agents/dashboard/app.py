@@ -133,8 +133,10 @@ async def _consume(config: DashboardConfig, state: DashboardState) -> None:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     from agents.config.security import client_kwargs
+    from agents.kafka.aborted_transactions import install
     from agents.kafka.fetch_backoff import FETCHER_IDLE_MS, pace, slow_down
 
+    install()
     counts_topic = config.compact_topic or config.counts_topic
     blocks_topic = config.histogram_blocks_topic
     topics = (counts_topic, blocks_topic or config.histograms_topic)

@@ -2,7 +2,8 @@
 
 Holds clients and their errors (:mod:`~agents.kafka.clients`), the service's topics
 (:mod:`~agents.kafka.topics`), consumer-group helpers aiokafka lacks
-(:mod:`~agents.kafka.groups`), fetch pacing (:mod:`~agents.kafka.fetch_backoff`), the
+(:mod:`~agents.kafka.groups`), fetch pacing (:mod:`~agents.kafka.fetch_backoff`), committed reads
+past stale aborted-transaction listings (:mod:`~agents.kafka.aborted_transactions`), the
 transactional producer that refuses a failed record (:mod:`~agents.kafka.checked_producer`),
 produce requests with one copy (:mod:`~agents.kafka.produce_encoding`), chunked checkpoints in
 compacted topics (the format in :mod:`~agents.kafka.checkpoints`, reading them back in

@@ -125,7 +125,12 @@ def connection_problem(exc: BaseException, bootstrap: str | None = None) -> str:
 
 async def start_client(client: Any) -> Any:
     """``await client.start()``; on failure stop it again (no 'Unclosed AIOKafka...' warning
-    at exit) and re-raise. Returns ``client``."""
+    at exit) and re-raise. Returns ``client``. A consumer's committed reads are made exact on
+    a broker that lists stale aborted transactions first
+    (:mod:`~agents.kafka.aborted_transactions`)."""
+    from agents.kafka.aborted_transactions import install
+
+    install()
     try:
         await client.start()
     except BaseException:

@@ -112,7 +112,10 @@ async def adopt_deployment_record(settings: Settings, domain_digest: str, key: b
     again: the earliest record wins, its fits with its nonce."""
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+    from agents.kafka.aborted_transactions import install
     from agents.kafka.checkpoint_reader import read_all
+
+    install()
 
     topic = settings.schedule_topic
     reader = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap, **kafka_kwargs,

@@ -134,9 +134,11 @@ class Reconciler:
 
     async def run(self, stop_event: asyncio.Event) -> None:
         """Join the election and serve until ``stop_event`` is set."""
+        from agents.kafka.aborted_transactions import install as install_aborted_transactions
         from agents.kafka.groups import install_empty_assignment_rejoin
 
         install_empty_assignment_rejoin()
+        install_aborted_transactions()
         cfg = self.config
         await ensure_leader_topic(cfg.bootstrap, cfg.leader_topic)
         election = AIOKafkaConsumer(

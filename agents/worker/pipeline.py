@@ -118,11 +118,13 @@ class Worker:
         self.key = key if key is not None else settings.noise_key()
         self.domain = domain if domain is not None else load_domain(settings.domain_file)
         from agents.config.domain import check_attribute_settings
+        from agents.kafka.aborted_transactions import install as install_aborted_transactions
         from agents.kafka.fetch_backoff import install as install_fetch_backoff
         from agents.kafka.produce_encoding import install as install_produce_encoding
 
         check_attribute_settings(settings, self.domain)
         install_fetch_backoff(settings.empty_fetch_backoff_ms / 1000.0)
+        install_aborted_transactions()
         install_produce_encoding()
         install_empty_assignment_rejoin()
         install_static_commit_rejoin()

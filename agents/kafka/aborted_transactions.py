@@ -1,0 +1,153 @@
+"""``read_committed`` fetches that no longer lose committed records behind an old abort.
+
+A fetch response lists the aborted transactions of the fetched range as ``(producer id, first
+offset)``; the client skips a producer's batches from that first offset until it meets the
+producer's ABORT marker. Kafka lists only transactions whose marker lies at or after the fetch
+offset. **noida-db 0.2.3 also lists transactions that ended before it** (measured: an ingest
+producer's transaction at offsets 0..59 of a partials partition, aborted by the next worker's
+fencing, its marker at 60, is still listed for fetches from offsets 61, 150 and 182). A fetch that
+starts past that marker never meets it, so the client skips every later batch of the producer —
+and a restarted producer keeps its id (a new epoch), so its *committed* transactions vanish: a
+release shard then waited for ever for one events partition's partials and the worker stopped
+with a false "the broker lost records" (exit status 4; the kill -9 test, 1 run in about 20 under
+load).
+
+:func:`install` makes every consumer of the process decide such a listing from the fetched
+batches themselves. Only a listed transaction that starts *before* the fetch offset can be stale;
+for its producer the first control batch at or after the fetch offset tells which it is:
+
+* an ABORT marker — the listed transaction is still open at the fetch offset (Kafka's case): kept,
+  its batches skipped as before;
+* a COMMIT marker — the producer's batches from the fetch offset belong to a later, committed
+  transaction, so the listed one ended before the fetch offset: dropped, the batches delivered;
+* no marker in the response but batches of the producer — undecidable here: the records are
+  handed out only up to the first such batch, so the next fetch starts at it and sees its
+  transaction's marker (when that batch is the response's first, the listing is kept: Kafka's
+  behaviour).
+
+On a broker that lists transactions as Kafka does, no listing is dropped (a transaction open at
+the fetch offset ends with ABORT) and records are never delivered that Kafka's client would skip;
+responses without such a listing are not touched. aiokafka is pinned (pyproject.toml): the
+patched class is aiokafka 0.14's ``PartitionRecords``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["install", "resolve"]
+
+_state: dict[str, Any] = {"installed": False}
+
+
+class _Batches:
+    """The part of a fetch response's ``MemoryRecords`` that is handed out: its batches up to
+    (not including) ``cut``."""
+
+    def __init__(self, batches: list[Any]) -> None:
+        self._batches = batches
+        self._i = 0
+
+    def has_next(self) -> bool:
+        return self._i < len(self._batches)
+
+    def next_batch(self) -> Any:
+        if self._i >= len(self._batches):
+            return None
+        batch = self._batches[self._i]
+        self._i += 1
+        return batch
+
+
+def resolve(batches: list[tuple[int | None, int, int, bool, bool | None]],
+            aborted: list[tuple[int, int]], fetch_offset: int
+            ) -> tuple[list[tuple[int, int]], int]:
+    """The aborted-transaction listing to apply, and how many batches to hand out.
+
+    ``batches`` in response order as ``(producer id, base offset, next offset, transactional,
+    abort)`` where ``abort`` is ``True`` / ``False`` for an ABORT / COMMIT control batch and
+    ``None`` for a data batch; ``aborted`` the response's ``(producer id, first offset)`` list.
+
+    >>> data = (7, 61, 62, True, None); commit = (7, 62, 63, True, False)
+    >>> resolve([data, commit], [(7, 0)], 61)          # ended before 61: stale
+    ([], 2)
+    >>> resolve([data, (7, 62, 63, True, True)], [(7, 0)], 61)   # open at 61: kept
+    ([(7, 0)], 2)
+    >>> resolve([(8, 61, 62, True, None), data], [(7, 0)], 61)   # undecidable: cut before 7's
+    ([(7, 0)], 1)
+    """
+    early = {pid for pid, first in aborted if first < fetch_offset}
+    if not early:
+        return aborted, len(batches)
+    decided: dict[int, bool] = {}  # producer -> its first marker from the fetch offset is ABORT
+    first_data: dict[int, int] = {}
+    for i, (pid, base, end, transactional, abort) in enumerate(batches):
+        if pid is None or pid not in early or pid in decided:
+            continue
+        if abort is not None:
+            if base >= fetch_offset:
+                decided[pid] = abort
+        elif transactional and end > fetch_offset:
+            first_data.setdefault(pid, i)
+    stale = {pid for pid, abort in decided.items() if not abort}
+    kept = [(pid, first) for pid, first in aborted if not (pid in stale and first < fetch_offset)]
+    undecided = [i for pid, i in first_data.items() if pid not in decided]
+    cut = min(undecided) if undecided else len(batches)
+    return kept, cut if cut > 0 else len(batches)
+
+
+def _describe(batch: Any, markers: dict[int, bool]) -> tuple[int | None, int, int, bool,
+                                                              bool | None]:
+    abort: bool | None = None
+    if batch.is_control_batch:
+        from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
+
+        try:
+            record = next(batch)
+        except StopIteration:
+            abort = None
+        else:
+            abort = ControlRecord.parse(record.key) == ABORT_MARKER
+            markers[int(batch.base_offset)] = abort
+    return (batch.producer_id, int(batch.base_offset), int(batch.next_offset),
+            bool(batch.is_transactional), abort)
+
+
+def install() -> None:
+    """Decide every listed aborted transaction that starts before the fetch offset from the
+    fetched batches (module docstring), for every ``read_committed`` consumer of the process.
+    Idempotent."""
+    if _state["installed"]:
+        return
+    from aiokafka.consumer import fetcher
+
+    base = fetcher.PartitionRecords
+
+    class PartitionRecords(base):  # type: ignore[misc,valid-type]
+        def __init__(self, tp: Any, records: Any, aborted_transactions: Any, fetch_offset: int,
+                     *args: Any) -> None:
+            # the control batches read here (their one record consumed) answer
+            # _contains_abort_marker from this map
+            self._stream_dp_markers: dict[int, bool] = {}
+            isolation = args[-1] if args else None
+            aborted = list(aborted_transactions or [])
+            if isolation == fetcher.READ_COMMITTED and any(first < fetch_offset for _, first in aborted):
+                batches = []
+                while records.has_next():
+                    batch = records.next_batch()
+                    if batch is None:
+                        break
+                    batches.append(batch)
+                described = [_describe(b, self._stream_dp_markers) for b in batches]
+                aborted, cut = resolve(described, aborted, fetch_offset)
+                records = _Batches(batches[:cut])
+            super().__init__(tp, records, aborted, fetch_offset, *args)
+
+        def _contains_abort_marker(self, next_batch: Any) -> bool:
+            known = self._stream_dp_markers.get(int(next_batch.base_offset))
+            if known is not None:
+                return known
+            return bool(super()._contains_abort_marker(next_batch))
+
+    fetcher.PartitionRecords = PartitionRecords
+    _state["installed"] = True

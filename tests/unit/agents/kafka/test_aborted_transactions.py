@@ -1,0 +1,181 @@
+"""Committed reads past stale aborted-transaction listings (agents.kafka.aborted_transactions).
+
+Real aiokafka record batches (data and control) are built for random partition logs of
+interleaved transactions; consumers fetch them from random offsets in truncated responses through
+aiokafka's own ``PartitionRecords`` — patched and not — and what they hand out is compared with
+the log's committed records, known by construction (the oracle).
+"""
+
+from __future__ import annotations
+
+import doctest
+import random
+import struct
+from dataclasses import dataclass, field
+
+import pytest
+from aiokafka.consumer import fetcher
+
+# the Python builder: the compiled one cannot be subclassed to set the control bit
+from aiokafka.record.default_records import (
+    _DefaultRecordBatchBuilderPy as DefaultRecordBatchBuilder,
+)
+from aiokafka.record.memory_records import MemoryRecords
+from aiokafka.structs import TopicPartition
+
+from agents.kafka import aborted_transactions
+
+aborted_transactions.install()
+PATCHED = fetcher.PartitionRecords
+ORIGINAL = PATCHED.__mro__[1]
+TP = TopicPartition("t", 0)
+
+
+class _ControlBuilder(DefaultRecordBatchBuilder):
+    def _get_attributes(self, include_compression_type: bool = True) -> int:
+        return super()._get_attributes(include_compression_type) | self.CONTROL_MASK
+
+
+def _batch(base: int, pid: int, n: int, *, transactional: bool,
+           control: bool | None = None) -> bytes:
+    """``n`` records at offsets base.. (a control batch: one ABORT (True) / COMMIT (False))."""
+    cls = _ControlBuilder if control is not None else DefaultRecordBatchBuilder
+    b = cls(magic=2, compression_type=0, is_transactional=int(transactional),
+            producer_id=pid, producer_epoch=0, base_sequence=0, batch_size=1 << 20)
+    for i in range(n):
+        if control is not None:
+            b.append(i, timestamp=1, key=struct.pack(">hh", 0, 0 if control else 1),
+                     value=b"", headers=[])
+        else:
+            b.append(i, timestamp=1, key=None, value=b"%d" % (base + i), headers=[])
+    raw = bytearray(b.build())
+    raw[0:8] = struct.pack(">q", base)  # the base offset: outside the CRC
+    return bytes(raw)
+
+
+@dataclass
+class Log:
+    """A partition: its batches in offset order and what a committed reader must see."""
+
+    batches: list[tuple[int, int, bytes]] = field(default_factory=list)  # (base, next, bytes)
+    committed: set[int] = field(default_factory=set)
+    #: (producer id, first offset, marker offset) of every aborted transaction
+    aborted: list[tuple[int, int, int]] = field(default_factory=list)
+    longest: int = 1  # batches from a transaction's first to its marker, at most
+
+
+def random_log(rng: random.Random) -> Log:
+    log = Log()
+    offset = 0
+    open_tx: dict[int, tuple[int, int, list[int]]] = {}  # pid -> (first, first batch, offsets)
+    for _ in range(rng.randint(4, 40)):
+        pid = rng.choice([1001, 1002, 1003, -1])
+        if pid == -1:  # a plain (non-transactional) producer
+            n = rng.randint(1, 3)
+            log.batches.append((offset, offset + n, _batch(offset, 1, n, transactional=False)))
+            log.committed.update(range(offset, offset + n))
+            offset += n
+        elif pid in open_tx and rng.random() < 0.45:
+            first, first_batch, offs = open_tx.pop(pid)
+            abort = rng.random() < 0.5
+            log.batches.append((offset, offset + 1, _batch(offset, pid, 1, transactional=True,
+                                                           control=abort)))
+            if abort:
+                log.aborted.append((pid, first, offset))
+            else:
+                log.committed.update(offs)
+            log.longest = max(log.longest, len(log.batches) - first_batch)
+            offset += 1
+        else:
+            n = rng.randint(1, 3)
+            if pid not in open_tx:
+                open_tx[pid] = (offset, len(log.batches), [])
+            open_tx[pid][2].extend(range(offset, offset + n))
+            log.batches.append((offset, offset + n, _batch(offset, pid, n, transactional=True)))
+            offset += n
+    for pid, (first, first_batch, offs) in open_tx.items():  # close them all: below the LSO
+        abort = rng.random() < 0.5
+        log.batches.append((offset, offset + 1, _batch(offset, pid, 1, transactional=True,
+                                                       control=abort)))
+        if abort:
+            log.aborted.append((pid, first, offset))
+        else:
+            log.committed.update(offs)
+        log.longest = max(log.longest, len(log.batches) - first_batch)
+        offset += 1
+    return log
+
+
+def read(log: Log, start: int, limit: int, cls: type, *, stale: bool) -> list[int]:
+    """Offsets handed out reading from ``start`` to the end, ``limit`` batches a response; the
+    listing as Kafka sends it, or (``stale``) with every earlier aborted transaction too."""
+    end = log.batches[-1][1]
+    pos, out = start, []
+    for _ in range(10 * len(log.batches) + 10):
+        if pos >= end:
+            return out
+        chosen = [b for b in log.batches if b[1] > pos][:limit]
+        last = chosen[-1][1]
+        listing = [(pid, first) for pid, first, marker in log.aborted
+                   if first < last and (stale or marker >= pos)]
+        rng = random.Random(pos)
+        rng.shuffle(listing)  # order is the client's business
+        records = MemoryRecords(b"".join(raw for _, _, raw in chosen))
+        part = cls(TP, records, listing, pos, None, None, True, fetcher.READ_COMMITTED)
+        out.extend(r.offset for r in part)
+        assert part.next_fetch_offset > pos, "no progress"
+        pos = part.next_fetch_offset
+    raise AssertionError("the reader did not reach the end")
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_committed_reads_from_any_offset(seed: int) -> None:
+    rng = random.Random(seed)
+    log = random_log(rng)
+    end = log.batches[-1][1]
+    start = rng.randrange(0, end)
+    # a response holds at least one whole transaction (else a listing can be undecidable)
+    limit = rng.randint(log.longest, log.longest + 6)
+    want = sorted(o for o in log.committed if o >= start)
+    # a broker that lists transactions as Kafka does: the same records as aiokafka's own reader
+    kafka_patched = read(log, start, limit, PATCHED, stale=False)
+    assert kafka_patched == read(log, start, limit, ORIGINAL, stale=False) == want
+    # stale listings (noida-db 0.2.3): still exactly the committed records
+    assert read(log, start, limit, PATCHED, stale=True) == want
+
+
+def test_stale_listings_lose_records_without_the_patch() -> None:
+    """The case the module exists for, seen through aiokafka's unpatched reader: a fetch past
+    an aborted transaction's marker, then a committed one of the same producer."""
+    log = Log()
+    raw = [_batch(0, 7, 3, transactional=True), _batch(3, 7, 1, transactional=True, control=True),
+           _batch(4, 7, 2, transactional=True), _batch(6, 7, 1, transactional=True, control=False)]
+    log.batches = [(0, 3, raw[0]), (3, 4, raw[1]), (4, 6, raw[2]), (6, 7, raw[3])]
+    log.committed = {4, 5}
+    log.aborted = [(7, 0, 3)]
+    assert read(log, 4, 10, ORIGINAL, stale=True) == []
+    assert read(log, 4, 10, PATCHED, stale=True) == [4, 5]
+    assert read(log, 0, 10, PATCHED, stale=True) == [4, 5]
+    # inside the aborted transaction (Kafka lists it then): nothing of it
+    assert read(log, 1, 10, PATCHED, stale=False) == [4, 5]
+
+
+def test_an_undecidable_listing_stops_the_response_before_the_producer() -> None:
+    log = Log()
+    raw = [_batch(0, 7, 2, transactional=True), _batch(2, 7, 1, transactional=True, control=True),
+           _batch(3, 8, 2, transactional=False), _batch(5, 7, 2, transactional=True),
+           _batch(7, 7, 1, transactional=True, control=False)]
+    log.batches = [(0, 2, raw[0]), (2, 3, raw[1]), (3, 5, raw[2]), (5, 7, raw[3]), (7, 8, raw[4])]
+    records = MemoryRecords(b"".join(raw[2:4]))  # truncated before 7's COMMIT
+    part = PATCHED(TP, records, [(7, 0)], 3, None, None, True, fetcher.READ_COMMITTED)
+    assert [r.offset for r in part] == [3, 4]
+    assert part.next_fetch_offset == 5  # the next fetch starts at producer 7's batch
+    records = MemoryRecords(b"".join(raw[3:5]))
+    part = PATCHED(TP, records, [(7, 0)], 5, None, None, True, fetcher.READ_COMMITTED)
+    assert [r.offset for r in part] == [5, 6]
+
+
+def test_install_is_idempotent_and_the_examples_hold() -> None:
+    aborted_transactions.install()
+    assert fetcher.PartitionRecords is PATCHED
+    assert doctest.testmod(aborted_transactions).failed == 0
