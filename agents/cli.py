@@ -48,7 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         quiet_client_logs()  # connection problems are reported by the commands, in one line
     except KeyboardInterrupt:  # Ctrl-C while the client library is still loading
-        print("stream-dp: interrupted", file=sys.stderr)
+        # the command's name as later on (a loaded machine lands here for longer)
+        args = list(sys.argv[1:] if argv is None else argv)
+        selected = next((a for a in args if not a.startswith("-")), None)
+        name = f" {selected}" if selected in COMMANDS else ""
+        print(f"stream-dp{name}: interrupted", file=sys.stderr)
         if argv is None:  # this process's entry point (see stream_dp.cli._exit_interrupted)
             _library_cli._exit_interrupted()
         return _library_cli.EXIT_INTERRUPTED

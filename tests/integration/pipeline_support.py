@@ -242,9 +242,11 @@ async def released(s: Settings, *, committed: bool = True) -> dict[tuple[str, in
 
 
 async def wait_for_ticks(
-    s: Settings, n_streams: int, last_tick: int, timeout_s: float, poll_s: float = 1.0
+    s: Settings, n_streams: int, last_tick: int, timeout_s: float, poll_s: float = 1.0,
+    workers: Sequence[WorkerProcess] = (),
 ) -> dict[tuple[str, int], list[bytes]]:
-    """Poll the counts topic until every stream released ticks 1..last_tick."""
+    """Poll the counts topic until every stream released ticks 1..last_tick. On a timeout the
+    message ends with each of ``workers``' state and the end of its log."""
     deadline = time.monotonic() + timeout_s
     while True:
         got = await released(s)
@@ -252,8 +254,12 @@ async def wait_for_ticks(
         if have >= n_streams * last_tick:
             return got
         if time.monotonic() > deadline:
+            logs = "".join(
+                f"\n--- worker {w.worker_id} ({'alive' if w.alive() else 'exited'}), its log's "
+                f"end:\n{w.log_tail()}" for w in workers)
             raise TimeoutError(
-                f"only {have} of {n_streams * last_tick} (stream, tick) releases after {timeout_s} s"
+                f"only {have} of {n_streams * last_tick} (stream, tick) releases after "
+                f"{timeout_s} s{logs}"
             )
         await asyncio.sleep(poll_s)
 
@@ -354,6 +360,11 @@ class WorkerProcess:
         """How many times ``text`` is in the worker's log so far (0 before its first start)."""
         return self.log_path.read_text(errors="replace").count(text) if (
             self.log_path.exists()) else 0
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The last ``chars`` characters of the worker's log ('' before its first start)."""
+        return self.log_path.read_text(errors="replace")[-chars:] if (
+            self.log_path.exists()) else ""
 
     def starts(self) -> int:
         return self.log_count("release: assigned")

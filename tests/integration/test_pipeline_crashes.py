@@ -90,7 +90,7 @@ async def test_ten_kill9_and_restarts(kafka_broker: str, unique_name: str, tmp_p
         before = worker.starts()
         worker.start()
         await worker.wait_log("release: assigned", count=before + 1)
-        await ps.wait_for_ticks(s, domain.size, N_TICKS, timeout_s=240)
+        await ps.wait_for_ticks(s, domain.size, N_TICKS, timeout_s=240, workers=[worker])
         assert worker.alive()
     finally:
         code = worker.terminate()
@@ -128,7 +128,8 @@ async def test_three_workers_join_and_leave(
         workers["b"].start()
         await asyncio.sleep(2.0)
         assert workers["c"].terminate() == 0
-        await ps.wait_for_ticks(s, domain.size, N_TICKS, timeout_s=240)
+        await ps.wait_for_ticks(s, domain.size, N_TICKS, timeout_s=240,
+                                workers=list(workers.values()))
     finally:
         for w in workers.values():
             w.stop()
@@ -186,7 +187,8 @@ async def test_kill9_of_the_group_leader_leaves_no_partition_unowned(
         a.start()
         await asyncio.sleep(2.0)
         target = int((time.time() - s.origin) // s.tick_seconds) + 12
-        await ps.wait_for_ticks(s, domain.size, target, timeout_s=120, poll_s=1.0)
+        await ps.wait_for_ticks(s, domain.size, target, timeout_s=120, poll_s=1.0,
+                                workers=[a, b])
         stop_traffic.set()
         await producer
         assert a.alive() and b.alive()

@@ -128,7 +128,8 @@ async def test_partitions_moving_between_workers_take_their_people_along(
         await asyncio.sleep(2.0)
         workers["b"].start()
         await ps.close_ticks(s, N_TICKS)
-        await ps.wait_for_ticks(s, domain.size, N_TICKS, timeout_s=300)
+        await ps.wait_for_ticks(s, domain.size, N_TICKS, timeout_s=300,
+                                workers=list(workers.values()))
     finally:
         for w in workers.values():
             w.stop()
@@ -185,7 +186,7 @@ async def test_kill9_and_restarts_with_per_person_state(kafka_broker: str, uniqu
         before = worker.starts()
         worker.start()
         await worker.wait_log("release: assigned", count=before + 1, timeout_s=120)
-        await ps.wait_for_ticks(s, domain.size, N_TICKS, timeout_s=300)
+        await ps.wait_for_ticks(s, domain.size, N_TICKS, timeout_s=300, workers=[worker])
         assert worker.alive()
     finally:
         code = worker.terminate()
