@@ -93,6 +93,18 @@ async def create_topics(s: Settings) -> None:
     await ensure_topics(s.bootstrap, s)
 
 
+async def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
+    """One plain topic (replication 1) on the test broker."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        await admin.close()
+
+
 async def produce(s: Settings, messages: Iterable[tuple[bytes | None, bytes | None]]) -> int:
     """Produce ``(key, value)`` messages to the events topic (default partitioner by key)."""
     from aiokafka import AIOKafkaProducer

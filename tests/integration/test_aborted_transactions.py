@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.integration import pipeline_support as ps
+
 pytestmark = pytest.mark.integration
 
 
@@ -37,14 +39,8 @@ async def _read_from(bootstrap: str, topic: str, start: int) -> list[bytes]:
 async def test_committed_records_after_a_fenced_abort_from_every_offset(
         kafka_broker: str, unique_name: str) -> None:
     from aiokafka import AIOKafkaProducer
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(unique_name, 1, 1)])
-    finally:
-        await admin.close()
+    await ps.create_topic(kafka_broker, unique_name)
 
     def producer() -> AIOKafkaProducer:
         return AIOKafkaProducer(bootstrap_servers=kafka_broker, transactional_id=unique_name)

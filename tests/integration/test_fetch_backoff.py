@@ -8,19 +8,9 @@ from typing import Any
 import pytest
 
 from agents.kafka import fetch_backoff
+from tests.integration import pipeline_support as ps
 
 pytestmark = pytest.mark.integration
-
-
-async def _topic(bootstrap: str, name: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, 1, 1)])
-    finally:
-        await admin.close()
 
 
 async def _empty_fetches(bootstrap: str, topic: str, seconds: float,
@@ -46,7 +36,7 @@ async def test_an_idle_consumer_waits_between_empty_fetches(kafka_broker: str,
     """After an empty fetch the fetcher sends the next one to that broker only after the
     backoff: at most seconds / backoff (+1) empty fetches, whatever the broker answers; without
     it a broker that answers at once (the embedded one) gets many more."""
-    await _topic(kafka_broker, unique_name)
+    await ps.create_topic(kafka_broker, unique_name)
     try:
         fetch_backoff.install(0.25)
         with_backoff = await _empty_fetches(kafka_broker, unique_name, 2.0)
@@ -64,7 +54,7 @@ async def test_a_slowed_down_consumer_waits_longer(kafka_broker: str, unique_nam
     """slow_down (the reconcile side agent's and the dashboard's consumers): factor × the
     process's pause after each empty fetch, so at most seconds / (factor × backoff) (+2) empty
     fetches, while a consumer beside it keeps the process's pace."""
-    await _topic(kafka_broker, unique_name)
+    await ps.create_topic(kafka_broker, unique_name)
     try:
         fetch_backoff.install(0.05)
         slowed = await _empty_fetches(kafka_broker, unique_name, 2.0, factor=8.0)
@@ -119,7 +109,7 @@ async def test_a_paced_consumer_polls_less_and_less_while_idle(kafka_broker: str
     first (50, 100, 200, 400, 400, ... ms here), so an idle consumer sends at most
     ~seconds / 0.4 + 4 empty fetches, while a constant 50 ms pause sends many more; a fetch
     that brings records resets it."""
-    await _topic(kafka_broker, unique_name)
+    await ps.create_topic(kafka_broker, unique_name)
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     tp = TopicPartition(unique_name, 0)
@@ -181,7 +171,7 @@ async def test_wake_ends_a_long_pause_at_once(kafka_broker: str, unique_name: st
     """A consumer in a 6 s pause (0.75 s backoff, growth 8, idle long enough) does not see a new
     record for as long as the pause lasts; after wake() it does at once (well before the pause
     would end), and the pause starts again from the first step."""
-    await _topic(kafka_broker, unique_name)
+    await ps.create_topic(kafka_broker, unique_name)
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     tp = TopicPartition(unique_name, 0)

@@ -113,8 +113,6 @@ def _crash_once() -> Any:
 async def test_handed_over_records_give_the_histograms_of_the_topic(
     kafka_broker: str, unique_name: str, tmp_path: Path, second_worker: bool, crash: bool
 ) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
     from agents.reconcile.agent import Reconciler
     from agents.reconcile.config import ReconcilerConfig
     from agents.worker.pipeline import Worker
@@ -125,12 +123,7 @@ async def test_handed_over_records_give_the_histograms_of_the_topic(
                          histograms_json=0)
     await ps.create_topics(s)
     oracle_topic = f"{unique_name}.oracle.histograms"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(oracle_topic, 1, 1)])
-    finally:
-        await admin.close()
+    await ps.create_topic(kafka_broker, oracle_topic)
     domain = load_domain(s.domain_file)
     rng = np.random.default_rng(25)
     for t in range(1, BACKLOG_TICKS + 1):

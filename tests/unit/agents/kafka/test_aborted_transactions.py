@@ -64,6 +64,19 @@ class Log:
     longest: int = 1  # batches from a transaction's first to its marker, at most
 
 
+def _end(log: Log, offset: int, pid: int, tx: tuple[int, int, list[int]], abort: bool) -> int:
+    """Write the marker of ``pid``'s transaction ``tx`` at ``offset``; the next offset."""
+    first, first_batch, offs = tx
+    log.batches.append((offset, offset + 1, _batch(offset, pid, 1, transactional=True,
+                                                   control=abort)))
+    if abort:
+        log.aborted.append((pid, first, offset))
+    else:
+        log.committed.update(offs)
+    log.longest = max(log.longest, len(log.batches) - first_batch)
+    return offset + 1
+
+
 def random_log(rng: random.Random) -> Log:
     log = Log()
     offset = 0
@@ -76,16 +89,7 @@ def random_log(rng: random.Random) -> Log:
             log.committed.update(range(offset, offset + n))
             offset += n
         elif pid in open_tx and rng.random() < 0.45:
-            first, first_batch, offs = open_tx.pop(pid)
-            abort = rng.random() < 0.5
-            log.batches.append((offset, offset + 1, _batch(offset, pid, 1, transactional=True,
-                                                           control=abort)))
-            if abort:
-                log.aborted.append((pid, first, offset))
-            else:
-                log.committed.update(offs)
-            log.longest = max(log.longest, len(log.batches) - first_batch)
-            offset += 1
+            offset = _end(log, offset, pid, open_tx.pop(pid), rng.random() < 0.5)
         else:
             n = rng.randint(1, 3)
             if pid not in open_tx:
@@ -93,16 +97,8 @@ def random_log(rng: random.Random) -> Log:
             open_tx[pid][2].extend(range(offset, offset + n))
             log.batches.append((offset, offset + n, _batch(offset, pid, n, transactional=True)))
             offset += n
-    for pid, (first, first_batch, offs) in open_tx.items():  # close them all: below the LSO
-        abort = rng.random() < 0.5
-        log.batches.append((offset, offset + 1, _batch(offset, pid, 1, transactional=True,
-                                                       control=abort)))
-        if abort:
-            log.aborted.append((pid, first, offset))
-        else:
-            log.committed.update(offs)
-        log.longest = max(log.longest, len(log.batches) - first_batch)
-        offset += 1
+    for pid, tx in open_tx.items():  # close them all: a response lies below the LSO
+        offset = _end(log, offset, pid, tx, rng.random() < 0.5)
     return log
 
 
