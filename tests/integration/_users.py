@@ -28,17 +28,9 @@ class Message:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
-    async def go() -> None:
-        from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from tests.integration.pipeline_support import create_topic as create
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(name, partitions, 1)])
-        finally:
-            await admin.close()
-
-    asyncio.run(go())
+    asyncio.run(create(bootstrap, name, partitions))
 
 
 def read_all(bootstrap: str, topic: str) -> list[Message]:
