@@ -135,7 +135,11 @@ def install() -> bool:
                 self._consumer_record = _passthrough
                 raw = getattr(records, "raw", None)
                 if RecordBlock is not None and type(raw) is bytes:
-                    self._records = _BlockRecords(records, raw, self, RecordBlock)
+                    # what the class below hands out (agents.kafka.aborted_transactions may
+                    # have read the fetched batches already and cut them): its batches, from
+                    # the response's first, over the same bytes
+                    handed = getattr(self, "_records")  # noqa: B009 - untyped in aiokafka
+                    self._records = _BlockRecords(handed, raw, self, RecordBlock)
 
     fetcher.MemoryRecords = MemoryRecords
     fetcher.PartitionRecords = PartitionRecords

@@ -22,8 +22,14 @@ for its producer the first control batch at or after the fetch offset tells whic
   transaction, so the listed one ended before the fetch offset: dropped, the batches delivered;
 * no marker in the response but batches of the producer — undecidable here: the records are
   handed out only up to the first such batch, so the next fetch starts at it and sees its
-  transaction's marker (when that batch is the response's first, the listing is kept: Kafka's
-  behaviour).
+  transaction's marker (when nothing before that batch moves the position past the fetch offset,
+  the listing is kept: Kafka's behaviour; on noida-db a transaction longer than a whole fetch
+  response can then still be skipped, and the worker stops as for a lost record).
+
+A response the pre-scan cannot read (an old message format, a damaged control batch) is handed
+out unchanged, with its listing, for aiokafka to read or refuse as it would. Another patch of the
+same class (:mod:`agents.ingest.raw_records`) may wrap this one in either order: the batches
+handed on keep the fetched bytes (``raw``) and start with the response's first batch.
 
 On a broker that lists transactions as Kafka does, no listing is dropped (a transaction open at
 the fetch offset ends with ABORT) and records are never delivered that Kafka's client would skip;
@@ -41,22 +47,30 @@ _state: dict[str, Any] = {"installed": False}
 
 
 class _Batches:
-    """The part of a fetch response's ``MemoryRecords`` that is handed out: its batches up to
-    (not including) ``cut``."""
+    """What is handed out of a fetch response's ``MemoryRecords``: the batches the pre-scan
+    read (those before the cut), then (``rest``) the ones it did not; ``raw``: the response's
+    bytes, when the records object kept them."""
 
-    def __init__(self, batches: list[Any]) -> None:
+    def __init__(self, batches: list[Any], rest: Any = None, raw: Any = None) -> None:
         self._batches = batches
         self._i = 0
+        self._rest = rest
+        self.raw = raw
 
     def has_next(self) -> bool:
-        return self._i < len(self._batches)
+        return self._i < len(self._batches) or (
+            self._rest is not None and bool(self._rest.has_next()))
 
     def next_batch(self) -> Any:
-        if self._i >= len(self._batches):
-            return None
-        batch = self._batches[self._i]
-        self._i += 1
-        return batch
+        if self._i < len(self._batches):
+            batch = self._batches[self._i]
+            self._i += 1
+            return batch
+        return self._rest.next_batch() if self._rest is not None else None
+
+
+class _Unreadable(Exception):
+    """A batch the pre-scan must not decide on (aiokafka reads or refuses it)."""
 
 
 def resolve(batches: list[tuple[int | None, int, int, bool, bool | None]],
@@ -75,6 +89,8 @@ def resolve(batches: list[tuple[int | None, int, int, bool, bool | None]],
     ([(7, 0)], 2)
     >>> resolve([(8, 61, 62, True, None), data], [(7, 0)], 61)   # undecidable: cut before 7's
     ([(7, 0)], 1)
+    >>> resolve([(8, 58, 61, True, None), data], [(7, 0)], 61)   # the cut would not move on
+    ([(7, 0)], 2)
     """
     early = {pid for pid, first in aborted if first < fetch_offset}
     if not early:
@@ -93,22 +109,28 @@ def resolve(batches: list[tuple[int | None, int, int, bool, bool | None]],
     kept = [(pid, first) for pid, first in aborted if not (pid in stale and first < fetch_offset)]
     undecided = [i for pid, i in first_data.items() if pid not in decided]
     cut = min(undecided) if undecided else len(batches)
-    return kept, cut if cut > 0 else len(batches)
+    # a cut must move the position on: else the next fetch is this one again
+    if cut < len(batches) and not any(end > fetch_offset for _, _, end, _, _ in batches[:cut]):
+        cut = len(batches)
+    return kept, cut
 
 
-def _describe(batch: Any, markers: dict[int, bool]) -> tuple[int | None, int, int, bool,
-                                                              bool | None]:
+def _describe(batch: Any, markers: dict[int, bool], check_crcs: bool
+              ) -> tuple[int | None, int, int, bool, bool | None]:
+    if batch.producer_id is None:  # no producer (an old message format): nothing to decide
+        return (None, -1, -1, False, None)
     abort: bool | None = None
     if batch.is_control_batch:
         from aiokafka.record.control_record import ABORT_MARKER, ControlRecord
 
+        if check_crcs and not batch.validate_crc():
+            raise _Unreadable("damaged control batch")
         try:
             record = next(batch)
         except StopIteration:
-            abort = None
-        else:
-            abort = ControlRecord.parse(record.key) == ABORT_MARKER
-            markers[int(batch.base_offset)] = abort
+            raise _Unreadable("empty control batch") from None
+        abort = ControlRecord.parse(record.key) == ABORT_MARKER
+        markers[int(batch.base_offset)] = abort
     return (batch.producer_id, int(batch.base_offset), int(batch.next_offset),
             bool(batch.is_transactional), abort)
 
@@ -130,17 +152,25 @@ def install() -> None:
             # _contains_abort_marker from this map
             self._stream_dp_markers: dict[int, bool] = {}
             isolation = args[-1] if args else None
+            check_crcs = bool(args[-2]) if len(args) >= 2 else False
             aborted = list(aborted_transactions or [])
-            if isolation == fetcher.READ_COMMITTED and any(first < fetch_offset for _, first in aborted):
-                batches = []
-                while records.has_next():
-                    batch = records.next_batch()
-                    if batch is None:
-                        break
-                    batches.append(batch)
-                described = [_describe(b, self._stream_dp_markers) for b in batches]
-                aborted, cut = resolve(described, aborted, fetch_offset)
-                records = _Batches(batches[:cut])
+            if isolation == fetcher.READ_COMMITTED and any(first < fetch_offset
+                                                           for _, first in aborted):
+                raw = getattr(records, "raw", None)
+                batches: list[Any] = []
+                described = []
+                try:
+                    while records.has_next():
+                        batch = records.next_batch()
+                        if batch is None:
+                            break
+                        batches.append(batch)
+                        described.append(_describe(batch, self._stream_dp_markers, check_crcs))
+                except Exception:  # aiokafka reads or refuses the batch, as it would
+                    records = _Batches(batches, rest=records, raw=raw)
+                else:
+                    aborted, cut = resolve(described, aborted, fetch_offset)
+                    records = _Batches(batches[:cut], raw=raw)
             super().__init__(tp, records, aborted, fetch_offset, *args)
 
         def _contains_abort_marker(self, next_batch: Any) -> bool:

@@ -175,3 +175,96 @@ def test_install_is_idempotent_and_the_examples_hold() -> None:
     aborted_transactions.install()
     assert fetcher.PartitionRecords is PATCHED
     assert doctest.testmod(aborted_transactions).failed == 0
+
+
+# Both patches of PartitionRecords, in either order (the worker installs this one first, the
+# ingest stage agents.ingest.raw_records when its consumer starts): a raw_records consumer's
+# record blocks hold exactly the committed records. Each order in its own interpreter (an
+# install is for the whole process).
+_BOTH_ORDERS = r'''
+import random, sys
+from agents.ingest import raw_records
+from agents.ingest.records import RecordBlock
+from agents.kafka import aborted_transactions
+if sys.argv[1] == "worker":
+    aborted_transactions.install(); raw_records.install()
+else:
+    raw_records.install(); aborted_transactions.install()
+from aiokafka.consumer import fetcher
+from tests.unit.agents.kafka import test_aborted_transactions as t
+assert RecordBlock is not None
+blocks = 0
+for seed in range(150):
+    rng = random.Random(seed)
+    log = t.random_log(rng)
+    end = log.batches[-1][1]
+    start = rng.randrange(0, end)
+    limit = rng.randint(log.longest, log.longest + 6)
+    want = sorted(o for o in log.committed if o >= start)
+    for stale in (False, True):
+        pos, out = start, []
+        for _ in range(10 * len(log.batches) + 10):
+            if pos >= end:
+                break
+            chosen = [b for b in log.batches if b[1] > pos][:limit]
+            last = chosen[-1][1]
+            listing = [(pid, first) for pid, first, marker in log.aborted
+                       if first < last and (stale or marker >= pos)]
+            part = fetcher.PartitionRecords(
+                t.TP, fetcher.MemoryRecords(b"".join(raw for _, _, raw in chosen)), listing,
+                pos, None, raw_records.raw_records, True, fetcher.READ_COMMITTED)
+            for item in part:
+                if type(item) is RecordBlock:
+                    blocks += 1
+                    out.extend(item[j].offset for j in range(len(item)))
+                else:
+                    out.append(item.offset)
+            assert part.next_fetch_offset > pos, (seed, "no progress")
+            pos = part.next_fetch_offset
+        assert out == want, (seed, stale, out, want)
+assert blocks > 0
+print("ok", blocks)
+'''
+
+
+@pytest.mark.parametrize("order", ["worker", "reversed"])
+def test_with_the_ingest_record_blocks_in_either_order(order: str) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from agents.ingest.records import RecordBlock
+
+    if RecordBlock is None:
+        pytest.skip("no compiled fast path")
+    root = Path(__file__).resolve().parents[4]
+    proc = subprocess.run([sys.executable, "-c", _BOTH_ORDERS, order], cwd=root,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stderr[-3000:]
+
+
+def test_an_old_message_format_is_read_as_aiokafka_reads_it() -> None:
+    from aiokafka.record.legacy_records import _LegacyRecordBatchBuilderPy
+
+    b = _LegacyRecordBatchBuilderPy(magic=1, compression_type=0, batch_size=1 << 20)
+    for i in range(3):
+        b.append(i, timestamp=1, key=None, value=b"v%d" % i)
+    raw = bytearray(b.build())
+    raw[0:8] = struct.pack(">q", 6)  # a one-record-per-message format: offsets 6, then 1, 2
+    for cls in (ORIGINAL, PATCHED):
+        part = cls(TP, MemoryRecords(bytes(raw)), [(7, 0)], 6, None, None, True,
+                   fetcher.READ_COMMITTED)
+        assert [r.value for r in part][:1] == [b"v0"]
+
+
+def test_a_damaged_control_batch_is_refused_as_aiokafka_refuses_it() -> None:
+    from aiokafka.errors import CorruptRecordException
+
+    data = _batch(4, 7, 2, transactional=True)
+    marker = bytearray(_batch(6, 7, 1, transactional=True, control=False))
+    marker[-1] ^= 0xFF  # the control record's last byte: the CRC no longer matches
+    for cls in (ORIGINAL, PATCHED):
+        part = cls(TP, MemoryRecords(data + bytes(marker)), [(7, 0)], 4, None, None, True,
+                   fetcher.READ_COMMITTED)
+        with pytest.raises(CorruptRecordException):
+            list(part)
