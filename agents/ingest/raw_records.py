@@ -86,14 +86,20 @@ class _BlockRecords:
         batch = self._records.next_batch()
         pos = self._pos
         raw = self._raw
-        if batch is None or pos < 0 or pos + 12 > len(raw):
+        if batch is None or pos < 0 or pos + 17 > len(raw):
             self._pos = -1
+            return batch
+        # every batch format starts with (base offset: 8 bytes, length of the rest: 4 bytes)
+        # and has its format version ("magic") at byte 16; an old format's batch object has no
+        # base_offset: aiokafka decodes it
+        end = pos + 12 + int.from_bytes(raw[pos + 8:pos + 12], "big", signed=True)
+        if raw[pos + 16] != 2:
+            self._pos = end
             return batch
         if int.from_bytes(raw[pos:pos + 8], "big", signed=True) != batch.base_offset:
             self._pos = -1  # lost track of the bytes: aiokafka decodes the rest itself
             return batch
-        # every batch format starts with (base offset: 8 bytes, length of the rest: 4 bytes)
-        self._pos = pos + 12 + int.from_bytes(raw[pos + 8:pos + 12], "big", signed=True)
+        self._pos = end
         if getattr(batch, "magic", None) != 2 or batch.is_control_batch:
             return batch
         return _BlockBatch(batch, raw, pos, self._owner, self._block_type)

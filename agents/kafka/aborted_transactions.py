@@ -26,8 +26,10 @@ for its producer the first control batch at or after the fetch offset tells whic
   the listing is kept: Kafka's behaviour; on noida-db a transaction longer than a whole fetch
   response can then still be skipped, and the worker stops as for a lost record).
 
-A response the pre-scan cannot read (an old message format, a damaged control batch) is handed
-out unchanged, with its listing, for aiokafka to read or refuse as it would. Another patch of the
+A response the pre-scan cannot read (a damaged or empty control batch) is handed out unchanged,
+with its listing, for aiokafka to read or refuse as it would — or, when a listing was already found
+stale before that batch, up to the batch, so the next fetch starts there. Batches of an old
+message format carry no producer: nothing to decide. Another patch of the
 same class (:mod:`agents.ingest.raw_records`) may wrap this one in either order: the batches
 handed on keep the fetched bytes (``raw``) and start with the response's first batch.
 
@@ -64,6 +66,7 @@ class _Batches:
     def next_batch(self) -> Any:
         if self._i < len(self._batches):
             batch = self._batches[self._i]
+            self._batches[self._i] = None  # handed out: not kept while the rest is read
             self._i += 1
             return batch
         return self._rest.next_batch() if self._rest is not None else None
@@ -147,31 +150,39 @@ def install() -> None:
 
     class PartitionRecords(base):  # type: ignore[misc,valid-type]
         def __init__(self, tp: Any, records: Any, aborted_transactions: Any, fetch_offset: int,
-                     *args: Any) -> None:
+                     key_deserializer: Any, value_deserializer: Any, check_crcs: bool,
+                     isolation_level: int) -> None:
             # the control batches read here (their one record consumed) answer
             # _contains_abort_marker from this map
             self._stream_dp_markers: dict[int, bool] = {}
-            isolation = args[-1] if args else None
-            check_crcs = bool(args[-2]) if len(args) >= 2 else False
             aborted = list(aborted_transactions or [])
-            if isolation == fetcher.READ_COMMITTED and any(first < fetch_offset
-                                                           for _, first in aborted):
+            if isolation_level == fetcher.READ_COMMITTED and any(first < fetch_offset
+                                                                 for _, first in aborted):
                 raw = getattr(records, "raw", None)
                 batches: list[Any] = []
-                described = []
+                described: list[tuple[int | None, int, int, bool, bool | None]] = []
                 try:
                     while records.has_next():
                         batch = records.next_batch()
                         if batch is None:
                             break
                         batches.append(batch)
-                        described.append(_describe(batch, self._stream_dp_markers, check_crcs))
-                except Exception:  # aiokafka reads or refuses the batch, as it would
-                    records = _Batches(batches, rest=records, raw=raw)
+                        described.append(_describe(batch, self._stream_dp_markers,
+                                                   bool(check_crcs)))
+                except Exception:  # aiokafka reads or refuses that batch, as it would
+                    # a listing found stale before it stays dropped: hand out up to the batch
+                    # (the next fetch starts there), if that moves the position on
+                    kept, cut = resolve(described, aborted, fetch_offset)
+                    if kept != aborted and any(end > fetch_offset
+                                               for _, _, end, _, _ in described[:cut]):
+                        aborted, records = kept, _Batches(batches[:cut], raw=raw)
+                    else:
+                        records = _Batches(batches, rest=records, raw=raw)
                 else:
                     aborted, cut = resolve(described, aborted, fetch_offset)
                     records = _Batches(batches[:cut], raw=raw)
-            super().__init__(tp, records, aborted, fetch_offset, *args)
+            super().__init__(tp, records, aborted, fetch_offset, key_deserializer,
+                             value_deserializer, check_crcs, isolation_level)
 
         def _contains_abort_marker(self, next_batch: Any) -> bool:
             known = self._stream_dp_markers.get(int(next_batch.base_offset))

@@ -193,6 +193,15 @@ else:
 from aiokafka.consumer import fetcher
 from tests.unit.agents.kafka import test_aborted_transactions as t
 assert RecordBlock is not None
+# an old-format (v1) batch: decoded by aiokafka, the position moves on
+from aiokafka.record.legacy_records import _LegacyRecordBatchBuilderPy
+b = _LegacyRecordBatchBuilderPy(magic=1, compression_type=0, batch_size=1 << 20)
+b.append(0, timestamp=1, key=None, value=b"v")
+legacy = bytearray(b.build()); legacy[0:8] = (6).to_bytes(8, "big")
+for listing in ([], [(7, 0)]):
+    part = fetcher.PartitionRecords(t.TP, fetcher.MemoryRecords(bytes(legacy)), listing, 6, None,
+                                    raw_records.raw_records, True, fetcher.READ_COMMITTED)
+    assert [r.offset for r in part] == [6] and part.next_fetch_offset == 7, listing
 blocks = 0
 for seed in range(150):
     rng = random.Random(seed)
@@ -268,3 +277,22 @@ def test_a_damaged_control_batch_is_refused_as_aiokafka_refuses_it() -> None:
                    fetcher.READ_COMMITTED)
         with pytest.raises(CorruptRecordException):
             list(part)
+
+
+def test_what_was_decided_before_an_unreadable_batch_still_holds() -> None:
+    """A stale listing decided by a COMMIT, then a damaged marker: the records before it are
+    handed out and the next fetch starts at the damaged batch (refused there, as aiokafka
+    refuses it)."""
+    from aiokafka.errors import CorruptRecordException
+
+    damaged = bytearray(_batch(8, 9, 1, transactional=True, control=True))
+    damaged[-1] ^= 0xFF
+    raw = (_batch(4, 7, 2, transactional=True) + _batch(6, 7, 1, transactional=True, control=False)
+           + _batch(7, 9, 1, transactional=True) + bytes(damaged))
+    part = PATCHED(TP, MemoryRecords(raw), [(7, 0)], 4, None, None, True, fetcher.READ_COMMITTED)
+    assert [r.offset for r in part] == [4, 5, 7]
+    assert part.next_fetch_offset == 8
+    part = PATCHED(TP, MemoryRecords(bytes(damaged)), [(7, 0)], 8, None, None, True,
+                   fetcher.READ_COMMITTED)
+    with pytest.raises(CorruptRecordException):
+        list(part)
