@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from agents.kafka.embedded_broker import free_port
+from tests.integration.pipeline_support import create_topic
 from tests.integration.test_commands_service import CLI, _read, _worker_env, cli
 
 pytestmark = pytest.mark.integration
@@ -578,18 +579,6 @@ async def _alter(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
         await admin.close()
 
 
-async def _create_bare(bootstrap: str, topic: str, partitions: int) -> None:
-    """A topic made by hand without the service's configs (the cluster's defaults apply)."""
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, partitions, 1)])
-    finally:
-        await admin.close()
-
-
 @pytest.mark.parametrize("case", ["schedule_retention", "schedule_by_hand",
                                   "checkpoints_delete"])
 def test_internal_topics_that_would_lose_their_records_are_refused_in_one_line(
@@ -603,7 +592,8 @@ def test_internal_topics_that_would_lose_their_records_are_refused_in_one_line(
     env = _worker_env(tmp_path, kafka_broker, unique_name, 0)
     if case == "schedule_by_hand":
         topic, setting = env["STREAM_DP_SCHEDULE_TOPIC"], "retention.ms="
-        asyncio.run(_create_bare(kafka_broker, topic, int(env["STREAM_DP_EVENTS_PARTITIONS"])))
+        # by hand, without the service's configs (the cluster's defaults apply)
+        asyncio.run(create_topic(kafka_broker, topic, int(env["STREAM_DP_EVENTS_PARTITIONS"])))
     assert cli("topics", "create", env=env).returncode == 0
     if case == "schedule_retention":
         topic, setting = env["STREAM_DP_SCHEDULE_TOPIC"], "retention.ms=604800000"
